@@ -1,0 +1,189 @@
+//! `dump`: logs one tcpdump-like line per packet (rate-limited, so a flood cannot flood
+//! the log) and passes the packet on unchanged.
+
+use crate::counters::{Counter, Counters};
+use crate::packet::{IpVersion, Packet};
+use crate::ratelimit::RateLimit;
+use crate::service::{Action, Context, Service, ServiceConfig, ServiceFactory};
+use crate::wire::{IcmpPacket, Ipv4Packet, Ipv6Packet, TcpPacket, UdpPacket, proto, tcp::flags};
+use serde::Deserialize;
+use std::fmt::Write;
+use std::sync::Arc;
+
+/// Configuration of `dump`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DumpConfig {
+    /// At most this many lines per second (the rest are counted as `suppressed`).
+    #[serde(default = "default_rate")]
+    pub rate: u32,
+}
+
+fn default_rate() -> u32 {
+    100
+}
+
+struct Dump {
+    name: String,
+    limit: RateLimit,
+    line: String,
+    logged: Counter,
+    suppressed: Counter,
+}
+
+impl Service for Dump {
+    fn process(&mut self, pkt: &mut Packet, cx: &Context) -> Action {
+        match self.limit.allow(cx.now) {
+            None => self.suppressed.inc(),
+            Some(skipped) => {
+                self.line.clear();
+                format_packet(&mut self.line, pkt);
+                if skipped > 0 {
+                    let _ = write!(self.line, " ({skipped} lines suppressed)");
+                }
+                tracing::info!(target: "relayd::dump", "{} q{} {}", self.name, cx.queue, self.line);
+                self.logged.inc();
+            }
+        }
+        Action::Continue
+    }
+}
+
+struct DumpFactory {
+    cfg: DumpConfig,
+    name: String,
+}
+
+impl ServiceFactory for DumpFactory {
+    fn kind(&self) -> &'static str {
+        "dump"
+    }
+    fn build(&self, counters: &Counters) -> Box<dyn Service> {
+        Box::new(Dump {
+            name: self.name.clone(),
+            limit: RateLimit::new(self.cfg.rate),
+            line: String::with_capacity(256),
+            logged: counters.counter("logged"),
+            suppressed: counters.counter("suppressed"),
+        })
+    }
+}
+
+impl ServiceConfig for DumpConfig {
+    const KIND: &'static str = "dump";
+    fn into_factory(self, name: &str) -> Result<Arc<dyn ServiceFactory>, String> {
+        Ok(Arc::new(DumpFactory {
+            cfg: self,
+            name: name.to_string(),
+        }))
+    }
+}
+
+/// Writes a tcpdump-like one-line summary of `pkt` into `out`, e.g.
+/// `IP 10.0.1.1.4000 > 10.0.2.2.5000: UDP, length 5`. Never fails on malformed input.
+pub fn format_packet(out: &mut String, pkt: &mut Packet) {
+    let layout = match pkt.layout() {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = write!(out, "malformed ({e}), {} bytes", pkt.len());
+            return;
+        }
+    };
+    let data = pkt.data();
+    let (src, dst): (std::net::IpAddr, std::net::IpAddr) = match layout.version {
+        IpVersion::V4 => {
+            let p = Ipv4Packet::new_unchecked(data);
+            out.push_str("IP ");
+            (p.src_addr().into(), p.dst_addr().into())
+        }
+        IpVersion::V6 => {
+            let p = Ipv6Packet::new_unchecked(data);
+            out.push_str("IP6 ");
+            (p.src_addr().into(), p.dst_addr().into())
+        }
+    };
+    let l4 = layout.l4.and_then(|o| data.get(o..layout.len));
+    match (layout.proto, l4) {
+        (proto::TCP, Some(b)) => {
+            let t = TcpPacket::new_unchecked(b);
+            let _ = write!(
+                out,
+                "{src}.{} > {dst}.{}: Flags [",
+                t.src_port(),
+                t.dst_port()
+            );
+            for (bit, c) in [
+                (flags::SYN, 'S'),
+                (flags::FIN, 'F'),
+                (flags::RST, 'R'),
+                (flags::PSH, 'P'),
+            ] {
+                if t.flags() & bit != 0 {
+                    out.push(c);
+                }
+            }
+            if t.flags() & flags::ACK != 0 {
+                out.push('.');
+            }
+            let _ = write!(
+                out,
+                "], seq {}, win {}, length {}",
+                t.seq(),
+                t.window(),
+                t.payload().len()
+            );
+        }
+        (proto::UDP, Some(b)) => {
+            let u = UdpPacket::new_unchecked(b);
+            let _ = write!(
+                out,
+                "{src}.{} > {dst}.{}: UDP, length {}",
+                u.src_port(),
+                u.dst_port(),
+                u.payload().len()
+            );
+        }
+        (proto::ICMP | proto::ICMPV6, Some(b)) => {
+            let i = IcmpPacket::new_unchecked(b);
+            let name = match (layout.proto, i.msg_type()) {
+                (proto::ICMP, 8) | (proto::ICMPV6, 128) => "echo request",
+                (proto::ICMP, 0) | (proto::ICMPV6, 129) => "echo reply",
+                (proto::ICMP, 3) | (proto::ICMPV6, 1) => "unreachable",
+                (proto::ICMP, 11) | (proto::ICMPV6, 3) => "time exceeded",
+                _ => "type",
+            };
+            let kind = if layout.proto == proto::ICMP {
+                "ICMP"
+            } else {
+                "ICMP6"
+            };
+            let _ = write!(
+                out,
+                "{src} > {dst}: {kind} {name} {}/{}, length {}",
+                i.msg_type(),
+                i.code(),
+                b.len()
+            );
+        }
+        (p, _) => {
+            let frag = if layout.fragment { " (fragment)" } else { "" };
+            let _ = write!(out, "{src} > {dst}: proto {p}{frag}, length {}", layout.len);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packet::tests::udp4;
+
+    #[test]
+    fn formats_udp_like_tcpdump() {
+        let mut s = String::new();
+        format_packet(&mut s, &mut Packet::from_bytes(&udp4(b"hello")));
+        assert_eq!(s, "IP 10.0.1.1.4000 > 10.0.2.2.5000: UDP, length 5");
+        s.clear();
+        format_packet(&mut s, &mut Packet::from_bytes(&[0x45, 0, 1]));
+        assert_eq!(s, "malformed (truncated), 3 bytes");
+    }
+}

@@ -1,0 +1,79 @@
+//! The built-in services, the paper's Fig. 7 in Rust: `accept` (passthrough), `drop`,
+//! `dump` (a tcpdump-like line per packet, rate-limited) and `mark` (set the nfmark,
+//! optionally repeating the hook). Each is also a worked example of the service contract.
+
+mod dump;
+mod mark;
+
+pub use dump::{DumpConfig, format_packet};
+pub use mark::MarkConfig;
+
+use crate::counters::Counters;
+use crate::packet::Packet;
+use crate::service::{Action, Context, Service, ServiceConfig, ServiceFactory};
+use serde::Deserialize;
+use std::sync::Arc;
+
+/// `accept`: passes every packet unchanged (ends the chain with an accept).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcceptConfig {}
+
+/// `drop`: drops every packet it sees. Put a `match` on the queue to choose which.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DropConfig {}
+
+struct Fixed(&'static str, Action);
+
+impl Service for Fixed {
+    fn process(&mut self, _pkt: &mut Packet, _cx: &Context) -> Action {
+        self.1
+    }
+}
+
+impl ServiceFactory for Fixed {
+    fn kind(&self) -> &'static str {
+        self.0
+    }
+    fn build(&self, _counters: &Counters) -> Box<dyn Service> {
+        Box::new(Fixed(self.0, self.1))
+    }
+}
+
+impl ServiceConfig for AcceptConfig {
+    const KIND: &'static str = "accept";
+    fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, String> {
+        Ok(Arc::new(Fixed("accept", Action::Accept)))
+    }
+}
+
+impl ServiceConfig for DropConfig {
+    const KIND: &'static str = "drop";
+    fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, String> {
+        Ok(Arc::new(Fixed("drop", Action::Drop)))
+    }
+}
+
+/// Parses a 32-bit value written as an integer or as a "0x..." string (marks are
+/// usually written in hex).
+pub(crate) fn de_u32<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum V {
+        N(i64),
+        S(String),
+    }
+    let err = |s: &str| serde::de::Error::custom(format!("{s} is not a 32-bit value"));
+    match V::deserialize(d)? {
+        V::N(n) => u32::try_from(n).map_err(|_| err(&n.to_string())),
+        V::S(s) => {
+            let t = s.trim();
+            let r = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+                Some(h) => u32::from_str_radix(h, 16),
+                None => t.parse(),
+            };
+            r.map_err(|_| err(&format!("\"{s}\"")))
+        }
+    }
+}

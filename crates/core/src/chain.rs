@@ -1,0 +1,170 @@
+//! A chain: the services of one queue, run in configured order on each packet
+//! (the configuration's order is the priority; a drop ends the chain).
+
+use crate::counters::{Counter, QueueCounters};
+use crate::packet::Packet;
+use crate::ratelimit::RateLimit;
+use crate::service::{Action, Context, Service};
+
+/// The kernel verdict a chain reaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Let the packet continue (NF_ACCEPT).
+    Accept,
+    /// Drop it (NF_DROP).
+    Drop,
+    /// Run the hook again (NF_REPEAT), with a mark.
+    Repeat,
+}
+
+/// The chain's answer for one packet: verdict, mark to set, and whether the packet's
+/// bytes go back to the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    /// The verdict.
+    pub verdict: Verdict,
+    /// The nfmark to set, if any.
+    pub mark: Option<u32>,
+    /// True if the verdict carries the packet's (modified) bytes.
+    pub payload: bool,
+}
+
+impl Decision {
+    /// Accept unmodified, mark unchanged.
+    pub const ACCEPT: Decision = Decision {
+        verdict: Verdict::Accept,
+        mark: None,
+        payload: false,
+    };
+    /// Drop.
+    pub const DROP: Decision = Decision {
+        verdict: Verdict::Drop,
+        mark: None,
+        payload: false,
+    };
+}
+
+/// Queue-wide settings a chain applies.
+#[derive(Debug, Clone, Copy)]
+pub struct ChainSettings {
+    /// What happens to a packet that cannot be parsed.
+    pub malformed: Verdict,
+    /// The mark bit(s) relayd's own rules skip; added to every repeat verdict's mark.
+    pub bypass_mark: u32,
+}
+
+struct Entry {
+    name: String,
+    service: Box<dyn Service>,
+    packets: Counter,
+}
+
+/// The services of one queue thread, in order.
+pub struct Chain {
+    entries: Vec<Entry>,
+    settings: ChainSettings,
+    log_limit: RateLimit,
+}
+
+impl std::fmt::Debug for Chain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.entries.iter().map(|e| e.name.as_str()).collect();
+        f.debug_struct("Chain")
+            .field("services", &names)
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+impl Chain {
+    /// An empty chain (accepts everything it is given).
+    pub fn new(settings: ChainSettings) -> Chain {
+        Chain {
+            entries: Vec::new(),
+            settings,
+            log_limit: RateLimit::new(10),
+        }
+    }
+
+    /// Appends a service; `packets` counts the packets it sees.
+    pub fn push(&mut self, name: &str, service: Box<dyn Service>, packets: Counter) {
+        self.entries.push(Entry {
+            name: name.to_string(),
+            service,
+            packets,
+        });
+    }
+
+    /// The service names, in order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.entries.iter().map(|e| e.name.as_str())
+    }
+
+    /// Runs the chain on one packet and counts the outcome in `q`.
+    pub fn run(&mut self, pkt: &mut Packet, cx: &Context, q: &QueueCounters) -> Decision {
+        q.packets.inc();
+        if let Err(why) = pkt.layout() {
+            q.malformed.inc();
+            if let Some(suppressed) = self.log_limit.allow(cx.now) {
+                tracing::warn!(
+                    queue = cx.queue,
+                    reason = why.as_str(),
+                    len = pkt.len(),
+                    suppressed,
+                    "malformed packet, verdict {:?} by policy",
+                    self.settings.malformed
+                );
+            }
+            return self.count(q, self.settings.malformed, None, false);
+        }
+        for e in &mut self.entries {
+            e.packets.inc();
+            match e.service.process(pkt, cx) {
+                Action::Continue => {}
+                Action::Accept => break,
+                Action::Drop => return self.count(q, Verdict::Drop, None, false),
+                Action::Repeat { mark } => {
+                    let mark = Some(mark | self.settings.bypass_mark);
+                    return self.count(q, Verdict::Repeat, mark, pkt.is_modified());
+                }
+            }
+        }
+        let mut payload = pkt.is_modified();
+        if payload && pkt.is_partial() {
+            // The kernel gave us only part of the packet: sending it back would cut the
+            // packet short. Keep the original instead and say so.
+            q.errors.inc();
+            if let Some(suppressed) = self.log_limit.allow(cx.now) {
+                tracing::warn!(
+                    queue = cx.queue,
+                    suppressed,
+                    "a service modified a partially copied packet; raise copy_range; original kept"
+                );
+            }
+            payload = false;
+        }
+        self.count(q, Verdict::Accept, pkt.verdict_mark(), payload)
+    }
+
+    fn count(
+        &self,
+        q: &QueueCounters,
+        verdict: Verdict,
+        mark: Option<u32>,
+        payload: bool,
+    ) -> Decision {
+        match verdict {
+            Verdict::Accept => q.accepted.inc(),
+            Verdict::Drop => q.dropped.inc(),
+            Verdict::Repeat => q.repeated.inc(),
+        }
+        if payload {
+            q.modified.inc();
+        }
+        Decision {
+            verdict,
+            mark,
+            payload,
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! relayd core: the packet a service sees, the [`Service`] contract, chains of services,
+//! counters, typed header views and the built-in services. No I/O: everything here can be
+//! driven from tests by feeding bytes and checking bytes and verdicts.
+//!
+//! Writing a service takes one small file: a serde config implementing [`ServiceConfig`],
+//! a [`ServiceFactory`] that builds one instance per queue thread, and the per-packet
+//! [`Service::process`]. See `builtin/` for four worked examples.
+
+pub mod builtin;
+pub mod chain;
+pub mod counters;
+pub mod packet;
+pub mod ratelimit;
+pub mod service;
+pub mod wire;
+
+pub use chain::{Chain, ChainSettings, Decision, Verdict};
+pub use counters::{Counter, CounterKind, Counters, QueueCounters};
+pub use packet::{Hook, IpVersion, Layout, Packet, PacketMeta};
+pub use service::{Action, Context, FailPolicy, Service, ServiceConfig, ServiceFactory};

@@ -1,0 +1,505 @@
+//! The packet a service sees: the kernel's IPv4/IPv6 packet in a growable buffer, its
+//! NFQUEUE metadata, and a lazily parsed layout of its L3/L4 headers.
+//!
+//! The buffer is the datapath's receive buffer itself (the packet sits after the netlink
+//! headers, which become headroom), so handing a packet to the chain copies nothing, and a
+//! service that grows the packet (encapsulation, decompression) usually finds room in place.
+
+use crate::wire::{self, Ipv4Packet, Ipv6Packet, Malformed, TcpPacket, UdpPacket, proto};
+
+/// Netfilter hook numbers as NFQUEUE reports them (`NF_INET_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Hook {
+    /// Before routing, for packets arriving.
+    Prerouting,
+    /// For packets to this host.
+    Input,
+    /// For packets routed through this host.
+    Forward,
+    /// For packets this host sends.
+    Output,
+    /// After routing, for packets leaving.
+    Postrouting,
+    /// A hook number relayd does not know.
+    Other(u8),
+}
+
+impl Hook {
+    /// Maps the kernel's hook number.
+    pub fn from_kernel(n: u8) -> Hook {
+        match n {
+            0 => Hook::Prerouting,
+            1 => Hook::Input,
+            2 => Hook::Forward,
+            3 => Hook::Output,
+            4 => Hook::Postrouting,
+            n => Hook::Other(n),
+        }
+    }
+}
+
+/// What the kernel told us about a queued packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PacketMeta {
+    /// The kernel's packet id, echoed in the verdict.
+    pub id: u32,
+    /// The queue number the packet arrived on.
+    pub queue: u16,
+    /// The link-layer protocol (0x0800 IPv4, 0x86dd IPv6).
+    pub hw_protocol: u16,
+    /// The hook the packet was queued from.
+    pub hook: Hook,
+    /// The packet's nfmark when queued.
+    pub mark: u32,
+    /// Input interface index (0 if none).
+    pub indev: u32,
+    /// Output interface index (0 if none, e.g. before routing).
+    pub outdev: u32,
+    /// The packet's full length when the kernel copied less (copy range), else `None`.
+    pub orig_len: Option<u32>,
+    /// True if this is a GSO super-packet (only on queues with GSO on).
+    pub gso: bool,
+}
+
+impl Default for PacketMeta {
+    fn default() -> Self {
+        PacketMeta {
+            id: 0,
+            queue: 0,
+            hw_protocol: 0,
+            hook: Hook::Other(255),
+            mark: 0,
+            indev: 0,
+            outdev: 0,
+            orig_len: None,
+            gso: false,
+        }
+    }
+}
+
+/// IP version of a parsed packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IpVersion {
+    /// IPv4
+    V4,
+    /// IPv6
+    V6,
+}
+
+/// Where the headers of a packet are, found once and cached until the packet changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// IP version.
+    pub version: IpVersion,
+    /// The packet's length per its IP header (at most the buffer length).
+    pub len: usize,
+    /// The upper-layer protocol (after IPv6 extension headers).
+    pub proto: u8,
+    /// Offset of the upper-layer header, or `None` for a non-first fragment.
+    pub l4: Option<usize>,
+    /// True if the packet is a fragment (first or later).
+    pub fragment: bool,
+}
+
+/// Room kept in front of a packet built with [`Packet::from_bytes`], for encapsulation.
+pub const DEFAULT_HEADROOM: usize = 128;
+
+/// A packet in flight through a chain.
+#[derive(Debug)]
+pub struct Packet {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// The kernel's metadata.
+    pub meta: PacketMeta,
+    layout: Option<Result<Layout, Malformed>>,
+    modified: bool,
+    mark: Option<u32>,
+}
+
+impl Packet {
+    /// A packet copied from bytes, with some headroom (tests, replay, injection).
+    pub fn from_bytes(bytes: &[u8]) -> Packet {
+        let mut buf = Vec::with_capacity(DEFAULT_HEADROOM + bytes.len() + 256);
+        buf.resize(DEFAULT_HEADROOM, 0);
+        buf.extend_from_slice(bytes);
+        let end = buf.len();
+        Packet::in_buffer(buf, DEFAULT_HEADROOM, end, PacketMeta::default())
+    }
+
+    /// A packet occupying `buf[start..end]`; the rest of `buf` is head- and tailroom.
+    /// Used by the datapath to run a chain on its receive buffer without copying.
+    ///
+    /// # Panics
+    /// If `start > end` or `end > buf.len()`: the datapath's own invariant, not packet input.
+    pub fn in_buffer(buf: Vec<u8>, start: usize, end: usize, meta: PacketMeta) -> Packet {
+        assert!(
+            start <= end && end <= buf.len(),
+            "packet bounds outside buffer"
+        );
+        Packet {
+            buf,
+            start,
+            end,
+            meta,
+            layout: None,
+            modified: false,
+            mark: None,
+        }
+    }
+
+    /// Gives the buffer back (to be reused for the next receive).
+    pub fn into_buffer(self) -> Vec<u8> {
+        self.buf
+    }
+
+    /// The packet's bytes, from the IP header on.
+    #[inline]
+    pub fn data(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+
+    /// The packet's bytes, writable. Marks the packet modified (its bytes go back in the
+    /// verdict) and forgets the cached layout.
+    #[inline]
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        self.modified = true;
+        self.layout = None;
+        &mut self.buf[self.start..self.end]
+    }
+
+    /// The packet's length in bytes.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.end - self.start
+    }
+
+    /// True for an empty packet (only ever seen with broken input).
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.end == self.start
+    }
+
+    /// True if a service changed the packet's bytes.
+    #[inline]
+    pub fn is_modified(&self) -> bool {
+        self.modified
+    }
+
+    /// True if the kernel copied only part of the packet (copy range smaller than it):
+    /// such a packet must not be modified, since the verdict would cut it.
+    #[inline]
+    pub fn is_partial(&self) -> bool {
+        self.meta.orig_len.is_some_and(|l| l as usize > self.len())
+    }
+
+    /// Sets the nfmark the verdict gives the packet.
+    #[inline]
+    pub fn set_mark(&mut self, mark: u32) {
+        self.mark = Some(mark);
+    }
+
+    /// The nfmark the verdict will set, if a service set one.
+    #[inline]
+    pub fn verdict_mark(&self) -> Option<u32> {
+        self.mark
+    }
+
+    /// Sets the packet's length, keeping its start. Growing uses tailroom (or reallocates,
+    /// rarely) and zero-fills the new bytes.
+    pub fn resize(&mut self, len: usize) {
+        let need = self.start + len;
+        if need > self.buf.len() {
+            self.buf.resize(need, 0);
+        } else if len > self.len() {
+            self.buf[self.end..need].fill(0);
+        }
+        self.end = need;
+        self.modified = true;
+        self.layout = None;
+    }
+
+    /// Opens `n` zeroed bytes at offset `at` (0 = in front of the IP header) and returns them.
+    /// Uses headroom when the gap is nearer the front, tailroom otherwise.
+    ///
+    /// # Panics
+    /// If `at > self.len()`.
+    pub fn insert(&mut self, at: usize, n: usize) -> &mut [u8] {
+        assert!(at <= self.len(), "insert past end of packet");
+        if at <= self.len() / 2 && self.start >= n {
+            self.buf
+                .copy_within(self.start..self.start + at, self.start - n);
+            self.start -= n;
+        } else {
+            if self.end + n > self.buf.len() {
+                self.buf.resize(self.end + n, 0);
+            }
+            self.buf
+                .copy_within(self.start + at..self.end, self.start + at + n);
+            self.end += n;
+        }
+        self.modified = true;
+        self.layout = None;
+        let s = self.start + at;
+        let gap = &mut self.buf[s..s + n];
+        gap.fill(0);
+        gap
+    }
+
+    /// Removes `n` bytes at offset `at`.
+    ///
+    /// # Panics
+    /// If `at + n > self.len()`.
+    pub fn remove(&mut self, at: usize, n: usize) {
+        assert!(at + n <= self.len(), "remove past end of packet");
+        if at <= (self.len() - n) / 2 {
+            self.buf
+                .copy_within(self.start..self.start + at, self.start + n);
+            self.start += n;
+        } else {
+            self.buf
+                .copy_within(self.start + at + n..self.end, self.start + at);
+            self.end -= n;
+        }
+        self.modified = true;
+        self.layout = None;
+    }
+
+    /// The packet's header layout, parsed on first use and cached until it changes.
+    pub fn layout(&mut self) -> Result<Layout, Malformed> {
+        if let Some(l) = self.layout {
+            return l;
+        }
+        let l = parse_layout(self.data(), self.is_partial());
+        self.layout = Some(l);
+        l
+    }
+
+    /// The IPv4 header view, if this is a well-formed IPv4 packet.
+    pub fn ipv4(&self) -> Option<Ipv4Packet<&[u8]>> {
+        Ipv4Packet::new_checked(self.data()).ok()
+    }
+
+    /// The IPv6 header view, if this is a well-formed IPv6 packet.
+    pub fn ipv6(&self) -> Option<Ipv6Packet<&[u8]>> {
+        Ipv6Packet::new_checked(self.data()).ok()
+    }
+
+    /// The transport header and data (from the L4 offset to the packet's end), if present.
+    pub fn l4(&mut self) -> Option<&[u8]> {
+        let l = self.layout().ok()?;
+        let off = l.l4?;
+        self.data().get(off..l.len)
+    }
+
+    /// The TCP segment view, if this is TCP with a whole header.
+    pub fn tcp(&mut self) -> Option<TcpPacket<&[u8]>> {
+        let l = self.layout().ok()?;
+        if l.proto != proto::TCP {
+            return None;
+        }
+        TcpPacket::new_checked(self.data().get(l.l4?..l.len)?).ok()
+    }
+
+    /// The UDP datagram view, if this is UDP with a whole header.
+    pub fn udp(&mut self) -> Option<UdpPacket<&[u8]>> {
+        let l = self.layout().ok()?;
+        if l.proto != proto::UDP {
+            return None;
+        }
+        UdpPacket::new_checked(self.data().get(l.l4?..l.len)?).ok()
+    }
+}
+
+/// Finds the L3/L4 layout and checks the transport header of a first fragment or whole
+/// packet fits. A partial copy (copy range) is checked only as far as it goes.
+fn parse_layout(data: &[u8], partial: bool) -> Result<Layout, Malformed> {
+    let first = *data.first().ok_or(Malformed::Truncated)?;
+    let layout = match first >> 4 {
+        4 => {
+            let p = if partial {
+                // Only the header can be checked against a partial copy.
+                let p = Ipv4Packet::new_unchecked(data);
+                if data.len() < wire::ipv4::HEADER_LEN || p.header_len() < wire::ipv4::HEADER_LEN {
+                    return Err(Malformed::BadHeaderLen);
+                }
+                if p.header_len() > data.len() {
+                    return Err(Malformed::Truncated);
+                }
+                p
+            } else {
+                Ipv4Packet::new_checked(data)?
+            };
+            let len = p.packet_len().min(data.len());
+            Layout {
+                version: IpVersion::V4,
+                len,
+                proto: p.protocol(),
+                l4: (p.frag_offset() == 0).then_some(p.header_len()),
+                fragment: p.is_fragment(),
+            }
+        }
+        6 => {
+            let p = Ipv6Packet::new_unchecked(data);
+            if data.len() < wire::ipv6::HEADER_LEN {
+                return Err(Malformed::Truncated);
+            }
+            if !partial {
+                Ipv6Packet::new_checked(data)?;
+            }
+            let len = p.packet_len().min(data.len());
+            let (proto, off, frag) = p.upper_layer()?;
+            Layout {
+                version: IpVersion::V6,
+                len,
+                proto,
+                l4: (frag != Some(false)).then_some(off),
+                fragment: frag.is_some(),
+            }
+        }
+        _ => return Err(Malformed::BadVersion),
+    };
+    if let (Some(off), false) = (layout.l4, partial) {
+        let l4 = data.get(off..layout.len).ok_or(Malformed::Truncated)?;
+        // A first fragment may legitimately carry less than a whole transport header only
+        // in attacks (RFC 1858): treat it as malformed too.
+        match layout.proto {
+            proto::TCP => {
+                TcpPacket::new_checked(l4)?;
+            }
+            proto::UDP if !layout.fragment => {
+                UdpPacket::new_checked(l4)?;
+            }
+            proto::UDP if l4.len() < wire::udp::HEADER_LEN => return Err(Malformed::Truncated),
+            proto::ICMP | proto::ICMPV6 if l4.len() < wire::icmp::HEADER_LEN => {
+                return Err(Malformed::Truncated);
+            }
+            _ => {}
+        }
+    }
+    Ok(layout)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    /// A UDP/IPv4 packet 10.0.1.1:4000 -> 10.0.2.2:5000 with `payload`, checksums filled.
+    pub(crate) fn udp4(payload: &[u8]) -> Vec<u8> {
+        let total = 28 + payload.len();
+        let mut b = vec![
+            0x45, 0, 0, 0, 0, 1, 0x40, 0, 64, 17, 0, 0, 10, 0, 1, 1, 10, 0, 2, 2,
+        ];
+        b[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+        b.extend_from_slice(&4000u16.to_be_bytes());
+        b.extend_from_slice(&5000u16.to_be_bytes());
+        b.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+        b.extend_from_slice(&[0, 0]);
+        b.extend_from_slice(payload);
+        Ipv4Packet::new_checked(&mut b[..]).unwrap().fill_checksum();
+        let pseudo = wire::checksum::pseudo_v4(
+            Ipv4Addr::new(10, 0, 1, 1),
+            Ipv4Addr::new(10, 0, 2, 2),
+            17,
+            (8 + payload.len()) as u32,
+        );
+        UdpPacket::new_unchecked(&mut b[20..]).fill_checksum(pseudo);
+        b
+    }
+
+    #[test]
+    fn layout_of_udp() {
+        let mut p = Packet::from_bytes(&udp4(b"hello"));
+        let l = p.layout().unwrap();
+        assert_eq!(
+            (l.version, l.proto, l.l4, l.len, l.fragment),
+            (IpVersion::V4, 17, Some(20), 33, false)
+        );
+        let u = p.udp().unwrap();
+        assert_eq!(
+            (u.src_port(), u.dst_port(), u.payload()),
+            (4000, 5000, &b"hello"[..])
+        );
+        let pseudo = wire::checksum::pseudo_v4(
+            Ipv4Addr::new(10, 0, 1, 1),
+            Ipv4Addr::new(10, 0, 2, 2),
+            17,
+            13,
+        );
+        assert!(u.verify_checksum(pseudo));
+    }
+
+    #[test]
+    fn malformed_inputs_are_errors_not_panics() {
+        let good = udp4(b"0123456789");
+        // Every truncation of a valid packet either parses or is an error.
+        for n in 0..good.len() {
+            let mut p = Packet::from_bytes(&good[..n]);
+            assert!(
+                p.layout().is_err(),
+                "truncated to {n} bytes must be malformed"
+            );
+            assert!(p.udp().is_none());
+        }
+        // Bad UDP length.
+        let mut b = good.clone();
+        b[24..26].copy_from_slice(&3u16.to_be_bytes());
+        assert_eq!(
+            Packet::from_bytes(&b).layout().unwrap_err(),
+            Malformed::BadHeaderLen
+        );
+        // TCP with a 4-byte header.
+        let mut b = good.clone();
+        b[9] = 6;
+        b[2..4].copy_from_slice(&24u16.to_be_bytes());
+        assert_eq!(
+            Packet::from_bytes(&b[..24]).layout().unwrap_err(),
+            Malformed::Truncated
+        );
+        // Every single-byte corruption of the header parses or errors, never panics.
+        for i in 0..28 {
+            for v in [0u8, 0x0f, 0x46, 0xff] {
+                let mut b = good.clone();
+                b[i] = v;
+                let mut p = Packet::from_bytes(&b);
+                let _ = p.layout();
+                let _ = p.tcp();
+                let _ = p.udp();
+            }
+        }
+    }
+
+    #[test]
+    fn partial_copy_is_not_malformed() {
+        let good = udp4(&[7u8; 200]);
+        let mut p = Packet::from_bytes(&good[..64]);
+        p.meta.orig_len = Some(good.len() as u32);
+        assert!(p.is_partial());
+        assert_eq!(p.layout().unwrap().proto, 17);
+    }
+
+    #[test]
+    fn insert_and_remove_use_headroom_and_tailroom() {
+        let orig = udp4(b"payload");
+        let mut p = Packet::from_bytes(&orig);
+        p.insert(0, 4).copy_from_slice(&[1, 2, 3, 4]);
+        assert_eq!(&p.data()[..4], &[1, 2, 3, 4]);
+        assert_eq!(&p.data()[4..], &orig[..]);
+        p.remove(0, 4);
+        assert_eq!(p.data(), &orig[..]);
+        p.insert(orig.len(), 3).copy_from_slice(&[9, 9, 9]);
+        assert_eq!(&p.data()[orig.len()..], &[9, 9, 9]);
+        p.remove(orig.len(), 3);
+        assert_eq!(p.data(), &orig[..]);
+        p.insert(20, 8);
+        p.remove(20, 8);
+        assert_eq!(p.data(), &orig[..]);
+        assert!(p.is_modified());
+        p.resize(10);
+        assert_eq!(p.data(), &orig[..10]);
+        p.resize(12);
+        assert_eq!(&p.data()[10..], &[0, 0]);
+    }
+}

@@ -1,0 +1,66 @@
+//! Typed views of the headers relayd reads and rewrites, in the smoltcp style.
+//!
+//! Each view wraps a byte buffer (`T: AsRef<[u8]>`, writable with `AsMut<[u8]>`).
+//! `new_checked` validates the lengths once and returns [`Malformed`] on bad input;
+//! after a successful check no getter or setter panics. `new_unchecked` skips the check
+//! and may panic on a short buffer: use it only on a buffer already checked.
+
+pub mod checksum;
+pub mod icmp;
+pub mod ipv4;
+pub mod ipv6;
+pub mod tcp;
+pub mod udp;
+
+pub use icmp::IcmpPacket;
+pub use ipv4::Ipv4Packet;
+pub use ipv6::Ipv6Packet;
+pub use tcp::TcpPacket;
+pub use udp::UdpPacket;
+
+/// IP protocol numbers relayd knows by name.
+pub mod proto {
+    /// ICMP
+    pub const ICMP: u8 = 1;
+    /// TCP
+    pub const TCP: u8 = 6;
+    /// UDP
+    pub const UDP: u8 = 17;
+    /// ESP (RFC 4303)
+    pub const ESP: u8 = 50;
+    /// ICMPv6
+    pub const ICMPV6: u8 = 58;
+    /// IPComp (RFC 3173)
+    pub const IPCOMP: u8 = 108;
+}
+
+/// Why a packet could not be parsed. Counted per queue and handled by the queue's policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Malformed {
+    /// The buffer is shorter than a header or a length field says.
+    Truncated,
+    /// The IP version nibble is neither 4 nor 6 (or not the one expected).
+    BadVersion,
+    /// A header length field is below the minimum or inconsistent.
+    BadHeaderLen,
+}
+
+impl Malformed {
+    /// A short name used in logs and counters.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Malformed::Truncated => "truncated",
+            Malformed::BadVersion => "bad_version",
+            Malformed::BadHeaderLen => "bad_header_len",
+        }
+    }
+}
+
+impl std::fmt::Display for Malformed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::error::Error for Malformed {}
