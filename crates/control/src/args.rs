@@ -1,0 +1,388 @@
+//! Argument handling at the two text boundaries: a user's match string (split shell-like,
+//! and refused if it tries to pick the target or the command itself) and the
+//! iptables-restore/iptables-save line format (quoted so that text round-trips).
+
+use std::borrow::Cow;
+
+/// Why a match string was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MatchError {
+    /// A quote was opened and never closed.
+    #[error("unterminated {0} quote")]
+    UnterminatedQuote(char),
+    /// The string ends with a lone backslash.
+    #[error("trailing backslash")]
+    TrailingBackslash,
+    /// A control character (newline inside quotes, NUL, ...) cannot be carried by the
+    /// line-based iptables-restore format.
+    #[error("control character {0:?} cannot appear in a match")]
+    ControlChar(char),
+    /// The option chooses the command, chain, table, family or target, which relayd owns.
+    #[error(
+        "option `{0}` is not allowed in a match: relayd chooses the command, table, family \
+         and target (-j NFQUEUE) itself"
+    )]
+    Forbidden(String),
+}
+
+/// Long options a match must not use. Checked exactly and as getopt abbreviations,
+/// because iptables parses with `getopt_long`, which accepts `--jum` for `--jump`.
+const FORBIDDEN_LONG: &[&str] = &[
+    "append",
+    "check",
+    "delete",
+    "delete-chain",
+    "flush",
+    "goto",
+    "insert",
+    "ipv4",
+    "ipv6",
+    "jump",
+    "list",
+    "list-rules",
+    "new-chain",
+    "rename-chain",
+    "replace",
+    "table",
+    "zero",
+];
+
+/// Checked exactly only: the `policy` match has a real `--pol` option, and iptables itself
+/// refuses `-P` together with `-A`.
+const FORBIDDEN_LONG_EXACT: &[&str] = &["policy"];
+
+/// Short options a match must not use. `-4`/`-6` matter most: iptables-restore silently
+/// skips a rule marked for the other family, so the queue would just not exist.
+const FORBIDDEN_SHORT: &str = "ACDEFILNPRSXZgjt46";
+
+/// Short options without an argument, which getopt lets a user bundle (`-fj X`).
+const SHORT_NO_ARG: &str = "fvnxhVb";
+
+/// Splits a match string shell-like into arguments and refuses reserved options.
+///
+/// Whitespace separates arguments; `'...'` is literal; `"..."` allows `\"` and `\\`;
+/// a backslash outside quotes escapes the next character. A value that looks like a
+/// reserved option (`--comment -j`) is refused too: iptables' own parser would take it as
+/// one in some positions, and no useful match needs it.
+pub fn split_matches(s: &str) -> Result<Vec<String>, MatchError> {
+    let args = split_shell(s)?;
+    for arg in &args {
+        check_arg(arg)?;
+    }
+    Ok(args)
+}
+
+fn plain(c: char) -> Result<char, MatchError> {
+    if c.is_control() {
+        Err(MatchError::ControlChar(c))
+    } else {
+        Ok(c)
+    }
+}
+
+fn split_shell(s: &str) -> Result<Vec<String>, MatchError> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut in_word = false;
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('\'') => break,
+                        Some(c) => cur.push(plain(c)?),
+                        None => return Err(MatchError::UnterminatedQuote('\'')),
+                    }
+                }
+            }
+            '"' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('"') => break,
+                        Some('\\') => match chars.next() {
+                            Some(c @ ('"' | '\\')) => cur.push(c),
+                            Some(c) => {
+                                cur.push('\\');
+                                cur.push(plain(c)?);
+                            }
+                            None => return Err(MatchError::UnterminatedQuote('"')),
+                        },
+                        Some(c) => cur.push(plain(c)?),
+                        None => return Err(MatchError::UnterminatedQuote('"')),
+                    }
+                }
+            }
+            '\\' => {
+                in_word = true;
+                match chars.next() {
+                    Some(c) => cur.push(plain(c)?),
+                    None => return Err(MatchError::TrailingBackslash),
+                }
+            }
+            c if c.is_whitespace() => {
+                if in_word {
+                    out.push(std::mem::take(&mut cur));
+                    in_word = false;
+                }
+            }
+            c => {
+                in_word = true;
+                cur.push(plain(c)?);
+            }
+        }
+    }
+    if in_word {
+        out.push(cur);
+    }
+    Ok(out)
+}
+
+fn check_arg(arg: &str) -> Result<(), MatchError> {
+    if let Some(long) = arg.strip_prefix("--") {
+        let name = long.split('=').next().unwrap_or_default();
+        if name.is_empty() {
+            return Ok(());
+        }
+        let reserved = FORBIDDEN_LONG.iter().any(|f| f.starts_with(name))
+            || FORBIDDEN_LONG_EXACT.contains(&name);
+        if reserved {
+            return Err(MatchError::Forbidden(arg.to_owned()));
+        }
+    } else if let Some(cluster) = arg.strip_prefix('-') {
+        for c in cluster.chars() {
+            if FORBIDDEN_SHORT.contains(c) {
+                return Err(MatchError::Forbidden(format!("-{c}")));
+            }
+            if !SHORT_NO_ARG.contains(c) {
+                // The rest of the cluster is this option's value (or not an option at all).
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Quotes one argument for an iptables-restore line if it needs it.
+///
+/// iptables-restore only knows double quotes, with backslash escapes inside them; that is
+/// also how iptables-save writes strings, so the text round-trips.
+pub fn quote_arg(arg: &str) -> Cow<'_, str> {
+    let needs = arg.is_empty()
+        || arg
+            .chars()
+            .any(|c| c.is_whitespace() || matches!(c, '"' | '\'' | '\\'));
+    if !needs {
+        return Cow::Borrowed(arg);
+    }
+    let mut out = String::with_capacity(arg.len() + 2);
+    out.push('"');
+    for c in arg.chars() {
+        if matches!(c, '"' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    Cow::Owned(out)
+}
+
+/// Joins arguments into one iptables-restore line fragment, quoting where needed.
+pub(crate) fn join_args<S: AsRef<str>>(args: &[S]) -> String {
+    let mut out = String::new();
+    for (i, a) in args.iter().enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        out.push_str(&quote_arg(a.as_ref()));
+    }
+    out
+}
+
+/// Splits one iptables-save line the way iptables-restore reads it: whitespace separates,
+/// `"..."` groups, and inside quotes a backslash escapes the next character.
+pub(crate) fn split_saved(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut in_word = false;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => {
+                in_word = true;
+                while let Some(c) = chars.next() {
+                    match c {
+                        '"' => break,
+                        '\\' => {
+                            if let Some(n) = chars.next() {
+                                cur.push(n);
+                            }
+                        }
+                        c => cur.push(c),
+                    }
+                }
+            }
+            c if c.is_whitespace() => {
+                if in_word {
+                    out.push(std::mem::take(&mut cur));
+                    in_word = false;
+                }
+            }
+            c => {
+                in_word = true;
+                cur.push(c);
+            }
+        }
+    }
+    if in_word {
+        out.push(cur);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn split(s: &str) -> Vec<String> {
+        split_matches(s).unwrap()
+    }
+
+    #[test]
+    fn splits_plain_words() {
+        assert_eq!(
+            split("  -i eth0\t-p udp --dport 5000 "),
+            ["-i", "eth0", "-p", "udp", "--dport", "5000"]
+        );
+        assert!(split("").is_empty());
+        assert!(split("   ").is_empty());
+    }
+
+    #[test]
+    fn splits_quotes_and_escapes() {
+        assert_eq!(
+            split(r#"-m comment --comment "a \"b\" c\\d" -m string --string 'x y' --algo bm"#),
+            [
+                "-m",
+                "comment",
+                "--comment",
+                r#"a "b" c\d"#,
+                "-m",
+                "string",
+                "--string",
+                "x y",
+                "--algo",
+                "bm"
+            ]
+        );
+        assert_eq!(split(r"a\ b c"), ["a b", "c"]);
+        assert_eq!(split(r#"pre"mid dle"post ''"#), ["premid dlepost", ""]);
+        assert_eq!(split(r#""a\nb""#), [r"a\nb"]);
+    }
+
+    #[test]
+    fn refuses_broken_quoting() {
+        assert_eq!(
+            split_matches("--comment 'abc"),
+            Err(MatchError::UnterminatedQuote('\''))
+        );
+        assert_eq!(
+            split_matches("--comment \"abc"),
+            Err(MatchError::UnterminatedQuote('"'))
+        );
+        assert_eq!(split_matches("abc\\"), Err(MatchError::TrailingBackslash));
+        assert_eq!(
+            split_matches("--comment \"a\nb\""),
+            Err(MatchError::ControlChar('\n'))
+        );
+    }
+
+    #[test]
+    fn refuses_targets_and_commands() {
+        for bad in [
+            "-j ACCEPT",
+            "-p udp --jump DROP",
+            "--jum DROP",
+            "--jump=DROP",
+            "-g MYCHAIN",
+            "--goto MYCHAIN",
+            "-jACCEPT",
+            "-fjACCEPT",
+            "-A FORWARD",
+            "-I FORWARD 1",
+            "-D FORWARD",
+            "--delete FORWARD",
+            "--ins FORWARD",
+            "-F",
+            "-X",
+            "-N x",
+            "-t raw",
+            "--table raw",
+            "-6",
+            "--ipv4",
+            "--policy",
+        ] {
+            assert!(
+                matches!(split_matches(bad), Err(MatchError::Forbidden(_))),
+                "{bad} should be refused"
+            );
+        }
+    }
+
+    #[test]
+    fn accepts_ordinary_matches() {
+        for good in [
+            "-i eth0 -p udp --dport 5000",
+            "! -s 10.0.0.0/8 -o eth1",
+            "-p tcp -m multiport --dports 80,443 -m conntrack --ctstate NEW",
+            "-m policy --pol ipsec --dir in",
+            "-f",
+            "-p icmp --icmp-type echo-request",
+            "-m mark ! --mark 0x1/0x1",
+        ] {
+            assert!(split_matches(good).is_ok(), "{good} should be accepted");
+        }
+    }
+
+    #[test]
+    fn quoting_round_trips_through_the_saved_splitter() {
+        for arg in [
+            "plain",
+            "",
+            "a b",
+            r#"q"uote"#,
+            r"back\slash",
+            "it's",
+            "tab\tx",
+        ] {
+            let quoted = quote_arg(arg);
+            assert_eq!(split_saved(&quoted), [arg], "{quoted}");
+        }
+        assert_eq!(quote_arg("eth0"), "eth0");
+        assert_eq!(quote_arg("a b"), "\"a b\"");
+        assert_eq!(
+            join_args(&["--comment", "x \"y\""]),
+            r#"--comment "x \"y\"""#
+        );
+    }
+
+    #[test]
+    fn splits_saved_lines_like_iptables_save_writes_them() {
+        assert_eq!(
+            split_saved(r#"-A FORWARD -m comment --comment "a \"b\" c\\d \'e\'" -j X"#),
+            [
+                "-A",
+                "FORWARD",
+                "-m",
+                "comment",
+                "--comment",
+                r#"a "b" c\d 'e'"#,
+                "-j",
+                "X"
+            ]
+        );
+    }
+}

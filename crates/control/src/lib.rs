@@ -1,0 +1,28 @@
+//! relayd control: owns the iptables chains relayd needs and installs and removes them
+//! atomically (`iptables-restore --noflush`), idempotently, and without touching any rule
+//! or chain it does not own (DESIGN.md, "Leave no trace, touch nothing else").
+//!
+//! For every (table, hook) in use there is one chain `{prefix}-{HOOK}` (e.g.
+//! `RELAYD-FORWARD` in `mangle`), jumped to from the built-in chain at position 1. It
+//! starts with a rule that returns packets carrying relayd's bypass mark (so injected or
+//! re-queued packets are not queued again), then holds one `NFQUEUE` rule per configured
+//! queue, in configuration order.
+//!
+//! Planning is pure (see [`RuleSet::restore_text`]); only [`RuleSet::validate`],
+//! [`RuleSet::install`], [`RuleSet::remove`] and [`cleanup`] run iptables, through a
+//! [`Backend`].
+
+mod args;
+mod backend;
+mod error;
+mod model;
+mod ops;
+mod render;
+mod saved;
+
+pub use args::{MatchError, quote_arg, split_matches};
+pub use backend::Backend;
+pub use error::ControlError;
+pub use model::{Family, Hook, QueueRule, RuleSet, Table, parse_queue_range};
+pub use ops::cleanup;
+pub use render::{CleanupReport, InstallReport};

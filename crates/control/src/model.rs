@@ -1,0 +1,434 @@
+//! The rule model: which NFQUEUE queues hang off which netfilter hook, in which table and
+//! for which address family, plus the static checks that need no kernel.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::args::{MatchError, split_matches};
+use crate::error::ControlError;
+
+/// An address family, i.e. which of `iptables` / `ip6tables` a rule goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Family {
+    /// IPv4: `iptables`.
+    Ipv4,
+    /// IPv6: `ip6tables`.
+    Ipv6,
+}
+
+impl Family {
+    /// Both families, IPv4 first.
+    pub const ALL: [Family; 2] = [Family::Ipv4, Family::Ipv6];
+
+    /// The configuration name: `ipv4` or `ipv6`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Family::Ipv4 => "ipv4",
+            Family::Ipv6 => "ipv6",
+        }
+    }
+}
+
+impl fmt::Display for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Family {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "ipv4" => Ok(Family::Ipv4),
+            "ipv6" => Ok(Family::Ipv6),
+            _ => Err(format!(
+                "unknown address family `{s}` (expected ipv4 or ipv6)"
+            )),
+        }
+    }
+}
+
+/// The iptables table a queue rule lives in.
+///
+/// Deliberately closed: `raw` runs before conntrack, `mangle` is the usual place for
+/// NFQUEUE; relayd never queues from `filter` or `nat` (see DESIGN.md, "Hooks and routing").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Table {
+    /// The `mangle` table (every hook). The default.
+    #[default]
+    Mangle,
+    /// The `raw` table (PREROUTING and OUTPUT only), before conntrack sees the packet.
+    Raw,
+}
+
+impl Table {
+    /// Every table relayd may own chains in, in the order rules are rendered.
+    pub const ALL: [Table; 2] = [Table::Mangle, Table::Raw];
+
+    /// The iptables name: `mangle` or `raw`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Table::Mangle => "mangle",
+            Table::Raw => "raw",
+        }
+    }
+
+    /// The hooks this table has a built-in chain for.
+    pub fn hooks(self) -> &'static [Hook] {
+        match self {
+            Table::Mangle => &Hook::ALL,
+            Table::Raw => &[Hook::Prerouting, Hook::Output],
+        }
+    }
+
+    /// Whether this table has a built-in chain for `hook`.
+    pub fn has_hook(self, hook: Hook) -> bool {
+        self.hooks().contains(&hook)
+    }
+}
+
+impl fmt::Display for Table {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Table {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "mangle" => Ok(Table::Mangle),
+            "raw" => Ok(Table::Raw),
+            _ => Err(format!("unknown table `{s}` (expected mangle or raw)")),
+        }
+    }
+}
+
+/// A netfilter hook, i.e. the built-in chain that jumps to relayd's chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Hook {
+    /// Before routing; the destination can still change.
+    Prerouting,
+    /// Locally delivered packets.
+    Input,
+    /// Routed packets; the egress interface is known.
+    Forward,
+    /// Locally generated packets, routed again after the hook.
+    Output,
+    /// Every packet leaving, after NAT.
+    Postrouting,
+}
+
+impl Hook {
+    /// Every hook, in packet-path order.
+    pub const ALL: [Hook; 5] = [
+        Hook::Prerouting,
+        Hook::Input,
+        Hook::Forward,
+        Hook::Output,
+        Hook::Postrouting,
+    ];
+
+    /// The configuration name, lowercase (`forward`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Hook::Prerouting => "prerouting",
+            Hook::Input => "input",
+            Hook::Forward => "forward",
+            Hook::Output => "output",
+            Hook::Postrouting => "postrouting",
+        }
+    }
+
+    /// The built-in iptables chain name, uppercase (`FORWARD`); also the suffix of
+    /// relayd's own chain for this hook.
+    pub fn chain(self) -> &'static str {
+        match self {
+            Hook::Prerouting => "PREROUTING",
+            Hook::Input => "INPUT",
+            Hook::Forward => "FORWARD",
+            Hook::Output => "OUTPUT",
+            Hook::Postrouting => "POSTROUTING",
+        }
+    }
+}
+
+impl fmt::Display for Hook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Hook {
+    type Err = String;
+
+    /// Accepts the lowercase configuration names (and, leniently, the chain names).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Hook::ALL
+            .into_iter()
+            .find(|h| h.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| {
+                format!(
+                    "unknown hook `{s}` (expected prerouting, input, forward, output or \
+                     postrouting)"
+                )
+            })
+    }
+}
+
+/// One configured queue: where its NFQUEUE rule goes and what it matches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueRule {
+    /// The table of relayd's chain (`raw` only has PREROUTING and OUTPUT).
+    pub table: Table,
+    /// The hook whose built-in chain jumps to relayd's chain.
+    pub hook: Hook,
+    /// Which of iptables/ip6tables get the rule; must not be empty.
+    pub families: Vec<Family>,
+    /// Plain iptables match syntax (`-i eth0 -p udp --dport 5000`), split shell-like.
+    /// Must not pick the target, chain, table or family. `None` queues everything.
+    pub matches: Option<String>,
+    /// First queue number.
+    pub first_queue: u16,
+    /// Last queue number; equal to `first_queue` for one queue, larger for
+    /// `--queue-balance first:last`.
+    pub last_queue: u16,
+    /// Emit `--queue-bypass`: accept packets while no program is bound (fail-open when
+    /// relayd is down). The queue's own fail-open flag is set elsewhere.
+    pub bypass: bool,
+    /// Emit `--queue-cpu-fanout`: pick the queue by CPU instead of flow hash. Needs a range.
+    pub cpu_fanout: bool,
+}
+
+impl QueueRule {
+    /// Whether this rule is installed for `family`.
+    pub fn applies_to(&self, family: Family) -> bool {
+        self.families.contains(&family)
+    }
+
+    /// The match arguments, split and checked.
+    pub fn match_args(&self) -> Result<Vec<String>, MatchError> {
+        match &self.matches {
+            Some(m) => split_matches(m),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// The target arguments: `-j NFQUEUE --queue-num N [--queue-bypass]` or
+    /// `-j NFQUEUE --queue-balance A:B [--queue-bypass] [--queue-cpu-fanout]`, in the
+    /// order iptables-save prints them.
+    pub fn target_args(&self) -> Vec<String> {
+        let mut out = vec!["-j".to_owned(), "NFQUEUE".to_owned()];
+        if self.first_queue == self.last_queue {
+            out.push("--queue-num".to_owned());
+            out.push(self.first_queue.to_string());
+        } else {
+            out.push("--queue-balance".to_owned());
+            out.push(format!("{}:{}", self.first_queue, self.last_queue));
+        }
+        if self.bypass {
+            out.push("--queue-bypass".to_owned());
+        }
+        if self.cpu_fanout {
+            out.push("--queue-cpu-fanout".to_owned());
+        }
+        out
+    }
+
+    /// Match and target arguments together: everything after `-A CHAIN`.
+    pub fn rule_args(&self) -> Result<Vec<String>, MatchError> {
+        let mut args = self.match_args()?;
+        args.extend(self.target_args());
+        Ok(args)
+    }
+
+    /// Checks everything that can be checked without iptables.
+    pub(crate) fn check(&self, index: usize) -> Result<(), ControlError> {
+        let invalid = |reason: String| ControlError::InvalidRule { index, reason };
+        if !self.table.has_hook(self.hook) {
+            let hooks: Vec<_> = self.table.hooks().iter().map(|h| h.as_str()).collect();
+            return Err(invalid(format!(
+                "table {} has no {} hook (it has {})",
+                self.table,
+                self.hook,
+                hooks.join(" and ")
+            )));
+        }
+        if self.families.is_empty() {
+            return Err(invalid(
+                "no address family (ipv4, ipv6) selected".to_owned(),
+            ));
+        }
+        if self.first_queue > self.last_queue {
+            return Err(invalid(format!(
+                "queue range {}-{} is reversed",
+                self.first_queue, self.last_queue
+            )));
+        }
+        if self.cpu_fanout && self.first_queue == self.last_queue {
+            return Err(invalid(
+                "cpu_fanout needs a queue range (first < last) to spread over".to_owned(),
+            ));
+        }
+        self.match_args()
+            .map_err(|error| ControlError::BadMatch { index, error })?;
+        Ok(())
+    }
+}
+
+/// Everything relayd installs: its chain prefix, the mark that exempts packets from being
+/// queued again, and the queue rules in configuration order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleSet {
+    /// Chain name prefix; chains are named `{prefix}-{HOOK}` (e.g. `RELAYD-FORWARD`).
+    pub prefix: String,
+    /// The mark (used as value and mask) that relayd puts on packets it injects or
+    /// re-queues; packets carrying it skip relayd's chains.
+    pub bypass_mark: u32,
+    /// Queue rules in configuration order, which is also their order in each chain.
+    pub rules: Vec<QueueRule>,
+}
+
+impl RuleSet {
+    /// The default chain prefix.
+    pub const DEFAULT_PREFIX: &'static str = "RELAYD";
+    /// The default bypass mark (bit 30), value and mask.
+    pub const DEFAULT_BYPASS_MARK: u32 = 0x4000_0000;
+    /// Longest chain name iptables accepts (`XT_EXTENSION_MAXNAMELEN` minus the NUL).
+    pub const MAX_CHAIN_NAME: usize = 28;
+
+    /// A rule set with the default prefix and bypass mark.
+    pub fn new(rules: Vec<QueueRule>) -> Self {
+        RuleSet {
+            prefix: Self::DEFAULT_PREFIX.to_owned(),
+            bypass_mark: Self::DEFAULT_BYPASS_MARK,
+            rules,
+        }
+    }
+
+    /// The name of relayd's chain for `hook`: `{prefix}-{HOOK}`.
+    pub fn chain_name(&self, hook: Hook) -> String {
+        chain_name(&self.prefix, hook)
+    }
+
+    /// Checks the whole set without iptables: prefix, mark and every rule.
+    pub fn check(&self) -> Result<(), ControlError> {
+        check_prefix(&self.prefix)?;
+        if self.bypass_mark == 0 {
+            return Err(ControlError::InvalidRuleSet(
+                "bypass_mark must not be 0 (a zero mark/mask would exempt every packet)".to_owned(),
+            ));
+        }
+        for (index, rule) in self.rules.iter().enumerate() {
+            rule.check(index)?;
+        }
+        Ok(())
+    }
+}
+
+impl Default for RuleSet {
+    fn default() -> Self {
+        RuleSet::new(Vec::new())
+    }
+}
+
+pub(crate) fn chain_name(prefix: &str, hook: Hook) -> String {
+    format!("{prefix}-{}", hook.chain())
+}
+
+/// A prefix must give valid chain names for every hook and never need quoting.
+pub(crate) fn check_prefix(prefix: &str) -> Result<(), ControlError> {
+    let bad = |why: &str| ControlError::InvalidRuleSet(format!("chain prefix `{prefix}` {why}"));
+    let first = prefix.chars().next().ok_or_else(|| bad("is empty"))?;
+    if !first.is_ascii_alphanumeric() {
+        return Err(bad("must start with a letter or digit"));
+    }
+    if !prefix
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        return Err(bad("may only hold ASCII letters, digits, `_` and `-`"));
+    }
+    let longest = chain_name(prefix, Hook::Postrouting).len();
+    if longest > RuleSet::MAX_CHAIN_NAME {
+        return Err(bad(&format!(
+            "is too long: chain names would reach {longest} characters, iptables allows {}",
+            RuleSet::MAX_CHAIN_NAME
+        )));
+    }
+    Ok(())
+}
+
+/// Parses a queue-number spec from the configuration: `"3"` or `"0-3"` (first <= last).
+pub fn parse_queue_range(s: &str) -> Result<(u16, u16), String> {
+    let num = |part: &str| -> Result<u16, String> {
+        let part = part.trim();
+        if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(format!(
+                "invalid queue spec `{s}`: expected a number (0-65535) or a range like 0-3"
+            ));
+        }
+        part.parse::<u16>()
+            .map_err(|_| format!("invalid queue spec `{s}`: `{part}` is not within 0-65535"))
+    };
+    match s.split_once('-') {
+        None => {
+            let n = num(s)?;
+            Ok((n, n))
+        }
+        Some((a, b)) => {
+            let (first, last) = (num(a)?, num(b)?);
+            if first > last {
+                return Err(format!(
+                    "invalid queue spec `{s}`: range start {first} is above its end {last}"
+                ));
+            }
+            Ok((first, last))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for h in Hook::ALL {
+            assert_eq!(h.to_string().parse::<Hook>(), Ok(h));
+            assert_eq!(h.chain().parse::<Hook>(), Ok(h));
+        }
+        for t in Table::ALL {
+            assert_eq!(t.to_string().parse::<Table>(), Ok(t));
+        }
+        for f in Family::ALL {
+            assert_eq!(f.to_string().parse::<Family>(), Ok(f));
+        }
+        assert!("sideways".parse::<Hook>().is_err());
+        assert!("filter".parse::<Table>().is_err());
+    }
+
+    #[test]
+    fn queue_ranges() {
+        assert_eq!(parse_queue_range("3"), Ok((3, 3)));
+        assert_eq!(parse_queue_range("0-3"), Ok((0, 3)));
+        assert_eq!(parse_queue_range(" 2 - 2 "), Ok((2, 2)));
+        assert_eq!(parse_queue_range("65535"), Ok((65535, 65535)));
+        for bad in [
+            "", "-", "3-", "-3", "4-3", "65536", "0-70000", "a", "1-2-3", "+1",
+        ] {
+            assert!(parse_queue_range(bad).is_err(), "{bad:?} should fail");
+        }
+    }
+
+    #[test]
+    fn prefixes() {
+        assert!(check_prefix("RELAYD").is_ok());
+        assert!(check_prefix("relay_2-x").is_ok());
+        for bad in ["", "-X", "A B", "A\"", "SIXTEEN_CHARS_XYZ"] {
+            assert!(check_prefix(bad).is_err(), "{bad:?} should fail");
+        }
+    }
+}

@@ -1,0 +1,471 @@
+//! Pure planning: from a [`RuleSet`] and (optionally) the current iptables-save state to the
+//! exact iptables-restore text, with no I/O, so every edit relayd makes is unit-testable.
+//!
+//! Within one `*table` block the order matters and is always: declare relayd's chains
+//! (in `--noflush` mode a declaration flushes an existing chain, which is what makes a
+//! reinstall replace contents atomically), delete rules that reference chains about to go,
+//! flush then delete those chains, then insert jumps and fill the declared chains.
+
+use std::fmt::Write as _;
+
+use crate::args::join_args;
+use crate::error::ControlError;
+use crate::model::{Family, Hook, RuleSet, Table, chain_name};
+use crate::saved::{Saved, SavedTable};
+
+/// What [`RuleSet::install`](crate::RuleSet::install) did for one family.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InstallReport {
+    /// relayd's chains now installed, with their table, in rendering order.
+    pub chains: Vec<(Table, String)>,
+    /// Jumps from built-in chains that had to be added (0 on an unchanged reinstall).
+    pub jumps_added: usize,
+    /// Stale chains of the same prefix that this rule set no longer uses, now removed.
+    pub removed: CleanupReport,
+}
+
+/// What a removal ([`cleanup`](crate::cleanup), [`RuleSet::remove`](crate::RuleSet::remove))
+/// or the stale-chain part of an install deleted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CleanupReport {
+    /// Chains deleted, with their table.
+    pub chains: Vec<(Table, String)>,
+    /// Rules outside those chains that referenced them (jumps), deleted first.
+    pub rules: usize,
+}
+
+impl CleanupReport {
+    /// Whether nothing was (or needed to be) removed.
+    pub fn is_empty(&self) -> bool {
+        self.chains.is_empty() && self.rules == 0
+    }
+}
+
+/// relayd's chain for one (table, hook) and its full contents for one family.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ChainPlan {
+    pub(crate) table: Table,
+    pub(crate) hook: Hook,
+    pub(crate) name: String,
+    /// Complete `-A NAME ...` lines: the bypass-mark skip, then one per queue rule.
+    pub(crate) lines: Vec<String>,
+}
+
+/// The chains a rule set needs for `family`, in table then hook order.
+pub(crate) fn plan_chains(rs: &RuleSet, family: Family) -> Result<Vec<ChainPlan>, ControlError> {
+    rs.check()?;
+    let mut plans = Vec::new();
+    for table in Table::ALL {
+        for &hook in table.hooks() {
+            let name = rs.chain_name(hook);
+            let mut lines = Vec::new();
+            for (index, rule) in rs.rules.iter().enumerate() {
+                if rule.table != table || rule.hook != hook || !rule.applies_to(family) {
+                    continue;
+                }
+                if lines.is_empty() {
+                    let m = rs.bypass_mark;
+                    lines.push(format!("-A {name} -m mark --mark {m:#x}/{m:#x} -j RETURN"));
+                }
+                let args = rule
+                    .rule_args()
+                    .map_err(|error| ControlError::BadMatch { index, error })?;
+                lines.push(format!("-A {name} {}", join_args(&args)));
+            }
+            if !lines.is_empty() {
+                plans.push(ChainPlan {
+                    table,
+                    hook,
+                    name,
+                    lines,
+                });
+            }
+        }
+    }
+    Ok(plans)
+}
+
+/// Whether `chain` is one install() creates for `prefix`: exactly `{prefix}-{HOOK}`.
+/// Narrower than cleanup's `{prefix}-*` on purpose, so that a reload never deletes chains
+/// of another instance whose prefix happens to extend ours (`RELAYD-B-FORWARD`).
+pub(crate) fn is_install_chain(prefix: &str, chain: &str) -> bool {
+    Hook::ALL.iter().any(|&h| chain == chain_name(prefix, h))
+}
+
+/// The lines of one `*table` ... `COMMIT` block, grouped in the order they must run.
+#[derive(Debug, Default)]
+struct TableEdit {
+    declare: Vec<String>,
+    delete: Vec<String>,
+    remove: Vec<String>,
+    body: Vec<String>,
+}
+
+impl TableEdit {
+    fn is_empty(&self) -> bool {
+        self.declare.is_empty()
+            && self.delete.is_empty()
+            && self.remove.is_empty()
+            && self.body.is_empty()
+    }
+
+    fn render(&self, table: Table, out: &mut String) {
+        if self.is_empty() {
+            return;
+        }
+        let _ = writeln!(out, "*{table}");
+        for c in &self.declare {
+            let _ = writeln!(out, ":{c} - [0:0]");
+        }
+        for d in &self.delete {
+            let _ = writeln!(out, "-D {d}");
+        }
+        for c in &self.remove {
+            let _ = writeln!(out, "-F {c}");
+        }
+        for c in &self.remove {
+            let _ = writeln!(out, "-X {c}");
+        }
+        for b in &self.body {
+            let _ = writeln!(out, "{b}");
+        }
+        out.push_str("COMMIT\n");
+    }
+
+    /// Plans the removal of `remove` (chains that exist in `saved`): every rule elsewhere
+    /// that references one is deleted by its exact saved spec, except in chains this block
+    /// flushes anyway (`flushed`), where a `-D` would then find nothing and fail.
+    fn remove_chains(
+        &mut self,
+        table: Table,
+        saved: &SavedTable,
+        remove: Vec<String>,
+        report: &mut CleanupReport,
+    ) {
+        for rule in &saved.rules {
+            let flushed = remove.contains(&rule.chain) || self.declare.contains(&rule.chain);
+            if flushed {
+                continue;
+            }
+            if rule.target().is_some_and(|t| remove.iter().any(|c| c == t)) {
+                self.delete.push(rule.spec.clone());
+                report.rules += 1;
+            }
+        }
+        report
+            .chains
+            .extend(remove.iter().map(|c| (table, c.clone())));
+        self.remove.extend(remove);
+    }
+}
+
+/// The iptables-restore text for an install, and what it will do.
+#[derive(Debug)]
+pub(crate) struct InstallPlan {
+    pub(crate) text: String,
+    pub(crate) report: InstallReport,
+}
+
+/// Plans an install for `family`. With `saved = None` (no knowledge of the current state)
+/// this is the text for a clean box: every jump is inserted and nothing stale is removed.
+pub(crate) fn plan_install(
+    rs: &RuleSet,
+    family: Family,
+    saved: Option<&Saved>,
+) -> Result<InstallPlan, ControlError> {
+    let chains = plan_chains(rs, family)?;
+    let mut text = String::new();
+    let mut report = InstallReport::default();
+    for table in Table::ALL {
+        let current = saved.and_then(|s| s.table(table.as_str()));
+        let wanted: Vec<&ChainPlan> = chains.iter().filter(|c| c.table == table).collect();
+        let mut edit = TableEdit {
+            declare: wanted.iter().map(|c| c.name.clone()).collect(),
+            ..TableEdit::default()
+        };
+        if let Some(current) = current {
+            let stale: Vec<String> = current
+                .chains
+                .iter()
+                .filter(|c| is_install_chain(&rs.prefix, c) && !edit.declare.contains(c))
+                .cloned()
+                .collect();
+            if !stale.is_empty() {
+                edit.remove_chains(table, current, stale, &mut report.removed);
+            }
+        }
+        for chain in wanted {
+            let builtin = chain.hook.chain();
+            let jumps = current.map_or(0, |t| {
+                t.rules
+                    .iter()
+                    .filter(|r| r.is_plain_jump(builtin, &chain.name))
+                    .count()
+            });
+            if jumps == 0 {
+                edit.body.push(format!("-I {builtin} 1 -j {}", chain.name));
+                report.jumps_added += 1;
+            }
+            // A duplicate would make every packet traverse the chain twice.
+            for _ in 1..jumps {
+                edit.delete.push(format!("{builtin} -j {}", chain.name));
+            }
+            edit.body.extend(chain.lines.iter().cloned());
+            report.chains.push((table, chain.name.clone()));
+        }
+        edit.render(table, &mut text);
+    }
+    Ok(InstallPlan { text, report })
+}
+
+/// Plans removing every chain `owned` says is relayd's, in both tables, and every rule
+/// elsewhere that references one.
+pub(crate) fn plan_removal(saved: &Saved, owned: impl Fn(&str) -> bool) -> (String, CleanupReport) {
+    let mut text = String::new();
+    let mut report = CleanupReport::default();
+    for table in Table::ALL {
+        let Some(current) = saved.table(table.as_str()) else {
+            continue;
+        };
+        let remove: Vec<String> = current
+            .chains
+            .iter()
+            .filter(|c| owned(c))
+            .cloned()
+            .collect();
+        if remove.is_empty() {
+            continue;
+        }
+        let mut edit = TableEdit::default();
+        edit.remove_chains(table, current, remove, &mut report);
+        edit.render(table, &mut text);
+    }
+    (text, report)
+}
+
+/// The text `iptables-restore --test` checks for one rule: the rule placed directly in the
+/// built-in chain, so that hook-specific errors (`-o` in PREROUTING) show up too.
+pub(crate) fn test_text(rs: &RuleSet, index: usize) -> Result<(String, String), ControlError> {
+    let rule = &rs.rules[index];
+    let args = rule
+        .rule_args()
+        .map_err(|error| ControlError::BadMatch { index, error })?;
+    let line = format!("-A {} {}", rule.hook.chain(), join_args(&args));
+    let text = format!("*{}\n{line}\nCOMMIT\n", rule.table);
+    Ok((text, line))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::QueueRule;
+
+    fn rule(table: Table, hook: Hook, matches: Option<&str>, q: (u16, u16)) -> QueueRule {
+        QueueRule {
+            table,
+            hook,
+            families: vec![Family::Ipv4],
+            matches: matches.map(str::to_owned),
+            first_queue: q.0,
+            last_queue: q.1,
+            bypass: true,
+            cpu_fanout: false,
+        }
+    }
+
+    fn sample() -> RuleSet {
+        let mut balanced = rule(Table::Mangle, Hook::Forward, Some("-p tcp"), (4, 7));
+        balanced.cpu_fanout = true;
+        let mut closed = rule(Table::Mangle, Hook::Postrouting, None, (9, 9));
+        closed.bypass = false;
+        closed.families = vec![Family::Ipv4, Family::Ipv6];
+        RuleSet::new(vec![
+            rule(
+                Table::Mangle,
+                Hook::Forward,
+                Some("-i eth0 -p udp --dport 5000"),
+                (3, 3),
+            ),
+            balanced,
+            closed,
+        ])
+    }
+
+    #[test]
+    fn restore_text_for_a_fresh_box() {
+        let text = sample().restore_text(Family::Ipv4).unwrap();
+        assert_eq!(
+            text,
+            "*mangle\n\
+             :RELAYD-FORWARD - [0:0]\n\
+             :RELAYD-POSTROUTING - [0:0]\n\
+             -I FORWARD 1 -j RELAYD-FORWARD\n\
+             -A RELAYD-FORWARD -m mark --mark 0x40000000/0x40000000 -j RETURN\n\
+             -A RELAYD-FORWARD -i eth0 -p udp --dport 5000 -j NFQUEUE --queue-num 3 --queue-bypass\n\
+             -A RELAYD-FORWARD -p tcp -j NFQUEUE --queue-balance 4:7 --queue-bypass --queue-cpu-fanout\n\
+             -I POSTROUTING 1 -j RELAYD-POSTROUTING\n\
+             -A RELAYD-POSTROUTING -m mark --mark 0x40000000/0x40000000 -j RETURN\n\
+             -A RELAYD-POSTROUTING -j NFQUEUE --queue-num 9\n\
+             COMMIT\n"
+        );
+    }
+
+    #[test]
+    fn restore_text_per_family_and_table() {
+        let mut rs = sample();
+        assert_eq!(
+            rs.restore_text(Family::Ipv6).unwrap(),
+            "*mangle\n\
+             :RELAYD-POSTROUTING - [0:0]\n\
+             -I POSTROUTING 1 -j RELAYD-POSTROUTING\n\
+             -A RELAYD-POSTROUTING -m mark --mark 0x40000000/0x40000000 -j RETURN\n\
+             -A RELAYD-POSTROUTING -j NFQUEUE --queue-num 9\n\
+             COMMIT\n"
+        );
+        rs.rules.truncate(1);
+        assert_eq!(rs.restore_text(Family::Ipv6).unwrap(), "");
+        rs.rules = vec![rule(Table::Raw, Hook::Prerouting, Some("-p udp"), (0, 1))];
+        rs.prefix = "R2".into();
+        rs.bypass_mark = 0x1;
+        assert_eq!(
+            rs.restore_text(Family::Ipv4).unwrap(),
+            "*raw\n\
+             :R2-PREROUTING - [0:0]\n\
+             -I PREROUTING 1 -j R2-PREROUTING\n\
+             -A R2-PREROUTING -m mark --mark 0x1/0x1 -j RETURN\n\
+             -A R2-PREROUTING -p udp -j NFQUEUE --queue-balance 0:1 --queue-bypass\n\
+             COMMIT\n"
+        );
+    }
+
+    #[test]
+    fn restore_text_quotes_args() {
+        let rs = RuleSet::new(vec![rule(
+            Table::Mangle,
+            Hook::Input,
+            Some(r#"-m comment --comment 'say "hi" \o/' -p udp"#),
+            (1, 1),
+        )]);
+        let text = rs.restore_text(Family::Ipv4).unwrap();
+        assert!(
+            text.contains(
+                r#"-A RELAYD-INPUT -m comment --comment "say \"hi\" \\o/" -p udp -j NFQUEUE"#
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn rejects_bad_rules() {
+        let rs = RuleSet::new(vec![
+            rule(Table::Mangle, Hook::Forward, None, (1, 1)),
+            rule(Table::Raw, Hook::Forward, None, (1, 1)),
+        ]);
+        let err = rs.restore_text(Family::Ipv4).unwrap_err();
+        assert!(
+            matches!(err, ControlError::InvalidRule { index: 1, .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("raw has no forward hook"), "{err}");
+
+        let rs = RuleSet::new(vec![rule(
+            Table::Mangle,
+            Hook::Forward,
+            Some("-p udp -j ACCEPT"),
+            (1, 1),
+        )]);
+        let err = rs.restore_text(Family::Ipv4).unwrap_err();
+        assert!(
+            matches!(err, ControlError::BadMatch { index: 0, .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("`-j`"), "{err}");
+
+        let mut bad = rule(Table::Mangle, Hook::Forward, None, (5, 4));
+        assert!(RuleSet::new(vec![bad.clone()]).check().is_err());
+        bad.last_queue = 5;
+        bad.cpu_fanout = true;
+        assert!(RuleSet::new(vec![bad.clone()]).check().is_err());
+        bad.cpu_fanout = false;
+        bad.families.clear();
+        assert!(RuleSet::new(vec![bad]).check().is_err());
+
+        let mut rs = sample();
+        rs.bypass_mark = 0;
+        assert!(matches!(rs.check(), Err(ControlError::InvalidRuleSet(_))));
+    }
+
+    const STATE: &str = "\
+*mangle
+:PREROUTING ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:RELAYD-FORWARD - [0:0]
+:RELAYD-INPUT - [0:0]
+:RELAYD-B-INPUT - [0:0]
+:MYCHAIN - [0:0]
+-A FORWARD -j RELAYD-FORWARD
+-A FORWARD -j RELAYD-FORWARD
+-A FORWARD -p tcp -j ACCEPT
+-A INPUT -j RELAYD-INPUT
+-A INPUT -j RELAYD-B-INPUT
+-A MYCHAIN -i lo -j RELAYD-INPUT
+-A RELAYD-FORWARD -j RELAYD-INPUT
+-A RELAYD-INPUT -j NFQUEUE --queue-num 1
+COMMIT
+";
+
+    #[test]
+    fn install_over_existing_state() {
+        let rs = RuleSet::new(vec![rule(Table::Mangle, Hook::Forward, None, (2, 2))]);
+        let plan = plan_install(&rs, Family::Ipv4, Some(&Saved::parse(STATE))).unwrap();
+        assert_eq!(
+            plan.text,
+            "*mangle\n\
+             :RELAYD-FORWARD - [0:0]\n\
+             -D INPUT -j RELAYD-INPUT\n\
+             -D MYCHAIN -i lo -j RELAYD-INPUT\n\
+             -D FORWARD -j RELAYD-FORWARD\n\
+             -F RELAYD-INPUT\n\
+             -X RELAYD-INPUT\n\
+             -A RELAYD-FORWARD -m mark --mark 0x40000000/0x40000000 -j RETURN\n\
+             -A RELAYD-FORWARD -j NFQUEUE --queue-num 2 --queue-bypass\n\
+             COMMIT\n"
+        );
+        assert_eq!(plan.report.jumps_added, 0);
+        assert_eq!(
+            plan.report.removed,
+            CleanupReport {
+                chains: vec![(Table::Mangle, "RELAYD-INPUT".into())],
+                rules: 2
+            }
+        );
+    }
+
+    #[test]
+    fn removal_by_prefix() {
+        let saved = Saved::parse(STATE);
+        let (text, report) = plan_removal(&saved, |c| c.starts_with("RELAYD-"));
+        assert_eq!(
+            text,
+            "*mangle\n\
+             -D FORWARD -j RELAYD-FORWARD\n\
+             -D FORWARD -j RELAYD-FORWARD\n\
+             -D INPUT -j RELAYD-INPUT\n\
+             -D INPUT -j RELAYD-B-INPUT\n\
+             -D MYCHAIN -i lo -j RELAYD-INPUT\n\
+             -F RELAYD-FORWARD\n\
+             -F RELAYD-INPUT\n\
+             -F RELAYD-B-INPUT\n\
+             -X RELAYD-FORWARD\n\
+             -X RELAYD-INPUT\n\
+             -X RELAYD-B-INPUT\n\
+             COMMIT\n"
+        );
+        assert_eq!(report.rules, 5);
+        assert_eq!(report.chains.len(), 3);
+        let (text, report) = plan_removal(&saved, |c| c.starts_with("NOPE-"));
+        assert_eq!(text, "");
+        assert!(report.is_empty());
+    }
+}

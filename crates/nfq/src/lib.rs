@@ -1,0 +1,34 @@
+//! relayd's NFQUEUE datapath: binds queues over a thin netlink layer and serves each with
+//! a dedicated thread that receives packets several per system call, runs the queue's
+//! chain in place, and answers a whole batch of verdicts in one system call.
+//!
+//! Failure behaviour: ENOBUFS (our receive buffer overran) is counted and survived;
+//! a malformed netlink message or packet is counted and never panics the thread.
+
+mod netlink;
+pub mod procfs;
+mod queue;
+
+pub use procfs::KernelQueueStats;
+pub use queue::{Queue, QueueConfig};
+
+/// Why a queue could not be set up.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NfqError {
+    /// A socket operation failed.
+    #[error("{0}: {1}")]
+    Socket(&'static str, #[source] std::io::Error),
+    /// Another program (another relayd?) has the queue bound.
+    #[error("queue {0} is already bound by another program (is another relayd running?)")]
+    QueueBusy(u16),
+    /// Binding needs CAP_NET_ADMIN.
+    #[error("queue {0}: permission denied (relayd needs CAP_NET_ADMIN; run as root)")]
+    Permission(u16),
+    /// The kernel refused a configuration step.
+    #[error("queue {0}: {1} refused by the kernel: {2}")]
+    Config(u16, &'static str, #[source] std::io::Error),
+    /// A parameter is out of range.
+    #[error("{0}")]
+    Invalid(String),
+}
