@@ -1,0 +1,325 @@
+//! The command line: `run`, `check`, `rules`, `status`, `cleanup`. The only place that
+//! knows about signals, files, sockets and exit codes.
+
+use crate::config::{self, Config, ConfigErrors, DEFAULT_SOCKET};
+use crate::daemon::{self, Daemon};
+use crate::registry::Registry;
+use crate::{rules, status};
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::signal::unix::{SignalKind, signal};
+
+/// relayd: run chains of packet services on NFQUEUE queues.
+#[derive(Debug, Parser)]
+#[command(name = "relayd", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the daemon in the foreground (SIGHUP reloads, SIGINT/SIGTERM stop).
+    Run {
+        /// Configuration file.
+        #[arg(short, long)]
+        config: PathBuf,
+        /// Log filter (tracing syntax, e.g. "info" or "relayd::dump=warn,info"); RUST_LOG wins.
+        #[arg(long, default_value = "info")]
+        log: String,
+    },
+    /// Check a configuration: exit 0 if valid, 2 with errors naming file, line and field.
+    Check {
+        /// Configuration file.
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+    /// Print the iptables-restore input `run` would install.
+    Rules {
+        /// Configuration file.
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+    /// Show the running daemon's counters.
+    Status {
+        /// Status socket (default: from the configuration, else /run/relayd.sock).
+        #[arg(short, long)]
+        socket: Option<PathBuf>,
+        /// Configuration file to take the socket path from.
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove every rule relayd owns (after a crash).
+    Cleanup {
+        /// Configuration file to take the chain prefix and iptables flavour from.
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+        /// Chain prefix (default RELAYD).
+        #[arg(long)]
+        prefix: Option<String>,
+    },
+}
+
+/// Runs the CLI with the built-in services.
+pub fn main() -> ExitCode {
+    main_with(Registry::with_builtins())
+}
+
+/// Runs the CLI with the given service kinds (a custom build registers its own first).
+pub fn main_with(registry: Registry) -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Run { config, log } => {
+            init_logging(&log);
+            let cfg = match load(&config, &registry) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            match run(cfg, registry) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!("{e:#}");
+                    eprintln!("relayd: {e:#}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::Check { config } => {
+            let cfg = match load(&config, &registry) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            match rules::validate(&cfg) {
+                Err(e) => {
+                    eprintln!("{e}");
+                    ExitCode::from(2)
+                }
+                Ok(warning) => {
+                    if let Some(w) = warning {
+                        eprintln!("warning: iptables matches not checked: {w}");
+                    }
+                    let n: usize = cfg.queues.iter().map(|q| q.nums().count()).sum();
+                    println!(
+                        "{}: ok ({} queue entries, {n} queues)",
+                        config.display(),
+                        cfg.queues.len()
+                    );
+                    ExitCode::SUCCESS
+                }
+            }
+        }
+        Command::Rules { config } => {
+            let cfg = match load(&config, &registry) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            match rules::restore_text(&cfg) {
+                Ok(t) => {
+                    print!("{t}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("relayd: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+        Command::Status {
+            socket,
+            config,
+            json,
+        } => {
+            let socket = match (socket, config) {
+                (Some(s), _) => s,
+                (None, Some(c)) => match load(&c, &registry) {
+                    Ok(cfg) => cfg.daemon.socket,
+                    Err(code) => return code,
+                },
+                (None, None) => PathBuf::from(DEFAULT_SOCKET),
+            };
+            match status::query(&socket) {
+                Ok(s) if json => {
+                    println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
+                    ExitCode::SUCCESS
+                }
+                Ok(s) => {
+                    print!("{}", s.render());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("relayd: no daemon answers on {}: {e}", socket.display());
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::Cleanup { config, prefix } => {
+            let (mut p, mut flavor) = ("RELAYD".to_string(), config::IptablesFlavor::Auto);
+            if let Some(c) = config {
+                match load(&c, &registry) {
+                    Ok(cfg) => (p, flavor) = (cfg.daemon.chain_prefix, cfg.daemon.iptables),
+                    Err(code) => return code,
+                }
+            }
+            if let Some(x) = prefix {
+                p = x;
+            }
+            match daemon::cleanup_all(&p, flavor) {
+                Ok(n) => {
+                    println!("removed {n} chains and rules with prefix {p}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("relayd: cleanup failed: {e:#}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+    }
+}
+
+fn load(path: &Path, registry: &Registry) -> Result<Config, ExitCode> {
+    config::load(path, registry).map_err(|e: ConfigErrors| {
+        eprintln!("{e}");
+        ExitCode::from(2)
+    })
+}
+
+fn init_logging(filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(filter))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    use std::io::IsTerminal;
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
+}
+
+fn run(cfg: Config, registry: Registry) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    rt.block_on(serve(cfg, registry))
+}
+
+async fn serve(cfg: Config, registry: Registry) -> anyhow::Result<()> {
+    // Signal handlers first: a SIGTERM during startup must still lead to a clean exit.
+    let mut hup = signal(SignalKind::hangup())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let socket_path = cfg.daemon.socket.clone();
+    let listener = bind_status(&socket_path)?;
+    let daemon = match Daemon::start(cfg) {
+        Ok(d) => Arc::new(Mutex::new(Some(d))),
+        Err(e) => {
+            let _ = std::fs::remove_file(&socket_path);
+            return Err(e);
+        }
+    };
+    tracing::info!(socket = %socket_path.display(), "relayd running");
+    let server = tokio::spawn(status_server(listener, daemon.clone()));
+    let mut watchdog = tokio::time::interval(std::time::Duration::from_secs(1));
+    let mut reported_dead = Vec::new();
+    loop {
+        tokio::select! {
+            _ = hup.recv() => reload(&daemon, &registry),
+            _ = term.recv() => { tracing::info!("SIGTERM: stopping"); break; }
+            _ = int.recv() => { tracing::info!("SIGINT: stopping"); break; }
+            _ = watchdog.tick() => {
+                let dead = lock(&daemon).as_ref().map(Daemon::dead_queues).unwrap_or_default();
+                for q in &dead {
+                    if !reported_dead.contains(q) {
+                        tracing::error!(queue = q, "queue thread stopped unexpectedly; its traffic bypasses relayd (fail-open) or stops (fail-closed)");
+                    }
+                }
+                reported_dead = dead;
+            }
+        }
+    }
+    server.abort();
+    let _ = std::fs::remove_file(&socket_path);
+    let d = lock(&daemon).take();
+    match d {
+        Some(d) => d.shutdown().context("removing rules on exit"),
+        None => Ok(()),
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn reload(daemon: &Mutex<Option<Daemon>>, registry: &Registry) {
+    let mut guard = lock(daemon);
+    let Some(d) = guard.as_mut() else { return };
+    let path = d.config().path.clone();
+    tracing::info!(config = %path.display(), "SIGHUP: reloading");
+    let new = match config::load(&path, registry) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("reload refused, keeping the running configuration:\n{e}");
+            return;
+        }
+    };
+    match d.reload(new) {
+        Ok(()) => tracing::info!("reloaded"),
+        Err(e) => tracing::error!("reload refused, keeping the running configuration: {e:#}"),
+    }
+}
+
+/// Binds the status socket, replacing a stale file but refusing to steal a live one.
+fn bind_status(path: &Path) -> anyhow::Result<tokio::net::UnixListener> {
+    if path.exists() {
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            anyhow::bail!("another relayd is answering on {}", path.display());
+        }
+        std::fs::remove_file(path)
+            .with_context(|| format!("removing stale socket {}", path.display()))?;
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).ok();
+    }
+    tokio::net::UnixListener::bind(path)
+        .with_context(|| format!("binding status socket {}", path.display()))
+}
+
+async fn status_server(listener: tokio::net::UnixListener, daemon: Arc<Mutex<Option<Daemon>>>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let daemon = daemon.clone();
+        tokio::spawn(async move {
+            let (r, mut w) = stream.into_split();
+            let mut line = String::new();
+            let mut reader = BufReader::new(r);
+            let read = tokio::time::timeout(
+                std::time::Duration::from_secs(5),
+                reader.read_line(&mut line),
+            );
+            if read.await.is_err() {
+                return;
+            }
+            let body = match line.trim() {
+                "status" | "" => {
+                    let s = lock(&daemon).as_ref().map(Daemon::status);
+                    serde_json::to_string(&s).unwrap_or_default()
+                }
+                other => {
+                    serde_json::json!({ "error": format!("unknown request `{other}`") }).to_string()
+                }
+            };
+            let _ = w.write_all(body.as_bytes()).await;
+            let _ = w.shutdown().await;
+        });
+    }
+}

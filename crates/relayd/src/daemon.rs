@@ -1,0 +1,364 @@
+//! The running daemon: queues bound and served, rules installed, counters kept across
+//! reloads. Order matters everywhere here so that no packet is lost and no rule is left:
+//! queues are bound before the rules that feed them exist, and rules are removed before
+//! the queues they feed are drained and unbound.
+
+use crate::config::{Config, QueueSpec};
+use crate::rules;
+use crate::status::{KernelStatus, QueueStatus, ServiceStatus, Status};
+use anyhow::{Context as _, bail};
+use relay_control::Family;
+use relay_core::{Chain, ChainSettings, Counter, CounterKind, Counters, QueueCounters};
+use relay_nfq::{Queue, QueueConfig};
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+struct Running {
+    queue: Queue,
+    cfg: QueueConfig,
+    spec: QueueSpec,
+}
+
+/// Counters live here, not in chains, so that they survive reloads.
+#[derive(Default)]
+struct CounterStore {
+    queues: BTreeMap<u16, QueueCounters>,
+    services: BTreeMap<(u16, String, &'static str), (Counter, Counters)>,
+}
+
+/// A running relayd.
+pub struct Daemon {
+    config: Config,
+    queues: BTreeMap<u16, Running>,
+    counters: CounterStore,
+    started: Instant,
+    reloads: u64,
+}
+
+impl std::fmt::Debug for Daemon {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Daemon")
+            .field("queues", &self.queues.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+fn queue_config(spec: &QueueSpec, num: u16) -> QueueConfig {
+    QueueConfig {
+        num,
+        copy_range: spec.copy_range,
+        max_len: spec.max_len,
+        fail_open: spec.fail_open,
+        gso: spec.gso,
+        rcvbuf: spec.rcvbuf,
+        batch: spec.batch,
+        batch_verdicts: true,
+    }
+}
+
+impl CounterStore {
+    fn chain(&mut self, spec: &QueueSpec, num: u16, bypass_mark: u32) -> Chain {
+        let mut chain = Chain::new(ChainSettings {
+            malformed: spec.malformed,
+            bypass_mark,
+        });
+        for (name, factory) in &spec.services {
+            let (packets, counters) = self
+                .services
+                .entry((num, name.clone(), factory.kind()))
+                .or_default()
+                .clone();
+            chain.push(name, factory.build(&counters), packets);
+        }
+        chain
+    }
+
+    fn queue(&mut self, num: u16) -> QueueCounters {
+        self.queues.entry(num).or_default().clone()
+    }
+}
+
+/// Removes whatever a previous relayd with this prefix left (after a crash), all families.
+pub fn cleanup_all(
+    cfg_prefix: &str,
+    flavor: crate::config::IptablesFlavor,
+) -> anyhow::Result<usize> {
+    let mut removed = 0;
+    for f in [Family::Ipv4, Family::Ipv6] {
+        let b = rules::backend(flavor, f);
+        match relay_control::cleanup(cfg_prefix, &b) {
+            Ok(r) => removed += r.chains.len() + r.rules,
+            // ip6tables may be absent on an IPv4-only box: not an error for cleanup.
+            Err(relay_control::ControlError::ToolMissing { .. }) if f == Family::Ipv6 => {}
+            Err(e) => return Err(e).with_context(|| format!("cleaning up {f} rules")),
+        }
+    }
+    Ok(removed)
+}
+
+impl Daemon {
+    /// Starts: removes leftovers of a crashed run, binds every queue, then installs the
+    /// rules. On failure everything done so far is undone.
+    pub fn start(config: Config) -> anyhow::Result<Daemon> {
+        let stale = cleanup_all(&config.daemon.chain_prefix, config.daemon.iptables)?;
+        if stale > 0 {
+            tracing::warn!(
+                removed = stale,
+                "removed rules left by an earlier relayd (crash?)"
+            );
+        }
+        let mut d = Daemon {
+            config: config.clone(),
+            queues: BTreeMap::new(),
+            counters: CounterStore::default(),
+            started: Instant::now(),
+            reloads: 0,
+        };
+        let new = d.start_queues(&config)?;
+        d.queues.extend(new);
+        if let Err(e) = d.install(&config) {
+            d.stop_queues();
+            return Err(e);
+        }
+        for q in &config.queues {
+            let names: Vec<&str> = q.services.iter().map(|(n, _)| n.as_str()).collect();
+            tracing::info!(
+                queues = %format!("{}-{}", q.first, q.last),
+                hook = %q.hook,
+                fail_open = q.fail_open,
+                gso = q.gso,
+                "serving chain [{}]",
+                names.join(", ")
+            );
+        }
+        Ok(d)
+    }
+
+    /// Binds the queues of `config` that are not running yet. All or nothing.
+    fn start_queues(&mut self, config: &Config) -> anyhow::Result<BTreeMap<u16, Running>> {
+        let mut started = BTreeMap::new();
+        for spec in &config.queues {
+            for num in spec.nums() {
+                if self.queues.contains_key(&num) {
+                    continue;
+                }
+                let cfg = queue_config(spec, num);
+                let chain = self.counters.chain(spec, num, config.daemon.bypass_mark);
+                let counters = self.counters.queue(num);
+                match Queue::start(&cfg, chain, counters) {
+                    Ok(queue) => {
+                        if queue.rcvbuf() < cfg.rcvbuf {
+                            tracing::warn!(
+                                queue = num,
+                                granted = queue.rcvbuf(),
+                                "receive buffer smaller than asked"
+                            );
+                        }
+                        started.insert(
+                            num,
+                            Running {
+                                queue,
+                                cfg,
+                                spec: spec.clone(),
+                            },
+                        );
+                    }
+                    Err(e) => {
+                        for (_, r) in std::mem::take(&mut started) {
+                            r.queue.stop();
+                        }
+                        return Err(e).with_context(|| format!("starting queue {num}"));
+                    }
+                }
+            }
+        }
+        Ok(started)
+    }
+
+    fn install(&self, config: &Config) -> anyhow::Result<()> {
+        let rs = rules::ruleset(config);
+        let used = rules::families(config);
+        for f in [Family::Ipv4, Family::Ipv6] {
+            let b = rules::backend(config.daemon.iptables, f);
+            if used.contains(&f) {
+                rs.install(&b)
+                    .with_context(|| format!("installing {f} rules"))?;
+            } else if let Err(e) = relay_control::cleanup(&config.daemon.chain_prefix, &b) {
+                // Only matters if an earlier configuration used this family.
+                tracing::debug!("no {f} rules to clean: {e}");
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies a new configuration without losing a packet: new queues are bound first,
+    /// the rules are swapped atomically, running queues switch chains between two batches,
+    /// and queues no longer configured are drained before they are unbound. On error the
+    /// old configuration stays in force.
+    pub fn reload(&mut self, new: Config) -> anyhow::Result<()> {
+        if new.daemon.chain_prefix != self.config.daemon.chain_prefix
+            || new.daemon.iptables != self.config.daemon.iptables
+            || new.daemon.socket != self.config.daemon.socket
+        {
+            bail!(
+                "daemon.chain_prefix, daemon.iptables and daemon.socket can only change with a restart"
+            );
+        }
+        if let Err(e) = rules::validate(&new) {
+            bail!("{e}");
+        }
+        let started = self.start_queues(&new)?;
+        if let Err(e) = self.install(&new) {
+            for (_, r) in started {
+                r.queue.stop();
+            }
+            return Err(e.context("new rules refused; the old configuration stays in force"));
+        }
+        let wanted: BTreeMap<u16, &QueueSpec> = new
+            .queues
+            .iter()
+            .flat_map(|s| s.nums().map(move |n| (n, s)))
+            .collect();
+        let bypass = new.daemon.bypass_mark;
+        for (num, r) in self.queues.iter_mut() {
+            if let Some(spec) = wanted.get(num) {
+                let cfg = queue_config(spec, *num);
+                let chain = self.counters.chain(spec, *num, bypass);
+                r.queue.update(chain, &cfg);
+                r.cfg = cfg;
+                r.spec = (*spec).clone();
+            }
+        }
+        let gone: Vec<u16> = self
+            .queues
+            .keys()
+            .filter(|n| !wanted.contains_key(n))
+            .copied()
+            .collect();
+        for num in gone {
+            if let Some(r) = self.queues.remove(&num) {
+                r.queue.stop();
+                tracing::info!(queue = num, "queue removed");
+            }
+        }
+        self.queues.extend(started);
+        self.config = new;
+        self.reloads += 1;
+        Ok(())
+    }
+
+    /// Stops: removes the rules (traffic flows unqueued from here on), then drains and
+    /// unbinds every queue.
+    pub fn shutdown(mut self) -> anyhow::Result<()> {
+        let r = cleanup_all(
+            &self.config.daemon.chain_prefix,
+            self.config.daemon.iptables,
+        );
+        self.stop_queues();
+        r.map(|_| ())
+    }
+
+    fn stop_queues(&mut self) {
+        for (_, r) in std::mem::take(&mut self.queues) {
+            r.queue.stop();
+        }
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Queues whose thread has stopped although the daemon did not stop it.
+    pub fn dead_queues(&self) -> Vec<u16> {
+        self.queues
+            .iter()
+            .filter(|(_, r)| !r.queue.is_running())
+            .map(|(n, _)| *n)
+            .collect()
+    }
+
+    /// A snapshot of every counter.
+    pub fn status(&self) -> Status {
+        let kernel = relay_nfq::procfs::read();
+        let mut queues = Vec::new();
+        for (num, r) in &self.queues {
+            let c = r.queue.counters();
+            queues.push(QueueStatus {
+                num: *num,
+                hook: r.spec.hook.to_string(),
+                table: r.spec.table.to_string(),
+                chain: r.spec.services.iter().map(|(n, _)| n.clone()).collect(),
+                fail_open: r.cfg.fail_open,
+                gso: r.cfg.gso,
+                packets: c.packets.get(),
+                accepted: c.accepted.get(),
+                dropped: c.dropped.get(),
+                modified: c.modified.get(),
+                repeated: c.repeated.get(),
+                malformed: c.malformed.get(),
+                errors: c.errors.get(),
+                enobufs: c.enobufs.get(),
+                batches: c.batches.get(),
+                kernel: kernel.get(num).map(|k| KernelStatus {
+                    waiting: k.queue_total,
+                    queue_dropped: k.queue_dropped,
+                    user_dropped: k.user_dropped,
+                }),
+            });
+        }
+        let mut services: BTreeMap<(String, &'static str), ServiceStatus> = BTreeMap::new();
+        for ((num, name, kind), (packets, counters)) in &self.counters.services {
+            let Some(r) = self.queues.get(num) else {
+                continue;
+            };
+            if !r
+                .spec
+                .services
+                .iter()
+                .any(|(n, f)| n == name && f.kind() == *kind)
+            {
+                continue; // an instance a reload removed
+            }
+            let s = services
+                .entry((name.clone(), kind))
+                .or_insert_with(|| ServiceStatus {
+                    name: name.clone(),
+                    kind: kind.to_string(),
+                    queues: Vec::new(),
+                    packets: 0,
+                    counters: BTreeMap::new(),
+                });
+            s.queues.push(*num);
+            s.packets += packets.get();
+            for (k, kind, v) in counters.snapshot() {
+                let e = s.counters.entry(k).or_insert(0);
+                match kind {
+                    CounterKind::Total => *e += v,
+                    CounterKind::Gauge => *e = v,
+                }
+            }
+        }
+        Status {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            config: self.config.path.display().to_string(),
+            reloads: self.reloads,
+            queues,
+            services: services.into_values().collect(),
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if !self.queues.is_empty() {
+            // Reached only on an error path: never leave rules feeding dead queues.
+            let _ = cleanup_all(
+                &self.config.daemon.chain_prefix,
+                self.config.daemon.iptables,
+            );
+            self.stop_queues();
+        }
+    }
+}

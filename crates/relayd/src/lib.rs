@@ -1,0 +1,12 @@
+//! relayd, the daemon and its library: configuration, the service registry, the running
+//! daemon (queues + rules), and the status protocol. The binary (`main.rs`) is a thin CLI
+//! over this; a custom build registers its own services and calls [`cli::main_with`].
+
+pub mod cli;
+pub mod config;
+pub mod daemon;
+pub mod registry;
+pub mod rules;
+pub mod status;
+
+pub use registry::Registry;

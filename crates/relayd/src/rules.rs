@@ -1,0 +1,103 @@
+//! From a configuration to the iptables rules relayd owns: the rule set, the backends
+//! (iptables / ip6tables, system or legacy), and errors mapped back to the file.
+
+use crate::config::{Config, ConfigError, ConfigErrors, IptablesFlavor};
+use relay_control::{Backend, ControlError, Family, QueueRule, RuleSet};
+
+/// The rule set a configuration implies, one rule per `[[queue]]` entry in file order.
+pub fn ruleset(cfg: &Config) -> RuleSet {
+    RuleSet {
+        prefix: cfg.daemon.chain_prefix.clone(),
+        bypass_mark: cfg.daemon.bypass_mark,
+        rules: cfg
+            .queues
+            .iter()
+            .map(|q| QueueRule {
+                table: q.table,
+                hook: q.hook,
+                families: q.families.clone(),
+                matches: q.matches.clone(),
+                first_queue: q.first,
+                last_queue: q.last,
+                bypass: q.fail_open,
+                cpu_fanout: q.cpu_fanout,
+            })
+            .collect(),
+    }
+}
+
+/// The backend for `family` in the configured flavour.
+pub fn backend(flavor: IptablesFlavor, family: Family) -> Backend {
+    match flavor {
+        IptablesFlavor::Auto => Backend::system(family),
+        IptablesFlavor::Legacy => Backend::legacy(family),
+    }
+}
+
+/// The families any queue uses.
+pub fn families(cfg: &Config) -> Vec<Family> {
+    [Family::Ipv4, Family::Ipv6]
+        .into_iter()
+        .filter(|f| cfg.queues.iter().any(|q| q.families.contains(f)))
+        .collect()
+}
+
+/// The exact iptables-restore input `relayd run` installs, per family, each preceded by
+/// a comment line naming the command it is fed to.
+pub fn restore_text(cfg: &Config) -> Result<String, ControlError> {
+    let rs = ruleset(cfg);
+    let mut out = String::new();
+    for f in families(cfg) {
+        let b = backend(cfg.daemon.iptables, f);
+        out.push_str(&format!("# {} -w --noflush\n", b.restore));
+        out.push_str(&rs.restore_text(f)?);
+    }
+    Ok(out)
+}
+
+/// Maps a control error about rule `index` back to the queue entry and field it came from.
+pub fn to_config_error(cfg: &Config, e: &ControlError) -> Option<ConfigError> {
+    let (index, message, field) = match e {
+        ControlError::RuleRejected {
+            index,
+            family,
+            program,
+            stderr,
+            ..
+        } => (
+            *index,
+            format!("rejected by {program} ({family}): {stderr}"),
+            "match",
+        ),
+        ControlError::BadMatch { index, error } => (*index, error.to_string(), "match"),
+        ControlError::InvalidRule { index, reason } => (*index, reason.clone(), "num"),
+        _ => return None,
+    };
+    let q = cfg.queues.get(index)?;
+    Some(ConfigError {
+        file: cfg.path.clone(),
+        line: q.line,
+        column: 1,
+        field: format!("queue[{}].{field}", q.index),
+        message,
+    })
+}
+
+/// Checks the rules with `iptables-restore --test`. `Ok(Some(warning))` if the check
+/// could not run (tool missing, not root): the configuration may still be fine.
+pub fn validate(cfg: &Config) -> Result<Option<String>, ConfigErrors> {
+    let rs = ruleset(cfg);
+    let fail = |e: ControlError| match to_config_error(cfg, &e) {
+        Some(ce) => Err(ConfigErrors(vec![ce])),
+        None => Ok(Some(e.to_string())),
+    };
+    if let Err(e) = rs.check() {
+        return fail(e);
+    }
+    for f in families(cfg) {
+        if let Err(e) = rs.validate(&backend(cfg.daemon.iptables, f)) {
+            return fail(e);
+        }
+    }
+    Ok(None)
+}

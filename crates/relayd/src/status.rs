@@ -1,0 +1,166 @@
+//! What `relayd status` shows, the wire format of the status socket (one JSON document per
+//! connection), and its human rendering.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::Path;
+
+/// The daemon's state as the status socket reports it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Status {
+    /// relayd's version.
+    pub version: String,
+    /// Seconds since the daemon started.
+    pub uptime_s: f64,
+    /// The configuration file in use.
+    pub config: String,
+    /// Reloads done since start (successful ones).
+    pub reloads: u64,
+    /// One entry per queue number.
+    pub queues: Vec<QueueStatus>,
+    /// One entry per service instance, summed over the queues that run it.
+    pub services: Vec<ServiceStatus>,
+}
+
+/// Counters of one queue.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct QueueStatus {
+    /// Queue number.
+    pub num: u16,
+    /// Hook it is fed from.
+    pub hook: String,
+    /// Table of its rule.
+    pub table: String,
+    /// Its chain, by instance name.
+    pub chain: Vec<String>,
+    /// Fail-open (true) or fail-closed.
+    pub fail_open: bool,
+    /// GSO on.
+    pub gso: bool,
+    /// Packets received.
+    pub packets: u64,
+    /// Accepted (modified or not).
+    pub accepted: u64,
+    /// Dropped.
+    pub dropped: u64,
+    /// Accepted with modified bytes.
+    pub modified: u64,
+    /// Repeated with a mark.
+    pub repeated: u64,
+    /// Could not be parsed (handled by the queue's policy).
+    pub malformed: u64,
+    /// Datapath errors.
+    pub errors: u64,
+    /// Receive buffer overruns (ENOBUFS).
+    pub enobufs: u64,
+    /// Receive system calls that returned packets.
+    pub batches: u64,
+    /// The kernel's view of the queue, if it has one.
+    pub kernel: Option<KernelStatus>,
+}
+
+/// The kernel's counters for a queue (/proc/net/netfilter/nfnetlink_queue).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct KernelStatus {
+    /// Packets waiting for a verdict now.
+    pub waiting: u32,
+    /// Dropped because the queue was full.
+    pub queue_dropped: u64,
+    /// Dropped because they could not be delivered to relayd.
+    pub user_dropped: u64,
+}
+
+/// Counters of one service instance.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ServiceStatus {
+    /// Instance name.
+    pub name: String,
+    /// Kind.
+    pub kind: String,
+    /// Queues running it.
+    pub queues: Vec<u16>,
+    /// Packets it saw.
+    pub packets: u64,
+    /// Its own counters.
+    pub counters: BTreeMap<String, u64>,
+}
+
+/// Asks the daemon behind `socket` for its status.
+pub fn query(socket: &Path) -> std::io::Result<Status> {
+    let mut s = std::os::unix::net::UnixStream::connect(socket)?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))?;
+    s.write_all(b"status\n")?;
+    let mut body = String::new();
+    s.read_to_string(&mut body)?;
+    serde_json::from_str(&body).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+impl Status {
+    /// The human table `relayd status` prints.
+    pub fn render(&self) -> String {
+        let mut o = format!(
+            "relayd {}  up {:.0}s  config {}  reloads {}\n\n",
+            self.version, self.uptime_s, self.config, self.reloads
+        );
+        o.push_str(&format!(
+            "{:>5} {:<12} {:<6} {:>12} {:>12} {:>10} {:>10} {:>9} {:>7} {:>7} {:>8} {:>8}  chain\n",
+            "queue",
+            "hook",
+            "policy",
+            "packets",
+            "accepted",
+            "dropped",
+            "modified",
+            "malformed",
+            "errors",
+            "enobufs",
+            "k.drop",
+            "k.wait"
+        ));
+        for q in &self.queues {
+            let (kd, kw) = q
+                .kernel
+                .as_ref()
+                .map_or(("-".to_string(), "-".to_string()), |k| {
+                    (
+                        (k.queue_dropped + k.user_dropped).to_string(),
+                        k.waiting.to_string(),
+                    )
+                });
+            o.push_str(&format!(
+                "{:>5} {:<12} {:<6} {:>12} {:>12} {:>10} {:>10} {:>9} {:>7} {:>7} {:>8} {:>8}  {}\n",
+                q.num,
+                format!("{}/{}", q.table, q.hook),
+                if q.fail_open { "open" } else { "closed" },
+                q.packets,
+                q.accepted,
+                q.dropped,
+                q.modified,
+                q.malformed,
+                q.errors,
+                q.enobufs,
+                kd,
+                kw,
+                q.chain.join(" -> ")
+            ));
+        }
+        o.push_str(&format!(
+            "\n{:<16} {:<10} {:<10} {:>12}  counters\n",
+            "service", "kind", "queues", "packets"
+        ));
+        for s in &self.services {
+            let qs: Vec<String> = s.queues.iter().map(u16::to_string).collect();
+            let cs: Vec<String> = s.counters.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            o.push_str(&format!(
+                "{:<16} {:<10} {:<10} {:>12}  {}\n",
+                s.name,
+                s.kind,
+                qs.join(","),
+                s.packets,
+                cs.join(" ")
+            ));
+        }
+        o
+    }
+}
