@@ -95,6 +95,11 @@ impl Chain {
         });
     }
 
+    /// The verdict given to packets that cannot be parsed (also used when a service fails).
+    pub fn malformed_verdict(&self) -> Verdict {
+        self.settings.malformed
+    }
+
     /// The service names, in order.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.entries.iter().map(|e| e.name.as_str())

@@ -149,6 +149,12 @@ impl Packet {
         }
     }
 
+    /// Where the packet sits in its buffer (`start..end`), for the datapath's verdict.
+    #[inline]
+    pub fn bounds(&self) -> (usize, usize) {
+        (self.start, self.end)
+    }
+
     /// Gives the buffer back (to be reused for the next receive).
     pub fn into_buffer(self) -> Vec<u8> {
         self.buf

@@ -177,6 +177,11 @@ impl Socket {
         self.request(m.finish())
             .map_err(|e| match e.raw_os_error() {
                 Some(libc::EBUSY) => NfqError::QueueBusy(num),
+                // The kernel answers EPERM both to the unprivileged and to a bind of a
+                // queue another socket owns; the queue's presence in /proc tells which.
+                Some(libc::EPERM) if crate::procfs::read().contains_key(&num) => {
+                    NfqError::QueueBusy(num)
+                }
                 Some(libc::EPERM) => NfqError::Permission(num),
                 _ => NfqError::Config(num, "bind", e),
             })?;

@@ -436,7 +436,34 @@ impl Worker {
         };
         let buf = std::mem::take(&mut self.slots[slot]);
         let mut pkt = Packet::in_buffer(buf, base + s, base + e, meta);
-        let mut decision = self.chain.run(&mut pkt, cx, &self.counters);
+        // A service bug must not take the queue down with it: the packet gets the queue's
+        // malformed-packet verdict and the panic is counted. (Unwinding costs nothing
+        // until it happens.)
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let d = self.chain.run(&mut pkt, cx, &self.counters);
+            (d, pkt)
+        }));
+        let (mut decision, pkt) = match run {
+            Ok(r) => r,
+            Err(_) => {
+                self.count_error("a service panicked on a packet; verdict by the malformed policy");
+                let d = Decision {
+                    verdict: self.chain.malformed_verdict(),
+                    mark: None,
+                    payload: false,
+                };
+                // The packet (and its buffer) unwound with the panic: give the slot a new one.
+                self.pending.push(Pending {
+                    id: p.id,
+                    slot,
+                    start: 0,
+                    end: 0,
+                    decision: d,
+                });
+                self.slots[slot] = vec![0u8; self.slot_len];
+                return;
+            }
+        };
         let (start, end) = pkt.bounds();
         self.slots[slot] = pkt.into_buffer();
         if decision.payload && end - start > u16::MAX as usize - 4 {

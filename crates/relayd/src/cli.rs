@@ -64,6 +64,9 @@ enum Command {
         /// Chain prefix (default RELAYD).
         #[arg(long)]
         prefix: Option<String>,
+        /// Clean up even if a running relayd holds the prefix.
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -159,7 +162,11 @@ pub fn main_with(registry: Registry) -> ExitCode {
                 }
             }
         }
-        Command::Cleanup { config, prefix } => {
+        Command::Cleanup {
+            config,
+            prefix,
+            force,
+        } => {
             let (mut p, mut flavor) = ("RELAYD".to_string(), config::IptablesFlavor::Auto);
             if let Some(c) = config {
                 match load(&c, &registry) {
@@ -169,6 +176,10 @@ pub fn main_with(registry: Registry) -> ExitCode {
             }
             if let Some(x) = prefix {
                 p = x;
+            }
+            if let (Some(who), false) = (crate::lock::InstanceLock::held_by_other(&p), force) {
+                eprintln!("relayd: refusing to clean up: {who}; stop it first (or --force)");
+                return ExitCode::from(1);
             }
             match daemon::cleanup_all(&p, flavor) {
                 Ok(n) => {

@@ -292,6 +292,9 @@ pub fn parse(text: &str, path: &Path, registry: &Registry) -> Result<Config, Con
         text,
         errors: Vec::new(),
     };
+    if let Err(e) = toml::de::DeTable::parse(text) {
+        return Err(ConfigErrors(vec![toml_error(&cx, &e, "(syntax)")]));
+    }
     let raw: RawFile = match toml::from_str(text) {
         Ok(r) => r,
         Err(e) => return Err(ConfigErrors(vec![toml_error(&cx, &e, "")])),
@@ -833,6 +836,6 @@ rate = 5
         let e = errs("[daemon]\nsokcet = 1\n");
         assert_eq!((e[0].line, e[0].field.as_str()), (2, "sokcet"), "{e:?}");
         let e = errs("[[queue]\nnum = 0\n");
-        assert_eq!(e[0].line, 1, "{e:?}");
+        assert_eq!((e[0].line, e[0].field.as_str()), (1, "(syntax)"), "{e:?}");
     }
 }

@@ -28,6 +28,7 @@ struct CounterStore {
 
 /// A running relayd.
 pub struct Daemon {
+    _lock: crate::lock::InstanceLock,
     config: Config,
     queues: BTreeMap<u16, Running>,
     counters: CounterStore,
@@ -100,6 +101,7 @@ impl Daemon {
     /// Starts: removes leftovers of a crashed run, binds every queue, then installs the
     /// rules. On failure everything done so far is undone.
     pub fn start(config: Config) -> anyhow::Result<Daemon> {
+        let lock = crate::lock::InstanceLock::acquire(&config.daemon.chain_prefix)?;
         let stale = cleanup_all(&config.daemon.chain_prefix, config.daemon.iptables)?;
         if stale > 0 {
             tracing::warn!(
@@ -108,6 +110,7 @@ impl Daemon {
             );
         }
         let mut d = Daemon {
+            _lock: lock,
             config: config.clone(),
             queues: BTreeMap::new(),
             counters: CounterStore::default(),

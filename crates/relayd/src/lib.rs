@@ -5,6 +5,7 @@
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod lock;
 pub mod registry;
 pub mod rules;
 pub mod status;

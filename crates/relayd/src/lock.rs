@@ -1,0 +1,70 @@
+//! One relayd per chain prefix per network namespace: the daemon holds an flock on a file
+//! named after both, so that a second daemon (or `relayd cleanup`) cannot remove the rules
+//! of a running one.
+
+use anyhow::{Context as _, bail};
+use std::fs::File;
+use std::io::{Read, Seek, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+
+/// Directory of the lock files.
+pub const LOCK_DIR: &str = "/run/relayd";
+
+/// The lock a running daemon holds; released when dropped (or when the process dies).
+#[derive(Debug)]
+pub struct InstanceLock {
+    _file: File,
+    path: PathBuf,
+}
+
+fn lock_path(prefix: &str) -> anyhow::Result<PathBuf> {
+    // The namespace's inode tells namespaces apart; iptables rules live per namespace.
+    let ns = std::fs::metadata("/proc/self/ns/net")
+        .context("reading /proc/self/ns/net")?
+        .ino();
+    Ok(PathBuf::from(LOCK_DIR).join(format!("{prefix}-net{ns}.lock")))
+}
+
+impl InstanceLock {
+    /// Takes the lock for `prefix` in this network namespace, or says who holds it.
+    pub fn acquire(prefix: &str) -> anyhow::Result<InstanceLock> {
+        std::fs::create_dir_all(LOCK_DIR).with_context(|| format!("creating {LOCK_DIR}"))?;
+        let path = lock_path(prefix)?;
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        // SAFETY: flock on an fd we own.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let mut pid = String::new();
+            let _ = file.read_to_string(&mut pid);
+            bail!(
+                "another relayd (pid {}) runs with chain prefix {prefix} in this network namespace",
+                pid.trim()
+            );
+        }
+        file.set_len(0)?;
+        file.rewind()?;
+        write!(file, "{}", std::process::id())?;
+        Ok(InstanceLock { _file: file, path })
+    }
+
+    /// True if a live relayd holds the lock for `prefix` here (used by `relayd cleanup`).
+    pub fn held_by_other(prefix: &str) -> Option<String> {
+        match InstanceLock::acquire(prefix) {
+            Ok(_) => None,
+            Err(e) => Some(e.to_string()),
+        }
+    }
+}
+
+impl Drop for InstanceLock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}

@@ -1,0 +1,208 @@
+//! Shared helpers of relayd's integration tests: run the real `relayd` binary inside a
+//! testbed namespace, ask it for status, read the namespace's iptables, push traffic.
+
+#![allow(dead_code, unreachable_pub)]
+
+use relay_testbed::{Node, Proc};
+use relayd::status::Status;
+use std::io::Write;
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The relayd binary cargo built for this test run.
+pub const RELAYD: &str = env!("CARGO_BIN_EXE_relayd");
+
+/// A temporary directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let p = std::env::temp_dir().join(format!("relayd-it-{}-{n}-{tag}", std::process::id()));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+
+    pub fn file(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.0.join(name);
+        std::fs::File::create(&p)
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+        p
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A relayd process running in a namespace with a given configuration.
+pub struct Relayd {
+    pub proc: Proc,
+    pub dir: TempDir,
+    pub config: PathBuf,
+    pub socket: PathBuf,
+    pub node: Node,
+}
+
+impl Relayd {
+    /// Writes `body` (the configuration minus `[daemon]`) and starts `relayd run` in
+    /// `node`; waits until it says it is running (panics with its log otherwise).
+    pub fn start(node: &Node, body: &str) -> Relayd {
+        let dir = TempDir::new(node.label());
+        let socket = dir.0.join("relayd.sock");
+        let text = format!("[daemon]\nsocket = \"{}\"\n\n{body}", socket.display());
+        let config = dir.file("relayd.toml", &text);
+        let mut cmd = node.cmd(RELAYD);
+        cmd.args(["run", "-c"])
+            .arg(&config)
+            .args(["--log", "debug"]);
+        cmd.stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let proc = node.spawn(cmd);
+        let r = Relayd {
+            proc,
+            dir,
+            config,
+            socket,
+            node: node.clone(),
+        };
+        if !r
+            .proc
+            .wait_stderr_contains("relayd running", Duration::from_secs(10))
+        {
+            panic!("relayd did not start:\n{}", r.proc.stderr_text());
+        }
+        r
+    }
+
+    /// Replaces the configuration file (the daemon section is kept) without signalling.
+    pub fn rewrite(&self, body: &str) {
+        let text = format!("[daemon]\nsocket = \"{}\"\n\n{body}", self.socket.display());
+        std::fs::write(&self.config, text).unwrap();
+    }
+
+    pub fn status(&self) -> Status {
+        relayd::status::query(&self.socket)
+            .unwrap_or_else(|e| panic!("status: {e}\n{}", self.proc.stderr_text()))
+    }
+
+    pub fn log(&self) -> String {
+        self.proc.stderr_text()
+    }
+
+    /// Sends `sig` and waits for the exit; returns whether it exited successfully.
+    pub fn stop(&mut self, sig: i32) -> bool {
+        self.proc.signal(sig).unwrap();
+        match self.proc.wait_timeout(Duration::from_secs(10)) {
+            Some(st) => st.success(),
+            None => panic!("relayd did not exit after signal {sig}:\n{}", self.log()),
+        }
+    }
+}
+
+/// Runs `relayd ARGS` in `node` and returns (exit code, stdout, stderr).
+pub fn relayd_cmd(node: &Node, args: &[&str]) -> (i32, String, String) {
+    let out = node.cmd(RELAYD).args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Everything iptables-save and ip6tables-save print in `node` (all tables).
+pub fn iptables_save(node: &Node) -> String {
+    let mut s = String::new();
+    for prog in ["iptables-save", "ip6tables-save"] {
+        let out = node.exec(&[prog]);
+        assert!(
+            out.status.success(),
+            "{prog} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        s.push_str(&String::from_utf8_lossy(&out.stdout));
+    }
+    s
+}
+
+/// Polls `f` until it is true or `timeout` passes.
+pub fn wait_for(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + timeout;
+    while Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    f()
+}
+
+/// Sends `count` UDP datagrams of `size` bytes from `src` to `dst_addr` (received by a sink
+/// bound in `dst`) at `pps`; returns (sent, received).
+pub fn udp_exchange(
+    src: &Node,
+    dst: &Node,
+    dst_addr: SocketAddr,
+    count: u64,
+    pps: u64,
+    size: usize,
+) -> (u64, u64) {
+    let sock = dst.run(move || UdpSocket::bind(dst_addr).unwrap());
+    let sink = std::thread::spawn(move || {
+        relay_traffic::udp_sink_on(
+            sock,
+            Duration::from_millis(800),
+            Duration::from_secs(30),
+            None,
+        )
+        .unwrap()
+    });
+    let mut cfg = relay_traffic::UdpSendConfig::new(dst_addr);
+    cfg.size = size;
+    cfg.rate_bps = Some(pps * ((size as u64 + 28) * 8));
+    cfg.duration = Duration::from_secs_f64(count as f64 / pps as f64);
+    cfg.ratio = 1.0;
+    let sent = src.run(move || relay_traffic::udp_send(&cfg).unwrap());
+    let got = sink.join().unwrap();
+    (sent.packets, got.packets)
+}
+
+/// Sends TCP bulk data for `secs` from `src` to `dst` and returns (sent, received) bytes.
+pub fn tcp_exchange(src: &Node, dst: &Node, dst_addr: SocketAddr, secs: f64) -> (u64, u64) {
+    let listener = dst.run(move || std::net::TcpListener::bind(dst_addr).unwrap());
+    let sink = std::thread::spawn(move || relay_traffic::tcp_sink(listener).unwrap());
+    let (sent, _) =
+        src.run(move || relay_traffic::tcp_send(dst_addr, Duration::from_secs_f64(secs)).unwrap());
+    (sent, sink.join().unwrap())
+}
+
+pub fn addr(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+pub fn exists(p: &Path) -> bool {
+    p.exists()
+}
+
+/// `relayd status --json` through the CLI, to test the CLI itself.
+pub fn status_cli(node: &Node, socket: &Path) -> serde_json::Value {
+    let out = Command::new(RELAYD)
+        .args(["status", "--json", "--socket"])
+        .arg(socket)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "status failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = node;
+    serde_json::from_slice(&out.stdout).unwrap()
+}
