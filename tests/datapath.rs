@@ -52,10 +52,7 @@ fn icmp_udp_tcp_pass_through_accept() {
     assert_eq!(st.services[0].name, "accept");
     assert_eq!(st.services[0].packets, q.packets);
     let json = status_cli(&l.relay, &r.socket);
-    assert_eq!(
-        json["queues"][0]["packets"].as_u64().unwrap() >= q.packets,
-        true
-    );
+    assert!(json["queues"][0]["packets"].as_u64().unwrap() >= q.packets);
 }
 
 #[test]
@@ -77,14 +74,22 @@ services = ["accept"]
 "#,
     );
     let (sent, got) = udp_exchange(&l.src, &l.dst, addr("10.0.2.2:5001"), 200, 2000, 100);
-    assert_eq!((sent, got), (200, 0), "the drop queue let UDP/5001 through");
+    assert!(
+        sent >= 180 && got == 0,
+        "the drop queue let UDP/5001 through: sent {sent}, got {got}"
+    );
+    let dropped_sent = sent;
     let (sent, got) = udp_exchange(&l.src, &l.dst, addr("10.0.2.2:5000"), 200, 2000, 100);
     assert_eq!(got, sent, "UDP/5000 must pass");
     assert!(l.src.ping("10.0.2.2"));
     let st = r.status();
     let q3 = st.queues.iter().find(|q| q.num == 3).unwrap();
     let q4 = st.queues.iter().find(|q| q.num == 4).unwrap();
-    assert_eq!((q3.packets, q3.dropped), (200, 200), "{q3:?}");
+    assert_eq!(
+        (q3.packets, q3.dropped),
+        (dropped_sent, dropped_sent),
+        "{q3:?}"
+    );
     assert!(q4.packets >= 202 && q4.dropped == 0, "{q4:?}");
 }
 
@@ -267,17 +272,16 @@ repeat = true
 "#,
     );
     let (sent, got) = udp_exchange(&l.src, &l.dst, addr("10.0.2.2:5002"), 100, 2000, 100);
-    assert_eq!(
-        (sent, got),
-        (100, 0),
-        "the mark did not reach the user's rule"
+    assert!(
+        sent >= 90 && got == 0,
+        "the mark did not reach the user's rule: sent {sent}, got {got}"
     );
-    let (sent, got) = udp_exchange(&l.src, &l.dst, addr("10.0.2.2:5003"), 100, 2000, 100);
-    assert_eq!(got, sent, "marked and repeated packets must continue");
+    let (sent2, got) = udp_exchange(&l.src, &l.dst, addr("10.0.2.2:5003"), 100, 2000, 100);
+    assert_eq!(got, sent2, "marked and repeated packets must continue");
     let q = r.status().queues[0].clone();
     assert_eq!(
         (q.packets, q.repeated),
-        (200, 200),
+        (sent + sent2, sent + sent2),
         "each packet is queued exactly once: {q:?}"
     );
 }

@@ -155,12 +155,14 @@ pub fn udp_exchange(
     size: usize,
 ) -> (u64, u64) {
     let sock = dst.run(move || UdpSocket::bind(dst_addr).unwrap());
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop_sink = stop.clone();
     let sink = std::thread::spawn(move || {
         relay_traffic::udp_sink_on(
             sock,
             Duration::from_millis(800),
             Duration::from_secs(30),
-            None,
+            Some(&*stop_sink),
         )
         .unwrap()
     });
@@ -170,6 +172,9 @@ pub fn udp_exchange(
     cfg.duration = Duration::from_secs_f64(count as f64 / pps as f64);
     cfg.ratio = 1.0;
     let sent = src.run(move || relay_traffic::udp_send(&cfg).unwrap());
+    // Whatever is still in flight arrives well within this; then stop waiting.
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let got = sink.join().unwrap();
     (sent.packets, got.packets)
 }

@@ -655,13 +655,32 @@ fn check_queue(
         }
     };
     let defaults = relay_nfq::QueueConfig::new(first);
+    // Copy only what the chain needs: the headers relayd checks, or whole packets as
+    // soon as one service wants them.
+    let needed = chain
+        .iter()
+        .try_fold(relay_core::builtin::HEADER_BYTES, |acc, (_, s)| {
+            s.needs_bytes().map(|n| acc.max(n))
+        });
     let copy_range = match &q.copy_range {
         Some(c) if *c.get_ref() < 64 || *c.get_ref() > 0xffff => {
             cx.err(Some(c.span()), f("copy_range"), "must be 64-65535 bytes");
             defaults.copy_range
         }
-        Some(c) => *c.get_ref(),
-        None => defaults.copy_range,
+        Some(c) => {
+            if let Some((name, _)) = chain
+                .iter()
+                .find(|(_, s)| s.needs_bytes().is_none_or(|n| n > *c.get_ref()))
+            {
+                cx.err(
+                    Some(c.span()),
+                    f("copy_range"),
+                    format!("service `{name}` needs more of each packet"),
+                );
+            }
+            *c.get_ref()
+        }
+        None => needed.unwrap_or(defaults.copy_range),
     };
     let max_len = match &q.max_len {
         Some(m) if *m.get_ref() == 0 => {

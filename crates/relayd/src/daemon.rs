@@ -294,6 +294,7 @@ impl Daemon {
                 chain: r.spec.services.iter().map(|(n, _)| n.clone()).collect(),
                 fail_open: r.cfg.fail_open,
                 gso: r.cfg.gso,
+                copy_range: r.cfg.copy_range,
                 packets: c.packets.get(),
                 accepted: c.accepted.get(),
                 dropped: c.dropped.get(),

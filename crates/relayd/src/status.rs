@@ -38,6 +38,8 @@ pub struct QueueStatus {
     pub fail_open: bool,
     /// GSO on.
     pub gso: bool,
+    /// Bytes of each packet the kernel copies to relayd.
+    pub copy_range: u32,
     /// Packets received.
     pub packets: u64,
     /// Accepted (modified or not).

@@ -58,6 +58,9 @@ impl ServiceFactory for DumpFactory {
     fn kind(&self) -> &'static str {
         "dump"
     }
+    fn needs_bytes(&self) -> Option<u32> {
+        Some(super::HEADER_BYTES)
+    }
     fn build(&self, counters: &Counters) -> Box<dyn Service> {
         Box::new(Dump {
             name: self.name.clone(),

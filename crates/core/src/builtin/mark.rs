@@ -49,6 +49,9 @@ impl ServiceFactory for Mark {
     fn kind(&self) -> &'static str {
         "mark"
     }
+    fn needs_bytes(&self) -> Option<u32> {
+        Some(0)
+    }
     fn build(&self, _counters: &Counters) -> Box<dyn Service> {
         Box::new(self.clone())
     }

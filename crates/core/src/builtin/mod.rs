@@ -8,6 +8,10 @@ mod mark;
 pub use dump::{DumpConfig, format_packet};
 pub use mark::MarkConfig;
 
+/// Bytes a header-only service asks for: enough for IPv6 with a few extension headers and
+/// a TCP header with options.
+pub const HEADER_BYTES: u32 = 192;
+
 use crate::counters::Counters;
 use crate::packet::Packet;
 use crate::service::{Action, Context, Service, ServiceConfig, ServiceFactory};
@@ -35,6 +39,9 @@ impl Service for Fixed {
 impl ServiceFactory for Fixed {
     fn kind(&self) -> &'static str {
         self.0
+    }
+    fn needs_bytes(&self) -> Option<u32> {
+        Some(0)
     }
     fn build(&self, _counters: &Counters) -> Box<dyn Service> {
         Box::new(Fixed(self.0, self.1))

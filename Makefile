@@ -1,0 +1,49 @@
+# relayd: the two quickstart commands are `make demo` and `make test`.
+# Both need root (network namespaces, iptables, NFQUEUE), as relayd itself does.
+
+CARGO ?= cargo
+DEBIAN_PACKAGES := iptables iproute2 iputils-ping procps
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: all build release deps test lint unit demo bench bench-passthrough clean
+
+all: build
+
+build:
+	$(CARGO) build --workspace --locked
+
+release:
+	$(CARGO) build --release --locked -p relayd -p relay-traffic
+
+# Installs the Debian packages the tests and the demo drive, only if missing.
+deps:
+	@missing=""; for p in $(DEBIAN_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+	@$(SUDO) modprobe nfnetlink_queue 2>/dev/null || true
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+# Every test: unit tests, kernel tests on namespace testbeds, CLI tests. Needs root.
+test: deps lint
+	$(CARGO) test --workspace --locked
+
+demo: deps release
+	$(SUDO) bash examples/demo/demo.sh
+
+# Criterion benches (per-packet cost of parsing, chains, services).
+bench:
+	$(CARGO) bench --workspace --locked --bench chain
+
+# Kernel forwarding vs relayd on a namespace testbed: pps, TCP throughput, added latency.
+bench-passthrough: deps
+	$(CARGO) bench -p relayd --locked --bench passthrough
+
+clean:
+	$(CARGO) clean
