@@ -21,7 +21,12 @@ fn no_relayd_rules(save: &str) -> bool {
 #[test]
 fn icmp_udp_tcp_pass_through_accept() {
     let l = line3("accept");
-    let r = Relayd::start(&l.relay, ACCEPT_ALL);
+    // `dump` reads headers only, so the queue copies 192 bytes of each (GSO) packet: the
+    // chain must cope with partial packets without an error.
+    let r = Relayd::start(
+        &l.relay,
+        &ACCEPT_ALL.replace("[\"accept\"]", "[\"dump\", \"accept\"]"),
+    );
     assert!(
         iptables_save(&l.relay)
             .contains("-A RELAYD-FORWARD -j NFQUEUE --queue-num 0 --queue-bypass")
@@ -49,8 +54,15 @@ fn icmp_udp_tcp_pass_through_accept() {
         q.gso,
         "accept does not rewrite packets, so its queue takes GSO packets"
     );
-    assert_eq!(st.services[0].name, "accept");
-    assert_eq!(st.services[0].packets, q.packets);
+    assert_eq!(q.copy_range, 192);
+    let names: Vec<&str> = st.services.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["accept", "dump"]);
+    assert!(
+        st.services.iter().all(|s| s.packets == q.packets),
+        "{:?}",
+        st.services
+    );
+    assert!(st.services[1].counters["logged"] > 0);
     let json = status_cli(&l.relay, &r.socket);
     assert!(json["queues"][0]["packets"].as_u64().unwrap() >= q.packets);
 }

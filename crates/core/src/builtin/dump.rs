@@ -93,21 +93,23 @@ pub fn format_packet(out: &mut String, pkt: &mut Packet) {
         }
     };
     let data = pkt.data();
-    let (src, dst): (std::net::IpAddr, std::net::IpAddr) = match layout.version {
+    // The packet's real length from its IP header: with a copy range, `data` may hold only
+    // its first bytes, so lengths are read from header fields, never from slices.
+    let (src, dst, full_len): (std::net::IpAddr, std::net::IpAddr, usize) = match layout.version {
         IpVersion::V4 => {
             let p = Ipv4Packet::new_unchecked(data);
             out.push_str("IP ");
-            (p.src_addr().into(), p.dst_addr().into())
+            (p.src_addr().into(), p.dst_addr().into(), p.packet_len())
         }
         IpVersion::V6 => {
             let p = Ipv6Packet::new_unchecked(data);
             out.push_str("IP6 ");
-            (p.src_addr().into(), p.dst_addr().into())
+            (p.src_addr().into(), p.dst_addr().into(), p.packet_len())
         }
     };
-    let l4 = layout.l4.and_then(|o| data.get(o..layout.len));
+    let l4 = layout.l4.and_then(|o| Some((o, data.get(o..layout.len)?)));
     match (layout.proto, l4) {
-        (proto::TCP, Some(b)) => {
+        (proto::TCP, Some((off, b))) if b.len() >= 20 => {
             let t = TcpPacket::new_unchecked(b);
             let _ = write!(
                 out,
@@ -128,25 +130,20 @@ pub fn format_packet(out: &mut String, pkt: &mut Packet) {
             if t.flags() & flags::ACK != 0 {
                 out.push('.');
             }
-            let _ = write!(
-                out,
-                "], seq {}, win {}, length {}",
-                t.seq(),
-                t.window(),
-                t.payload().len()
-            );
+            let len = full_len.saturating_sub(off + t.header_len());
+            let _ = write!(out, "], seq {}, win {}, length {len}", t.seq(), t.window());
         }
-        (proto::UDP, Some(b)) => {
+        (proto::UDP, Some((_, b))) if b.len() >= 8 => {
             let u = UdpPacket::new_unchecked(b);
+            let len = (u.len() as usize).saturating_sub(8);
             let _ = write!(
                 out,
-                "{src}.{} > {dst}.{}: UDP, length {}",
+                "{src}.{} > {dst}.{}: UDP, length {len}",
                 u.src_port(),
-                u.dst_port(),
-                u.payload().len()
+                u.dst_port()
             );
         }
-        (proto::ICMP | proto::ICMPV6, Some(b)) => {
+        (proto::ICMP | proto::ICMPV6, Some((off, b))) if b.len() >= 8 => {
             let i = IcmpPacket::new_unchecked(b);
             let name = match (layout.proto, i.msg_type()) {
                 (proto::ICMP, 8) | (proto::ICMPV6, 128) => "echo request",
@@ -160,17 +157,17 @@ pub fn format_packet(out: &mut String, pkt: &mut Packet) {
             } else {
                 "ICMP6"
             };
+            let len = full_len.saturating_sub(off);
             let _ = write!(
                 out,
-                "{src} > {dst}: {kind} {name} {}/{}, length {}",
+                "{src} > {dst}: {kind} {name} {}/{}, length {len}",
                 i.msg_type(),
-                i.code(),
-                b.len()
+                i.code()
             );
         }
         (p, _) => {
             let frag = if layout.fragment { " (fragment)" } else { "" };
-            let _ = write!(out, "{src} > {dst}: proto {p}{frag}, length {}", layout.len);
+            let _ = write!(out, "{src} > {dst}: proto {p}{frag}, length {full_len}");
         }
     }
 }
@@ -188,5 +185,30 @@ mod tests {
         s.clear();
         format_packet(&mut s, &mut Packet::from_bytes(&[0x45, 0, 1]));
         assert_eq!(s, "malformed (truncated), 3 bytes");
+    }
+
+    #[test]
+    fn partial_copies_print_real_lengths_and_never_panic() {
+        let full = udp4(&[1u8; 300]);
+        let mut s = String::new();
+        let mut p = Packet::from_bytes(&full[..192]);
+        p.meta.orig_len = Some(full.len() as u32);
+        format_packet(&mut s, &mut p);
+        assert_eq!(s, "IP 10.0.1.1.4000 > 10.0.2.2.5000: UDP, length 300");
+        // Every cut, with and without the kernel's "partial" flag, every protocol number.
+        for proto in [1u8, 6, 17, 58, 99] {
+            let mut b = full.clone();
+            b[9] = proto;
+            for n in 0..b.len() {
+                for partial in [false, true] {
+                    let mut p = Packet::from_bytes(&b[..n]);
+                    if partial {
+                        p.meta.orig_len = Some(b.len() as u32);
+                    }
+                    s.clear();
+                    format_packet(&mut s, &mut p);
+                }
+            }
+        }
     }
 }
