@@ -398,6 +398,8 @@ services = ["dump"]
 [[queue]]
 num = 0
 hook = "forward"
+copy_range = 65535
+batch = 8
 services = ["d", "accept"]
 
 [service.d]
@@ -435,6 +437,11 @@ rate = 1
     assert_eq!(st.queues.len(), 2);
     let q0 = st.queues.iter().find(|q| q.num == 0).unwrap();
     assert_eq!(q0.chain, vec!["d".to_string(), "accept".to_string()]);
+    // The copy range grew from headers only to whole packets while traffic flowed: no
+    // packet may be left unanswered in the kernel's queue.
+    assert_eq!(q0.copy_range, 65535);
+    assert_eq!(q0.kernel.as_ref().map(|k| k.waiting), Some(0), "{q0:?}");
+    assert_eq!(q0.errors, 0, "{q0:?}");
     assert!(
         q0.packets >= sent.packets,
         "counters must survive the reload: {q0:?}"

@@ -130,11 +130,19 @@ impl Chain {
                 Action::Drop => return self.count(q, Verdict::Drop, None, false),
                 Action::Repeat { mark } => {
                     let mark = Some(mark | self.settings.bypass_mark);
-                    return self.count(q, Verdict::Repeat, mark, pkt.is_modified());
+                    let payload = self.payload(pkt, cx, q);
+                    return self.count(q, Verdict::Repeat, mark, payload);
                 }
             }
         }
-        let mut payload = pkt.is_modified();
+        let payload = self.payload(pkt, cx, q);
+        self.count(q, Verdict::Accept, pkt.verdict_mark(), payload)
+    }
+
+    /// Whether the verdict carries the packet's bytes: only if modified, and never for a
+    /// partial copy.
+    fn payload(&mut self, pkt: &Packet, cx: &Context, q: &QueueCounters) -> bool {
+        let payload = pkt.is_modified();
         if payload && pkt.is_partial() {
             // The kernel gave us only part of the packet: sending it back would cut the
             // packet short. Keep the original instead and say so.
@@ -146,9 +154,9 @@ impl Chain {
                     "a service modified a partially copied packet; raise copy_range; original kept"
                 );
             }
-            payload = false;
+            return false;
         }
-        self.count(q, Verdict::Accept, pkt.verdict_mark(), payload)
+        payload
     }
 
     fn count(

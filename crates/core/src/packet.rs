@@ -216,10 +216,13 @@ impl Packet {
     /// rarely) and zero-fills the new bytes.
     pub fn resize(&mut self, len: usize) {
         let need = self.start + len;
-        if need > self.buf.len() {
-            self.buf.resize(need, 0);
-        } else if len > self.len() {
-            self.buf[self.end..need].fill(0);
+        if need > self.end {
+            // The tailroom holds bytes of earlier packets: never let them show through.
+            let old = self.buf.len();
+            self.buf[self.end..need.min(old)].fill(0);
+            if need > old {
+                self.buf.resize(need, 0);
+            }
         }
         self.end = need;
         self.modified = true;
@@ -507,5 +510,19 @@ pub(crate) mod tests {
         assert_eq!(p.data(), &orig[..10]);
         p.resize(12);
         assert_eq!(&p.data()[10..], &[0, 0]);
+    }
+
+    #[test]
+    fn growing_never_shows_old_bytes() {
+        let mut buf = vec![0xaa; 64];
+        buf[..4].copy_from_slice(&[0x45, 0, 0, 4]);
+        let mut p = Packet::in_buffer(buf, 0, 4, PacketMeta::default());
+        p.resize(100);
+        assert!(p.data()[4..].iter().all(|&b| b == 0));
+        let mut buf = vec![0xaa; 64];
+        buf[..4].copy_from_slice(&[0x45, 0, 0, 4]);
+        let mut p = Packet::in_buffer(buf, 0, 4, PacketMeta::default());
+        p.insert(4, 20);
+        assert!(p.data()[4..].iter().all(|&b| b == 0));
     }
 }

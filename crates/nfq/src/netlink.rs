@@ -120,16 +120,6 @@ impl Socket {
             )
         })
         .map_err(|e| NfqError::Socket("bind", e))?;
-        // SO_RCVBUFFORCE lifts the rmem_max cap (we run as root); fall back to SO_RCVBUF.
-        let set_buf = |force, plain, size: usize| {
-            let size = size.min(i32::MAX as usize / 2) as i32;
-            setsockopt_int(raw, libc::SOL_SOCKET, force, size)
-                .or_else(|_| setsockopt_int(raw, libc::SOL_SOCKET, plain, size))
-        };
-        set_buf(libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, rcvbuf)
-            .map_err(|e| NfqError::Socket("setsockopt(SO_RCVBUF)", e))?;
-        set_buf(libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, sndbuf)
-            .map_err(|e| NfqError::Socket("setsockopt(SO_SNDBUF)", e))?;
         let tv = libc::timeval {
             tv_sec: (timeout_ms / 1000) as libc::time_t,
             tv_usec: ((timeout_ms % 1000) * 1000) as libc::suseconds_t,
@@ -145,11 +135,29 @@ impl Socket {
             )
         })
         .map_err(|e| NfqError::Socket("setsockopt(SO_RCVTIMEO)", e))?;
-        Ok(Socket { fd, seq: 0 })
+        let sock = Socket { fd, seq: 0 };
+        sock.set_buffers(rcvbuf, sndbuf)?;
+        Ok(sock)
     }
 
-    /// The receive buffer size the kernel actually granted (it doubles the request).
-    pub(crate) fn rcvbuf(&self) -> usize {
+    /// Sets the receive and send buffer sizes. SO_*BUFFORCE lifts the rmem_max/wmem_max
+    /// caps where we may (CAP_NET_ADMIN in the initial user namespace); elsewhere the
+    /// plain options apply, capped: read back what was granted with `rcvbuf`/`sndbuf`.
+    pub(crate) fn set_buffers(&self, rcvbuf: usize, sndbuf: usize) -> Result<(), NfqError> {
+        let raw = self.as_raw_fd();
+        let set_buf = |force, plain, size: usize| {
+            let size = size.min(i32::MAX as usize / 2) as i32;
+            setsockopt_int(raw, libc::SOL_SOCKET, force, size)
+                .or_else(|_| setsockopt_int(raw, libc::SOL_SOCKET, plain, size))
+        };
+        set_buf(libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, rcvbuf)
+            .map_err(|e| NfqError::Socket("setsockopt(SO_RCVBUF)", e))?;
+        set_buf(libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, sndbuf)
+            .map_err(|e| NfqError::Socket("setsockopt(SO_SNDBUF)", e))?;
+        Ok(())
+    }
+
+    fn get_int(&self, opt: i32) -> usize {
         let mut v: i32 = 0;
         let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
         // SAFETY: pointers to a live i32 and its length.
@@ -157,12 +165,22 @@ impl Socket {
             libc::getsockopt(
                 self.as_raw_fd(),
                 libc::SOL_SOCKET,
-                libc::SO_RCVBUF,
+                opt,
                 &mut v as *mut i32 as *mut libc::c_void,
                 &mut len,
             )
         };
         if r < 0 { 0 } else { v as usize }
+    }
+
+    /// The receive buffer size the kernel granted (it doubles the request).
+    pub(crate) fn rcvbuf(&self) -> usize {
+        self.get_int(libc::SO_RCVBUF)
+    }
+
+    /// The send buffer size the kernel granted; one sendmsg may carry at most this less 32.
+    pub(crate) fn sndbuf(&self) -> usize {
+        self.get_int(libc::SO_SNDBUF)
     }
 
     /// Binds the socket to queue `num` and sets its parameters, each step acknowledged.
@@ -188,32 +206,23 @@ impl Socket {
         self.configure(num, params)
     }
 
-    /// Sets copy range, queue length and flags of the bound queue in one message (all
-    /// flags in one NFQA_CFG_FLAGS attribute: a second one would silently override it).
+    /// Sets copy range, queue length and flags of the bound queue and waits for the answer
+    /// (at bind time, before any packet can be queued for us).
     pub(crate) fn configure(&mut self, num: u16, p: &QueueParams) -> Result<(), NfqError> {
-        let mut m = MsgBuilder::new(
-            NFQNL_MSG_CONFIG,
-            NLM_F_REQUEST | NLM_F_ACK,
-            self.next_seq(),
-            num,
-        );
-        let mut params = [0u8; 5];
-        params[..4].copy_from_slice(&p.copy_range.to_be_bytes());
-        params[4] = NFQNL_COPY_PACKET;
-        m.attr(NFQA_CFG_PARAMS, &params);
-        m.attr(NFQA_CFG_QUEUE_MAXLEN, &p.max_len.to_be_bytes());
-        let mask = NFQA_CFG_F_FAIL_OPEN | NFQA_CFG_F_GSO;
-        let mut flags = 0;
-        if p.fail_open {
-            flags |= NFQA_CFG_F_FAIL_OPEN;
-        }
-        if p.gso {
-            flags |= NFQA_CFG_F_GSO;
-        }
-        m.attr(NFQA_CFG_MASK, &mask.to_be_bytes());
-        m.attr(NFQA_CFG_FLAGS, &flags.to_be_bytes());
+        let seq = self.next_seq();
+        let mut m = config_message(num, p, seq);
         self.request(m.finish())
             .map_err(|e| NfqError::Config(num, "set parameters", e))
+    }
+
+    /// Sends new parameters to a queue that is running, without waiting: packets may sit
+    /// in front of the acknowledgement, so the caller matches the returned sequence number
+    /// in the error messages it receives with its packets.
+    pub(crate) fn configure_async(&mut self, num: u16, p: &QueueParams) -> io::Result<u32> {
+        let seq = self.next_seq();
+        let mut m = config_message(num, p, seq);
+        self.send(m.finish())?;
+        Ok(seq)
     }
 
     /// Unbinds the queue (the kernel drops what is still queued for it).
@@ -339,6 +348,28 @@ pub(crate) struct QueueParams {
     pub(crate) max_len: u32,
     pub(crate) fail_open: bool,
     pub(crate) gso: bool,
+}
+
+/// The config message setting copy range, queue length and flags in one go (all flags in
+/// one NFQA_CFG_FLAGS attribute: a second one would silently override the first).
+fn config_message(num: u16, p: &QueueParams, seq: u32) -> MsgBuilder {
+    let mut m = MsgBuilder::new(NFQNL_MSG_CONFIG, NLM_F_REQUEST | NLM_F_ACK, seq, num);
+    let mut params = [0u8; 5];
+    params[..4].copy_from_slice(&p.copy_range.to_be_bytes());
+    params[4] = NFQNL_COPY_PACKET;
+    m.attr(NFQA_CFG_PARAMS, &params);
+    m.attr(NFQA_CFG_QUEUE_MAXLEN, &p.max_len.to_be_bytes());
+    let mask = NFQA_CFG_F_FAIL_OPEN | NFQA_CFG_F_GSO;
+    let mut flags = 0;
+    if p.fail_open {
+        flags |= NFQA_CFG_F_FAIL_OPEN;
+    }
+    if p.gso {
+        flags |= NFQA_CFG_F_GSO;
+    }
+    m.attr(NFQA_CFG_MASK, &mask.to_be_bytes());
+    m.attr(NFQA_CFG_FLAGS, &flags.to_be_bytes());
+    m
 }
 
 /// Builds one netlink message in a small owned buffer (setup path only).
@@ -526,9 +557,35 @@ pub(crate) fn parse_packet(p: &[u8]) -> Option<PacketMsg> {
     have_hdr.then_some(out)
 }
 
+/// The packet id of a packet message whose attributes cannot all be read (a datagram cut
+/// short), so that the packet can still be answered. `dgram` starts at the nlmsghdr.
+pub(crate) fn packet_id_of_damaged(dgram: &[u8]) -> Option<u32> {
+    let ty = u16::from_ne_bytes([*dgram.get(4)?, *dgram.get(5)?]);
+    if ty != (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_PACKET {
+        return None;
+    }
+    // nlmsghdr (16) + nfgenmsg (4), then the packet header attribute comes first.
+    let a = dgram.get(HDR_LEN..HDR_LEN + 8)?;
+    let attr_ty = u16::from_ne_bytes([a[2], a[3]]) & 0x3fff;
+    (attr_ty == NFQA_PACKET_HDR)
+        .then(|| be32(&a[4..8]))
+        .flatten()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn recovers_the_id_of_a_cut_datagram() {
+        let mut m = MsgBuilder::new(NFQNL_MSG_PACKET, 0, 0, 1);
+        m.attr(NFQA_PACKET_HDR, &[0, 0, 1, 2, 0x08, 0x00, 2]);
+        m.attr(NFQA_PAYLOAD, &[0x45; 100]);
+        let buf = m.finish().to_vec();
+        assert_eq!(Messages::new(&buf[..60]).count(), 0);
+        assert_eq!(packet_id_of_damaged(&buf[..60]), Some(0x0102));
+        assert_eq!(packet_id_of_damaged(&buf[..20]), None);
+    }
 
     #[test]
     fn verdict_header_layout() {

@@ -56,7 +56,7 @@ impl QueueConfig {
         }
     }
 
-    fn params(&self) -> QueueParams {
+    pub(crate) fn params(&self) -> QueueParams {
         QueueParams {
             copy_range: self.copy_range,
             max_len: self.max_len,
@@ -75,7 +75,7 @@ impl QueueConfig {
 struct Shared {
     stop: AtomicBool,
     has_update: AtomicBool,
-    update: Mutex<Option<(Chain, QueueParams)>>,
+    update: Mutex<Option<(Chain, QueueConfig)>>,
 }
 
 /// A running queue: its thread, counters, and the handle to reconfigure or stop it.
@@ -98,8 +98,30 @@ impl std::fmt::Debug for Queue {
 
 /// How long the thread waits in recv before it looks at its stop flag.
 const RECV_TIMEOUT_MS: u32 = 100;
-/// The longest a stopping queue keeps draining while packets still arrive.
+/// The longest a stopping queue keeps draining while packets still arrive; what is still
+/// queued after that is dropped by the kernel when the queue is unbound.
 const DRAIN_LIMIT: Duration = Duration::from_secs(2);
+
+fn check_config(cfg: &QueueConfig) -> Result<(), NfqError> {
+    let min = cfg.copy_range as usize + QueueConfig::OVERHEAD;
+    if cfg.rcvbuf < min {
+        return Err(NfqError::Invalid(format!(
+            "queue {}: rcvbuf {} is smaller than copy_range plus netlink overhead ({min})",
+            cfg.num, cfg.rcvbuf
+        )));
+    }
+    Ok(())
+}
+
+/// Receive slot size for a copy range: the packet, netlink overhead, room to grow.
+fn slot_len(cfg: &QueueConfig) -> usize {
+    cfg.copy_range as usize + QueueConfig::OVERHEAD + QueueConfig::TAILROOM
+}
+
+/// Send buffer wanted so that the verdicts of a whole batch fit in one sendmsg.
+fn sndbuf_for(cfg: &QueueConfig) -> usize {
+    (cfg.batch.clamp(1, 1024) * (slot_len(cfg) + VERDICT_HDR_MAX)).max(1 << 20)
+}
 
 impl Queue {
     /// Binds queue `cfg.num` (errors, such as the queue being taken, come back here) and
@@ -109,18 +131,8 @@ impl Queue {
         chain: Chain,
         counters: QueueCounters,
     ) -> Result<Queue, NfqError> {
-        let min = cfg.copy_range as usize + QueueConfig::OVERHEAD;
-        if cfg.rcvbuf < min {
-            return Err(NfqError::Invalid(format!(
-                "queue {}: rcvbuf {} is smaller than copy_range plus netlink overhead ({min})",
-                cfg.num, cfg.rcvbuf
-            )));
-        }
-        let batch = cfg.batch.clamp(1, 1024);
-        let slot = cfg.copy_range as usize + QueueConfig::OVERHEAD + QueueConfig::TAILROOM;
-        // Verdicts of a whole batch go in one sendmsg: the send buffer must hold them.
-        let sndbuf = (batch * (slot + VERDICT_HDR_MAX)).max(1 << 20);
-        let mut sock = Socket::open(cfg.rcvbuf, sndbuf, RECV_TIMEOUT_MS)?;
+        check_config(cfg)?;
+        let mut sock = Socket::open(cfg.rcvbuf, sndbuf_for(cfg), RECV_TIMEOUT_MS)?;
         sock.bind_queue(cfg.num, &cfg.params())?;
         let rcvbuf = sock.rcvbuf();
         let shared = Arc::new(Shared {
@@ -130,21 +142,13 @@ impl Queue {
         });
         let worker_shared = shared.clone();
         let worker_counters = counters.clone();
-        let (num, params, batch_verdicts) = (cfg.num, cfg.params(), cfg.batch_verdicts);
+        let cfg = cfg.clone();
+        let num = cfg.num;
         let thread = std::thread::Builder::new()
             .name(format!("relayd-q{num}"))
             .spawn(move || {
-                let mut w = Worker::new(
-                    sock,
-                    num,
-                    params,
-                    chain,
-                    worker_counters,
-                    worker_shared,
-                    batch,
-                    slot,
-                );
-                w.batch_verdicts = batch_verdicts;
+                block_signals();
+                let mut w = Worker::new(sock, cfg, chain, worker_counters, worker_shared);
                 w.run();
             })
             .map_err(|e| NfqError::Socket("spawn queue thread", e))?;
@@ -167,7 +171,7 @@ impl Queue {
         &self.counters
     }
 
-    /// The receive buffer the kernel granted.
+    /// The receive buffer the kernel granted at start.
     pub fn rcvbuf(&self) -> usize {
         self.rcvbuf
     }
@@ -177,17 +181,31 @@ impl Queue {
         self.thread.as_ref().is_some_and(|t| !t.is_finished())
     }
 
-    /// Hands the thread a new chain and queue parameters; it switches between two
-    /// batches, so no packet is lost or sees half of each chain.
-    pub fn update(&self, chain: Chain, cfg: &QueueConfig) {
-        *self.shared.update.lock().unwrap_or_else(|e| e.into_inner()) = Some((chain, cfg.params()));
+    /// Hands the thread a new chain and queue configuration. The thread first resizes its
+    /// buffers for the new copy range and batch, then tells the kernel, then switches chains
+    /// between two batches, so no packet is lost or sees half of each chain.
+    pub fn update(&self, chain: Chain, cfg: &QueueConfig) -> Result<(), NfqError> {
+        check_config(cfg)?;
+        *self.shared.update.lock().unwrap_or_else(|e| e.into_inner()) = Some((chain, cfg.clone()));
         self.shared.has_update.store(true, Ordering::Release);
+        Ok(())
     }
 
-    /// Stops the queue after draining it: the thread serves what is still queued (call
-    /// this after removing the rules that feed the queue), then unbinds and exits.
-    pub fn stop(mut self) {
+    /// Asks the thread to drain and stop, without waiting (see [`Queue::join`]): it serves
+    /// what is still queued (remove the rules that feed the queue first), then unbinds.
+    pub fn request_stop(&self) {
+        self.shared.stop.store(true, Ordering::Release);
+    }
+
+    /// Waits for a stopping thread to finish.
+    pub fn join(mut self) {
         self.shutdown();
+    }
+
+    /// Drains, unbinds and waits: `request_stop` then `join`.
+    pub fn stop(self) {
+        self.request_stop();
+        self.join();
     }
 
     fn shutdown(&mut self) {
@@ -206,6 +224,17 @@ impl Drop for Queue {
     }
 }
 
+/// Queue threads take no signals: the control plane handles them, and a signal landing
+/// here would only cut a receive short.
+fn block_signals() {
+    // SAFETY: a zeroed sigset filled by sigfillset, applied to this thread only.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut set);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
 /// One packet's verdict waiting to be sent.
 #[derive(Clone, Copy)]
 struct Pending {
@@ -218,12 +247,17 @@ struct Pending {
 
 struct Worker {
     sock: Socket,
-    num: u16,
-    params: QueueParams,
+    cfg: QueueConfig,
     chain: Chain,
     counters: QueueCounters,
     shared: Arc<Shared>,
+    /// False once a verdict could not be delivered: a batch verdict could then answer the
+    /// stranded packet with someone else's verdict.
     batch_verdicts: bool,
+    /// The id after the last one answered, while ids have been answered without a gap.
+    next_id: Option<u32>,
+    /// Sequence number of a configuration change the kernel has not answered yet.
+    config_seq: Option<u32>,
     slot_len: usize,
     slots: Vec<Vec<u8>>,
     iov: Vec<libc::iovec>,
@@ -242,45 +276,66 @@ unsafe impl Send for Worker {}
 static ZEROS: [u8; 4] = [0; 4];
 
 impl Worker {
-    #[allow(clippy::too_many_arguments)]
     fn new(
         sock: Socket,
-        num: u16,
-        params: QueueParams,
+        cfg: QueueConfig,
         chain: Chain,
         counters: QueueCounters,
         shared: Arc<Shared>,
-        batch: usize,
-        slot_len: usize,
     ) -> Worker {
+        let mut w = Worker {
+            sock,
+            batch_verdicts: cfg.batch_verdicts,
+            cfg,
+            chain,
+            counters,
+            shared,
+            next_id: None,
+            config_seq: None,
+            slot_len: 0,
+            slots: Vec::new(),
+            iov: Vec::new(),
+            mmsg: Vec::new(),
+            pending: Vec::new(),
+            hdrs: Vec::new(),
+            send_iov: Vec::new(),
+            sndbuf_budget: 0,
+            log: RateLimit::new(10),
+        };
+        w.size_buffers();
+        w
+    }
+
+    /// (Re)allocates the receive slots and verdict buffers for the current configuration.
+    /// Only at start and on reload.
+    fn size_buffers(&mut self) {
+        let batch = self.cfg.batch.clamp(1, 1024);
+        self.slot_len = slot_len(&self.cfg);
+        self.slots.resize_with(batch, Vec::new);
+        for s in &mut self.slots {
+            if s.len() < self.slot_len {
+                s.resize(self.slot_len, 0);
+            }
+        }
         let empty_iov = libc::iovec {
             iov_base: std::ptr::null_mut(),
             iov_len: 0,
         };
+        self.iov = vec![empty_iov; batch];
         // SAFETY: an all-zero mmsghdr is a valid (empty) value.
-        let empty_mmsg: libc::mmsghdr = unsafe { std::mem::zeroed() };
-        Worker {
-            sock,
-            num,
-            params,
-            chain,
-            counters,
-            shared,
-            batch_verdicts: true,
-            slot_len,
-            slots: (0..batch).map(|_| vec![0u8; slot_len]).collect(),
-            iov: vec![empty_iov; batch],
-            mmsg: vec![empty_mmsg; batch],
-            pending: Vec::with_capacity(batch),
-            hdrs: vec![[0u8; VERDICT_HDR_MAX]; batch],
-            send_iov: Vec::with_capacity(batch * 3),
-            sndbuf_budget: (batch * (slot_len + VERDICT_HDR_MAX)).max(1 << 20) / 2,
-            log: RateLimit::new(10),
-        }
+        self.mmsg = vec![unsafe { std::mem::zeroed::<libc::mmsghdr>() }; batch];
+        self.pending = Vec::with_capacity(batch);
+        self.hdrs = vec![[0u8; VERDICT_HDR_MAX]; batch];
+        self.send_iov = Vec::with_capacity(batch * 3);
+        // A sendmsg larger than the send buffer fails with EMSGSIZE: stay well below what
+        // the kernel actually granted (it may cap our request).
+        self.sndbuf_budget = (self.sock.sndbuf() / 2)
+            .saturating_sub(1024)
+            .max(VERDICT_HDR_MAX + 0x10000);
     }
 
     fn run(&mut self) {
-        tracing::debug!(queue = self.num, "queue thread running");
+        tracing::debug!(queue = self.cfg.num, "queue thread running");
         let mut stopping_since: Option<Instant> = None;
         loop {
             if self.shared.has_update.swap(false, Ordering::Acquire) {
@@ -290,17 +345,22 @@ impl Worker {
                 stopping_since = Some(Instant::now());
             }
             if stopping_since.is_some_and(|t| t.elapsed() > DRAIN_LIMIT) {
+                tracing::warn!(
+                    queue = self.cfg.num,
+                    "still busy after draining for {DRAIN_LIMIT:?}; unbinding"
+                );
                 break;
             }
             match self.receive() {
                 Ok(0) => {}
                 Ok(n) => self.handle_batch(n),
                 Err(e) => match e.raw_os_error() {
-                    Some(libc::EAGAIN) | Some(libc::EINTR) => {
+                    Some(libc::EAGAIN) => {
                         if stopping_since.is_some() {
                             break; // drained: nothing arrived for a whole receive timeout
                         }
                     }
+                    Some(libc::EINTR) => {}
                     Some(libc::ENOBUFS) => {
                         // The kernel could not deliver some packets to us: they were
                         // accepted or dropped by the queue's policy. Count and go on.
@@ -310,7 +370,7 @@ impl Worker {
                         self.counters.errors.inc();
                         if let Some(s) = self.log.allow(Instant::now()) {
                             tracing::error!(
-                                queue = self.num,
+                                queue = self.cfg.num,
                                 suppressed = s,
                                 "receive failed: {e}"
                             );
@@ -320,10 +380,10 @@ impl Worker {
                 },
             }
         }
-        if let Err(e) = self.sock.unbind_queue(self.num) {
-            tracing::debug!(queue = self.num, "unbind: {e}");
+        if let Err(e) = self.sock.unbind_queue(self.cfg.num) {
+            tracing::debug!(queue = self.cfg.num, "unbind: {e}");
         }
-        tracing::debug!(queue = self.num, "queue thread stopped");
+        tracing::debug!(queue = self.cfg.num, "queue thread stopped");
     }
 
     fn apply_update(&mut self) {
@@ -333,19 +393,30 @@ impl Worker {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
-        if let Some((chain, params)) = update {
-            if params != self.params {
-                match self.sock.configure(self.num, &params) {
-                    Ok(()) => self.params = params,
-                    Err(e) => tracing::error!(
-                        queue = self.num,
-                        "new queue parameters refused, keeping the old: {e}"
-                    ),
+        let Some((chain, cfg)) = update else { return };
+        let num = self.cfg.num;
+        if cfg != self.cfg {
+            if (cfg.rcvbuf != self.cfg.rcvbuf || sndbuf_for(&cfg) != sndbuf_for(&self.cfg))
+                && let Err(e) = self.sock.set_buffers(cfg.rcvbuf, sndbuf_for(&cfg))
+            {
+                tracing::error!(queue = num, "new socket buffer sizes refused: {e}");
+            }
+            // Buffers first: from the kernel's next packet on, it may copy more.
+            let params_changed = cfg.params() != self.cfg.params();
+            self.batch_verdicts = cfg.batch_verdicts && self.batch_verdicts;
+            self.cfg = cfg;
+            self.size_buffers();
+            if params_changed {
+                match self.sock.configure_async(num, &self.cfg.params()) {
+                    Ok(seq) => self.config_seq = Some(seq),
+                    Err(e) => {
+                        tracing::error!(queue = num, "sending new queue parameters failed: {e}")
+                    }
                 }
             }
-            self.chain = chain;
-            tracing::info!(queue = self.num, "chain replaced");
         }
+        self.chain = chain;
+        tracing::info!(queue = num, "chain replaced");
     }
 
     fn receive(&mut self) -> io::Result<usize> {
@@ -360,6 +431,7 @@ impl Worker {
             let h = &mut self.mmsg[i];
             h.msg_hdr.msg_iov = &mut self.iov[i];
             h.msg_hdr.msg_iovlen = 1;
+            h.msg_hdr.msg_flags = 0;
             h.msg_len = 0;
         }
         if self.slots.len() == 1 {
@@ -374,21 +446,22 @@ impl Worker {
     fn handle_batch(&mut self, n: usize) {
         self.counters.batches.inc();
         let cx = Context {
-            queue: self.num,
+            queue: self.cfg.num,
             now: Instant::now(),
         };
         self.pending.clear();
         for i in 0..n {
             let len = (self.mmsg[i].msg_len as usize).min(self.slots[i].len());
-            self.handle_datagram(i, len, &cx);
+            let truncated = self.mmsg[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+            self.handle_datagram(i, len, truncated, &cx);
         }
         self.send_verdicts();
     }
 
-    fn handle_datagram(&mut self, slot: usize, len: usize, cx: &Context) {
+    fn handle_datagram(&mut self, slot: usize, len: usize, truncated: bool, cx: &Context) {
         let packet_type = (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_PACKET;
         let mut found: Option<(netlink::PacketMsg, usize)> = None;
-        let (mut odd, mut refused) = (0u32, None);
+        let (mut odd, mut refused, mut config_refused) = (0u32, None, None);
         for m in Messages::new(&self.slots[slot][..len]) {
             if m.ty == packet_type {
                 match netlink::parse_packet(m.payload) {
@@ -399,33 +472,58 @@ impl Worker {
             } else if m.ty == NLMSG_ERROR && m.payload.len() >= 4 {
                 let err =
                     i32::from_ne_bytes([m.payload[0], m.payload[1], m.payload[2], m.payload[3]]);
-                if err != 0 {
+                if self.config_seq.is_some() && self.config_seq == Some(m.seq) {
+                    self.config_seq = None;
+                    if err != 0 {
+                        config_refused = Some(io::Error::from_raw_os_error(-err));
+                    }
+                } else if err != 0 {
                     refused = Some(io::Error::from_raw_os_error(-err));
                 }
             }
         }
-        if odd > 0 {
-            self.count_error("unparsable or extra packet message");
+        if let Some(e) = config_refused {
+            self.counters.errors.inc();
+            tracing::error!(
+                queue = self.cfg.num,
+                "the kernel refused the new queue parameters: {e}"
+            );
         }
         if let Some(e) = refused {
             self.count_error_with(|| format!("kernel refused a verdict: {e}"));
         }
-        let Some((p, base)) = found else { return };
-        let Some((s, e)) = p.payload else {
-            // A packet message without payload cannot be processed; let it through.
-            self.pending.push(Pending {
-                id: p.id,
-                slot,
-                start: 0,
-                end: 0,
-                decision: Decision::ACCEPT,
-            });
-            self.count_error("packet message without payload");
+        if odd > 0 {
+            self.count_error("unparsable or extra packet message");
+        }
+        let data = found.and_then(|(p, base)| p.payload.map(|(s, e)| (p, base + s, base + e)));
+        let Some((p, start, end)) = data.filter(|_| !truncated) else {
+            // A packet we cannot run the chain on (cut short, no payload) still gets an
+            // answer, or it would sit in the kernel's queue until relayd stops.
+            let id = found
+                .map(|(p, _)| p.id)
+                .or_else(|| netlink::packet_id_of_damaged(&self.slots[slot][..len]));
+            if let Some(id) = id {
+                let decision = Decision {
+                    verdict: self.chain.malformed_verdict(),
+                    mark: None,
+                    payload: false,
+                };
+                self.pending.push(Pending {
+                    id,
+                    slot,
+                    start: 0,
+                    end: 0,
+                    decision,
+                });
+                self.count_error(
+                    "packet message cut short or without payload; answered by the malformed policy",
+                );
+            }
             return;
         };
         let meta = PacketMeta {
             id: p.id,
-            queue: self.num,
+            queue: self.cfg.num,
             hw_protocol: p.hw_protocol,
             hook: Hook::from_kernel(p.hook),
             mark: p.mark,
@@ -435,7 +533,7 @@ impl Worker {
             gso: p.gso,
         };
         let buf = std::mem::take(&mut self.slots[slot]);
-        let mut pkt = Packet::in_buffer(buf, base + s, base + e, meta);
+        let mut pkt = Packet::in_buffer(buf, start, end, meta);
         // A service bug must not take the queue down with it: the packet gets the queue's
         // malformed-packet verdict and the panic is counted. (Unwinding costs nothing
         // until it happens.)
@@ -487,97 +585,149 @@ impl Worker {
     fn count_error_with(&mut self, what: impl FnOnce() -> String) {
         self.counters.errors.inc();
         if let Some(s) = self.log.allow(Instant::now()) {
-            tracing::warn!(queue = self.num, suppressed = s, "{}", what());
+            tracing::warn!(queue = self.cfg.num, suppressed = s, "{}", what());
         }
     }
 
+    /// True if one batch verdict answers exactly the pending packets: all want the same
+    /// plain verdict, and their ids follow the last answered one without a gap (the kernel
+    /// applies a batch verdict to every queued id up to the one given).
+    fn batchable(&self) -> bool {
+        let Some(first) = self.pending.first() else {
+            return false;
+        };
+        self.batch_verdicts
+            && self.pending.len() > 1
+            && self.next_id == Some(first.id)
+            && self.pending.iter().enumerate().all(|(k, p)| {
+                p.id == first.id.wrapping_add(k as u32)
+                    && !p.decision.payload
+                    && p.decision.verdict == first.decision.verdict
+                    && p.decision.mark == first.decision.mark
+            })
+    }
+
     fn send_verdicts(&mut self) {
-        let Some(first) = self.pending.first().copied() else {
+        let Some(&first) = self.pending.first() else {
             return;
         };
-        let uniform = self.pending.iter().all(|p| {
-            !p.decision.payload
-                && p.decision.verdict == first.decision.verdict
-                && p.decision.mark == first.decision.mark
-        });
-        if self.batch_verdicts && uniform && self.pending.len() > 1 {
-            // Ids grow monotonically and every packet up to the largest id is in this batch
-            // (or was already answered), so one batch verdict answers them all.
-            let max_id = self
-                .pending
-                .iter()
-                .map(|p| p.id)
-                .fold(first.id, |a, b| if id_after(b, a) { b } else { a });
+        let last = self.pending[self.pending.len() - 1];
+        if self.batchable() {
             let n = netlink::verdict_header(
                 &mut self.hdrs[0],
                 true,
-                self.num,
-                max_id,
+                self.cfg.num,
+                last.id,
                 nf_verdict(first.decision.verdict),
                 first.decision.mark,
                 None,
             );
-            if let Err(e) = self.sock.send(&self.hdrs[0][..n]) {
-                self.count_error_with(|| format!("batch verdict failed: {e}"));
+            match self.sock.send(&self.hdrs[0][..n]) {
+                Ok(()) => self.next_id = Some(last.id.wrapping_add(1)),
+                // Answer them one by one instead.
+                Err(_) => self.send_each(0),
             }
             return;
         }
         self.send_iov.clear();
         let mut bytes = 0;
+        let mut from = 0;
         for k in 0..self.pending.len() {
-            let p = self.pending[k];
-            let payload_len = p.decision.payload.then_some(p.end - p.start);
-            let n = netlink::verdict_header(
-                &mut self.hdrs[k],
-                false,
-                self.num,
-                p.id,
-                nf_verdict(p.decision.verdict),
-                p.decision.mark,
-                payload_len,
-            );
-            self.send_iov.push(libc::iovec {
-                iov_base: self.hdrs[k].as_mut_ptr() as *mut libc::c_void,
-                iov_len: n,
-            });
-            bytes += n;
-            if let Some(len) = payload_len {
-                let data = &mut self.slots[p.slot][p.start..p.end];
-                self.send_iov.push(libc::iovec {
-                    iov_base: data.as_mut_ptr() as *mut libc::c_void,
-                    iov_len: len,
-                });
-                let pad = align4(len) - len;
-                if pad > 0 {
-                    self.send_iov.push(libc::iovec {
-                        iov_base: ZEROS.as_ptr() as *mut libc::c_void,
-                        iov_len: pad,
-                    });
-                }
-                bytes += align4(len);
-            }
-            if bytes >= self.sndbuf_budget || self.send_iov.len() > 1000 {
-                self.flush_iov();
+            let len = self.push_verdict(k);
+            if bytes + len > self.sndbuf_budget && k > from {
+                // This one goes in the next sendmsg.
+                let keep = self
+                    .send_iov
+                    .split_off(self.send_iov.len() - self.iov_count(k));
+                self.flush(from, k);
+                self.send_iov = keep;
+                from = k;
                 bytes = 0;
             }
+            bytes += len;
         }
-        self.flush_iov();
+        self.flush(from, self.pending.len());
+        // Ids were answered in order; a gap (a packet the kernel could not deliver) only
+        // means the next batch cannot be answered in one message.
+        self.next_id = Some(last.id.wrapping_add(1));
     }
 
-    fn flush_iov(&mut self) {
+    /// Adds pending verdict `k` to `send_iov`; returns its size in bytes.
+    fn push_verdict(&mut self, k: usize) -> usize {
+        let p = self.pending[k];
+        let payload_len = p.decision.payload.then_some(p.end - p.start);
+        let n = netlink::verdict_header(
+            &mut self.hdrs[k],
+            false,
+            self.cfg.num,
+            p.id,
+            nf_verdict(p.decision.verdict),
+            p.decision.mark,
+            payload_len,
+        );
+        self.send_iov.push(libc::iovec {
+            iov_base: self.hdrs[k].as_mut_ptr() as *mut libc::c_void,
+            iov_len: n,
+        });
+        let Some(len) = payload_len else { return n };
+        let data = &mut self.slots[p.slot][p.start..p.end];
+        self.send_iov.push(libc::iovec {
+            iov_base: data.as_mut_ptr() as *mut libc::c_void,
+            iov_len: len,
+        });
+        let pad = align4(len) - len;
+        if pad > 0 {
+            self.send_iov.push(libc::iovec {
+                iov_base: ZEROS.as_ptr() as *mut libc::c_void,
+                iov_len: pad,
+            });
+        }
+        n + align4(len)
+    }
+
+    /// How many iovecs `push_verdict(k)` adds.
+    fn iov_count(&self, k: usize) -> usize {
+        let p = &self.pending[k];
+        match (p.decision.payload, (p.end - p.start) % 4) {
+            (false, _) => 1,
+            (true, 0) => 2,
+            (true, _) => 3,
+        }
+    }
+
+    /// Sends the verdicts in `send_iov` (those of pending[from..to]) in one sendmsg; if
+    /// that fails, one message at a time.
+    fn flush(&mut self, from: usize, to: usize) {
         if self.send_iov.is_empty() {
             return;
         }
-        if let Err(e) = self.sock.send_iov(&self.send_iov) {
-            self.count_error_with(|| format!("verdicts failed: {e}"));
+        if self.sock.send_iov(&self.send_iov).is_err() {
+            self.send_iov.clear();
+            self.send_range(from, to);
         }
         self.send_iov.clear();
     }
-}
 
-/// True if packet id `a` comes after `b` (ids wrap around).
-fn id_after(a: u32, b: u32) -> bool {
-    (a.wrapping_sub(b) as i32) > 0
+    fn send_each(&mut self, from: usize) {
+        self.send_range(from, self.pending.len());
+    }
+
+    fn send_range(&mut self, from: usize, to: usize) {
+        for k in from..to {
+            self.send_iov.clear();
+            self.push_verdict(k);
+            if let Err(e) = self.sock.send_iov(&self.send_iov) {
+                // The packet stays queued in the kernel (until unbind drops it). Never let a
+                // later batch verdict answer it in passing.
+                self.batch_verdicts = false;
+                let id = self.pending[k].id;
+                self.count_error_with(|| {
+                    format!("verdict for packet {id} failed: {e}; batch verdicts off")
+                });
+            }
+        }
+        self.send_iov.clear();
+    }
 }
 
 fn nf_verdict(v: Verdict) -> u32 {
@@ -589,15 +739,3 @@ fn nf_verdict(v: Verdict) -> u32 {
 }
 
 const _: () = assert!(HDR_LEN == 20);
-
-#[cfg(test)]
-mod tests {
-    use super::id_after;
-
-    #[test]
-    fn ids_wrap() {
-        assert!(id_after(5, 4));
-        assert!(!id_after(4, 5));
-        assert!(id_after(2, u32::MAX - 1));
-    }
-}

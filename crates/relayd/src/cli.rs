@@ -177,10 +177,15 @@ pub fn main_with(registry: Registry) -> ExitCode {
             if let Some(x) = prefix {
                 p = x;
             }
-            if let (Some(who), false) = (crate::lock::InstanceLock::held_by_other(&p), force) {
-                eprintln!("relayd: refusing to clean up: {who}; stop it first (or --force)");
-                return ExitCode::from(1);
-            }
+            // Hold the lock while cleaning, so that no daemon starts halfway through.
+            let _lock = match crate::lock::InstanceLock::acquire(&p) {
+                Ok(l) => Some(l),
+                Err(e) if !force => {
+                    eprintln!("relayd: refusing to clean up: {e:#}; stop it first (or --force)");
+                    return ExitCode::from(1);
+                }
+                Err(_) => None,
+            };
             match daemon::cleanup_all(&p, flavor) {
                 Ok(n) => {
                     println!("removed {n} chains and rules with prefix {p}");

@@ -79,6 +79,17 @@ impl CounterStore {
     }
 }
 
+/// Drains all queues at once (each waits for a quiet receive timeout), then waits for all.
+fn stop_all(queues: impl IntoIterator<Item = Queue>) {
+    let queues: Vec<Queue> = queues.into_iter().collect();
+    for q in &queues {
+        q.request_stop();
+    }
+    for q in queues {
+        q.join();
+    }
+}
+
 /// Removes whatever a previous relayd with this prefix left (after a crash), all families.
 pub fn cleanup_all(
     cfg_prefix: &str,
@@ -120,6 +131,11 @@ impl Daemon {
         let new = d.start_queues(&config)?;
         d.queues.extend(new);
         if let Err(e) = d.install(&config) {
+            // Part of the rules may be in (one family, one table): never leave them
+            // pointing at queues that are about to go.
+            if let Err(c) = cleanup_all(&config.daemon.chain_prefix, config.daemon.iptables) {
+                tracing::error!("removing partly installed rules: {c:#}");
+            }
             d.stop_queues();
             return Err(e);
         }
@@ -167,9 +183,7 @@ impl Daemon {
                         );
                     }
                     Err(e) => {
-                        for (_, r) in std::mem::take(&mut started) {
-                            r.queue.stop();
-                        }
+                        stop_all(std::mem::take(&mut started).into_values().map(|r| r.queue));
                         return Err(e).with_context(|| format!("starting queue {num}"));
                     }
                 }
@@ -212,9 +226,11 @@ impl Daemon {
         }
         let started = self.start_queues(&new)?;
         if let Err(e) = self.install(&new) {
-            for (_, r) in started {
-                r.queue.stop();
+            // Put the old rules back before the new queues go, so no rule points at them.
+            if let Err(e2) = self.install(&self.config) {
+                tracing::error!("restoring the previous rules failed too: {e2:#}");
             }
+            stop_all(started.into_values().map(|r| r.queue));
             return Err(e.context("new rules refused; the old configuration stays in force"));
         }
         let wanted: BTreeMap<u16, &QueueSpec> = new
@@ -227,7 +243,11 @@ impl Daemon {
             if let Some(spec) = wanted.get(num) {
                 let cfg = queue_config(spec, *num);
                 let chain = self.counters.chain(spec, *num, bypass);
-                r.queue.update(chain, &cfg);
+                // Checked by the configuration already; an error here is a bug, not input.
+                if let Err(e) = r.queue.update(chain, &cfg) {
+                    tracing::error!(queue = num, "queue keeps its old settings: {e}");
+                    continue;
+                }
                 r.cfg = cfg;
                 r.spec = (*spec).clone();
             }
@@ -238,11 +258,14 @@ impl Daemon {
             .filter(|n| !wanted.contains_key(n))
             .copied()
             .collect();
+        let removed: Vec<Queue> = gone
+            .iter()
+            .filter_map(|n| self.queues.remove(n))
+            .map(|r| r.queue)
+            .collect();
+        stop_all(removed);
         for num in gone {
-            if let Some(r) = self.queues.remove(&num) {
-                r.queue.stop();
-                tracing::info!(queue = num, "queue removed");
-            }
+            tracing::info!(queue = num, "queue removed");
         }
         self.queues.extend(started);
         self.config = new;
@@ -262,9 +285,11 @@ impl Daemon {
     }
 
     fn stop_queues(&mut self) {
-        for (_, r) in std::mem::take(&mut self.queues) {
-            r.queue.stop();
-        }
+        stop_all(
+            std::mem::take(&mut self.queues)
+                .into_values()
+                .map(|r| r.queue),
+        );
     }
 
     /// The configuration in force.

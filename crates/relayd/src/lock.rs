@@ -13,10 +13,11 @@ use std::path::PathBuf;
 pub const LOCK_DIR: &str = "/run/relayd";
 
 /// The lock a running daemon holds; released when dropped (or when the process dies).
+/// The file itself stays: deleting a lock file while another process waits to open it
+/// would let two holders lock two different files.
 #[derive(Debug)]
 pub struct InstanceLock {
     _file: File,
-    path: PathBuf,
 }
 
 fn lock_path(prefix: &str) -> anyhow::Result<PathBuf> {
@@ -51,20 +52,6 @@ impl InstanceLock {
         file.set_len(0)?;
         file.rewind()?;
         write!(file, "{}", std::process::id())?;
-        Ok(InstanceLock { _file: file, path })
-    }
-
-    /// True if a live relayd holds the lock for `prefix` here (used by `relayd cleanup`).
-    pub fn held_by_other(prefix: &str) -> Option<String> {
-        match InstanceLock::acquire(prefix) {
-            Ok(_) => None,
-            Err(e) => Some(e.to_string()),
-        }
-    }
-}
-
-impl Drop for InstanceLock {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        Ok(InstanceLock { _file: file })
     }
 }
