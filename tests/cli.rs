@@ -45,7 +45,7 @@ fn check_accepts_a_good_config_and_names_file_line_field_otherwise() {
         (
             "match.toml",
             "[[queue]]\nnum = 0\nhook = \"forward\"\nmatch = \"-p udp --dport notaport\"\nservices = [\"accept\"]\n",
-            ":2:",
+            ":4:",
             "queue[0].match: rejected by iptables-restore",
         ),
         (

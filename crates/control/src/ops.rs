@@ -98,26 +98,22 @@ impl RuleSet {
     /// `{prefix}-{HOOK}` chain in mangle and raw, after deleting the rules that jump to
     /// them. One atomic block per table; nothing installed is not an error.
     pub fn remove(&self, backend: &Backend) -> Result<CleanupReport, ControlError> {
-        check_prefix(&self.prefix)?;
-        let saved = Saved::parse(&backend.run_save()?);
-        let (text, report) = plan_removal(&saved, |c| is_install_chain(&self.prefix, c));
-        apply_removal(backend, &text, &report)?;
-        Ok(report)
+        cleanup(&self.prefix, backend)
     }
 }
 
-/// Removes every chain whose name starts with `{prefix}-` in tables raw and mangle, and
+/// Removes every chain named `{prefix}-{HOOK}` (HOOK one of the five built-in hooks) in
+/// tables raw and mangle, and
 /// every rule anywhere in those tables that jumps (or goes) to one, for the backend's
 /// family. For `relayd cleanup` after a crash, and at startup before install.
 ///
 /// Works from iptables-save output and deletes rules by their exact saved text, so it
-/// never flushes a table or a chain relayd does not own. Note the match is by prefix: a
-/// second instance with prefix `{prefix}-X` would be cleaned up too.
+/// never flushes a table or a chain relayd does not own. Names match exactly, so another
+/// instance with prefix `{prefix}-X` keeps its chains.
 pub fn cleanup(prefix: &str, backend: &Backend) -> Result<CleanupReport, ControlError> {
     check_prefix(prefix)?;
-    let start = format!("{prefix}-");
     let saved = Saved::parse(&backend.run_save()?);
-    let (text, report) = plan_removal(&saved, |c| c.starts_with(&start));
+    let (text, report) = plan_removal(&saved, |c| is_install_chain(prefix, c));
     apply_removal(backend, &text, &report)?;
     Ok(report)
 }

@@ -470,3 +470,22 @@ fn missing_and_unprivileged_tools_are_reported() {
     assert!(matches!(err, ControlError::NotPermitted { .. }), "{err:?}");
     assert!(err.to_string().contains("not permitted"), "{err}");
 }
+
+#[test]
+fn cleanup_leaves_another_instance_with_a_longer_prefix_alone() {
+    let ns = NetNs::new();
+    let b = ns.backend(Family::Ipv4);
+    forward_set().install(&b).unwrap();
+    let mut other = forward_set();
+    other.prefix = "RELAYD-B".into();
+    other.install(&b).unwrap();
+    let report = cleanup("RELAYD", &b).unwrap();
+    assert_eq!(report.chains.len(), 1, "{report:?}");
+    let save = ns.exec(&["iptables-save", "-t", "mangle"]);
+    assert!(save.contains("-A FORWARD -j RELAYD-B-FORWARD"), "{save}");
+    assert!(save.contains(":RELAYD-B-FORWARD"), "{save}");
+    assert!(
+        !save.contains("-j RELAYD-FORWARD") && !save.contains(":RELAYD-FORWARD "),
+        "{save}"
+    );
+}

@@ -285,14 +285,17 @@ impl Packet {
         l
     }
 
-    /// The IPv4 header view, if this is a well-formed IPv4 packet.
-    pub fn ipv4(&self) -> Option<Ipv4Packet<&[u8]>> {
-        Ipv4Packet::new_checked(self.data()).ok()
+    /// The IPv4 header view, if this is a well-formed IPv4 packet. Also on a partial
+    /// copy (copy range): the header is checked, and the view's payload stops at the copy.
+    pub fn ipv4(&mut self) -> Option<Ipv4Packet<&[u8]>> {
+        let l = self.layout().ok()?;
+        (l.version == IpVersion::V4).then(|| Ipv4Packet::new_unchecked(self.data()))
     }
 
-    /// The IPv6 header view, if this is a well-formed IPv6 packet.
-    pub fn ipv6(&self) -> Option<Ipv6Packet<&[u8]>> {
-        Ipv6Packet::new_checked(self.data()).ok()
+    /// The IPv6 header view, if this is a well-formed IPv6 packet (also on a partial copy).
+    pub fn ipv6(&mut self) -> Option<Ipv6Packet<&[u8]>> {
+        let l = self.layout().ok()?;
+        (l.version == IpVersion::V6).then(|| Ipv6Packet::new_unchecked(self.data()))
     }
 
     /// The transport header and data (from the L4 offset to the packet's end), if present.
@@ -311,13 +314,18 @@ impl Packet {
         TcpPacket::new_checked(self.data().get(l.l4?..l.len)?).ok()
     }
 
-    /// The UDP datagram view, if this is UDP with a whole header.
+    /// The UDP datagram view, if this is UDP with a whole header. On a partial copy only
+    /// the header is checked; the view's payload stops at the copy.
     pub fn udp(&mut self) -> Option<UdpPacket<&[u8]>> {
         let l = self.layout().ok()?;
         if l.proto != proto::UDP {
             return None;
         }
-        UdpPacket::new_checked(self.data().get(l.l4?..l.len)?).ok()
+        let b = self.data().get(l.l4?..l.len)?;
+        if self.is_partial() {
+            return (b.len() >= wire::udp::HEADER_LEN).then(|| UdpPacket::new_unchecked(b));
+        }
+        UdpPacket::new_checked(b).ok()
     }
 }
 
@@ -481,12 +489,16 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn partial_copy_is_not_malformed() {
+    fn partial_copy_is_not_malformed_and_views_work() {
         let good = udp4(&[7u8; 200]);
         let mut p = Packet::from_bytes(&good[..64]);
         p.meta.orig_len = Some(good.len() as u32);
         assert!(p.is_partial());
         assert_eq!(p.layout().unwrap().proto, 17);
+        assert_eq!(p.ipv4().unwrap().ttl(), 64);
+        assert_eq!(p.ipv4().unwrap().payload().len(), 44);
+        let u = p.udp().unwrap();
+        assert_eq!((u.dst_port(), u.len(), u.payload().len()), (5000, 208, 36));
     }
 
     #[test]

@@ -180,8 +180,12 @@ pub fn main_with(registry: Registry) -> ExitCode {
             // Hold the lock while cleaning, so that no daemon starts halfway through.
             let _lock = match crate::lock::InstanceLock::acquire(&p) {
                 Ok(l) => Some(l),
-                Err(e) if !force => {
-                    eprintln!("relayd: refusing to clean up: {e:#}; stop it first (or --force)");
+                Err(e @ crate::lock::LockError::Held { .. }) if !force => {
+                    eprintln!("relayd: refusing to clean up: {e}; stop it first (or --force)");
+                    return ExitCode::from(1);
+                }
+                Err(crate::lock::LockError::Io(e)) if !force => {
+                    eprintln!("relayd: cannot take the instance lock: {e:#}");
                     return ExitCode::from(1);
                 }
                 Err(_) => None,

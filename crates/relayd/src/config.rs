@@ -89,6 +89,8 @@ pub struct QueueSpec {
     pub index: usize,
     /// Line of the entry's `num`.
     pub line: usize,
+    /// Line of the entry's `match` (its `num` line if it has none).
+    pub match_line: usize,
     /// First queue number.
     pub first: u16,
     /// Last queue number (equal to `first` for a single queue).
@@ -329,8 +331,8 @@ fn check_daemon(cx: &mut Ctx<'_>, d: RawDaemon) -> DaemonConfig {
         iptables: d.iptables.unwrap_or(IptablesFlavor::Auto),
     };
     if let Some(p) = d.chain_prefix {
-        let ok = !p.get_ref().is_empty()
-            && p.get_ref().len() <= 16
+        let ok = p.get_ref().len() <= 16
+            && p.get_ref().starts_with(|c: char| c.is_ascii_alphanumeric())
             && p.get_ref()
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
@@ -340,7 +342,7 @@ fn check_daemon(cx: &mut Ctx<'_>, d: RawDaemon) -> DaemonConfig {
             cx.err(
                 Some(p.span()),
                 "daemon.chain_prefix",
-                "must be 1-16 characters of A-Z, a-z, 0-9, _ or -",
+                "must be 1-16 characters of A-Z, a-z, 0-9, _ or -, starting with a letter or digit",
             );
         }
     }
@@ -727,6 +729,10 @@ fn check_queue(
     Some(QueueSpec {
         index,
         line,
+        match_line: q
+            .matches
+            .as_ref()
+            .map_or(line, |m| line_col(cx.text, m.span().start).0),
         first,
         last,
         hook,

@@ -2,12 +2,28 @@
 //! named after both, so that a second daemon (or `relayd cleanup`) cannot remove the rules
 //! of a running one.
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use std::fs::File;
 use std::io::{Read, Seek, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
+
+/// Why the lock could not be taken.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    /// A running relayd holds it.
+    #[error("another relayd (pid {pid}) runs with chain prefix {prefix} in this network namespace")]
+    Held {
+        /// The holder's pid, as it wrote it.
+        pid: String,
+        /// The chain prefix.
+        prefix: String,
+    },
+    /// The lock file could not be used (permissions, missing /run).
+    #[error(transparent)]
+    Io(#[from] anyhow::Error),
+}
 
 /// Directory of the lock files.
 pub const LOCK_DIR: &str = "/run/relayd";
@@ -30,7 +46,7 @@ fn lock_path(prefix: &str) -> anyhow::Result<PathBuf> {
 
 impl InstanceLock {
     /// Takes the lock for `prefix` in this network namespace, or says who holds it.
-    pub fn acquire(prefix: &str) -> anyhow::Result<InstanceLock> {
+    pub fn acquire(prefix: &str) -> Result<InstanceLock, LockError> {
         std::fs::create_dir_all(LOCK_DIR).with_context(|| format!("creating {LOCK_DIR}"))?;
         let path = lock_path(prefix)?;
         let mut file = std::fs::OpenOptions::new()
@@ -44,14 +60,14 @@ impl InstanceLock {
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             let mut pid = String::new();
             let _ = file.read_to_string(&mut pid);
-            bail!(
-                "another relayd (pid {}) runs with chain prefix {prefix} in this network namespace",
-                pid.trim()
-            );
+            return Err(LockError::Held {
+                pid: pid.trim().to_string(),
+                prefix: prefix.to_string(),
+            });
         }
-        file.set_len(0)?;
-        file.rewind()?;
-        write!(file, "{}", std::process::id())?;
+        file.set_len(0).context("writing the lock file")?;
+        file.rewind().context("writing the lock file")?;
+        write!(file, "{}", std::process::id()).context("writing the lock file")?;
         Ok(InstanceLock { _file: file })
     }
 }

@@ -76,7 +76,11 @@ pub fn to_config_error(cfg: &Config, e: &ControlError) -> Option<ConfigError> {
     let q = cfg.queues.get(index)?;
     Some(ConfigError {
         file: cfg.path.clone(),
-        line: q.line,
+        line: if field == "match" {
+            q.match_line
+        } else {
+            q.line
+        },
         column: 1,
         field: format!("queue[{}].{field}", q.index),
         message,

@@ -14,7 +14,7 @@ pub const HEADER_BYTES: u32 = 192;
 
 use crate::counters::Counters;
 use crate::packet::Packet;
-use crate::service::{Action, Context, Service, ServiceConfig, ServiceFactory};
+use crate::service::{Action, Context, FailPolicy, Service, ServiceConfig, ServiceFactory};
 use serde::Deserialize;
 use std::sync::Arc;
 
@@ -23,12 +23,13 @@ use std::sync::Arc;
 #[serde(deny_unknown_fields)]
 pub struct AcceptConfig {}
 
-/// `drop`: drops every packet it sees. Put a `match` on the queue to choose which.
+/// `drop`: drops every packet it sees. Put a `match` on the queue to choose which. Fails
+/// closed: when relayd is down, matching traffic stays dropped.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DropConfig {}
 
-struct Fixed(&'static str, Action);
+struct Fixed(&'static str, Action, FailPolicy);
 
 impl Service for Fixed {
     fn process(&mut self, _pkt: &mut Packet, _cx: &Context) -> Action {
@@ -43,22 +44,26 @@ impl ServiceFactory for Fixed {
     fn needs_bytes(&self) -> Option<u32> {
         Some(0)
     }
+    fn fail_policy(&self) -> FailPolicy {
+        self.2
+    }
     fn build(&self, _counters: &Counters) -> Box<dyn Service> {
-        Box::new(Fixed(self.0, self.1))
+        Box::new(Fixed(self.0, self.1, self.2))
     }
 }
 
 impl ServiceConfig for AcceptConfig {
     const KIND: &'static str = "accept";
     fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, String> {
-        Ok(Arc::new(Fixed("accept", Action::Accept)))
+        Ok(Arc::new(Fixed("accept", Action::Accept, FailPolicy::Open)))
     }
 }
 
 impl ServiceConfig for DropConfig {
     const KIND: &'static str = "drop";
     fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, String> {
-        Ok(Arc::new(Fixed("drop", Action::Drop)))
+        // Its point is to stop traffic: with relayd down, the traffic stays stopped.
+        Ok(Arc::new(Fixed("drop", Action::Drop, FailPolicy::Closed)))
     }
 }
 

@@ -61,12 +61,13 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
         be16(self.buffer.as_ref(), 6..8)
     }
 
-    /// The datagram's data.
+    /// The datagram's data (up to the end of the buffer, if the buffer holds less than
+    /// the length field says, as a partial copy does).
     pub fn payload(&self) -> &[u8] {
         let b = self.buffer.as_ref();
         let end = match self.len() {
             0 => b.len(),
-            n => n as usize,
+            n => (n as usize).clamp(HEADER_LEN, b.len()),
         };
         &b[HEADER_LEN..end]
     }
