@@ -114,3 +114,22 @@ fn rules_prints_exactly_what_run_installs() {
     );
     assert!(text.contains("# ip6tables-restore"), "{text}");
 }
+
+#[test]
+fn every_shipped_configuration_checks() {
+    let tb = Testbed::new("shipped");
+    let n = tb.node("n");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut files = vec![root.join("examples/demo/relayd.toml")];
+    for e in std::fs::read_dir(root.join("iptables")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "toml") {
+            files.push(p);
+        }
+    }
+    assert!(files.len() >= 5, "{files:?}");
+    for f in files {
+        let (code, out, err) = relayd_cmd(&n, &["check", "-c", f.to_str().unwrap()]);
+        assert_eq!(code, 0, "{}: {out}{err}", f.display());
+    }
+}
