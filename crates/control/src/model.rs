@@ -6,6 +6,7 @@ use std::str::FromStr;
 
 use crate::args::{MatchError, split_matches};
 use crate::error::ControlError;
+pub use relay_core::Hook;
 
 /// An address family, i.e. which of `iptables` / `ip6tables` a rule goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -103,78 +104,6 @@ impl FromStr for Table {
             "raw" => Ok(Table::Raw),
             _ => Err(format!("unknown table `{s}` (expected mangle or raw)")),
         }
-    }
-}
-
-/// A netfilter hook, i.e. the built-in chain that jumps to relayd's chain.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Hook {
-    /// Before routing; the destination can still change.
-    Prerouting,
-    /// Locally delivered packets.
-    Input,
-    /// Routed packets; the egress interface is known.
-    Forward,
-    /// Locally generated packets, routed again after the hook.
-    Output,
-    /// Every packet leaving, after NAT.
-    Postrouting,
-}
-
-impl Hook {
-    /// Every hook, in packet-path order.
-    pub const ALL: [Hook; 5] = [
-        Hook::Prerouting,
-        Hook::Input,
-        Hook::Forward,
-        Hook::Output,
-        Hook::Postrouting,
-    ];
-
-    /// The configuration name, lowercase (`forward`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Hook::Prerouting => "prerouting",
-            Hook::Input => "input",
-            Hook::Forward => "forward",
-            Hook::Output => "output",
-            Hook::Postrouting => "postrouting",
-        }
-    }
-
-    /// The built-in iptables chain name, uppercase (`FORWARD`); also the suffix of
-    /// relayd's own chain for this hook.
-    pub fn chain(self) -> &'static str {
-        match self {
-            Hook::Prerouting => "PREROUTING",
-            Hook::Input => "INPUT",
-            Hook::Forward => "FORWARD",
-            Hook::Output => "OUTPUT",
-            Hook::Postrouting => "POSTROUTING",
-        }
-    }
-}
-
-impl fmt::Display for Hook {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Hook {
-    type Err = String;
-
-    /// Accepts the lowercase configuration names (and, leniently, the chain names).
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Hook::ALL
-            .into_iter()
-            .find(|h| h.as_str().eq_ignore_ascii_case(s))
-            .ok_or_else(|| {
-                format!(
-                    "unknown hook `{s}` (expected prerouting, input, forward, output or \
-                     postrouting)"
-                )
-            })
     }
 }
 

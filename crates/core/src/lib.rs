@@ -9,6 +9,7 @@
 pub mod builtin;
 pub mod chain;
 pub mod counters;
+pub mod hook;
 pub mod packet;
 pub mod ratelimit;
 pub mod service;
@@ -16,5 +17,6 @@ pub mod wire;
 
 pub use chain::{Chain, ChainSettings, Decision, Verdict};
 pub use counters::{Counter, CounterKind, Counters, QueueCounters};
-pub use packet::{Hook, IpVersion, Layout, Packet, PacketMeta};
+pub use hook::Hook;
+pub use packet::{IpVersion, Layout, Packet, PacketMeta};
 pub use service::{Action, Context, FailPolicy, Service, ServiceConfig, ServiceFactory};

@@ -5,42 +5,11 @@
 //! headers, which become headroom), so handing a packet to the chain copies nothing, and a
 //! service that grows the packet (encapsulation, decompression) usually finds room in place.
 
+use crate::hook::Hook;
 use crate::wire::{self, Ipv4Packet, Ipv6Packet, Malformed, TcpPacket, UdpPacket, proto};
 
-/// Netfilter hook numbers as NFQUEUE reports them (`NF_INET_*`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Hook {
-    /// Before routing, for packets arriving.
-    Prerouting,
-    /// For packets to this host.
-    Input,
-    /// For packets routed through this host.
-    Forward,
-    /// For packets this host sends.
-    Output,
-    /// After routing, for packets leaving.
-    Postrouting,
-    /// A hook number relayd does not know.
-    Other(u8),
-}
-
-impl Hook {
-    /// Maps the kernel's hook number.
-    pub fn from_kernel(n: u8) -> Hook {
-        match n {
-            0 => Hook::Prerouting,
-            1 => Hook::Input,
-            2 => Hook::Forward,
-            3 => Hook::Output,
-            4 => Hook::Postrouting,
-            n => Hook::Other(n),
-        }
-    }
-}
-
 /// What the kernel told us about a queued packet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PacketMeta {
     /// The kernel's packet id, echoed in the verdict.
     pub id: u32,
@@ -48,8 +17,8 @@ pub struct PacketMeta {
     pub queue: u16,
     /// The link-layer protocol (0x0800 IPv4, 0x86dd IPv6).
     pub hw_protocol: u16,
-    /// The hook the packet was queued from.
-    pub hook: Hook,
+    /// The hook the packet was queued from (`None` for a number relayd does not know).
+    pub hook: Option<Hook>,
     /// The packet's nfmark when queued.
     pub mark: u32,
     /// Input interface index (0 if none).
@@ -60,22 +29,6 @@ pub struct PacketMeta {
     pub orig_len: Option<u32>,
     /// True if this is a GSO super-packet (only on queues with GSO on).
     pub gso: bool,
-}
-
-impl Default for PacketMeta {
-    fn default() -> Self {
-        PacketMeta {
-            id: 0,
-            queue: 0,
-            hw_protocol: 0,
-            hook: Hook::Other(255),
-            mark: 0,
-            indev: 0,
-            outdev: 0,
-            orig_len: None,
-            gso: false,
-        }
-    }
 }
 
 /// IP version of a parsed packet.

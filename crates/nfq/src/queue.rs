@@ -10,7 +10,8 @@ use crate::netlink::{
     self, HDR_LEN, Messages, NF_ACCEPT, NF_DROP, NF_REPEAT, NFNL_SUBSYS_QUEUE, NFQNL_MSG_PACKET,
     NLMSG_ERROR, QueueParams, Socket, VERDICT_HDR_MAX, align4,
 };
-use relay_core::packet::{Hook, PacketMeta};
+use relay_core::Hook;
+use relay_core::packet::PacketMeta;
 use relay_core::ratelimit::RateLimit;
 use relay_core::{Chain, Context, Decision, Packet, QueueCounters, Verdict};
 use std::io;
