@@ -7,12 +7,14 @@
 
 pub mod checksum;
 pub mod icmp;
+pub mod ipcomp;
 pub mod ipv4;
 pub mod ipv6;
 pub mod tcp;
 pub mod udp;
 
 pub use icmp::IcmpPacket;
+pub use ipcomp::IpcompPacket;
 pub use ipv4::Ipv4Packet;
 pub use ipv6::Ipv6Packet;
 pub use tcp::TcpPacket;

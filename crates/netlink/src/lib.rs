@@ -1,0 +1,153 @@
+//! relayd's view of the egress queues, for services that adapt to congestion (adaptive
+//! compression reads the expected waiting time W = backlog / rate of a packet's egress
+//! interface).
+//!
+//! A [`QueueMonitor`] thread dumps the root qdiscs over rtnetlink every poll interval
+//! (1 ms by default) and publishes each interface's backlog, drops and rate in atomics;
+//! services read them per packet with no system call and no lock.
+
+mod rtnl;
+
+pub use rtnl::{QdiscStats, RtnlSocket};
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+const SLOTS: usize = 512;
+
+#[derive(Default)]
+struct Slot {
+    ifindex: AtomicU32,
+    backlog_bytes: AtomicU32,
+    qlen: AtomicU32,
+    drops: AtomicU32,
+    rate_bytes: AtomicU64,
+    /// Nanoseconds since the monitor started, at the last update.
+    updated_ns: AtomicU64,
+}
+
+/// One interface's egress queue as last seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkQueue {
+    /// Bytes waiting in the root qdisc.
+    pub backlog_bytes: u32,
+    /// Packets waiting.
+    pub qlen: u32,
+    /// Packets dropped by the qdisc since it was created.
+    pub drops: u32,
+    /// The qdisc's configured rate in bytes/s (tbf), or 0 if it has none.
+    pub rate_bytes: u64,
+    /// How old this view is.
+    pub age: Duration,
+}
+
+/// Keeps a fresh view of every interface's root qdisc.
+pub struct QueueMonitor {
+    slots: Box<[Slot]>,
+    start: Instant,
+    interval: Duration,
+    polls: AtomicU64,
+    stop: AtomicBool,
+}
+
+impl std::fmt::Debug for QueueMonitor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueueMonitor")
+            .field("interval", &self.interval)
+            .finish()
+    }
+}
+
+impl QueueMonitor {
+    /// The process-wide monitor (one thread for all services), started on first use with
+    /// a 1 ms poll interval.
+    pub fn shared() -> Arc<QueueMonitor> {
+        static SHARED: OnceLock<Arc<QueueMonitor>> = OnceLock::new();
+        SHARED
+            .get_or_init(|| {
+                QueueMonitor::start(Duration::from_millis(1)).expect("starting the queue monitor")
+            })
+            .clone()
+    }
+
+    /// Starts a monitor polling every `interval` on its own thread (stopped on drop of the
+    /// last handle... it runs for the life of the process once shared).
+    pub fn start(interval: Duration) -> std::io::Result<Arc<QueueMonitor>> {
+        let mut sock = RtnlSocket::open()?;
+        let m = Arc::new(QueueMonitor {
+            slots: (0..SLOTS).map(|_| Slot::default()).collect(),
+            start: Instant::now(),
+            interval,
+            polls: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+        });
+        m.poll(&mut sock)?;
+        let w = Arc::downgrade(&m);
+        std::thread::Builder::new()
+            .name("relayd-qmon".into())
+            .spawn(move || {
+                let mut errors = 0u32;
+                while let Some(m) = w.upgrade() {
+                    if m.stop.load(Relaxed) {
+                        break;
+                    }
+                    if let Err(e) = m.poll(&mut sock) {
+                        errors += 1;
+                        if errors.is_power_of_two() {
+                            tracing::warn!(
+                                "queue monitor: qdisc dump failed ({errors} times): {e}"
+                            );
+                        }
+                    }
+                    let interval = m.interval;
+                    drop(m);
+                    std::thread::sleep(interval);
+                }
+            })?;
+        Ok(m)
+    }
+
+    fn poll(&self, sock: &mut RtnlSocket) -> std::io::Result<()> {
+        let now = self.start.elapsed().as_nanos() as u64;
+        sock.dump_root_qdiscs(|q| {
+            let s = &self.slots[q.ifindex as usize % SLOTS];
+            s.ifindex.store(q.ifindex, Relaxed);
+            s.backlog_bytes.store(q.backlog_bytes, Relaxed);
+            s.qlen.store(q.qlen, Relaxed);
+            s.drops.store(q.drops, Relaxed);
+            s.rate_bytes.store(q.rate_bytes, Relaxed);
+            s.updated_ns.store(now, Relaxed);
+        })?;
+        self.polls.fetch_add(1, Relaxed);
+        Ok(())
+    }
+
+    /// The egress queue of interface `ifindex`, if the monitor has seen it. No system call.
+    #[inline]
+    pub fn get(&self, ifindex: u32) -> Option<LinkQueue> {
+        let s = &self.slots[ifindex as usize % SLOTS];
+        if ifindex == 0 || s.ifindex.load(Relaxed) != ifindex {
+            return None;
+        }
+        let updated = s.updated_ns.load(Relaxed);
+        let now = self.start.elapsed().as_nanos() as u64;
+        Some(LinkQueue {
+            backlog_bytes: s.backlog_bytes.load(Relaxed),
+            qlen: s.qlen.load(Relaxed),
+            drops: s.drops.load(Relaxed),
+            rate_bytes: s.rate_bytes.load(Relaxed),
+            age: Duration::from_nanos(now.saturating_sub(updated)),
+        })
+    }
+
+    /// How many dumps the monitor has done.
+    pub fn polls(&self) -> u64 {
+        self.polls.load(Relaxed)
+    }
+
+    /// Stops the polling thread (for a monitor made with [`QueueMonitor::start`]).
+    pub fn stop(&self) {
+        self.stop.store(true, Relaxed);
+    }
+}

@@ -1,0 +1,202 @@
+//! A minimal synchronous RTM_GETQDISC dump: the root qdisc of every interface with its
+//! queue statistics (TCA_STATS2 / TCA_STATS_QUEUE) and, for tbf, its configured rate
+//! (TCA_TBF_PARMS / TCA_TBF_RATE64).
+//!
+//! Hand-written rather than through the `rtnetlink` crate: that crate is async (a tokio
+//! task per poll) and leaves qdisc options untyped, while the monitor polls every
+//! millisecond from a plain thread and needs exactly these three attributes.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+const RTM_NEWQDISC: u16 = 36;
+const RTM_GETQDISC: u16 = 38;
+const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
+const NLM_F_REQUEST: u16 = 1;
+const NLM_F_DUMP: u16 = 0x300;
+const TCA_KIND: u16 = 1;
+const TCA_OPTIONS: u16 = 2;
+const TCA_STATS2: u16 = 7;
+const TCA_STATS_QUEUE: u16 = 3;
+const TCA_TBF_PARMS: u16 = 1;
+const TCA_TBF_RATE64: u16 = 4;
+const TC_H_ROOT: u32 = 0xffff_ffff;
+
+/// What one root qdisc reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QdiscStats {
+    /// Interface index.
+    pub ifindex: u32,
+    /// Bytes waiting in the qdisc.
+    pub backlog_bytes: u32,
+    /// Packets waiting in the qdisc.
+    pub qlen: u32,
+    /// Packets the qdisc dropped since it was created.
+    pub drops: u32,
+    /// The configured rate in bytes per second (tbf), 0 if none.
+    pub rate_bytes: u64,
+}
+
+/// A NETLINK_ROUTE socket for qdisc dumps.
+#[derive(Debug)]
+pub struct RtnlSocket {
+    fd: OwnedFd,
+    seq: u32,
+    buf: Vec<u8>,
+}
+
+fn cvt(r: isize) -> io::Result<usize> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+impl RtnlSocket {
+    /// Opens the socket.
+    pub fn open() -> io::Result<RtnlSocket> {
+        // SAFETY: plain socket(2); the fd is owned right after.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_NETLINK,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                libc::NETLINK_ROUTE,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd was just returned by socket(2) and is owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(RtnlSocket {
+            fd,
+            seq: 0,
+            buf: vec![0u8; 64 * 1024],
+        })
+    }
+
+    /// Dumps the root qdiscs, calling `f` for each. Allocates nothing after the first call.
+    pub fn dump_root_qdiscs(&mut self, mut f: impl FnMut(QdiscStats)) -> io::Result<()> {
+        self.seq = self.seq.wrapping_add(1);
+        let mut req = [0u8; 16 + 20];
+        req[0..4].copy_from_slice(&36u32.to_ne_bytes());
+        req[4..6].copy_from_slice(&RTM_GETQDISC.to_ne_bytes());
+        req[6..8].copy_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
+        req[8..12].copy_from_slice(&self.seq.to_ne_bytes());
+        req[16] = libc::AF_UNSPEC as u8;
+        // SAFETY: req is a live buffer of req.len() bytes.
+        cvt(unsafe {
+            libc::send(
+                self.fd.as_raw_fd(),
+                req.as_ptr() as *const libc::c_void,
+                req.len(),
+                0,
+            )
+        })?;
+        loop {
+            // SAFETY: buf is a live writable buffer of buf.len() bytes.
+            let n = cvt(unsafe {
+                libc::recv(
+                    self.fd.as_raw_fd(),
+                    self.buf.as_mut_ptr() as *mut libc::c_void,
+                    self.buf.len(),
+                    0,
+                )
+            })?;
+            let mut off = 0;
+            while off + 16 <= n {
+                let b = &self.buf[off..n];
+                let len = u32::from_ne_bytes([b[0], b[1], b[2], b[3]]) as usize;
+                if len < 16 || len > b.len() {
+                    break;
+                }
+                let ty = u16::from_ne_bytes([b[4], b[5]]);
+                let seq = u32::from_ne_bytes([b[8], b[9], b[10], b[11]]);
+                if seq == self.seq {
+                    match ty {
+                        NLMSG_DONE => return Ok(()),
+                        NLMSG_ERROR => {
+                            let e = i32::from_ne_bytes([b[16], b[17], b[18], b[19]]);
+                            if e != 0 {
+                                return Err(io::Error::from_raw_os_error(-e));
+                            }
+                        }
+                        RTM_NEWQDISC => {
+                            if let Some(q) = parse_qdisc(&b[16..len]) {
+                                f(q);
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                off += (len + 3) & !3;
+            }
+        }
+    }
+}
+
+/// Iterates netlink attributes (type without the nested/byte-order flags, payload).
+fn attrs(mut b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+    std::iter::from_fn(move || {
+        if b.len() < 4 {
+            return None;
+        }
+        let len = u16::from_ne_bytes([b[0], b[1]]) as usize;
+        let ty = u16::from_ne_bytes([b[2], b[3]]) & 0x3fff;
+        if len < 4 || len > b.len() {
+            return None;
+        }
+        let payload = &b[4..len];
+        b = &b[((len + 3) & !3).min(b.len())..];
+        Some((ty, payload))
+    })
+}
+
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+/// Parses one RTM_NEWQDISC body (tcmsg + attributes); `None` for a non-root qdisc.
+fn parse_qdisc(body: &[u8]) -> Option<QdiscStats> {
+    // struct tcmsg { u8 family, pad[3]; i32 ifindex; u32 handle; u32 parent; u32 info }
+    let ifindex = u32_at(body, 4)?;
+    if u32_at(body, 12)? != TC_H_ROOT {
+        return None;
+    }
+    let mut q = QdiscStats {
+        ifindex,
+        ..QdiscStats::default()
+    };
+    let mut kind: &[u8] = b"";
+    let mut options: &[u8] = b"";
+    for (ty, p) in attrs(body.get(20..)?) {
+        match ty {
+            TCA_KIND => kind = p.strip_suffix(b"\0").unwrap_or(p),
+            TCA_OPTIONS => options = p,
+            TCA_STATS2 => {
+                for (t, s) in attrs(p) {
+                    // struct gnet_stats_queue { qlen, backlog, drops, requeues, overlimits }
+                    if t == TCA_STATS_QUEUE {
+                        q.qlen = u32_at(s, 0)?;
+                        q.backlog_bytes = u32_at(s, 4)?;
+                        q.drops = u32_at(s, 8)?;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    if kind == b"tbf" {
+        for (t, o) in attrs(options) {
+            match t {
+                // struct tc_tbf_qopt { struct tc_ratespec rate; ... }, rate at offset 8
+                TCA_TBF_PARMS if q.rate_bytes == 0 => q.rate_bytes = u32_at(o, 8)? as u64,
+                TCA_TBF_RATE64 => q.rate_bytes = u64::from_ne_bytes(o.get(..8)?.try_into().ok()?),
+                _ => {}
+            }
+        }
+    }
+    Some(q)
+}
