@@ -272,19 +272,31 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 fn toml_error(cx: &Ctx<'_>, e: &toml::de::Error, field: &str) -> ConfigError {
     let msg = e.message().trim().to_string();
     let field = if field.is_empty() {
-        guess_field(&msg)
+        guess_field(&msg, cx.text, e.span())
     } else {
         field.to_string()
     };
     cx.at(e.span(), field, msg)
 }
 
-/// serde names the offending key in its message (`unknown field `x``); use it as the field.
-fn guess_field(msg: &str) -> String {
-    msg.split('`')
-        .nth(1)
-        .map(str::to_string)
-        .unwrap_or_else(|| "(syntax)".into())
+/// The key an error is about: serde names it in "unknown field `x`" and "missing field
+/// `x`"; otherwise it is the key on the line the error points at (`key = value`).
+fn guess_field(msg: &str, text: &str, span: Option<Range<usize>>) -> String {
+    if (msg.starts_with("unknown field") || msg.starts_with("missing field"))
+        && let Some(name) = msg.split('`').nth(1)
+    {
+        return name.to_string();
+    }
+    let line = span.and_then(|s| {
+        let start = text[..s.start.min(text.len())]
+            .rfind('\n')
+            .map_or(0, |i| i + 1);
+        text[start..].lines().next()
+    });
+    match line.and_then(|l| l.split_once('=')) {
+        Some((key, _)) if !key.trim().starts_with('[') => key.trim().trim_matches('"').to_string(),
+        _ => "(syntax)".into(),
+    }
 }
 
 /// Parses and checks configuration text (`path` is used in error messages).
@@ -460,7 +472,7 @@ fn read_services(cx: &mut Ctx<'_>, registry: &Registry) -> BTreeMap<String, Serv
             }
             Some(Err(BuildError::Options(e))) => {
                 let msg = e.message().trim().to_string();
-                let sub = guess_field(&msg);
+                let sub = guess_field(&msg, cx.text, e.span());
                 let f = if sub == "(syntax)" {
                     field.clone()
                 } else {
@@ -833,7 +845,11 @@ rate = 5
         let e = errs(
             "[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"d\"]\n[service.d]\nkind = \"dump\"\nrate = \"x\"\n",
         );
-        assert_eq!((e[0].line, e[0].field.as_str()), (7, "service.d"), "{e:?}");
+        assert_eq!(
+            (e[0].line, e[0].field.as_str()),
+            (7, "service.d.rate"),
+            "{e:?}"
+        );
         let e = errs(
             "[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"d\"]\n[service.d]\nkind = \"dump\"\nratee = 1\n",
         );

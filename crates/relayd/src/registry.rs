@@ -56,13 +56,15 @@ impl Registry {
         }
     }
 
-    /// The built-in kinds: `accept`, `drop`, `dump`, `mark`.
+    /// The kinds relayd ships: `accept`, `drop`, `dump`, `mark`, `compress`, `decompress`.
     pub fn with_builtins() -> Registry {
         let mut r = Registry::empty();
         r.register::<AcceptConfig>();
         r.register::<DropConfig>();
         r.register::<DumpConfig>();
         r.register::<MarkConfig>();
+        r.register::<relay_svc_compress::CompressConfig>();
+        r.register::<relay_svc_compress::DecompressConfig>();
         r
     }
 

@@ -1,0 +1,152 @@
+//! `decompress`: restores IPComp packets (RFC 3173) byte for byte, whoever compressed them.
+//! A corrupt or truncated IPComp packet is counted and dropped with a log line.
+
+use crate::codec::{Algorithm, CodecError, Codecs};
+use relay_core::ratelimit::RateLimit;
+use relay_core::wire::{IpcompPacket, Ipv4Packet, Ipv6Packet, ipcomp, ipv6, proto};
+use relay_core::{
+    Action, Context, Counter, Counters, IpVersion, Packet, Service, ServiceConfig, ServiceFactory,
+};
+use serde::Deserialize;
+use std::sync::Arc;
+
+/// `[service.NAME]` with `kind = "decompress"`. No options: every algorithm relayd knows
+/// is accepted, by the CPI in each packet.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecompressConfig {}
+
+struct Factory;
+
+impl ServiceConfig for DecompressConfig {
+    const KIND: &'static str = "decompress";
+
+    fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, String> {
+        Ok(Arc::new(Factory))
+    }
+}
+
+impl ServiceFactory for Factory {
+    fn kind(&self) -> &'static str {
+        "decompress"
+    }
+
+    fn rewrites_payload(&self) -> bool {
+        true
+    }
+
+    fn build(&self, counters: &Counters) -> Box<dyn Service> {
+        let c = |n: &str| counters.counter(n);
+        Box::new(Decompress {
+            codecs: Codecs::new(1),
+            scratch: vec![0u8; 0x10000],
+            log: RateLimit::new(10),
+            seen: c("seen"),
+            decompressed: c("decompressed"),
+            passed: c("passed_not_ipcomp"),
+            bytes_in: c("bytes_in"),
+            bytes_out: c("bytes_out"),
+            dropped_corrupt: c("dropped_corrupt"),
+            dropped_unknown_cpi: c("dropped_unknown_cpi"),
+            dropped_too_large: c("dropped_too_large"),
+        })
+    }
+}
+
+struct Decompress {
+    codecs: Codecs,
+    scratch: Vec<u8>,
+    log: RateLimit,
+    seen: Counter,
+    decompressed: Counter,
+    passed: Counter,
+    bytes_in: Counter,
+    bytes_out: Counter,
+    dropped_corrupt: Counter,
+    dropped_unknown_cpi: Counter,
+    dropped_too_large: Counter,
+}
+
+impl Decompress {
+    fn drop(&mut self, pkt: &mut Packet, cx: &Context, why: CodecError, cpi: u16) -> Action {
+        match why {
+            CodecError::TooLarge => self.dropped_too_large.inc(),
+            CodecError::Unavailable => self.dropped_unknown_cpi.inc(),
+            CodecError::Corrupt => self.dropped_corrupt.inc(),
+        }
+        if let Some(suppressed) = self.log.allow(cx.now) {
+            let mut line = String::new();
+            relay_core::builtin::format_packet(&mut line, pkt);
+            tracing::warn!(
+                queue = cx.queue,
+                cpi,
+                suppressed,
+                "dropping IPComp packet ({}): {line}",
+                why.as_str()
+            );
+        }
+        Action::Drop
+    }
+}
+
+impl Service for Decompress {
+    fn process(&mut self, pkt: &mut Packet, cx: &Context) -> Action {
+        self.seen.inc();
+        let Ok(l) = pkt.layout() else {
+            return Action::Continue;
+        };
+        let direct = match l.version {
+            IpVersion::V4 => true,
+            // Only directly after the fixed header, as `compress` puts it.
+            IpVersion::V6 => pkt.data()[6] == proto::IPCOMP,
+        };
+        if l.proto != proto::IPCOMP || !direct || l.fragment || pkt.is_partial() {
+            self.passed.inc();
+            return Action::Continue;
+        }
+        let Some(off) = l.l4 else {
+            return Action::Continue;
+        };
+        let Ok(h) = IpcompPacket::new_checked(&pkt.data()[off..l.len]) else {
+            return self.drop(pkt, cx, CodecError::Corrupt, 0);
+        };
+        let (next, cpi) = (h.next_header(), h.cpi());
+        let Some(alg) = Algorithm::from_cpi(cpi).filter(|a| a.available()) else {
+            return self.drop(pkt, cx, CodecError::Unavailable, cpi);
+        };
+        // An IPv4 packet holds at most 65535 bytes; an IPv6 payload as much.
+        let room = match l.version {
+            IpVersion::V4 => 0xffff - off,
+            IpVersion::V6 => 0xffff + ipv6::HEADER_LEN - off,
+        };
+        let src = &pkt.data()[off + ipcomp::HEADER_LEN..l.len];
+        let n = match self
+            .codecs
+            .decompress(alg, src, &mut self.scratch[..room.min(0x10000)])
+        {
+            Ok(n) => n,
+            Err(e) => return self.drop(pkt, cx, e, cpi),
+        };
+        let total = off + n;
+        self.bytes_in.add(l.len as u64);
+        self.bytes_out.add(total as u64);
+        pkt.resize(total);
+        let d = pkt.data_mut();
+        d[off..total].copy_from_slice(&self.scratch[..n]);
+        match l.version {
+            IpVersion::V4 => {
+                let mut ip = Ipv4Packet::new_unchecked(&mut d[..]);
+                ip.set_total_len(total as u16);
+                ip.set_protocol(next);
+                ip.fill_checksum();
+            }
+            IpVersion::V6 => {
+                let mut ip = Ipv6Packet::new_unchecked(&mut d[..]);
+                ip.set_payload_len((total - ipv6::HEADER_LEN) as u16);
+                ip.set_next_header(next);
+            }
+        }
+        self.decompressed.inc();
+        Action::Continue
+    }
+}
