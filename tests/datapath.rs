@@ -364,27 +364,7 @@ services = ["accept"]
 fn sighup_reload_swaps_chains_without_losing_packets() {
     let l = line3("reload");
     let mut r = Relayd::start(&l.relay, ACCEPT_ALL);
-    let dst_addr = addr("10.0.2.2:5000");
-    let sock = l
-        .dst
-        .run(move || std::net::UdpSocket::bind(dst_addr).unwrap());
-    let sink = std::thread::spawn(move || {
-        relay_traffic::udp_sink_on(
-            sock,
-            Duration::from_millis(800),
-            Duration::from_secs(30),
-            None,
-        )
-        .unwrap()
-    });
-    let src = l.src.clone();
-    let sender = std::thread::spawn(move || {
-        let mut cfg = relay_traffic::UdpSendConfig::new(dst_addr);
-        cfg.size = 200;
-        cfg.rate_bps = Some(3000 * 228 * 8);
-        cfg.duration = Duration::from_secs(3);
-        src.run(move || relay_traffic::udp_send(&cfg).unwrap())
-    });
+    let flow = UdpFlow::start(&l.src, &l.dst, addr("10.0.2.2:5000"), Some(3000), 200, 3.0);
     std::thread::sleep(Duration::from_millis(500));
     // 1: a new chain on queue 0 and a new queue 1 for ICMP, while traffic flows.
     r.rewrite(
@@ -424,8 +404,7 @@ rate = 1
         "{}",
         r.log()
     );
-    let sent = sender.join().unwrap();
-    let got = sink.join().unwrap();
+    let (sent, got) = flow.finish();
     assert_eq!(
         got.packets,
         sent.packets,
@@ -499,27 +478,7 @@ fn a_second_relayd_is_refused_and_the_first_keeps_its_rules() {
 fn sigterm_under_traffic_loses_nothing() {
     let l = line3("drain");
     let mut r = Relayd::start(&l.relay, ACCEPT_ALL);
-    let dst_addr = addr("10.0.2.2:5000");
-    let sock = l
-        .dst
-        .run(move || std::net::UdpSocket::bind(dst_addr).unwrap());
-    let sink = std::thread::spawn(move || {
-        relay_traffic::udp_sink_on(
-            sock,
-            Duration::from_millis(800),
-            Duration::from_secs(30),
-            None,
-        )
-        .unwrap()
-    });
-    let src = l.src.clone();
-    let sender = std::thread::spawn(move || {
-        let mut cfg = relay_traffic::UdpSendConfig::new(dst_addr);
-        cfg.size = 200;
-        cfg.rate_bps = Some(5000 * 228 * 8);
-        cfg.duration = Duration::from_secs(2);
-        src.run(move || relay_traffic::udp_send(&cfg).unwrap())
-    });
+    let flow = UdpFlow::start(&l.src, &l.dst, addr("10.0.2.2:5000"), Some(5000), 200, 2.0);
     std::thread::sleep(Duration::from_millis(800));
     let before = r.status().queues[0].packets;
     assert!(
@@ -527,8 +486,7 @@ fn sigterm_under_traffic_loses_nothing() {
         "traffic was not going through relayd: {before}"
     );
     assert!(r.stop(libc::SIGTERM), "{}", r.log());
-    let sent = sender.join().unwrap();
-    let got = sink.join().unwrap();
+    let (sent, got) = flow.finish();
     assert_eq!(
         got.packets, sent.packets,
         "packets lost while relayd stopped"
@@ -552,25 +510,7 @@ max_len = 64
 services = ["accept"]
 "#,
     );
-    let dst_addr = addr("10.0.2.2:5000");
-    let sock = l
-        .dst
-        .run(move || std::net::UdpSocket::bind(dst_addr).unwrap());
-    let sink = std::thread::spawn(move || {
-        relay_traffic::udp_sink_on(
-            sock,
-            Duration::from_millis(800),
-            Duration::from_secs(30),
-            None,
-        )
-        .unwrap()
-    });
-    let mut cfg = relay_traffic::UdpSendConfig::new(dst_addr);
-    cfg.size = 64;
-    cfg.rate_bps = None;
-    cfg.duration = Duration::from_secs(1);
-    let sent = l.src.run(move || relay_traffic::udp_send(&cfg).unwrap());
-    let got = sink.join().unwrap();
+    let (sent, got) = UdpFlow::start(&l.src, &l.dst, addr("10.0.2.2:5000"), None, 64, 1.0).finish();
     let q = r.status().queues[0].clone();
     let k = q.kernel.clone().unwrap();
     // Fail-open: what relayd could not take, the kernel passed on (queue full) or relayd

@@ -144,6 +144,56 @@ pub fn wait_for(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     f()
 }
 
+/// A UDP flow in progress: a sink bound in the destination namespace and a paced sender
+/// in the source namespace, both on their own threads.
+pub struct UdpFlow {
+    sender: std::thread::JoinHandle<relay_traffic::SendStats>,
+    sink: std::thread::JoinHandle<relay_traffic::UdpSinkStats>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl UdpFlow {
+    /// Starts sending `size`-byte datagrams at `pps` (None: as fast as possible) for `secs`.
+    pub fn start(
+        src: &Node,
+        dst: &Node,
+        dst_addr: SocketAddr,
+        pps: Option<u64>,
+        size: usize,
+        secs: f64,
+    ) -> UdpFlow {
+        let sock = dst.run(move || UdpSocket::bind(dst_addr).unwrap());
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stop_sink = stop.clone();
+        let sink = std::thread::spawn(move || {
+            relay_traffic::udp_sink_on(
+                sock,
+                Duration::from_millis(800),
+                Duration::from_secs(60),
+                Some(&*stop_sink),
+            )
+            .unwrap()
+        });
+        let mut cfg = relay_traffic::UdpSendConfig::new(dst_addr);
+        cfg.size = size;
+        cfg.rate_bps = pps.map(|p| p * ((size as u64 + 28) * 8));
+        cfg.duration = Duration::from_secs_f64(secs);
+        cfg.ratio = 1.0;
+        let src = src.clone();
+        let sender =
+            std::thread::spawn(move || src.run(move || relay_traffic::udp_send(&cfg).unwrap()));
+        UdpFlow { sender, sink, stop }
+    }
+
+    /// Waits for the sender, lets what is in flight arrive, and returns both sides' stats.
+    pub fn finish(self) -> (relay_traffic::SendStats, relay_traffic::UdpSinkStats) {
+        let sent = self.sender.join().unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        (sent, self.sink.join().unwrap())
+    }
+}
+
 /// Sends `count` UDP datagrams of `size` bytes from `src` to `dst_addr` (received by a sink
 /// bound in `dst`) at `pps`; returns (sent, received).
 pub fn udp_exchange(
@@ -154,28 +204,15 @@ pub fn udp_exchange(
     pps: u64,
     size: usize,
 ) -> (u64, u64) {
-    let sock = dst.run(move || UdpSocket::bind(dst_addr).unwrap());
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let stop_sink = stop.clone();
-    let sink = std::thread::spawn(move || {
-        relay_traffic::udp_sink_on(
-            sock,
-            Duration::from_millis(800),
-            Duration::from_secs(30),
-            Some(&*stop_sink),
-        )
-        .unwrap()
-    });
-    let mut cfg = relay_traffic::UdpSendConfig::new(dst_addr);
-    cfg.size = size;
-    cfg.rate_bps = Some(pps * ((size as u64 + 28) * 8));
-    cfg.duration = Duration::from_secs_f64(count as f64 / pps as f64);
-    cfg.ratio = 1.0;
-    let sent = src.run(move || relay_traffic::udp_send(&cfg).unwrap());
-    // Whatever is still in flight arrives well within this; then stop waiting.
-    std::thread::sleep(Duration::from_millis(500));
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let got = sink.join().unwrap();
+    let (sent, got) = UdpFlow::start(
+        src,
+        dst,
+        dst_addr,
+        Some(pps),
+        size,
+        count as f64 / pps as f64,
+    )
+    .finish();
     (sent.packets, got.packets)
 }
 
