@@ -69,6 +69,7 @@ fn benches(c: &mut Criterion) {
         c: 20e-6,
         r: 0.95,
         fixed: true,
+        samples: 0,
     };
     c.bench_function("decision", |b| {
         b.iter(|| should_compress(black_box(1e-5), black_box(&est), 1500.0, 12.5e6))

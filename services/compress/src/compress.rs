@@ -146,6 +146,7 @@ impl ServiceFactory for Factory {
     fn build(&self, counters: &Counters) -> Box<dyn Service> {
         let c = |n: &str| counters.counter(n);
         Box::new(Compress {
+            declined: 0,
             alg: self.cfg.algorithm,
             mode: self.cfg.mode,
             min_size: self.cfg.min_size,
@@ -155,6 +156,7 @@ impl ServiceFactory for Factory {
                 c: self.cfg.compress_time_us * 1e-6,
                 r: self.cfg.ratio,
                 fixed: self.cfg.estimate == EstimateMode::Fixed,
+                samples: 0,
             },
             codecs: Codecs::new(self.cfg.level),
             scratch: vec![0u8; Algorithm::max_output(0x10000)],
@@ -172,6 +174,7 @@ impl ServiceFactory for Factory {
                 skip_decision: c("skipped_decision"),
                 skip_mode: c("skipped_mode"),
                 skip_no_gain: c("skipped_no_gain"),
+                probes: c("probes"),
                 c_ns: counters.gauge("c_ns"),
                 r_milli: counters.gauge("r_milli"),
                 w_us: counters.gauge("w_us"),
@@ -194,12 +197,18 @@ struct Names {
     skip_decision: Counter,
     skip_mode: Counter,
     skip_no_gain: Counter,
+    probes: Counter,
     c_ns: Counter,
     r_milli: Counter,
     w_us: Counter,
 }
 
+/// One packet in this many of those the decision declines is compressed anyway, to keep
+/// online estimates of C and R current.
+const PROBE_EVERY: u64 = 64;
+
 struct Compress {
+    declined: u64,
     alg: Algorithm,
     mode: Mode,
     min_size: usize,
@@ -266,8 +275,15 @@ impl Service for Compress {
                 let w = q.map_or(0.0, |q| q.backlog_bytes as f64 / b);
                 self.n.w_us.set((w * 1e6) as u64);
                 if !should_compress(w, &self.est, l.len as f64, b) {
-                    self.n.skip_decision.inc();
-                    return Action::Continue;
+                    // Online estimates only learn from compressions: probe one packet in
+                    // PROBE_EVERY that the decision turns down, or estimates that start (or
+                    // became) pessimistic would never be corrected.
+                    self.declined += 1;
+                    if self.est.fixed || self.declined % PROBE_EVERY != 0 {
+                        self.n.skip_decision.inc();
+                        return Action::Continue;
+                    }
+                    self.n.probes.inc();
                 }
             }
         }

@@ -10,18 +10,25 @@ pub struct Estimate {
     pub r: f64,
     /// Keep the configured values (the paper's setting) instead of measuring.
     pub fixed: bool,
+    /// Measurements folded in so far (the first ones count fully: see `update`).
+    pub samples: u32,
 }
 
-/// Weight of a new sample in the moving averages (about the last 32 packets count).
-const ALPHA: f64 = 1.0 / 32.0;
+/// The moving averages weigh about the last `WINDOW` compressions.
+const WINDOW: u32 = 32;
 
 impl Estimate {
     /// Folds in one measured compression: `c` seconds, ratio `r` (1.0 if no gain).
     #[inline]
     pub fn update(&mut self, c: f64, r: f64) {
         if !self.fixed {
-            self.c += ALPHA * (c - self.c);
-            self.r += ALPHA * (r.min(1.0) - self.r);
+            // A plain mean over the first WINDOW samples, then an exponential average:
+            // the configured start values are replaced by the first measurement at once
+            // instead of fading out over hundreds of packets.
+            self.samples = self.samples.saturating_add(1);
+            let alpha = 1.0 / self.samples.min(WINDOW) as f64;
+            self.c += alpha * (c - self.c);
+            self.r += alpha * (r.min(1.0) - self.r);
         }
     }
 }
@@ -47,6 +54,7 @@ mod tests {
             c: 20e-6,
             r: 0.95,
             fixed: true,
+            samples: 0,
         };
         let b = 12.5e6;
         assert!(!should_compress(0.0, &est, 1500.0, b));
@@ -57,6 +65,7 @@ mod tests {
             c: 1e-6,
             r: 0.95,
             fixed: true,
+            samples: 0,
         };
         assert!(should_compress(0.0, &fast, 1500.0, b));
         // Incompressible data (R = 1): only a wait longer than C justifies trying.
@@ -64,6 +73,7 @@ mod tests {
             c: 1e-6,
             r: 1.0,
             fixed: true,
+            samples: 0,
         };
         assert!(!should_compress(0.0, &incompressible, 1500.0, b));
     }
@@ -74,7 +84,13 @@ mod tests {
             c: 20e-6,
             r: 0.95,
             fixed: false,
+            samples: 0,
         };
+        e.update(2e-6, 0.5);
+        assert!(
+            (e.c - 2e-6).abs() < 1e-12 && e.r == 0.5,
+            "the first measurement replaces the start values: {e:?}"
+        );
         for _ in 0..500 {
             e.update(1e-6, 0.5);
         }
@@ -86,6 +102,7 @@ mod tests {
             c: 20e-6,
             r: 0.95,
             fixed: true,
+            samples: 0,
         };
         f.update(1e-6, 0.5);
         assert_eq!((f.c, f.r), (20e-6, 0.95));
