@@ -279,7 +279,7 @@ impl Service for Compress {
                     // PROBE_EVERY that the decision turns down, or estimates that start (or
                     // became) pessimistic would never be corrected.
                     self.declined += 1;
-                    if self.est.fixed || self.declined % PROBE_EVERY != 0 {
+                    if self.est.fixed || !self.declined.is_multiple_of(PROBE_EVERY) {
                         self.n.skip_decision.inc();
                         return Action::Continue;
                     }
