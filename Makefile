@@ -5,7 +5,7 @@ CARGO ?= cargo
 DEBIAN_PACKAGES := iptables iproute2 iputils-ping procps
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build release deps test lint unit demo bench bench-passthrough clean
+.PHONY: all build release deps test lint unit demo bench bench-passthrough experiment-compress clean
 
 all: build
 
@@ -43,11 +43,16 @@ demo: deps release
 
 # Criterion benches (per-packet cost of parsing, chains, services).
 bench:
-	$(CARGO) bench --workspace --locked --bench chain
+	$(CARGO) bench --workspace --locked --bench chain --bench compress
 
 # Kernel forwarding vs relayd on a namespace testbed: pps, TCP throughput, added latency.
 bench-passthrough: deps
 	$(CARGO) bench -p relayd --locked --bench passthrough
+
+# Seed 003's experiment (Fig. 11/12) on a namespace testbed: tables and plots into docs/.
+experiment-compress: deps
+	@command -v gnuplot >/dev/null || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq gnuplot-nox; }
+	$(CARGO) bench -p relayd --locked --bench experiment_compress
 
 clean:
 	$(CARGO) clean
