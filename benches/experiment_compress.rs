@@ -133,12 +133,11 @@ fn ping_summary(out: &str) -> (f64, f64) {
         .lines()
         .find(|l| l.contains("min/avg/max"))
         .unwrap_or("");
-    let nums: Vec<f64> = line
-        .split('=')
-        .nth(1)
-        .unwrap_or("")
+    // "rtt min/avg/max/mdev = 0.041/0.052/0.070/0.010 ms[, pipe 2]"
+    let values = line.split('=').nth(1).unwrap_or("");
+    let values = values.split(" ms").next().unwrap_or("");
+    let nums: Vec<f64> = values
         .trim()
-        .trim_end_matches(" ms")
         .split('/')
         .filter_map(|x| x.trim().parse().ok())
         .collect();
@@ -161,22 +160,23 @@ fn run_one(l: &Line4, ratio: f64, mbit: u64, secs: f64) -> (f64, f64, f64, f64) 
         .unwrap()
     });
     let count = (secs * 50.0) as u64; // ping every 20 ms, as long as the flow
-    let ping = l
-        .src
-        .cmd("ping")
-        .args(["-q", "-i", "0.02", "-c", &count.to_string(), "10.0.3.2"])
-        .output();
+    let mut ping = l.src.cmd("ping");
+    ping.args(["-q", "-i", "0.02", "-c", &count.to_string(), "10.0.3.2"]);
+    ping.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    let ping = ping.spawn().unwrap();
     let mut cfg = relay_traffic::UdpSendConfig::new(dst);
     cfg.size = UDP_PAYLOAD;
     cfg.rate_bps = Some(mbit * 1_000_000);
     cfg.duration = Duration::from_secs_f64(secs);
     cfg.ratio = ratio;
-    let ping = std::thread::spawn(move || ping);
     let sent = l.src.run(move || relay_traffic::udp_send(&cfg).unwrap());
     let got = sink.join().unwrap();
-    let ping = ping.join().unwrap().unwrap();
+    let ping = ping.wait_with_output().unwrap();
     let (rtt, jitter) = ping_summary(&String::from_utf8_lossy(&ping.stdout));
-    let throughput = got.packets as f64 * PACKET as f64 * 8.0 / sent.elapsed.as_secs_f64() / 1e6;
+    // Over the time packets arrived: a full queue drains for a while after the sender stops.
+    let throughput =
+        got.packets as f64 * PACKET as f64 * 8.0 / got.duration().as_secs_f64().max(1e-3) / 1e6;
     let loss = 1.0 - got.packets as f64 / sent.packets.max(1) as f64;
     (throughput, loss.max(0.0), rtt, jitter)
 }
@@ -351,10 +351,11 @@ fn plot(docs: &std::path::Path, payload: f64, name: &str) -> bool {
         series(6, ""),
         series(7, "")
     );
+    let script_path = std::env::temp_dir().join(format!("relayd-exp-{}.gp", std::process::id()));
+    std::fs::write(&script_path, &script).unwrap();
     let ok = std::process::Command::new("gnuplot")
         .current_dir(docs)
-        .arg("-e")
-        .arg(&script)
+        .arg(&script_path)
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
