@@ -145,28 +145,7 @@ fn corrupt_ipcomp_is_counted_and_dropped() {
             p
         })
         .collect();
-    l.src.run(move || {
-        // SAFETY: raw socket calls on live buffers.
-        unsafe {
-            let fd = libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_RAW);
-            assert!(fd >= 0);
-            for p in &garbage {
-                let mut sa: libc::sockaddr_in = std::mem::zeroed();
-                sa.sin_family = libc::AF_INET as u16;
-                sa.sin_addr.s_addr = u32::from_ne_bytes([10, 0, 3, 2]);
-                let r = libc::sendto(
-                    fd,
-                    p.as_ptr() as *const libc::c_void,
-                    p.len(),
-                    0,
-                    &sa as *const libc::sockaddr_in as *const libc::sockaddr,
-                    std::mem::size_of::<libc::sockaddr_in>() as u32,
-                );
-                assert!(r > 0);
-            }
-            libc::close(fd);
-        }
-    });
+    send_raw(&l.src, garbage);
     assert!(
         wait_for(
             Duration::from_secs(5),

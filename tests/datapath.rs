@@ -168,33 +168,6 @@ services = ["accept"]
     assert!(l.src.ping("10.0.2.2"));
 }
 
-/// Sends raw IPv4 packets from `node` (IP_HDRINCL: the kernel fills in total length and
-/// header checksum, and forwards without looking at the transport header).
-fn send_raw(node: &relay_testbed::Node, packets: Vec<Vec<u8>>) {
-    node.run(move || {
-        // SAFETY: plain socket/sendto calls on buffers that outlive them.
-        unsafe {
-            let fd = libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_RAW);
-            assert!(fd >= 0, "raw socket: {}", std::io::Error::last_os_error());
-            for p in &packets {
-                let mut sa: libc::sockaddr_in = std::mem::zeroed();
-                sa.sin_family = libc::AF_INET as u16;
-                sa.sin_addr.s_addr = u32::from_ne_bytes([p[16], p[17], p[18], p[19]]);
-                let r = libc::sendto(
-                    fd,
-                    p.as_ptr() as *const libc::c_void,
-                    p.len(),
-                    0,
-                    &sa as *const libc::sockaddr_in as *const libc::sockaddr,
-                    std::mem::size_of::<libc::sockaddr_in>() as u32,
-                );
-                assert!(r >= 0, "sendto: {}", std::io::Error::last_os_error());
-            }
-            libc::close(fd);
-        }
-    });
-}
-
 fn ipv4(proto: u8, l4: &[u8]) -> Vec<u8> {
     let mut p = vec![
         0x45, 0, 0, 0, 0, 7, 0, 0, 64, proto, 0, 0, 10, 0, 1, 1, 10, 0, 2, 2,

@@ -2,10 +2,10 @@
 //! in IPComp (RFC 3173), when the paper's decision says it pays, never making a packet
 //! larger.
 
-use crate::codec::{Algorithm, Codecs};
+use crate::codec::{Algorithm, Codecs, fix_ip_header};
 use crate::decision::{Estimate, should_compress};
 use crate::units::parse_rate_bits;
-use relay_core::wire::{IpcompPacket, Ipv4Packet, Ipv6Packet, ipcomp, proto};
+use relay_core::wire::{IpcompPacket, ipcomp, proto};
 use relay_core::{
     Action, Context, Counter, Counters, IpVersion, Packet, Service, ServiceConfig, ServiceFactory,
 };
@@ -310,19 +310,7 @@ impl Service for Compress {
         let d = pkt.data_mut();
         IpcompPacket::new_unchecked(&mut d[off..]).set_header(l.proto, self.alg.cpi());
         d[off + ipcomp::HEADER_LEN..total].copy_from_slice(&self.scratch[..n]);
-        match l.version {
-            IpVersion::V4 => {
-                let mut ip = Ipv4Packet::new_unchecked(&mut d[..]);
-                ip.set_total_len(total as u16);
-                ip.set_protocol(proto::IPCOMP);
-                ip.fill_checksum();
-            }
-            IpVersion::V6 => {
-                let mut ip = Ipv6Packet::new_unchecked(&mut d[..]);
-                ip.set_payload_len((total - relay_core::wire::ipv6::HEADER_LEN) as u16);
-                ip.set_next_header(proto::IPCOMP);
-            }
-        }
+        fix_ip_header(d, l.version, total, proto::IPCOMP);
         self.n.compressed.inc();
         Action::Continue
     }

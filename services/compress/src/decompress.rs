@@ -1,9 +1,9 @@
 //! `decompress`: restores IPComp packets (RFC 3173) byte for byte, whoever compressed them.
 //! A corrupt or truncated IPComp packet is counted and dropped with a log line.
 
-use crate::codec::{Algorithm, CodecError, Codecs};
+use crate::codec::{Algorithm, CodecError, Codecs, fix_ip_header};
 use relay_core::ratelimit::RateLimit;
-use relay_core::wire::{IpcompPacket, Ipv4Packet, Ipv6Packet, ipcomp, ipv6, proto};
+use relay_core::wire::{IpcompPacket, ipcomp, ipv6, proto};
 use relay_core::{
     Action, Context, Counter, Counters, IpVersion, Packet, Service, ServiceConfig, ServiceFactory,
 };
@@ -133,19 +133,7 @@ impl Service for Decompress {
         pkt.resize(total);
         let d = pkt.data_mut();
         d[off..total].copy_from_slice(&self.scratch[..n]);
-        match l.version {
-            IpVersion::V4 => {
-                let mut ip = Ipv4Packet::new_unchecked(&mut d[..]);
-                ip.set_total_len(total as u16);
-                ip.set_protocol(next);
-                ip.fill_checksum();
-            }
-            IpVersion::V6 => {
-                let mut ip = Ipv6Packet::new_unchecked(&mut d[..]);
-                ip.set_payload_len((total - ipv6::HEADER_LEN) as u16);
-                ip.set_next_header(next);
-            }
-        }
+        fix_ip_header(d, l.version, total, next);
         self.decompressed.inc();
         Action::Continue
     }
