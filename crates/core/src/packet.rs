@@ -29,6 +29,28 @@ pub struct PacketMeta {
     pub orig_len: Option<u32>,
     /// True if this is a GSO super-packet (only on queues with GSO on).
     pub gso: bool,
+    /// Connection tracking state, where known (offline replay tracks flows itself).
+    pub ct: Option<CtInfo>,
+}
+
+/// Connection state of a packet, as conntrack classifies it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CtState {
+    /// The first packets of a flow, before any reply.
+    New,
+    /// A flow that has seen packets both ways.
+    Established,
+    /// An ICMP error about a known flow.
+    Related,
+}
+
+/// Where a packet stands in its flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CtInfo {
+    /// The flow's state.
+    pub state: CtState,
+    /// True for the reply direction (the flow's responder sent it).
+    pub reply: bool,
 }
 
 /// IP version of a parsed packet.

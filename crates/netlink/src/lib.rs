@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 
 const SLOTS: usize = 512;
 
+static SHARED: OnceLock<Arc<QueueMonitor>> = OnceLock::new();
+
 #[derive(Default)]
 struct Slot {
     ifindex: AtomicU32,
@@ -44,6 +46,8 @@ pub struct LinkQueue {
 
 /// Keeps a fresh view of every interface's root qdisc.
 pub struct QueueMonitor {
+    /// Set for a monitor that reports fixed values (offline replay), not the kernel's.
+    fixed: Option<(u32, u64)>,
     slots: Box<[Slot]>,
     start: Instant,
     interval: Duration,
@@ -63,7 +67,6 @@ impl QueueMonitor {
     /// The process-wide monitor (one thread for all services), started on first use with
     /// a 1 ms poll interval.
     pub fn shared() -> Arc<QueueMonitor> {
-        static SHARED: OnceLock<Arc<QueueMonitor>> = OnceLock::new();
         SHARED
             .get_or_init(|| {
                 QueueMonitor::start(Duration::from_millis(1)).expect("starting the queue monitor")
@@ -71,11 +74,33 @@ impl QueueMonitor {
             .clone()
     }
 
+    /// Makes `monitor` the process-wide one; only before anything called [`shared`]
+    /// (offline replay installs a [`QueueMonitor::fixed`] this way). False if too late.
+    ///
+    /// [`shared`]: QueueMonitor::shared
+    pub fn set_shared(monitor: Arc<QueueMonitor>) -> bool {
+        SHARED.set(monitor).is_ok()
+    }
+
+    /// A monitor without a thread or socket that reports the same egress queue for every
+    /// interface: `backlog_bytes` waiting, `rate_bytes` per second (0: none). For replay.
+    pub fn fixed(backlog_bytes: u32, rate_bytes: u64) -> Arc<QueueMonitor> {
+        Arc::new(QueueMonitor {
+            fixed: Some((backlog_bytes, rate_bytes)),
+            slots: Box::new([]),
+            start: Instant::now(),
+            interval: Duration::ZERO,
+            polls: AtomicU64::new(0),
+            stop: AtomicBool::new(true),
+        })
+    }
+
     /// Starts a monitor polling every `interval` on its own thread (stopped on drop of the
     /// last handle... it runs for the life of the process once shared).
     pub fn start(interval: Duration) -> std::io::Result<Arc<QueueMonitor>> {
         let mut sock = RtnlSocket::open()?;
         let m = Arc::new(QueueMonitor {
+            fixed: None,
             slots: (0..SLOTS).map(|_| Slot::default()).collect(),
             start: Instant::now(),
             interval,
@@ -126,6 +151,15 @@ impl QueueMonitor {
     /// The egress queue of interface `ifindex`, if the monitor has seen it. No system call.
     #[inline]
     pub fn get(&self, ifindex: u32) -> Option<LinkQueue> {
+        if let Some((backlog_bytes, rate_bytes)) = self.fixed {
+            return Some(LinkQueue {
+                backlog_bytes,
+                qlen: 0,
+                drops: 0,
+                rate_bytes,
+                age: Duration::ZERO,
+            });
+        }
         let s = &self.slots[ifindex as usize % SLOTS];
         if ifindex == 0 || s.ifindex.load(Relaxed) != ifindex {
             return None;

@@ -532,6 +532,7 @@ impl Worker {
             outdev: p.outdev,
             orig_len: p.cap_len,
             gso: p.gso,
+            ct: None,
         };
         let buf = std::mem::take(&mut self.slots[slot]);
         let mut pkt = Packet::in_buffer(buf, start, end, meta);

@@ -56,6 +56,30 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run a queue's chain over a capture file, offline and unprivileged (like `suricata -r`).
+    Replay {
+        /// Configuration file.
+        #[arg(short, long)]
+        config: PathBuf,
+        /// Capture to read (pcap or pcapng; Ethernet, Linux cooked or raw IP).
+        #[arg(long)]
+        pcap: PathBuf,
+        /// Queue whose chain runs (default: the first configured).
+        #[arg(long)]
+        queue: Option<u16>,
+        /// Write the packets that come out to this pcap (raw IP, original timestamps).
+        #[arg(long)]
+        write: Option<PathBuf>,
+        /// Print one JSON object per packet verdict (then the summary goes to stderr).
+        #[arg(long)]
+        json: bool,
+        /// Egress queue backlog adaptive services see, in bytes.
+        #[arg(long, default_value_t = 0)]
+        backlog_bytes: u32,
+        /// Egress rate adaptive services see, e.g. "100mbit" (default: none).
+        #[arg(long)]
+        bandwidth: Option<String>,
+    },
     /// Remove every rule relayd owns (after a crash).
     Cleanup {
         /// Configuration file to take the chain prefix and iptables flavour from.
@@ -159,6 +183,58 @@ pub fn main_with(registry: Registry) -> ExitCode {
                 Err(e) => {
                     eprintln!("relayd: no daemon answers on {}: {e}", socket.display());
                     ExitCode::from(1)
+                }
+            }
+        }
+        Command::Replay {
+            config,
+            pcap,
+            queue,
+            write,
+            json,
+            backlog_bytes,
+            bandwidth,
+        } => {
+            init_logging("warn");
+            let rate = match bandwidth
+                .as_deref()
+                .map(relay_svc_compress::parse_rate_bits)
+            {
+                None => 0,
+                Some(Ok(bits)) => bits / 8,
+                Some(Err(e)) => {
+                    eprintln!("relayd: --bandwidth: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            // Offline: adaptive services read this fixed queue instead of the kernel's.
+            relay_netlink::QueueMonitor::set_shared(relay_netlink::QueueMonitor::fixed(
+                backlog_bytes,
+                rate,
+            ));
+            let cfg = match load(&config, &registry) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            let opts = crate::replay::ReplayOptions {
+                pcap,
+                queue,
+                write,
+                json,
+            };
+            let stdout = std::io::stdout();
+            match crate::replay::run(&cfg, &opts, &mut stdout.lock()) {
+                Ok(status) if json => {
+                    eprint!("{}", status.render());
+                    ExitCode::SUCCESS
+                }
+                Ok(status) => {
+                    print!("{}", status.render());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("relayd: replay: {e:#}");
+                    ExitCode::from(2)
                 }
             }
         }

@@ -21,7 +21,7 @@ struct Running {
 
 /// Counters live here, not in chains, so that they survive reloads.
 #[derive(Default)]
-struct CounterStore {
+pub(crate) struct CounterStore {
     queues: BTreeMap<u16, QueueCounters>,
     services: BTreeMap<(u16, String, &'static str), (Counter, Counters)>,
 }
@@ -58,7 +58,8 @@ fn queue_config(spec: &QueueSpec, num: u16) -> QueueConfig {
 }
 
 impl CounterStore {
-    fn chain(&mut self, spec: &QueueSpec, num: u16, bypass_mark: u32) -> Chain {
+    /// The chain of `spec` for queue `num`, its services counting into this store.
+    pub(crate) fn chain(&mut self, spec: &QueueSpec, num: u16, bypass_mark: u32) -> Chain {
         let mut chain = Chain::new(ChainSettings {
             malformed: spec.malformed,
             bypass_mark,
@@ -74,7 +75,41 @@ impl CounterStore {
         chain
     }
 
-    fn queue(&mut self, num: u16) -> QueueCounters {
+    /// Per-service counters summed over queues, for the instances `active` accepts
+    /// (queue, name, kind): those still configured.
+    pub(crate) fn services_status(
+        &self,
+        active: impl Fn(u16, &str, &'static str) -> bool,
+    ) -> Vec<ServiceStatus> {
+        let mut services: BTreeMap<(String, &'static str), ServiceStatus> = BTreeMap::new();
+        for ((num, name, kind), (packets, counters)) in &self.services {
+            if !active(*num, name, kind) {
+                continue; // an instance a reload removed
+            }
+            let s = services
+                .entry((name.clone(), kind))
+                .or_insert_with(|| ServiceStatus {
+                    name: name.clone(),
+                    kind: kind.to_string(),
+                    queues: Vec::new(),
+                    packets: 0,
+                    counters: BTreeMap::new(),
+                });
+            s.queues.push(*num);
+            s.packets += packets.get();
+            for (k, kind, v) in counters.snapshot() {
+                let e = s.counters.entry(k).or_insert(0);
+                match kind {
+                    CounterKind::Total => *e += v,
+                    CounterKind::Gauge => *e = v,
+                }
+            }
+        }
+        services.into_values().collect()
+    }
+
+    /// The counters of queue `num`.
+    pub(crate) fn queue(&mut self, num: u16) -> QueueCounters {
         self.queues.entry(num).or_default().clone()
     }
 }
@@ -336,45 +371,21 @@ impl Daemon {
                 }),
             });
         }
-        let mut services: BTreeMap<(String, &'static str), ServiceStatus> = BTreeMap::new();
-        for ((num, name, kind), (packets, counters)) in &self.counters.services {
-            let Some(r) = self.queues.get(num) else {
-                continue;
-            };
-            if !r
-                .spec
-                .services
-                .iter()
-                .any(|(n, f)| n == name && f.kind() == *kind)
-            {
-                continue; // an instance a reload removed
-            }
-            let s = services
-                .entry((name.clone(), kind))
-                .or_insert_with(|| ServiceStatus {
-                    name: name.clone(),
-                    kind: kind.to_string(),
-                    queues: Vec::new(),
-                    packets: 0,
-                    counters: BTreeMap::new(),
-                });
-            s.queues.push(*num);
-            s.packets += packets.get();
-            for (k, kind, v) in counters.snapshot() {
-                let e = s.counters.entry(k).or_insert(0);
-                match kind {
-                    CounterKind::Total => *e += v,
-                    CounterKind::Gauge => *e = v,
-                }
-            }
-        }
+        let services = self.counters.services_status(|num, name, kind| {
+            self.queues.get(&num).is_some_and(|r| {
+                r.spec
+                    .services
+                    .iter()
+                    .any(|(n, f)| n == name && f.kind() == kind)
+            })
+        });
         Status {
             version: env!("CARGO_PKG_VERSION").to_string(),
             uptime_s: self.started.elapsed().as_secs_f64(),
             config: self.config.path.display().to_string(),
             reloads: self.reloads,
             queues,
-            services: services.into_values().collect(),
+            services,
         }
     }
 }

@@ -7,6 +7,7 @@ pub mod config;
 pub mod daemon;
 pub mod lock;
 pub mod registry;
+pub mod replay;
 pub mod rules;
 pub mod status;
 

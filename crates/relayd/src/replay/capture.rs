@@ -1,0 +1,219 @@
+//! Reading captures: pcap and pcapng (detected by their magic number), with Ethernet
+//! (and 802.1Q / 802.1ad tags), Linux cooked (SLL, SLL2) and raw IP link types. Yields the
+//! IP packet of each record with its timestamp; every error names the record number.
+
+use pcap_file::DataLink;
+use pcap_file::pcap::PcapReader;
+use pcap_file::pcapng::{Block, PcapNgReader};
+use std::io::Read;
+use std::time::Duration;
+
+/// One captured IP packet.
+#[derive(Debug)]
+pub struct Record {
+    /// 1-based record number in the file (as Wireshark numbers them).
+    pub number: u64,
+    /// Capture timestamp (since the epoch).
+    pub ts: Duration,
+    /// The IP packet (link layer removed), or `None` for a non-IP frame.
+    pub ip: Option<Vec<u8>>,
+}
+
+/// Why a capture cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureError {
+    /// Not a pcap or pcapng file, or its header is damaged.
+    #[error("not a pcap or pcapng file: {0}")]
+    Format(String),
+    /// A record could not be read.
+    #[error("packet {number}: {reason}")]
+    Record {
+        /// The record number.
+        number: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A link type relayd cannot strip.
+    #[error("link type {0:?} is not supported (Ethernet, Linux cooked SLL/SLL2 and raw IP are)")]
+    LinkType(DataLink),
+}
+
+enum Inner<R: Read> {
+    Pcap(PcapReader<R>, DataLink),
+    PcapNg(PcapNgReader<R>, Vec<DataLink>),
+}
+
+/// A capture file being read.
+pub struct Capture<R: Read> {
+    inner: Inner<R>,
+    number: u64,
+}
+
+fn supported(link: DataLink) -> bool {
+    matches!(
+        link,
+        DataLink::ETHERNET
+            | DataLink::LINUX_SLL
+            | DataLink::LINUX_SLL2
+            | DataLink::RAW
+            | DataLink::IPV4
+            | DataLink::IPV6
+    )
+}
+
+impl Capture<std::io::BufReader<std::fs::File>> {
+    /// Opens a pcap or pcapng file.
+    pub fn open(path: &std::path::Path) -> Result<Self, CaptureError> {
+        let mut f = std::fs::File::open(path)
+            .map_err(|e| CaptureError::Format(format!("{}: {e}", path.display())))?;
+        let mut magic = [0u8; 4];
+        f.read_exact(&mut magic)
+            .map_err(|e| CaptureError::Format(format!("{}: {e}", path.display())))?;
+        let f = std::fs::File::open(path).map_err(|e| CaptureError::Format(e.to_string()))?;
+        Capture::new(std::io::BufReader::with_capacity(1 << 20, f), magic)
+    }
+}
+
+impl<R: Read> Capture<R> {
+    /// Reads a capture whose first four bytes are `magic`.
+    pub fn new(reader: R, magic: [u8; 4]) -> Result<Self, CaptureError> {
+        let inner = if magic == [0x0a, 0x0d, 0x0d, 0x0a] {
+            Inner::PcapNg(
+                PcapNgReader::new(reader).map_err(|e| CaptureError::Format(e.to_string()))?,
+                Vec::new(),
+            )
+        } else {
+            let r = PcapReader::new(reader).map_err(|e| CaptureError::Format(e.to_string()))?;
+            let link = r.header().datalink;
+            if !supported(link) {
+                return Err(CaptureError::LinkType(link));
+            }
+            Inner::Pcap(r, link)
+        };
+        Ok(Capture { inner, number: 0 })
+    }
+
+    /// The next record, `None` at the end of the file.
+    pub fn next_record(&mut self) -> Option<Result<Record, CaptureError>> {
+        loop {
+            let number = self.number + 1;
+            let err = |e: pcap_file::PcapError| CaptureError::Record {
+                number,
+                reason: e.to_string(),
+            };
+            let (ts, link, data) = match &mut self.inner {
+                Inner::Pcap(r, link) => match r.next_packet()? {
+                    Ok(p) => (p.timestamp, *link, p.data.into_owned()),
+                    Err(e) => return Some(Err(err(e))),
+                },
+                Inner::PcapNg(r, links) => match r.next_block()? {
+                    Err(e) => return Some(Err(err(e))),
+                    Ok(Block::InterfaceDescription(idb)) => {
+                        if !supported(idb.linktype) {
+                            return Some(Err(CaptureError::LinkType(idb.linktype)));
+                        }
+                        links.push(idb.linktype);
+                        continue;
+                    }
+                    Ok(Block::SectionHeader(_)) => {
+                        links.clear();
+                        continue;
+                    }
+                    Ok(Block::EnhancedPacket(p)) => match links.get(p.interface_id as usize) {
+                        Some(l) => (p.timestamp, *l, p.data.into_owned()),
+                        None => {
+                            return Some(Err(CaptureError::Record {
+                                number,
+                                reason: format!("interface {} was never described", p.interface_id),
+                            }));
+                        }
+                    },
+                    Ok(Block::SimplePacket(p)) => match links.first() {
+                        Some(l) => (Duration::ZERO, *l, p.data.into_owned()),
+                        None => {
+                            return Some(Err(CaptureError::Record {
+                                number,
+                                reason: "no interface described".into(),
+                            }));
+                        }
+                    },
+                    Ok(_) => continue,
+                },
+            };
+            self.number = number;
+            return Some(Ok(Record {
+                number,
+                ts,
+                ip: strip_link(link, &data).map(<[u8]>::to_vec),
+            }));
+        }
+    }
+}
+
+/// The IP packet inside a frame of link type `link`, or `None` if it carries something else.
+pub fn strip_link(link: DataLink, frame: &[u8]) -> Option<&[u8]> {
+    fn ip(ethertype: u16, rest: &[u8]) -> Option<&[u8]> {
+        matches!(ethertype, 0x0800 | 0x86dd).then_some(rest)
+    }
+    match link {
+        DataLink::RAW | DataLink::IPV4 | DataLink::IPV6 => Some(frame),
+        DataLink::ETHERNET => {
+            let mut off = 12;
+            loop {
+                let et = u16::from_be_bytes([*frame.get(off)?, *frame.get(off + 1)?]);
+                if et == 0x8100 || et == 0x88a8 {
+                    off += 4; // VLAN tag
+                    continue;
+                }
+                return ip(et, frame.get(off + 2..)?);
+            }
+        }
+        // SLL: 16-byte header, protocol in the last two bytes.
+        DataLink::LINUX_SLL => ip(
+            u16::from_be_bytes([*frame.get(14)?, *frame.get(15)?]),
+            frame.get(16..)?,
+        ),
+        // SLL2: 20-byte header, protocol first.
+        DataLink::LINUX_SLL2 => ip(
+            u16::from_be_bytes([*frame.first()?, *frame.get(1)?]),
+            frame.get(20..)?,
+        ),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strips_every_link_type() {
+        let ip = [0x45u8, 0, 0, 20];
+        let mut eth = vec![0u8; 12];
+        eth.extend_from_slice(&[0x08, 0x00]);
+        eth.extend_from_slice(&ip);
+        assert_eq!(strip_link(DataLink::ETHERNET, &eth), Some(&ip[..]));
+        let mut vlan = vec![0u8; 12];
+        vlan.extend_from_slice(&[0x81, 0x00, 0, 5, 0x86, 0xdd]);
+        vlan.extend_from_slice(&ip);
+        assert_eq!(strip_link(DataLink::ETHERNET, &vlan), Some(&ip[..]));
+        let mut arp = vec![0u8; 12];
+        arp.extend_from_slice(&[0x08, 0x06, 1, 2]);
+        assert_eq!(strip_link(DataLink::ETHERNET, &arp), None);
+        let mut sll = vec![0u8; 14];
+        sll.extend_from_slice(&[0x08, 0x00]);
+        sll.extend_from_slice(&ip);
+        assert_eq!(strip_link(DataLink::LINUX_SLL, &sll), Some(&ip[..]));
+        let mut sll2 = vec![0x08, 0x00];
+        sll2.extend_from_slice(&[0u8; 18]);
+        sll2.extend_from_slice(&ip);
+        assert_eq!(strip_link(DataLink::LINUX_SLL2, &sll2), Some(&ip[..]));
+        assert_eq!(strip_link(DataLink::RAW, &ip), Some(&ip[..]));
+        // Short frames never panic.
+        for n in 0..eth.len() {
+            let _ = strip_link(DataLink::ETHERNET, &eth[..n]);
+            let _ = strip_link(DataLink::LINUX_SLL, &sll[..n.min(sll.len())]);
+            let _ = strip_link(DataLink::LINUX_SLL2, &sll2[..n.min(sll2.len())]);
+        }
+    }
+}

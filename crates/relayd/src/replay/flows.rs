@@ -1,0 +1,247 @@
+//! A small flow tracker that classifies packets the way conntrack does (new, established,
+//! related; original or reply direction), so that services see during replay what the
+//! kernel would have told them live.
+
+use relay_core::wire::{IcmpPacket, Ipv4Packet, Ipv6Packet, TcpPacket, UdpPacket, proto};
+use relay_core::{CtInfo, CtState, Packet};
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::time::Duration;
+
+/// A flow idle this long starts over as new (conntrack's timeouts vary by protocol and
+/// state; one generous value keeps replay predictable).
+const IDLE: Duration = Duration::from_secs(600);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Key {
+    proto: u8,
+    src: IpAddr,
+    sport: u16,
+    dst: IpAddr,
+    dport: u16,
+}
+
+impl Key {
+    fn reversed(self) -> Key {
+        Key {
+            proto: self.proto,
+            src: self.dst,
+            sport: self.dport,
+            dst: self.src,
+            dport: self.sport,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Entry {
+    replied: bool,
+    last: Duration,
+}
+
+/// Flows seen so far, keyed by their original direction.
+#[derive(Debug, Default)]
+pub struct FlowTracker {
+    flows: HashMap<Key, Entry>,
+}
+
+/// The addresses, protocol and ports (ICMP echo id for both) of an IP packet in `data`;
+/// also the offset of its transport header.
+fn key_of(data: &[u8]) -> Option<(Key, usize)> {
+    let (src, dst, p, off): (IpAddr, IpAddr, u8, usize) = match data.first()? >> 4 {
+        4 => {
+            let ip = Ipv4Packet::new_unchecked(data);
+            if data.len() < 20 || ip.header_len() < 20 || data.len() < ip.header_len() {
+                return None;
+            }
+            (
+                ip.src_addr().into(),
+                ip.dst_addr().into(),
+                ip.protocol(),
+                ip.header_len(),
+            )
+        }
+        6 => {
+            if data.len() < 40 {
+                return None;
+            }
+            let ip = Ipv6Packet::new_unchecked(data);
+            let (p, off, _) = ip.upper_layer().ok()?;
+            (ip.src_addr().into(), ip.dst_addr().into(), p, off)
+        }
+        _ => return None,
+    };
+    let l4 = data.get(off..).unwrap_or(&[]);
+    let (sport, dport) = match p {
+        proto::TCP if l4.len() >= 4 => {
+            let t = TcpPacket::new_unchecked(l4);
+            (t.src_port(), t.dst_port())
+        }
+        proto::UDP if l4.len() >= 4 => {
+            let u = UdpPacket::new_unchecked(l4);
+            (u.src_port(), u.dst_port())
+        }
+        proto::ICMP | proto::ICMPV6 if l4.len() >= 8 => {
+            let id = IcmpPacket::new_unchecked(l4).echo_ident();
+            (id, id)
+        }
+        _ => (0, 0),
+    };
+    Some((
+        Key {
+            proto: p,
+            src,
+            sport,
+            dst,
+            dport,
+        },
+        off,
+    ))
+}
+
+/// True for ICMP / ICMPv6 error types, which quote the packet they are about.
+fn is_icmp_error(p: u8, t: u8) -> bool {
+    match p {
+        proto::ICMP => matches!(t, 3 | 4 | 5 | 11 | 12),
+        proto::ICMPV6 => matches!(t, 1..=4),
+        _ => false,
+    }
+}
+
+impl FlowTracker {
+    /// Classifies `pkt`, seen at capture time `ts`, and remembers its flow.
+    pub fn classify(&mut self, pkt: &mut Packet, ts: Duration) -> Option<CtInfo> {
+        pkt.layout().ok()?;
+        let data = pkt.data();
+        let (key, off) = key_of(data)?;
+        if let Some(l4) = data.get(off..)
+            && l4.len() >= 8
+            && is_icmp_error(key.proto, l4[0])
+        {
+            // Related if the quoted packet belongs to a known flow.
+            let (inner, _) = key_of(&l4[8..])?;
+            return if self.flows.contains_key(&inner) {
+                Some(CtInfo {
+                    state: CtState::Related,
+                    reply: true,
+                })
+            } else if self.flows.contains_key(&inner.reversed()) {
+                Some(CtInfo {
+                    state: CtState::Related,
+                    reply: false,
+                })
+            } else {
+                None
+            };
+        }
+        if let Some(e) = self
+            .flows
+            .get_mut(&key)
+            .filter(|e| ts.saturating_sub(e.last) < IDLE)
+        {
+            e.last = ts;
+            let state = if e.replied {
+                CtState::Established
+            } else {
+                CtState::New
+            };
+            return Some(CtInfo {
+                state,
+                reply: false,
+            });
+        }
+        if let Some(e) = self
+            .flows
+            .get_mut(&key.reversed())
+            .filter(|e| ts.saturating_sub(e.last) < IDLE)
+        {
+            e.last = ts;
+            e.replied = true;
+            return Some(CtInfo {
+                state: CtState::Established,
+                reply: true,
+            });
+        }
+        self.flows.remove(&key.reversed());
+        self.flows.insert(
+            key,
+            Entry {
+                replied: false,
+                last: ts,
+            },
+        );
+        Some(CtInfo {
+            state: CtState::New,
+            reply: false,
+        })
+    }
+
+    /// How many flows are tracked.
+    pub fn len(&self) -> usize {
+        self.flows.len()
+    }
+
+    /// True if no flow was seen.
+    pub fn is_empty(&self) -> bool {
+        self.flows.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn udp(src: [u8; 4], sport: u16, dst: [u8; 4], dport: u16) -> Packet {
+        let mut b = vec![0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0];
+        b.extend_from_slice(&src);
+        b.extend_from_slice(&dst);
+        b.extend_from_slice(&sport.to_be_bytes());
+        b.extend_from_slice(&dport.to_be_bytes());
+        b.extend_from_slice(&[0, 8, 0, 0]);
+        Packet::from_bytes(&b)
+    }
+
+    #[test]
+    fn new_then_established_both_ways_then_related() {
+        let mut f = FlowTracker::default();
+        let t = Duration::from_secs(1);
+        let a = [10, 0, 1, 1];
+        let b = [10, 0, 2, 2];
+        let ct = |s, r| Some(CtInfo { state: s, reply: r });
+        assert_eq!(
+            f.classify(&mut udp(a, 4000, b, 53), t),
+            ct(CtState::New, false)
+        );
+        assert_eq!(
+            f.classify(&mut udp(a, 4000, b, 53), t),
+            ct(CtState::New, false)
+        );
+        assert_eq!(
+            f.classify(&mut udp(b, 53, a, 4000), t),
+            ct(CtState::Established, true)
+        );
+        assert_eq!(
+            f.classify(&mut udp(a, 4000, b, 53), t),
+            ct(CtState::Established, false)
+        );
+        // An ICMP port unreachable from b quoting a's datagram.
+        let quoted = udp(a, 4000, b, 53).data().to_vec();
+        let mut icmp = vec![0x45, 0, 0, 0, 0, 0, 0, 0, 64, 1, 0, 0];
+        icmp.extend_from_slice(&b);
+        icmp.extend_from_slice(&a);
+        icmp.extend_from_slice(&[3, 3, 0, 0, 0, 0, 0, 0]);
+        icmp.extend_from_slice(&quoted);
+        let len = icmp.len() as u16;
+        icmp[2..4].copy_from_slice(&len.to_be_bytes());
+        assert_eq!(
+            f.classify(&mut Packet::from_bytes(&icmp), t),
+            ct(CtState::Related, true)
+        );
+        // Idle for longer than the timeout: new again.
+        assert_eq!(
+            f.classify(&mut udp(a, 4000, b, 53), t + IDLE),
+            ct(CtState::New, false)
+        );
+        assert_eq!(f.len(), 1);
+    }
+}
