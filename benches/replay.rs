@@ -14,14 +14,23 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let n: u64 = std::env::var("PACKETS").ok().and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
+    let n: u64 = std::env::var("PACKETS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000_000);
     let dir = std::env::temp_dir().join(format!("relayd-replay-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let pcap = dir.join("big.pcap");
-    let header = PcapHeader { datalink: DataLink::RAW, ts_resolution: TsResolution::NanoSecond, ..PcapHeader::default() };
+    let header = PcapHeader {
+        datalink: DataLink::RAW,
+        ts_resolution: TsResolution::NanoSecond,
+        ..PcapHeader::default()
+    };
     let f = std::io::BufWriter::new(std::fs::File::create(&pcap).unwrap());
     let mut w = PcapWriter::with_header(f, header).unwrap();
-    let mut p = vec![0x45, 0, 0, 64, 0, 1, 0x40, 0, 64, 17, 0, 0, 10, 0, 1, 1, 10, 0, 2, 2];
+    let mut p = vec![
+        0x45, 0, 0, 64, 0, 1, 0x40, 0, 64, 17, 0, 0, 10, 0, 1, 1, 10, 0, 2, 2,
+    ];
     p.extend_from_slice(&[0x0f, 0xa0, 0x13, 0x88, 0, 44, 0, 0]);
     p.resize(64, 0x61);
     for i in 0..n {
@@ -31,12 +40,22 @@ fn main() {
     }
     drop(w);
     let cfg = dir.join("accept.toml");
-    std::fs::write(&cfg, "[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"accept\"]\n").unwrap();
+    std::fs::write(
+        &cfg,
+        "[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"accept\"]\n",
+    )
+    .unwrap();
     let out = dir.join("out.pcap");
     println!("relayd replay, {n} packets of 64 bytes, accept chain (best of 3)\n");
     println!("| run | seconds | packets/s |");
     println!("|---|---|---|");
-    for (name, extra) in [("accept", vec![]), ("accept + --write", vec!["--write".to_string(), out.display().to_string()])] {
+    for (name, extra) in [
+        ("accept", vec![]),
+        (
+            "accept + --write",
+            vec!["--write".to_string(), out.display().to_string()],
+        ),
+    ] {
         let mut best = f64::MAX;
         for _ in 0..3 {
             let t = Instant::now();

@@ -195,7 +195,8 @@ pub fn main_with(registry: Registry) -> ExitCode {
             backlog_bytes,
             bandwidth,
         } => {
-            init_logging("warn");
+            // Services log as they would live (dump lines on stderr); the rest stays quiet.
+            init_logging("warn,relayd::dump=info");
             let rate = match bandwidth
                 .as_deref()
                 .map(relay_svc_compress::parse_rate_bits)
