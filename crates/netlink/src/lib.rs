@@ -65,13 +65,18 @@ impl std::fmt::Debug for QueueMonitor {
 
 impl QueueMonitor {
     /// The process-wide monitor (one thread for all services), started on first use with
-    /// a 1 ms poll interval.
-    pub fn shared() -> Arc<QueueMonitor> {
-        SHARED
-            .get_or_init(|| {
-                QueueMonitor::start(Duration::from_millis(1)).expect("starting the queue monitor")
-            })
-            .clone()
+    /// a 1 ms poll interval. Fails if the rtnetlink socket cannot be opened or read.
+    pub fn shared() -> std::io::Result<Arc<QueueMonitor>> {
+        if let Some(m) = SHARED.get() {
+            return Ok(m.clone());
+        }
+        let m = QueueMonitor::start(Duration::from_millis(1))?;
+        // Another thread may have won the race; use whichever got in.
+        let _ = SHARED.set(m);
+        Ok(SHARED
+            .get()
+            .cloned()
+            .unwrap_or_else(|| unreachable!("set above")))
     }
 
     /// Makes `monitor` the process-wide one; only before anything called [`shared`]

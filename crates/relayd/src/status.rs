@@ -106,7 +106,7 @@ impl Status {
             self.version, self.uptime_s, self.config, self.reloads
         );
         o.push_str(&format!(
-            "{:>5} {:<12} {:<6} {:>12} {:>12} {:>10} {:>10} {:>9} {:>7} {:>7} {:>8} {:>8}  chain\n",
+            "{:>5} {:<18} {:<6} {:>12} {:>12} {:>10} {:>10} {:>9} {:>7} {:>7} {:>8} {:>8}  chain\n",
             "queue",
             "hook",
             "policy",
@@ -131,7 +131,7 @@ impl Status {
                     )
                 });
             o.push_str(&format!(
-                "{:>5} {:<12} {:<6} {:>12} {:>12} {:>10} {:>10} {:>9} {:>7} {:>7} {:>8} {:>8}  {}\n",
+                "{:>5} {:<18} {:<6} {:>12} {:>12} {:>10} {:>10} {:>9} {:>7} {:>7} {:>8} {:>8}  {}\n",
                 q.num,
                 format!("{}/{}", q.table, q.hook),
                 if q.fail_open { "open" } else { "closed" },

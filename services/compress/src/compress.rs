@@ -123,7 +123,9 @@ impl ServiceConfig for CompressConfig {
         };
         // Adaptive mode reads the egress queue; the others need no monitor.
         let monitor = match self.mode {
-            Mode::Adaptive => Some(QueueMonitor::shared()),
+            Mode::Adaptive => Some(QueueMonitor::shared().map_err(|e| {
+                format!("adaptive mode cannot read the egress queues over rtnetlink: {e}")
+            })?),
             _ => None,
         };
         Ok(Arc::new(Factory {
