@@ -41,7 +41,7 @@ fn benches(c: &mut Criterion) {
             let cfg: CompressConfig =
                 toml::from_str(&format!("algorithm = \"{alg}\"\nmode = \"always\"")).unwrap();
             let mut comp = cfg.into_factory("c").unwrap().build(&Counters::new());
-            let mut decomp = DecompressConfig {}
+            let mut decomp = DecompressConfig::default()
                 .into_factory("d")
                 .unwrap()
                 .build(&Counters::new());

@@ -5,7 +5,9 @@
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
 use pcap_file::pcapng::PcapNgWriter;
 use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
-use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionBlock;
+use pcap_file::pcapng::blocks::interface_description::{
+    InterfaceDescriptionBlock, InterfaceDescriptionOption,
+};
 use pcap_file::{DataLink, TsResolution};
 use relay_core::wire::{Ipv4Packet, TcpPacket, UdpPacket, checksum};
 use std::path::{Path, PathBuf};
@@ -142,10 +144,11 @@ fn pcap_bytes(link: DataLink) -> Vec<u8> {
 
 fn pcapng_bytes() -> Vec<u8> {
     let mut w = PcapNgWriter::new(Vec::new()).unwrap();
+    // Nanosecond timestamps, said so as pcapng requires (the default unit is microseconds).
     let idb = InterfaceDescriptionBlock {
         linktype: DataLink::ETHERNET,
         snaplen: 0xffff,
-        options: vec![],
+        options: vec![InterfaceDescriptionOption::IfTsResol(9)],
     };
     w.write_pcapng_block(idb).unwrap();
     for (t, f) in frames(DataLink::ETHERNET) {
@@ -428,4 +431,75 @@ fn broken_captures_name_the_packet() {
         assert!(code == 0 || code == 2, "cut at {n}: exit {code}: {stderr}");
         assert!(!stderr.contains("panicked"), "cut at {n}: {stderr}");
     }
+}
+
+#[test]
+fn microsecond_pcapng_and_snap_length_captures_replay_as_captured() {
+    let d = tmpdir("units");
+    world_writable(&d);
+    let cfg = config(&d, "services = [\"accept\"]\n");
+    // pcapng without if_tsresol: timestamps are in microseconds.
+    let mut w = PcapNgWriter::new(Vec::new()).unwrap();
+    w.write_pcapng_block(InterfaceDescriptionBlock {
+        linktype: DataLink::RAW,
+        snaplen: 0xffff,
+        options: vec![],
+    })
+    .unwrap();
+    for (i, p) in packets().into_iter().enumerate() {
+        let raw_micros = Duration::from_nanos(ts(i).as_micros() as u64);
+        let epb = EnhancedPacketBlock {
+            interface_id: 0,
+            timestamp: raw_micros,
+            original_len: p.len() as u32,
+            data: p.into(),
+            options: vec![],
+        };
+        w.write_pcapng_block(epb).unwrap();
+    }
+    let us = d.join("micro.pcapng");
+    std::fs::write(&us, w.into_inner()).unwrap();
+    let out = d.join("micro.out.pcap");
+    let (code, _, stderr) = replay(&cfg, &us, &["--write", out.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    let times: Vec<Duration> = read_pcap(&out).into_iter().map(|(t, _)| t).collect();
+    let want: Vec<Duration> = (0..7)
+        .map(|i| Duration::from_micros(ts(i).as_micros() as u64))
+        .collect();
+    assert_eq!(times, want, "pcapng microsecond timestamps misread");
+    // A `tcpdump -s 96` capture: every record cut at 96 bytes, and replayed as such.
+    let header = PcapHeader {
+        datalink: DataLink::ETHERNET,
+        snaplen: 96,
+        ..PcapHeader::default()
+    };
+    let mut w = PcapWriter::with_header(Vec::new(), header).unwrap();
+    for (t, f) in frames(DataLink::ETHERNET) {
+        let cut = &f[..f.len().min(96)];
+        let raw = pcap_file::pcap::RawPcapPacket {
+            ts_sec: t.as_secs() as u32,
+            ts_frac: t.subsec_micros(),
+            incl_len: cut.len() as u32,
+            orig_len: f.len() as u32,
+            data: cut.into(),
+        };
+        w.write_raw_packet(&raw).unwrap();
+    }
+    let snap = d.join("snap.pcap");
+    std::fs::write(&snap, w.into_writer()).unwrap();
+    let (code, stdout, stderr) = replay(
+        &config(&d, "services = [\"dump\", \"accept\"]\n"),
+        &snap,
+        &["--json"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout.lines().count(), 7, "{stdout}");
+    assert!(
+        stderr.contains("UDP, length 600"),
+        "partial packets keep their real lengths: {stderr}"
+    );
+    assert!(
+        stderr.contains("malformed") && !stderr.contains("malformed=1"),
+        "{stderr}"
+    );
 }

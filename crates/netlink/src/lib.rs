@@ -14,7 +14,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-const SLOTS: usize = 512;
+/// Interfaces are found by `ifindex % SLOTS`; two interfaces that collide take turns
+/// (the loser reads as unknown), so the table is much larger than most boxes need.
+const SLOTS: usize = 4096;
 
 static SHARED: OnceLock<Arc<QueueMonitor>> = OnceLock::new();
 

@@ -96,15 +96,23 @@ impl RtnlSocket {
             )
         })?;
         loop {
-            // SAFETY: buf is a live writable buffer of buf.len() bytes.
+            // SAFETY: a zeroed sockaddr_nl is valid; it receives the sender's address.
+            let mut from: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+            let mut from_len = std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t;
+            // SAFETY: buf is a live writable buffer of buf.len() bytes; from/from_len are live.
             let n = cvt(unsafe {
-                libc::recv(
+                libc::recvfrom(
                     self.fd.as_raw_fd(),
                     self.buf.as_mut_ptr() as *mut libc::c_void,
                     self.buf.len(),
                     0,
+                    &mut from as *mut libc::sockaddr_nl as *mut libc::sockaddr,
+                    &mut from_len,
                 )
             })?;
+            if from.nl_pid != 0 {
+                continue; // only the kernel speaks for the kernel's qdiscs
+            }
             let mut off = 0;
             while off + 16 <= n {
                 let b = &self.buf[off..n];
@@ -117,7 +125,7 @@ impl RtnlSocket {
                 if seq == self.seq {
                     match ty {
                         NLMSG_DONE => return Ok(()),
-                        NLMSG_ERROR => {
+                        NLMSG_ERROR if len >= 20 => {
                             let e = i32::from_ne_bytes([b[16], b[17], b[18], b[19]]);
                             if e != 0 {
                                 return Err(io::Error::from_raw_os_error(-e));

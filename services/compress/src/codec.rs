@@ -54,7 +54,7 @@ impl Algorithm {
     /// A scratch size every algorithm accepts for `n` bytes of input: LZO's worst case is
     /// n + n/16 + 67, and lz4_flex wants room for 1.1 n + 20 before it starts.
     pub fn max_output(n: usize) -> usize {
-        n + n / 8 + 64
+        (n + n / 16 + 67).max(n + n / 10 + 20)
     }
 }
 
@@ -109,7 +109,7 @@ pub struct Codecs {
     deflate: flate2::Compress,
     inflate: flate2::Decompress,
     #[cfg(feature = "lzo")]
-    lzo_work: Vec<u8>,
+    lzo_work: Vec<u64>,
 }
 
 impl std::fmt::Debug for Codecs {
@@ -128,7 +128,8 @@ impl Codecs {
             deflate: flate2::Compress::new(flate2::Compression::new(deflate_level), false),
             inflate: flate2::Decompress::new(false),
             #[cfg(feature = "lzo")]
-            lzo_work: vec![0u8; lzo_sys::lzo1x::LZO1X_1_MEM_COMPRESS as usize],
+            // u64 elements: LZO wants its work memory aligned.
+            lzo_work: vec![0u64; (lzo_sys::lzo1x::LZO1X_1_MEM_COMPRESS as usize).div_ceil(8)],
         }
     }
 

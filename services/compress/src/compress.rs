@@ -211,6 +211,9 @@ struct Names {
     w_us: Counter,
 }
 
+/// How old a queue view may be before it counts as unknown.
+const STALE: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// One packet in this many of those the decision declines is compressed anyway, to keep
 /// online estimates of C and R current.
 const PROBE_EVERY: u64 = 64;
@@ -235,7 +238,7 @@ impl Compress {
         let Ok(l) = pkt.layout() else {
             return Some(&n.skip_unfit);
         };
-        if pkt.is_partial() || pkt.meta.gso {
+        if pkt.is_partial() || pkt.meta.gso || l.len > 0xffff {
             Some(&n.skip_unfit)
         } else if l.fragment || l.l4.is_none() {
             Some(&n.skip_fragment)
@@ -272,7 +275,12 @@ impl Service for Compress {
             }
             Mode::Always => {}
             Mode::Adaptive => {
-                let q = self.monitor.as_ref().and_then(|m| m.get(pkt.meta.outdev));
+                // A view older than this means the monitor stopped: treat the queue as unknown.
+                let q = self
+                    .monitor
+                    .as_ref()
+                    .and_then(|m| m.get(pkt.meta.outdev))
+                    .filter(|q| q.age < STALE);
                 let b = self
                     .bandwidth_bytes
                     .or(q.map(|q| q.rate_bytes as f64).filter(|&r| r > 0.0));

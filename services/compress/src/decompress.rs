@@ -3,26 +3,55 @@
 
 use crate::codec::{Algorithm, CodecError, Codecs, fix_ip_header};
 use relay_core::ratelimit::RateLimit;
-use relay_core::wire::{IpcompPacket, ipcomp, ipv6, proto};
+use relay_core::wire::{IpcompPacket, ipcomp, proto};
 use relay_core::{
     Action, Context, Counter, Counters, IpVersion, Packet, Service, ServiceConfig, ServiceFactory,
 };
 use serde::Deserialize;
 use std::sync::Arc;
 
-/// `[service.NAME]` with `kind = "decompress"`. No options: every algorithm relayd knows
-/// is accepted, by the CPI in each packet.
-#[derive(Debug, Clone, Default, Deserialize)]
+/// `[service.NAME]` with `kind = "decompress"`. Every algorithm relayd knows is accepted,
+/// by the CPI in each packet.
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct DecompressConfig {}
+pub struct DecompressConfig {
+    /// The largest packet a decompression may produce (bytes, whole IP packet). A packet
+    /// that would restore to more is dropped as `too_large`: it caps what a small forged
+    /// IPComp packet can turn into inside the network. Default 9216 (jumbo frames); at most
+    /// 65531, what a verdict can carry.
+    #[serde(default = "default_max_size")]
+    pub max_size: usize,
+}
 
-struct Factory;
+impl Default for DecompressConfig {
+    fn default() -> Self {
+        DecompressConfig {
+            max_size: default_max_size(),
+        }
+    }
+}
+
+fn default_max_size() -> usize {
+    9216
+}
+
+struct Factory {
+    max_size: usize,
+}
 
 impl ServiceConfig for DecompressConfig {
     const KIND: &'static str = "decompress";
 
     fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, String> {
-        Ok(Arc::new(Factory))
+        if !(576..=65531).contains(&self.max_size) {
+            return Err(format!(
+                "max_size = {} must be 576-65531 bytes",
+                self.max_size
+            ));
+        }
+        Ok(Arc::new(Factory {
+            max_size: self.max_size,
+        }))
     }
 }
 
@@ -38,6 +67,7 @@ impl ServiceFactory for Factory {
     fn build(&self, counters: &Counters) -> Box<dyn Service> {
         let c = |n: &str| counters.counter(n);
         Box::new(Decompress {
+            max_size: self.max_size,
             codecs: Codecs::new(1),
             scratch: vec![0u8; 0x10000],
             log: RateLimit::new(10),
@@ -54,6 +84,7 @@ impl ServiceFactory for Factory {
 }
 
 struct Decompress {
+    max_size: usize,
     codecs: Codecs,
     scratch: Vec<u8>,
     log: RateLimit,
@@ -114,11 +145,8 @@ impl Service for Decompress {
         let Some(alg) = Algorithm::from_cpi(cpi).filter(|a| a.available()) else {
             return self.drop(pkt, cx, CodecError::Unavailable, cpi);
         };
-        // An IPv4 packet holds at most 65535 bytes; an IPv6 payload as much.
-        let room = match l.version {
-            IpVersion::V4 => 0xffff - off,
-            IpVersion::V6 => 0xffff + ipv6::HEADER_LEN - off,
-        };
+        // At most `max_size` bytes in all (never more than a verdict carries).
+        let room = self.max_size.saturating_sub(off);
         let src = &pkt.data()[off + ipcomp::HEADER_LEN..l.len];
         let n = match self
             .codecs

@@ -72,7 +72,7 @@ mod tests {
             }
             let orig = udp_text(1400);
             let mut c = compressor(alg, "always");
-            let mut d = DecompressConfig {}
+            let mut d = DecompressConfig::default()
                 .into_factory("d")
                 .unwrap()
                 .build(&Counters::new());
@@ -145,13 +145,41 @@ mod tests {
     }
 
     #[test]
+    fn decompression_is_capped_at_max_size() {
+        let mut p = Packet::from_bytes(&udp_text(1400));
+        compressor("deflate", "always").process(&mut p, &cx());
+        let compressed = p.data().to_vec();
+        let counters = Counters::new();
+        let cfg = DecompressConfig { max_size: 1000 };
+        let mut d = cfg.into_factory("d").unwrap().build(&counters);
+        assert_eq!(
+            d.process(&mut Packet::from_bytes(&compressed), &cx()),
+            Action::Drop
+        );
+        assert_eq!(
+            counters
+                .snapshot()
+                .iter()
+                .find(|c| c.0 == "dropped_too_large")
+                .unwrap()
+                .2,
+            1
+        );
+        assert!(
+            DecompressConfig { max_size: 70000 }
+                .into_factory("d")
+                .is_err()
+        );
+    }
+
+    #[test]
     fn corrupt_or_truncated_ipcomp_is_dropped_never_a_panic() {
         let orig = udp_text(1400);
         let mut p = Packet::from_bytes(&orig);
         compressor("deflate", "always").process(&mut p, &cx());
         let good = p.data().to_vec();
         let counters = Counters::new();
-        let mut d = DecompressConfig {}
+        let mut d = DecompressConfig::default()
             .into_factory("d")
             .unwrap()
             .build(&counters);

@@ -55,7 +55,7 @@ pub fn checksum(data: &[u8]) -> u16 {
 pub fn pseudo_v4(src: Ipv4Addr, dst: Ipv4Addr, proto: u8, len: u32) -> u64 {
     let mut acc = sum(0, &src.octets());
     acc = sum(acc, &dst.octets());
-    acc + proto as u64 + len as u64
+    add_u64(add_u64(acc, proto as u64), len as u64)
 }
 
 /// The running sum of the IPv6 pseudo header (RFC 8200 section 8.1).
@@ -63,7 +63,7 @@ pub fn pseudo_v4(src: Ipv4Addr, dst: Ipv4Addr, proto: u8, len: u32) -> u64 {
 pub fn pseudo_v6(src: Ipv6Addr, dst: Ipv6Addr, next_header: u8, len: u32) -> u64 {
     let mut acc = sum(0, &src.octets());
     acc = sum(acc, &dst.octets());
-    acc + next_header as u64 + len as u64
+    add_u64(add_u64(acc, next_header as u64), len as u64)
 }
 
 /// Updates checksum `old_sum` after a 16-bit field changed from `old` to `new` (RFC 1624 eq. 3).

@@ -2,9 +2,10 @@
 //! (and 802.1Q / 802.1ad tags), Linux cooked (SLL, SLL2) and raw IP link types. Yields the
 //! IP packet of each record with its timestamp; every error names the record number.
 
-use pcap_file::DataLink;
 use pcap_file::pcap::PcapReader;
+use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionOption;
 use pcap_file::pcapng::{Block, PcapNgReader};
+use pcap_file::{DataLink, TsResolution};
 use std::io::Read;
 use std::time::Duration;
 
@@ -17,6 +18,8 @@ pub struct Record {
     pub ts: Duration,
     /// The IP packet (link layer removed), or `None` for a non-IP frame.
     pub ip: Option<Vec<u8>>,
+    /// The IP packet's length on the wire when the capture cut it (snap length).
+    pub ip_orig_len: Option<u32>,
 }
 
 /// Why a capture cannot be read.
@@ -39,8 +42,20 @@ pub enum CaptureError {
 }
 
 enum Inner<R: Read> {
-    Pcap(PcapReader<R>, DataLink),
-    PcapNg(PcapNgReader<R>, Vec<DataLink>),
+    Pcap(PcapReader<R>, DataLink, TsResolution),
+    /// Per interface: link type and the divisor that turns its timestamp units into
+    /// nanoseconds as `raw * 10^9 / divisor` (if_tsresol).
+    PcapNg(PcapNgReader<R>, Vec<(DataLink, u128)>),
+}
+
+/// Units per second for a pcapng `if_tsresol` value (default 6: microseconds); exact
+/// integers, since a nanosecond timestamp does not fit a float's mantissa.
+fn units_per_second(v: Option<u8>) -> u128 {
+    match v {
+        None => 1_000_000,
+        Some(v) if v & 0x80 != 0 => 1u128 << (v & 0x7f).min(100),
+        Some(v) => 10u128.pow(u32::from(v.min(30))),
+    }
 }
 
 /// A capture file being read.
@@ -88,7 +103,8 @@ impl<R: Read> Capture<R> {
             if !supported(link) {
                 return Err(CaptureError::LinkType(link));
             }
-            Inner::Pcap(r, link)
+            let res = r.header().ts_resolution;
+            Inner::Pcap(r, link, res)
         };
         Ok(Capture { inner, number: 0 })
     }
@@ -101,9 +117,18 @@ impl<R: Read> Capture<R> {
                 number,
                 reason: e.to_string(),
             };
-            let (ts, link, data) = match &mut self.inner {
-                Inner::Pcap(r, link) => match r.next_packet()? {
-                    Ok(p) => (p.timestamp, *link, p.data.into_owned()),
+            let (ts, link, data, orig_len) = match &mut self.inner {
+                // Raw records: pcap-file refuses a record longer on the wire than the snap
+                // length, which is every record of a `tcpdump -s 96` capture.
+                Inner::Pcap(r, link, res) => match r.next_raw_packet()? {
+                    Ok(p) => {
+                        let frac_ns = match res {
+                            TsResolution::MicroSecond => p.ts_frac.saturating_mul(1000),
+                            TsResolution::NanoSecond => p.ts_frac,
+                        };
+                        let ts = Duration::new(p.ts_sec as u64, frac_ns.min(999_999_999));
+                        (ts, *link, p.data.into_owned(), p.orig_len)
+                    }
                     Err(e) => return Some(Err(err(e))),
                 },
                 Inner::PcapNg(r, links) => match r.next_block()? {
@@ -112,7 +137,11 @@ impl<R: Read> Capture<R> {
                         if !supported(idb.linktype) {
                             return Some(Err(CaptureError::LinkType(idb.linktype)));
                         }
-                        links.push(idb.linktype);
+                        let resol = idb.options.iter().find_map(|o| match o {
+                            InterfaceDescriptionOption::IfTsResol(v) => Some(*v),
+                            _ => None,
+                        });
+                        links.push((idb.linktype, units_per_second(resol)));
                         continue;
                     }
                     Ok(Block::SectionHeader(_)) => {
@@ -120,7 +149,13 @@ impl<R: Read> Capture<R> {
                         continue;
                     }
                     Ok(Block::EnhancedPacket(p)) => match links.get(p.interface_id as usize) {
-                        Some(l) => (p.timestamp, *l, p.data.into_owned()),
+                        // pcap-file hands the raw timestamp over as nanoseconds; it is in
+                        // the interface's units.
+                        Some((l, per_second)) => {
+                            let ns = p.timestamp.as_nanos() * 1_000_000_000 / per_second;
+                            let ts = Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX));
+                            (ts, *l, p.data.into_owned(), p.original_len)
+                        }
                         None => {
                             return Some(Err(CaptureError::Record {
                                 number,
@@ -129,7 +164,7 @@ impl<R: Read> Capture<R> {
                         }
                     },
                     Ok(Block::SimplePacket(p)) => match links.first() {
-                        Some(l) => (Duration::ZERO, *l, p.data.into_owned()),
+                        Some((l, _)) => (Duration::ZERO, *l, p.data.into_owned(), p.original_len),
                         None => {
                             return Some(Err(CaptureError::Record {
                                 number,
@@ -141,10 +176,15 @@ impl<R: Read> Capture<R> {
                 },
             };
             self.number = number;
+            let ip = strip_link(link, &data);
+            let link_len = ip.map_or(0, |ip| data.len() - ip.len());
+            let cut =
+                (orig_len as usize > data.len()).then(|| orig_len.saturating_sub(link_len as u32));
             return Some(Ok(Record {
                 number,
                 ts,
-                ip: strip_link(link, &data).map(<[u8]>::to_vec),
+                ip: ip.map(<[u8]>::to_vec),
+                ip_orig_len: cut,
             }));
         }
     }

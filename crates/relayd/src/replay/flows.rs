@@ -111,7 +111,8 @@ fn is_icmp_error(p: u8, t: u8) -> bool {
 impl FlowTracker {
     /// Classifies `pkt`, seen at capture time `ts`, and remembers its flow.
     pub fn classify(&mut self, pkt: &mut Packet, ts: Duration) -> Option<CtInfo> {
-        pkt.layout().ok()?;
+        // A non-first fragment has no transport header to read ports from.
+        pkt.layout().ok()?.l4?;
         let data = pkt.data();
         let (key, off) = key_of(data)?;
         if let Some(l4) = data.get(off..)

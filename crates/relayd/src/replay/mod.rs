@@ -97,6 +97,8 @@ pub fn run(cfg: &Config, opts: &ReplayOptions, out: &mut dyn Write) -> anyhow::R
                 0x0800
             },
             hook: Some(spec.hook),
+            // A snap length cut the packet: services treat it as a partial copy, as live.
+            orig_len: rec.ip_orig_len,
             ..PacketMeta::default()
         };
         pkt.meta.ct = flows.classify(&mut pkt, rec.ts);
