@@ -80,6 +80,13 @@ enum Command {
         #[arg(long)]
         bandwidth: Option<String>,
     },
+    /// Write a fresh random key for an ESP cipher to a new file (mode 0600).
+    Keygen {
+        /// aes-128-gcm, aes-256-gcm, aes-128-cbc-hmac-sha256 or aes-256-cbc-hmac-sha256.
+        cipher: String,
+        /// The key file to create (never overwritten).
+        file: PathBuf,
+    },
     /// Remove every rule relayd owns (after a crash).
     Cleanup {
         /// Configuration file to take the chain prefix and iptables flavour from.
@@ -236,6 +243,33 @@ pub fn main_with(registry: Registry) -> ExitCode {
                 Err(e) => {
                     eprintln!("relayd: replay: {e:#}");
                     ExitCode::from(2)
+                }
+            }
+        }
+        Command::Keygen { cipher, file } => {
+            let Some(c) = relay_svc_crypto::Cipher::from_name(&cipher) else {
+                let names: Vec<&str> = relay_svc_crypto::Cipher::ALL
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .collect();
+                eprintln!(
+                    "relayd: unknown cipher `{cipher}` (one of {})",
+                    names.join(", ")
+                );
+                return ExitCode::from(2);
+            };
+            match relay_svc_crypto::keygen(c, &file) {
+                Ok(()) => {
+                    println!(
+                        "wrote {} ({} bytes, mode 0600)",
+                        file.display(),
+                        c.key_len()
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("relayd: keygen: {e}");
+                    ExitCode::from(1)
                 }
             }
         }

@@ -56,7 +56,8 @@ impl Registry {
         }
     }
 
-    /// The kinds relayd ships: `accept`, `drop`, `dump`, `mark`, `compress`, `decompress`.
+    /// The kinds relayd ships: `accept`, `drop`, `dump`, `mark`, `compress`, `decompress`,
+    /// `encrypt`, `decrypt`.
     pub fn with_builtins() -> Registry {
         let mut r = Registry::empty();
         r.register::<AcceptConfig>();
@@ -65,6 +66,8 @@ impl Registry {
         r.register::<MarkConfig>();
         r.register::<relay_svc_compress::CompressConfig>();
         r.register::<relay_svc_compress::DecompressConfig>();
+        r.register::<relay_svc_crypto::EncryptConfig>();
+        r.register::<relay_svc_crypto::DecryptConfig>();
         r
     }
 

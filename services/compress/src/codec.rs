@@ -58,30 +58,6 @@ impl Algorithm {
     }
 }
 
-/// Rewrites the IP header after the bytes from the transport offset on were replaced:
-/// total length (IPv4) or payload length (IPv6), protocol / next header, IPv4 checksum.
-pub(crate) fn fix_ip_header(
-    d: &mut [u8],
-    version: relay_core::IpVersion,
-    total: usize,
-    protocol: u8,
-) {
-    use relay_core::wire::{Ipv4Packet, Ipv6Packet, ipv6};
-    match version {
-        relay_core::IpVersion::V4 => {
-            let mut ip = Ipv4Packet::new_unchecked(d);
-            ip.set_total_len(total as u16);
-            ip.set_protocol(protocol);
-            ip.fill_checksum();
-        }
-        relay_core::IpVersion::V6 => {
-            let mut ip = Ipv6Packet::new_unchecked(d);
-            ip.set_payload_len((total - ipv6::HEADER_LEN) as u16);
-            ip.set_next_header(protocol);
-        }
-    }
-}
-
 /// Why compressed data could not be restored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CodecError {

@@ -2,10 +2,10 @@
 //! in IPComp (RFC 3173), when the paper's decision says it pays, never making a packet
 //! larger.
 
-use crate::codec::{Algorithm, Codecs, fix_ip_header};
+use crate::codec::{Algorithm, Codecs};
 use crate::decision::{Estimate, should_compress};
 use crate::units::parse_rate_bits;
-use relay_core::wire::{IpcompPacket, ipcomp, proto};
+use relay_core::wire::{IpcompPacket, fix_ip_header, ipcomp, proto};
 use relay_core::{
     Action, Context, Counter, Counters, IpVersion, Packet, Service, ServiceConfig, ServiceFactory,
 };

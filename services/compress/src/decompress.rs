@@ -1,9 +1,9 @@
 //! `decompress`: restores IPComp packets (RFC 3173) byte for byte, whoever compressed them.
 //! A corrupt or truncated IPComp packet is counted and dropped with a log line.
 
-use crate::codec::{Algorithm, CodecError, Codecs, fix_ip_header};
+use crate::codec::{Algorithm, CodecError, Codecs};
 use relay_core::ratelimit::RateLimit;
-use relay_core::wire::{IpcompPacket, ipcomp, proto};
+use relay_core::wire::{IpcompPacket, fix_ip_header, ipcomp, proto};
 use relay_core::{
     Action, Context, Counter, Counters, IpVersion, Packet, Service, ServiceConfig, ServiceFactory,
 };

@@ -67,9 +67,9 @@ impl ServiceConfig for DropConfig {
     }
 }
 
-/// Parses a 32-bit value written as an integer or as a "0x..." string (marks are
-/// usually written in hex).
-pub(crate) fn de_u32<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+/// Parses a 32-bit value written as an integer or as a "0x..." string (marks and SPIs
+/// are usually written in hex). For `#[serde(deserialize_with = "de_u32")]`.
+pub fn de_u32<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
     enum V {

@@ -36,6 +36,29 @@ pub mod proto {
     pub const IPCOMP: u8 = 108;
 }
 
+/// Rewrites the IP header after the bytes from the transport offset on were replaced by
+/// `total - header` new bytes carrying `protocol` (IPComp, ESP, or the restored one): the
+/// IPv4 total length, protocol and header checksum, or the IPv6 payload length and the
+/// fixed header's next header.
+///
+/// # Panics
+/// If `data` is shorter than the IP header; `total` must fit the header's length field.
+pub fn fix_ip_header(data: &mut [u8], version: crate::IpVersion, total: usize, protocol: u8) {
+    match version {
+        crate::IpVersion::V4 => {
+            let mut ip = Ipv4Packet::new_unchecked(data);
+            ip.set_total_len(total as u16);
+            ip.set_protocol(protocol);
+            ip.fill_checksum();
+        }
+        crate::IpVersion::V6 => {
+            let mut ip = Ipv6Packet::new_unchecked(data);
+            ip.set_payload_len((total - ipv6::HEADER_LEN) as u16);
+            ip.set_next_header(protocol);
+        }
+    }
+}
+
 /// Why a packet could not be parsed. Counted per queue and handled by the queue's policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
