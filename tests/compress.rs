@@ -35,15 +35,6 @@ services = ["d"]
 kind = "decompress"
 "#;
 
-fn counters(r: &Relayd, service: &str) -> std::collections::BTreeMap<String, u64> {
-    let st = r.status();
-    st.services
-        .into_iter()
-        .find(|s| s.name == service)
-        .unwrap()
-        .counters
-}
-
 #[test]
 fn round_trip_through_two_relays_restores_every_byte() {
     for alg in ["deflate", "lz4", "lzo"] {
@@ -112,8 +103,8 @@ fn round_trip_through_two_relays_restores_every_byte() {
             "{alg}: ping6 failed: {}",
             String::from_utf8_lossy(&out.stdout)
         );
-        let cc = counters(&c, "c");
-        let dc = counters(&d, "d");
+        let cc = c.counters("c");
+        let dc = d.counters("d");
         assert!(cc["compressed"] >= 100, "{alg}: {cc:?}");
         assert!(cc["bytes_out"] < cc["bytes_in"] / 2, "{alg}: {cc:?}");
         assert_eq!(
@@ -149,10 +140,10 @@ fn corrupt_ipcomp_is_counted_and_dropped() {
     assert!(
         wait_for(
             Duration::from_secs(5),
-            || counters(&d, "d")["dropped_corrupt"] == 5
+            || d.counters("d")["dropped_corrupt"] == 5
         ),
         "{:?}\n{}",
-        counters(&d, "d"),
+        d.counters("d"),
         d.log()
     );
     assert!(
@@ -190,7 +181,7 @@ estimate = "{estimate}"
 
 /// Compressed share of the packets `compress` saw while a flow at `mbit` ran.
 fn compressed_share(c: &Relayd, l: &relay_testbed::Line4, mbit: u64, port: u16) -> f64 {
-    let before = counters(c, "c");
+    let before = c.counters("c");
     let pps = mbit * 1_000_000 / (1228 * 8);
     let text = b"relayd compresses this payload because it repeats itself. ";
     let payload: Vec<u8> = (0..1200).map(|j| text[j % text.len()]).collect();
@@ -208,7 +199,7 @@ fn compressed_share(c: &Relayd, l: &relay_testbed::Line4, mbit: u64, port: u16) 
             std::thread::sleep(Duration::from_micros(200));
         }
     });
-    let after = counters(c, "c");
+    let after = c.counters("c");
     let d = |k: &str| (after[k] - before[k]) as f64;
     d("compressed") / d("seen").max(1.0)
 }
@@ -236,7 +227,7 @@ fn adaptive_follows_the_formula() {
         (0.3..0.85).contains(&heavy),
         "fixed C = 20 us compressed {heavy:.2} of the packets at 1.8 x the bottleneck (about 0.5 expected)"
     );
-    let cc = counters(&c, "c");
+    let cc = c.counters("c");
     assert!(cc["w_us"] > 0 || cc["skipped_decision"] > 0, "{cc:?}");
     assert!(c.stop(libc::SIGTERM));
     // Online estimates from a pessimistic start (C = 2 ms: nothing would be compressed):
@@ -250,10 +241,10 @@ fn adaptive_follows_the_formula() {
         light > 0.8,
         "online estimates compressed only {light:.2} on an idle link"
     );
-    let cc = counters(&c, "c");
+    let cc = c.counters("c");
     assert!(
         cc["probes"] >= 1 && cc["c_ns"] != 20_000 && cc["r_milli"] < 500,
         "estimates did not move: {cc:?}"
     );
-    assert_eq!(counters(&d, "d")["dropped_corrupt"], 0);
+    assert_eq!(d.counters("d")["dropped_corrupt"], 0);
 }

@@ -60,15 +60,6 @@ key_file = "{in_key}"
     )
 }
 
-fn counters(r: &Relayd, service: &str) -> std::collections::BTreeMap<String, u64> {
-    r.status()
-        .services
-        .into_iter()
-        .find(|s| s.name == service)
-        .unwrap()
-        .counters
-}
-
 #[test]
 fn esp_between_two_relays_for_every_cipher() {
     for cipher in ["aes-128-gcm", "aes-256-cbc-hmac-sha256"] {
@@ -176,8 +167,8 @@ fn esp_between_two_relays_for_every_cipher() {
             pkts, 0,
             "{cipher}: packets crossed the middle link in clear:\n{clear}"
         );
-        let ac = counters(&a, "enc");
-        let bc = counters(&b, "dec");
+        let ac = a.counters("enc");
+        let bc = b.counters("dec");
         assert!(ac["encrypted"] > 1000, "{ac:?}");
         assert_eq!(bc["decrypted"], ac["encrypted"], "{bc:?} vs {ac:?}");
         assert_eq!(
@@ -248,11 +239,11 @@ fn tampered_and_replayed_esp_is_dropped_and_counted() {
     );
     assert!(
         wait_for(Duration::from_secs(5), || {
-            let c = counters(&b, "dec");
+            let c = b.counters("dec");
             c["dropped_replayed"] == 1 && c["dropped_auth_failed"] == 1
         }),
         "{:?}\n{}",
-        counters(&b, "dec"),
+        b.counters("dec"),
         b.log()
     );
     assert!(

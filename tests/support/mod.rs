@@ -93,6 +93,16 @@ impl Relayd {
             .unwrap_or_else(|e| panic!("status: {e}\n{}", self.proc.stderr_text()))
     }
 
+    /// The counters of service instance `name` (panics if it is not running).
+    pub fn counters(&self, name: &str) -> std::collections::BTreeMap<String, u64> {
+        let st = self.status();
+        st.services
+            .into_iter()
+            .find(|s| s.name == name)
+            .unwrap_or_else(|| panic!("no service {name}"))
+            .counters
+    }
+
     pub fn log(&self) -> String {
         self.proc.stderr_text()
     }
