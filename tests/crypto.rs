@@ -19,6 +19,36 @@ fn keys(dir: &TempDir, cipher: Cipher) -> (String, String) {
 }
 
 /// One relay's configuration: encrypt what goes to `to`, decrypt ESP addressed to `home`.
+/// Starts relay A (site 10.0.1.0/24) and relay B (site 10.0.3.0/24), each encrypting
+/// towards the other and decrypting what the other sends.
+fn start_pair(l: &relay_testbed::Line4, cipher: &str, a2b: &str, b2a: &str) -> (Relayd, Relayd) {
+    let a = Relayd::start(
+        &l.comp,
+        &relay_config(
+            cipher,
+            0x1001,
+            a2b,
+            0x2001,
+            b2a,
+            "10.0.3.0/24",
+            "10.0.1.0/24",
+        ),
+    );
+    let b = Relayd::start(
+        &l.decomp,
+        &relay_config(
+            cipher,
+            0x2001,
+            b2a,
+            0x1001,
+            a2b,
+            "10.0.1.0/24",
+            "10.0.3.0/24",
+        ),
+    );
+    (a, b)
+}
+
 fn relay_config(
     cipher: &str,
     out_spi: u32,
@@ -69,30 +99,7 @@ fn esp_between_two_relays_for_every_cipher() {
         // ESP adds up to 57 bytes: until relayd clamps TCP MSS itself, the middle link gets
         // room for full-size packets (see the note).
         l.links[1].mtu(1600);
-        let a = Relayd::start(
-            &l.comp,
-            &relay_config(
-                cipher,
-                0x1001,
-                &a2b,
-                0x2001,
-                &b2a,
-                "10.0.3.0/24",
-                "10.0.1.0/24",
-            ),
-        );
-        let b = Relayd::start(
-            &l.decomp,
-            &relay_config(
-                cipher,
-                0x2001,
-                &b2a,
-                0x1001,
-                &a2b,
-                "10.0.1.0/24",
-                "10.0.3.0/24",
-            ),
-        );
+        let (a, b) = start_pair(&l, cipher, &a2b, &b2a);
         // Count what crosses the middle link in clear: must stay zero.
         let middle_if = l.links[1].b_if.clone();
         let out = l.decomp.exec(&[
@@ -185,30 +192,7 @@ fn tampered_and_replayed_esp_is_dropped_and_counted() {
     let l = line4("esp-attack");
     let dir = TempDir::new("esp-attack");
     let (a2b, b2a) = keys(&dir, Cipher::Aes128Gcm);
-    let _a = Relayd::start(
-        &l.comp,
-        &relay_config(
-            "aes-128-gcm",
-            0x1001,
-            &a2b,
-            0x2001,
-            &b2a,
-            "10.0.3.0/24",
-            "10.0.1.0/24",
-        ),
-    );
-    let b = Relayd::start(
-        &l.decomp,
-        &relay_config(
-            "aes-128-gcm",
-            0x2001,
-            &b2a,
-            0x1001,
-            &a2b,
-            "10.0.1.0/24",
-            "10.0.3.0/24",
-        ),
-    );
+    let (_a, b) = start_pair(&l, "aes-128-gcm", &a2b, &b2a);
     assert!(l.src.ping("10.0.3.2"));
     // Forge ESP packets with the real key, as an attacker on the path who recorded one
     // would replay it: sequence number 1 was used by the ping already.

@@ -415,24 +415,19 @@ fn a_second_relayd_is_refused_and_the_first_keeps_its_rules() {
     let before = iptables_save(&l.relay);
     let dir = TempDir::new("busy2");
     // Same chain prefix: refused before it touches any rule.
-    let same = dir.file(
-        "b.toml",
-        &format!(
-            "[daemon]\nsocket = \"{}/b.sock\"\n{ACCEPT_ALL}",
+    let second = |name: &str, daemon_extra: &str| {
+        let text = format!(
+            "[daemon]\nsocket = \"{}/{name}.sock\"\n{daemon_extra}{ACCEPT_ALL}",
             dir.0.display()
-        ),
-    );
+        );
+        dir.file(&format!("{name}.toml"), &text)
+    };
+    let same = second("b", "");
     let (code, _, err) = relayd_cmd(&l.relay, &["run", "-c", same.to_str().unwrap()]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("another relayd"), "{err}");
     // Another prefix but the same queue: the kernel refuses the bind.
-    let other = dir.file(
-        "c.toml",
-        &format!(
-            "[daemon]\nsocket = \"{}/c.sock\"\nchain_prefix = \"OTHER\"\n{ACCEPT_ALL}",
-            dir.0.display()
-        ),
-    );
+    let other = second("c", "chain_prefix = \"OTHER\"\n");
     let (code, _, err) = relayd_cmd(&l.relay, &["run", "-c", other.to_str().unwrap()]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("already bound"), "{err}");

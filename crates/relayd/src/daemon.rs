@@ -347,29 +347,12 @@ impl Daemon {
         let mut queues = Vec::new();
         for (num, r) in &self.queues {
             let c = r.queue.counters();
-            queues.push(QueueStatus {
-                num: *num,
-                hook: r.spec.hook.to_string(),
-                table: r.spec.table.to_string(),
-                chain: r.spec.services.iter().map(|(n, _)| n.clone()).collect(),
-                fail_open: r.cfg.fail_open,
-                gso: r.cfg.gso,
-                copy_range: r.cfg.copy_range,
-                packets: c.packets.get(),
-                accepted: c.accepted.get(),
-                dropped: c.dropped.get(),
-                modified: c.modified.get(),
-                repeated: c.repeated.get(),
-                malformed: c.malformed.get(),
-                errors: c.errors.get(),
-                enobufs: c.enobufs.get(),
-                batches: c.batches.get(),
-                kernel: kernel.get(num).map(|k| KernelStatus {
-                    waiting: k.queue_total,
-                    queue_dropped: k.queue_dropped,
-                    user_dropped: k.user_dropped,
-                }),
+            let k = kernel.get(num).map(|k| KernelStatus {
+                waiting: k.queue_total,
+                queue_dropped: k.queue_dropped,
+                user_dropped: k.user_dropped,
             });
+            queues.push(QueueStatus::new(*num, &r.spec, r.cfg.gso, c, k));
         }
         let services = self.counters.services_status(|num, name, kind| {
             self.queues.get(&num).is_some_and(|r| {

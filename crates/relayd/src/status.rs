@@ -62,6 +62,37 @@ pub struct QueueStatus {
     pub kernel: Option<KernelStatus>,
 }
 
+impl QueueStatus {
+    /// The status of queue `num` serving `spec`, from its counters and the kernel's view.
+    pub fn new(
+        num: u16,
+        spec: &crate::config::QueueSpec,
+        gso: bool,
+        c: &relay_core::QueueCounters,
+        kernel: Option<KernelStatus>,
+    ) -> QueueStatus {
+        QueueStatus {
+            num,
+            hook: spec.hook.to_string(),
+            table: spec.table.to_string(),
+            chain: spec.services.iter().map(|(n, _)| n.clone()).collect(),
+            fail_open: spec.fail_open,
+            gso,
+            copy_range: spec.copy_range,
+            packets: c.packets.get(),
+            accepted: c.accepted.get(),
+            dropped: c.dropped.get(),
+            modified: c.modified.get(),
+            repeated: c.repeated.get(),
+            malformed: c.malformed.get(),
+            errors: c.errors.get(),
+            enobufs: c.enobufs.get(),
+            batches: c.batches.get(),
+            kernel,
+        }
+    }
+}
+
 /// The kernel's counters for a queue (/proc/net/netfilter/nfnetlink_queue).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct KernelStatus {

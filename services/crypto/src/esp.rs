@@ -353,11 +353,12 @@ impl Service for Decrypt {
             }
             Ok(()) => {}
         }
-        let sas = self.sas.clone();
-        let sa = &sas[i];
-        let cipher = sa.crypto.cipher();
-        let hdr = 8 + cipher.iv_len();
-        if sa.crypto.open(&mut pkt.data_mut()[off..l.len]).is_err() {
+        let hdr = 8 + self.sas[i].crypto.cipher().iv_len();
+        if self.sas[i]
+            .crypto
+            .open(&mut pkt.data_mut()[off..l.len])
+            .is_err()
+        {
             return self.drop(|d| &d.dropped_auth, "integrity check failed", spi, cx);
         }
         self.windows[i].update(seq);

@@ -132,25 +132,8 @@ pub fn run(cfg: &Config, opts: &ReplayOptions, out: &mut dyn Write) -> anyhow::R
         w.into_writer().flush().context("writing the output pcap")?;
     }
     let services = store.services_status(|_, _, _| true);
-    let queue = QueueStatus {
-        num,
-        hook: spec.hook.to_string(),
-        table: spec.table.to_string(),
-        chain: spec.services.iter().map(|(n, _)| n.clone()).collect(),
-        fail_open: spec.fail_open,
-        gso: false,
-        copy_range: spec.copy_range,
-        packets: q.packets.get(),
-        accepted: q.accepted.get(),
-        dropped: q.dropped.get(),
-        modified: q.modified.get(),
-        repeated: q.repeated.get(),
-        malformed: q.malformed.get(),
-        errors: q.errors.get(),
-        enobufs: 0,
-        batches: 0,
-        kernel: None,
-    };
+    // Replay takes packets as captured: no GSO, no kernel queue.
+    let queue = QueueStatus::new(num, spec, false, &q, None);
     tracing::info!(flows = flows.len(), non_ip, written, "replay done");
     Ok(Status {
         version: env!("CARGO_PKG_VERSION").to_string(),
