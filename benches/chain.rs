@@ -37,10 +37,7 @@ fn chain_of(services: Vec<(&str, std::sync::Arc<dyn relay_core::ServiceFactory>)
 
 fn benches(c: &mut Criterion) {
     let bytes = udp_packet(1500);
-    let cx = Context {
-        queue: 0,
-        now: Instant::now(),
-    };
+    let cx = Context::new(0, Instant::now());
     let q = QueueCounters::default();
     let mut pkt = Packet::from_bytes(&bytes);
 

@@ -25,10 +25,7 @@ fn packet(payload: &[u8]) -> Vec<u8> {
 }
 
 fn benches(c: &mut Criterion) {
-    let cx = Context {
-        queue: 0,
-        now: Instant::now(),
-    };
+    let cx = Context::new(0, Instant::now());
     for ratio in [0.5, 0.95, 1.0] {
         let payload = relay_traffic::Payload::new(1472, ratio, 1);
         let bytes = packet(payload.bytes());

@@ -95,6 +95,11 @@ impl Chain {
         });
     }
 
+    /// The mark bit(s) relayd's own rules skip (see [`ChainSettings::bypass_mark`]).
+    pub fn bypass_mark(&self) -> u32 {
+        self.settings.bypass_mark
+    }
+
     /// The verdict given to packets that cannot be parsed (also used when a service fails).
     pub fn malformed_verdict(&self) -> Verdict {
         self.settings.malformed

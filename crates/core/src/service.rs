@@ -45,6 +45,20 @@ pub struct Context {
     pub queue: u16,
     /// The time the current batch of packets was received.
     pub now: Instant,
+    /// The mark bit(s) relayd's own rules skip: a packet a service sends itself (an ICMP
+    /// error, a TCP reset) carries it (`SO_MARK`), so that relayd does not queue it again.
+    pub bypass_mark: u32,
+}
+
+impl Context {
+    /// The context of a batch on queue `queue` received at `now`, with no bypass mark.
+    pub fn new(queue: u16, now: Instant) -> Context {
+        Context {
+            queue,
+            now,
+            bypass_mark: 0,
+        }
+    }
 }
 
 /// A packet service instance, owned by one queue thread.

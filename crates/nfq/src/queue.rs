@@ -447,8 +447,8 @@ impl Worker {
     fn handle_batch(&mut self, n: usize) {
         self.counters.batches.inc();
         let cx = Context {
-            queue: self.cfg.num,
-            now: Instant::now(),
+            bypass_mark: self.chain.bypass_mark(),
+            ..Context::new(self.cfg.num, Instant::now())
         };
         self.pending.clear();
         for i in 0..n {

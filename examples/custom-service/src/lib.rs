@@ -86,10 +86,7 @@ mod tests {
         let f = TtlGuardConfig { min_ttl: 5 }.into_factory("g").unwrap();
         let counters = Counters::new();
         let mut svc = f.build(&counters);
-        let cx = Context {
-            queue: 0,
-            now: Instant::now(),
-        };
+        let cx = Context::new(0, Instant::now());
         assert_eq!(
             svc.process(&mut Packet::from_bytes(&ipv4_with_ttl(4)), &cx),
             Action::Drop

@@ -58,10 +58,7 @@ mod tests {
     }
 
     fn cx() -> Context {
-        Context {
-            queue: 0,
-            now: Instant::now(),
-        }
+        Context::new(0, Instant::now())
     }
 
     #[test]

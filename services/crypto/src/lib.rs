@@ -71,10 +71,7 @@ mod tests {
     }
 
     fn cx() -> Context {
-        Context {
-            queue: 0,
-            now: Instant::now(),
-        }
+        Context::new(0, Instant::now())
     }
 
     fn count(c: &Counters, name: &str) -> u64 {

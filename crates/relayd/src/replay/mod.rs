@@ -83,10 +83,7 @@ pub fn run(cfg: &Config, opts: &ReplayOptions, out: &mut dyn Write) -> anyhow::R
         // The capture's own time is the services' clock (never running backwards).
         let first = *first_ts.get_or_insert(rec.ts);
         clock = clock.max(rec.ts.saturating_sub(first));
-        let cx = Context {
-            queue: num,
-            now: base + clock,
-        };
+        let cx = Context::new(num, base + clock);
         let mut pkt = Packet::from_bytes(&ip);
         pkt.meta = PacketMeta {
             id: rec.number as u32,
