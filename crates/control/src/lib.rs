@@ -23,6 +23,6 @@ mod saved;
 pub use args::{MatchError, quote_arg, split_matches};
 pub use backend::Backend;
 pub use error::ControlError;
-pub use model::{Family, Hook, QueueRule, RuleSet, Table, parse_queue_range};
+pub use model::{Family, Hook, PreRule, QueueRule, RuleSet, Table, parse_queue_range};
 pub use ops::cleanup;
 pub use render::{CleanupReport, InstallReport};

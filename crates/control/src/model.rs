@@ -129,6 +129,51 @@ pub struct QueueRule {
     pub bypass: bool,
     /// Emit `--queue-cpu-fanout`: pick the queue by CPU instead of flow hash. Needs a range.
     pub cpu_fanout: bool,
+    /// Rules placed just before the queue rule, with its match: what the queue's services
+    /// need the kernel to do to a packet first (clamp the TCP MSS, note conntrack state).
+    pub pre: Vec<PreRule>,
+}
+
+/// A rule relayd puts right before a queue rule, sharing its match (see [`QueueRule::pre`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreRule {
+    /// Only for this family (`None`: wherever the queue rule is installed).
+    pub family: Option<Family>,
+    /// Arguments after the queue rule's match: more matches, then the target
+    /// (`-p tcp --tcp-flags SYN,RST SYN -j TCPMSS --set-mss 1400`).
+    pub args: Vec<String>,
+}
+
+impl PreRule {
+    /// A TCPMSS clamp for `family`, for a queue whose match is `matches`; `None` when that
+    /// match cannot select TCP (another `-p`), since then there is nothing to clamp.
+    pub fn clamp_mss(family: Family, matches: Option<&str>, mss: u16) -> Option<PreRule> {
+        let args = match matches {
+            Some(m) => split_matches(m).unwrap_or_default(),
+            None => Vec::new(),
+        };
+        let proto = args
+            .iter()
+            .position(|a| a == "-p" || a == "--protocol")
+            .map(|i| {
+                let negated = i > 0 && args[i - 1] == "!";
+                (negated, args.get(i + 1).map(String::as_str))
+            });
+        let mut out = Vec::new();
+        match proto {
+            None => out.extend(["-p", "tcp"].map(String::from)),
+            Some((false, Some("tcp" | "6"))) => {}
+            Some(_) => return None,
+        }
+        out.extend(
+            ["--tcp-flags", "SYN,RST", "SYN", "-j", "TCPMSS", "--set-mss"].map(String::from),
+        );
+        out.push(mss.to_string());
+        Some(PreRule {
+            family: Some(family),
+            args: out,
+        })
+    }
 }
 
 impl QueueRule {

@@ -70,6 +70,15 @@ pub(crate) fn plan_chains(rs: &RuleSet, family: Family) -> Result<Vec<ChainPlan>
                 let args = rule
                     .rule_args()
                     .map_err(|error| ControlError::BadMatch { index, error })?;
+                for pre in &rule.pre {
+                    if pre.family.is_none_or(|f| f == family) {
+                        let mut a = rule
+                            .match_args()
+                            .map_err(|error| ControlError::BadMatch { index, error })?;
+                        a.extend(pre.args.iter().cloned());
+                        lines.push(format!("-A {name} {}", join_args(&a)));
+                    }
+                }
                 lines.push(format!("-A {name} {}", join_args(&args)));
             }
             if !lines.is_empty() {
@@ -270,6 +279,7 @@ mod tests {
             last_queue: q.1,
             bypass: true,
             cpu_fanout: false,
+            pre: Vec::new(),
         }
     }
 
@@ -308,6 +318,39 @@ mod tests {
              -A RELAYD-POSTROUTING -j NFQUEUE --queue-num 9\n\
              COMMIT\n"
         );
+    }
+
+    #[test]
+    fn pre_rules_share_the_queue_match_and_precede_it() {
+        use crate::model::PreRule;
+        let mut r = rule(
+            Table::Mangle,
+            Hook::Prerouting,
+            Some("-s 10.0.1.0/24"),
+            (1, 1),
+        );
+        r.families = vec![Family::Ipv4, Family::Ipv6];
+        r.pre = vec![
+            PreRule::clamp_mss(Family::Ipv4, r.matches.as_deref(), 1400).unwrap(),
+            PreRule::clamp_mss(Family::Ipv6, r.matches.as_deref(), 1380).unwrap(),
+        ];
+        let rs = RuleSet::new(vec![r]);
+        let v4 = rs.restore_text(Family::Ipv4).unwrap();
+        assert!(v4.contains(
+            "-A RELAYD-PREROUTING -s 10.0.1.0/24 -p tcp --tcp-flags SYN,RST SYN -j TCPMSS --set-mss 1400\n\
+             -A RELAYD-PREROUTING -s 10.0.1.0/24 -j NFQUEUE --queue-num 1 --queue-bypass\n"
+        ), "{v4}");
+        assert!(!v4.contains("1380"));
+        assert!(
+            rs.restore_text(Family::Ipv6)
+                .unwrap()
+                .contains("--set-mss 1380")
+        );
+        // A queue that selects TCP already gets no second -p; one that cannot see TCP, no clamp.
+        let tcp = PreRule::clamp_mss(Family::Ipv4, Some("-p tcp --dport 80"), 1400).unwrap();
+        assert_eq!(tcp.args[0], "--tcp-flags");
+        assert!(PreRule::clamp_mss(Family::Ipv4, Some("-p udp"), 1400).is_none());
+        assert!(PreRule::clamp_mss(Family::Ipv4, Some("! -p tcp"), 1400).is_none());
     }
 
     #[test]

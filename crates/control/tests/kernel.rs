@@ -136,6 +136,7 @@ fn rule(hook: Hook, matches: Option<&str>, first: u16, last: u16) -> QueueRule {
         last_queue: last,
         bypass: true,
         cpu_fanout: false,
+        pre: Vec::new(),
     }
 }
 

@@ -5,6 +5,7 @@ use crate::counters::{Counter, QueueCounters};
 use crate::packet::Packet;
 use crate::ratelimit::RateLimit;
 use crate::service::{Action, Context, Service};
+use std::time::Instant;
 
 /// The kernel verdict a chain reaches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +28,9 @@ pub struct Decision {
     pub mark: Option<u32>,
     /// True if the verdict carries the packet's (modified) bytes.
     pub payload: bool,
+    /// Set when a service held the packet ([`Action::Hold`]): the verdict (accept, with
+    /// `mark` and `payload`) is due then, not now.
+    pub hold: Option<Instant>,
 }
 
 impl Decision {
@@ -35,12 +39,14 @@ impl Decision {
         verdict: Verdict::Accept,
         mark: None,
         payload: false,
+        hold: None,
     };
     /// Drop.
     pub const DROP: Decision = Decision {
         verdict: Verdict::Drop,
         mark: None,
         payload: false,
+        hold: None,
     };
 }
 
@@ -138,6 +144,21 @@ impl Chain {
                     let payload = self.payload(pkt, cx, q);
                     return self.count(q, Verdict::Repeat, mark, payload);
                 }
+                Action::Hold { until } => {
+                    // Counted as accepted (or dropped, by overflow policy) by the datapath
+                    // when the verdict is given.
+                    q.held.inc();
+                    let payload = self.payload(pkt, cx, q);
+                    if payload {
+                        q.modified.inc();
+                    }
+                    return Decision {
+                        verdict: Verdict::Accept,
+                        mark: pkt.verdict_mark(),
+                        payload,
+                        hold: Some(until),
+                    };
+                }
             }
         }
         let payload = self.payload(pkt, cx, q);
@@ -183,6 +204,55 @@ impl Chain {
             verdict,
             mark,
             payload,
+            hold: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packet::tests::udp4;
+    use std::time::Duration;
+
+    struct Fixed(Action, Option<u32>);
+    impl Service for Fixed {
+        fn process(&mut self, pkt: &mut Packet, _cx: &Context) -> Action {
+            if let Some(m) = self.1 {
+                pkt.set_mark(m);
+            }
+            self.0
+        }
+    }
+
+    #[test]
+    fn hold_ends_the_chain_with_a_deferred_accept() {
+        let now = Instant::now();
+        let until = now + Duration::from_millis(40);
+        let mut chain = Chain::new(ChainSettings {
+            malformed: Verdict::Drop,
+            bypass_mark: 0x8000_0000,
+        });
+        let later = Counter::new();
+        chain.push(
+            "delay",
+            Box::new(Fixed(Action::Hold { until }, Some(7))),
+            Counter::new(),
+        );
+        chain.push("drop", Box::new(Fixed(Action::Drop, None)), later.clone());
+        let q = QueueCounters::default();
+        let mut pkt = Packet::from_bytes(&udp4(b"x"));
+        let d = chain.run(&mut pkt, &Context::new(0, now), &q);
+        assert_eq!(
+            d,
+            Decision {
+                verdict: Verdict::Accept,
+                mark: Some(7),
+                payload: false,
+                hold: Some(until),
+            }
+        );
+        assert_eq!(later.get(), 0, "a hold ends the chain");
+        assert_eq!((q.held.get(), q.accepted.get(), q.dropped.get()), (1, 0, 0));
     }
 }

@@ -112,6 +112,12 @@ pub struct QueueCounters {
     pub enobufs: Counter,
     /// recv system calls that returned packets (packets / batches = packets per syscall).
     pub batches: Counter,
+    /// Packets a service held for a later verdict ([`crate::Action::Hold`]); each is
+    /// counted again in `accepted` (or `dropped`) when its verdict is given.
+    pub held: Counter,
+    /// Holds the datapath refused because its hold store was full: those packets got the
+    /// queue's overflow verdict at once.
+    pub hold_overflow: Counter,
 }
 
 #[cfg(test)]

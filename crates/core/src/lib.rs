@@ -18,5 +18,5 @@ pub mod wire;
 pub use chain::{Chain, ChainSettings, Decision, Verdict};
 pub use counters::{Counter, CounterKind, Counters, QueueCounters};
 pub use hook::Hook;
-pub use packet::{CtInfo, CtState, IpVersion, Layout, Packet, PacketMeta};
-pub use service::{Action, Context, FailPolicy, Service, ServiceConfig, ServiceFactory};
+pub use packet::{CtInfo, CtMarkBits, CtState, IpVersion, Layout, Packet, PacketMeta};
+pub use service::{Action, Context, FailPolicy, MssClamp, Service, ServiceConfig, ServiceFactory};

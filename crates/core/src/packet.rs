@@ -53,6 +53,92 @@ pub struct CtInfo {
     pub reply: bool,
 }
 
+impl CtInfo {
+    /// A packet of a new flow, original direction.
+    pub const NEW: CtInfo = CtInfo {
+        state: CtState::New,
+        reply: false,
+    };
+}
+
+/// The nfmark bits through which iptables rules hand a packet's conntrack state to relayd,
+/// on kernels that cannot send it with the packet (NFQA_CT needs
+/// CONFIG_NETFILTER_NETLINK_GLUE_CT). Rules in front of the NFQUEUE rule OR them in:
+///
+/// ```text
+/// -m conntrack --ctstate NEW,ESTABLISHED,RELATED -j MARK --or-mark TRACKED
+/// -m conntrack --ctstate ESTABLISHED             -j MARK --or-mark ESTABLISHED
+/// -m conntrack --ctstate RELATED                 -j MARK --or-mark RELATED
+/// -m conntrack --ctdir REPLY                     -j MARK --or-mark REPLY
+/// ```
+///
+/// The datapath decodes them into [`PacketMeta::ct`], removes them from
+/// [`PacketMeta::mark`], and gives the packet its mark back without them in the verdict, so
+/// the packet leaves with the mark it came with. The bits are therefore reserved: a mark
+/// that had them set before these rules loses them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CtMarkBits {
+    /// Set for a packet of an established flow (`--ctstate ESTABLISHED`).
+    pub established: u32,
+    /// Set for a packet related to a known flow (`--ctstate RELATED`).
+    pub related: u32,
+    /// Set for a packet in the reply direction (`--ctdir REPLY`).
+    pub reply: u32,
+    /// Set for every packet conntrack tracks (`--ctstate NEW,ESTABLISHED,RELATED`);
+    /// without it the state is unknown (untracked or invalid packets).
+    pub tracked: u32,
+}
+
+impl CtMarkBits {
+    /// All the bits, as one mask.
+    pub fn mask(&self) -> u32 {
+        self.established | self.related | self.reply | self.tracked
+    }
+
+    /// Checks that every field is a non-empty set of bits and that no two overlap.
+    pub fn validate(&self) -> Result<(), String> {
+        let fields = [
+            ("established", self.established),
+            ("related", self.related),
+            ("reply", self.reply),
+            ("tracked", self.tracked),
+        ];
+        let mut seen = 0u32;
+        for (name, bits) in fields {
+            if bits == 0 {
+                return Err(format!("conntrack mark bit `{name}` is zero"));
+            }
+            if bits & seen != 0 {
+                return Err(format!(
+                    "conntrack mark bit `{name}` ({bits:#x}) overlaps another one"
+                ));
+            }
+            seen |= bits;
+        }
+        Ok(())
+    }
+
+    /// Decodes a queued packet's nfmark: its conntrack state (`None` when the `tracked`
+    /// bit is clear) and the mark without any of these bits.
+    pub fn decode(&self, mark: u32) -> (Option<CtInfo>, u32) {
+        let rest = mark & !self.mask();
+        if mark & self.tracked == 0 {
+            return (None, rest);
+        }
+        // ESTABLISHED and RELATED exclude each other in conntrack; if both bits show, a
+        // foreign rule set one of them: trust RELATED, the rarer and more specific.
+        let state = if mark & self.related != 0 {
+            CtState::Related
+        } else if mark & self.established != 0 {
+            CtState::Established
+        } else {
+            CtState::New
+        };
+        let reply = mark & self.reply != 0;
+        (Some(CtInfo { state, reply }), rest)
+    }
+}
+
 /// IP version of a parsed packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IpVersion {
@@ -497,6 +583,35 @@ pub(crate) mod tests {
         assert_eq!(p.data(), &orig[..10]);
         p.resize(12);
         assert_eq!(&p.data()[10..], &[0, 0]);
+    }
+
+    #[test]
+    fn ct_mark_bits_decode_and_strip() {
+        let b = CtMarkBits {
+            established: 0x100,
+            related: 0x200,
+            reply: 0x400,
+            tracked: 0x800,
+        };
+        assert_eq!(b.validate(), Ok(()));
+        assert_eq!(b.mask(), 0xf00);
+        assert_eq!(b.decode(0x5), (None, 0x5));
+        assert_eq!(
+            b.decode(0x405),
+            (None, 0x5),
+            "no tracked bit: unknown state"
+        );
+        assert_eq!(b.decode(0x805), (Some(CtInfo::NEW), 0x5));
+        let ct = |state, reply| Some(CtInfo { state, reply });
+        assert_eq!(b.decode(0xd00), (ct(CtState::Established, true), 0));
+        assert_eq!(
+            b.decode(0xffff_f9ff),
+            (ct(CtState::Established, false), 0xffff_f0ff)
+        );
+        assert_eq!(b.decode(0xa01), (ct(CtState::Related, false), 1));
+        assert_eq!(b.decode(0xe00), (ct(CtState::Related, true), 0));
+        assert!(CtMarkBits { reply: 0, ..b }.validate().is_err());
+        assert!(CtMarkBits { reply: 0x100, ..b }.validate().is_err());
     }
 
     #[test]

@@ -27,6 +27,17 @@ pub enum Action {
         /// The mark the packet carries afterwards.
         mark: u32,
     },
+    /// Hold the packet and accept it at `until` (a `delay` service). Later services are
+    /// skipped: a hold ends the chain, and the verdict given at `until` is accept, with the
+    /// mark set by [`Packet::set_mark`] and the packet's bytes if a service changed them.
+    /// The datapath keeps at most the queue's hold capacity (see
+    /// [`ServiceFactory::max_held`]); beyond it the queue's overflow policy decides at once.
+    /// Verdicts of held packets go out in deadline order, so packets held with
+    /// non-decreasing deadlines leave in the order they came.
+    Hold {
+        /// When the packet is to be accepted.
+        until: Instant,
+    },
 }
 
 /// What happens to traffic when the service cannot see it (relayd down, queue full).
@@ -61,6 +72,16 @@ impl Context {
     }
 }
 
+/// The largest TCP MSS that still fits the path after a service grew the packets, per
+/// address family (IPv6 headers are 20 bytes longer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MssClamp {
+    /// MSS for TCP over IPv4.
+    pub ipv4: u16,
+    /// MSS for TCP over IPv6.
+    pub ipv6: u16,
+}
+
 /// A packet service instance, owned by one queue thread.
 pub trait Service: Send {
     /// Handles one packet: inspect or rewrite it (through [`Packet::data_mut`] and the wire
@@ -89,6 +110,27 @@ pub trait ServiceFactory: Send + Sync {
     /// only headers asks the kernel to copy only those, which is most of the cost of a
     /// large (GSO) packet. A service that rewrites packets must return `None`.
     fn needs_bytes(&self) -> Option<u32> {
+        None
+    }
+
+    /// True if the service reads [`PacketMeta::ct`](crate::PacketMeta::ct), the packet's
+    /// conntrack state; its queue then asks the kernel for it (NFQA_CFG_F_CONNTRACK) or
+    /// decodes it from the conntrack mark bits its rules set (see
+    /// [`CtMarkBits`](crate::CtMarkBits)).
+    fn needs_conntrack(&self) -> bool {
+        false
+    }
+
+    /// The most packets the service holds at once ([`Action::Hold`]); 0 (the default) for
+    /// a service that never holds. The queue's hold capacity is the sum over its services.
+    fn max_held(&self) -> u32 {
+        0
+    }
+
+    /// The TCP MSS that connections crossing this service must be clamped to, because it
+    /// grows packets (encapsulation): relayd then installs a TCPMSS rule before the queue
+    /// rule, as a router in front of a tunnel would. `None` (the default): no clamp.
+    fn clamp_mss(&self) -> Option<MssClamp> {
         None
     }
 

@@ -1,8 +1,9 @@
 //! From a configuration to the iptables rules relayd owns: the rule set, the backends
 //! (iptables / ip6tables, system or legacy), and errors mapped back to the file.
 
-use crate::config::{Config, ConfigError, ConfigErrors, IptablesFlavor};
-use relay_control::{Backend, ControlError, Family, QueueRule, RuleSet};
+use crate::config::{Config, ConfigError, ConfigErrors, IptablesFlavor, QueueSpec};
+use relay_control::{Backend, ControlError, Family, PreRule, QueueRule, RuleSet};
+use relay_core::MssClamp;
 
 /// The rule set a configuration implies, one rule per `[[queue]]` entry in file order.
 pub fn ruleset(cfg: &Config) -> RuleSet {
@@ -21,9 +22,30 @@ pub fn ruleset(cfg: &Config) -> RuleSet {
                 last_queue: q.last,
                 bypass: q.fail_open,
                 cpu_fanout: q.cpu_fanout,
+                pre: pre_rules(q),
             })
             .collect(),
     }
+}
+
+/// What the queue's services need the kernel to do before the queue rule: the smallest
+/// TCP MSS clamp any of them asks for, per family.
+fn pre_rules(q: &QueueSpec) -> Vec<PreRule> {
+    let clamps: Vec<MssClamp> = q
+        .services
+        .iter()
+        .filter_map(|(_, s)| s.clamp_mss())
+        .collect();
+    let mut out = Vec::new();
+    for (family, mss) in [
+        (Family::Ipv4, clamps.iter().map(|c| c.ipv4).min()),
+        (Family::Ipv6, clamps.iter().map(|c| c.ipv6).min()),
+    ] {
+        if let Some(mss) = mss.filter(|_| q.families.contains(&family)) {
+            out.extend(PreRule::clamp_mss(family, q.matches.as_deref(), mss));
+        }
+    }
+    out
 }
 
 /// The backend for `family` in the configured flavour.

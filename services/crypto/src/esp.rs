@@ -1,23 +1,31 @@
-//! `encrypt` and `decrypt`: ESP (RFC 4303) in transport mode between two relays. The packet
-//! keeps its addresses; what follows the IP header becomes SPI, sequence number, IV, the
-//! encrypted payload with its padding, pad length and next header, and the ICV.
+//! `encrypt` and `decrypt`: ESP (RFC 4303) between two relays, in transport mode (the
+//! packet keeps its addresses; what follows the IP header is protected) or tunnel mode (the
+//! whole packet is protected inside a new IP header from this relay to its peer). The ESP
+//! part is SPI, sequence number, IV, the encrypted payload with its padding, pad length and
+//! next header, and the ICV.
 //!
-//! Both fail closed: a packet `encrypt` cannot protect is dropped, never sent in clear.
+//! Both fail closed: a packet `encrypt` cannot protect is dropped, never sent in clear. A
+//! packet that would no longer fit the path once encrypted gets "packet too big" back to
+//! its sender when it may not be fragmented, as a router in front of a tunnel does, and
+//! TCP connections are clamped to an MSS that fits (a rule relayd installs).
 
+use crate::icmp::TooBig;
 use crate::keys::{Cipher, ICV_LEN, load_key};
 use crate::sa::SaCrypto;
+use crate::state::{Registry, SaId};
 use crate::window::{Replay, ReplayWindow};
 use relay_core::builtin::de_u32;
 use relay_core::ratelimit::RateLimit;
 use relay_core::wire::{fix_ip_header, proto};
 use relay_core::{
-    Action, Context, Counter, Counters, FailPolicy, IpVersion, Packet, Service, ServiceConfig,
-    ServiceFactory,
+    Action, Context, Counter, Counters, FailPolicy, IpVersion, MssClamp, Packet, Service,
+    ServiceConfig, ServiceFactory,
 };
 use serde::Deserialize;
+use std::net::IpAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// How the packet is wrapped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -25,12 +33,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub enum EspMode {
     /// The packet keeps its IP header; its payload is protected.
     Transport,
-    /// The whole packet inside a new IP header to the peer relay (not yet implemented).
+    /// The whole packet inside a new IP header from `local` to `remote`.
     Tunnel,
 }
 
 fn transport() -> EspMode {
     EspMode::Transport
+}
+
+fn default_mtu() -> u16 {
+    1500
 }
 
 /// `[service.NAME]` with `kind = "encrypt"`.
@@ -47,6 +59,19 @@ pub struct EncryptConfig {
     pub spi: u32,
     /// The key file (hex, mode 0600).
     pub key_file: PathBuf,
+    /// Extended (64-bit) sequence numbers (RFC 4303 2.2.1); the peer's SA must agree.
+    #[serde(default)]
+    pub esn: bool,
+    /// Tunnel mode: this relay's address, the outer source.
+    #[serde(default)]
+    pub local: Option<IpAddr>,
+    /// Tunnel mode: the peer relay's address, the outer destination.
+    #[serde(default)]
+    pub remote: Option<IpAddr>,
+    /// The largest packet the path to the peer carries (default 1500): encrypted packets
+    /// are kept within it (MSS clamp, "packet too big" for packets that may not fragment).
+    #[serde(default = "default_mtu")]
+    pub mtu: u16,
 }
 
 /// One SA of `[[service.NAME.sa]]` of a `decrypt` service.
@@ -60,6 +85,9 @@ pub struct SaConfig {
     pub cipher: Cipher,
     /// The key file.
     pub key_file: PathBuf,
+    /// Extended sequence numbers, as the sender's SA.
+    #[serde(default)]
+    pub esn: bool,
 }
 
 /// `[service.NAME]` with `kind = "decrypt"`.
@@ -87,32 +115,109 @@ fn check_spi(spi: u32) -> Result<(), String> {
     }
 }
 
+/// An outbound SA: keys and the sequence counter, shared by the queue threads of a range
+/// (so no sequence number, and no GCM IV, repeats) and kept across reloads.
 struct Outbound {
     spi: u32,
     crypto: SaCrypto,
-    /// Shared by the queue threads of a range, so no sequence number (and GCM IV) repeats.
+    esn: bool,
     seq: AtomicU64,
+}
+
+static OUTBOUND: Registry<Outbound> = Registry::new();
+
+/// An inbound SA: keys and the replay window, shared and kept the same way.
+struct Inbound {
+    spi: u32,
+    crypto: SaCrypto,
+    esn: bool,
+    window: Mutex<ReplayWindow>,
+}
+
+static INBOUND: Registry<Inbound> = Registry::new();
+
+/// Where the encrypted packet goes.
+#[derive(Debug, Clone, Copy)]
+enum Wrap {
+    Transport,
+    Tunnel { local: IpAddr, remote: IpAddr },
+}
+
+impl Wrap {
+    /// Bytes of the new outer header (tunnel mode).
+    fn outer_len(self) -> usize {
+        match self {
+            Wrap::Transport => 0,
+            Wrap::Tunnel {
+                local: IpAddr::V4(_),
+                ..
+            } => 20,
+            Wrap::Tunnel { .. } => 40,
+        }
+    }
 }
 
 struct EncryptFactory {
     sa: Arc<Outbound>,
+    wrap: Wrap,
+    mtu: u16,
+}
+
+impl EncryptFactory {
+    /// The largest packet whose upper layer starts at `l4` (transport mode) that still fits
+    /// the path MTU once encrypted.
+    fn max_inner(&self, l4: usize) -> usize {
+        let c = self.sa.crypto.cipher();
+        let fixed = 8 + c.iv_len() + ICV_LEN;
+        let (kept, outer) = match self.wrap {
+            Wrap::Transport => (l4, 0),
+            w @ Wrap::Tunnel { .. } => (0, w.outer_len()),
+        };
+        let room = (self.mtu as usize).saturating_sub(kept + outer + fixed);
+        (kept + (room / c.block()) * c.block()).saturating_sub(2)
+    }
 }
 
 impl ServiceConfig for EncryptConfig {
     const KIND: &'static str = "encrypt";
 
     fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, String> {
-        if self.mode == EspMode::Tunnel {
-            return Err("mode = \"tunnel\" is not implemented yet; use \"transport\"".into());
-        }
         check_spi(self.spi)?;
+        let wrap = match (self.mode, self.local, self.remote) {
+            (EspMode::Transport, None, None) => Wrap::Transport,
+            (EspMode::Transport, _, _) => {
+                return Err("local and remote are for mode = \"tunnel\"".into());
+            }
+            (EspMode::Tunnel, Some(local), Some(remote)) => {
+                if local.is_ipv4() != remote.is_ipv4() {
+                    return Err(format!(
+                        "local = {local} and remote = {remote} are not of one address family"
+                    ));
+                }
+                Wrap::Tunnel { local, remote }
+            }
+            (EspMode::Tunnel, _, _) => {
+                return Err(
+                    "mode = \"tunnel\" needs local (this relay) and remote (the peer relay)".into(),
+                );
+            }
+        };
+        if self.mtu < 576 {
+            return Err(format!("mtu = {} is below 576", self.mtu));
+        }
         let key = load_key(&self.key_file, self.cipher)?;
-        let sa = Outbound {
+        let id = SaId::new(self.spi, self.cipher, self.esn, &key);
+        let sa = OUTBOUND.get_or_make(id, || Outbound {
             spi: self.spi,
             crypto: SaCrypto::new(self.cipher, &key),
+            esn: self.esn,
             seq: AtomicU64::new(0),
-        };
-        Ok(Arc::new(EncryptFactory { sa: Arc::new(sa) }))
+        });
+        Ok(Arc::new(EncryptFactory {
+            sa,
+            wrap,
+            mtu: self.mtu,
+        }))
     }
 }
 
@@ -126,14 +231,33 @@ impl ServiceFactory for EncryptFactory {
     fn rewrites_payload(&self) -> bool {
         true
     }
+    fn clamp_mss(&self) -> Option<MssClamp> {
+        // Transport mode keeps the IP header, so the room depends on its length.
+        let mss = |ip: usize| (self.max_inner(ip).saturating_sub(ip + 20)).min(65535) as u16;
+        Some(MssClamp {
+            ipv4: mss(20),
+            ipv6: mss(40),
+        })
+    }
     fn build(&self, counters: &Counters) -> Box<dyn Service> {
         let c = |n: &str| counters.counter(n);
         Box::new(Encrypt {
             sa: self.sa.clone(),
+            wrap: self.wrap,
+            max_v4: self.max_inner(20),
+            max_v6: self.max_inner(40),
+            factory_mtu: self.mtu,
+            too_big: TooBig::new(
+                100,
+                c("icmp_too_big_sent"),
+                c("icmp_too_big_suppressed"),
+                c("icmp_too_big_failed"),
+            ),
             encrypted: c("encrypted"),
             bytes_in: c("bytes_in"),
             bytes_out: c("bytes_out"),
             dropped_unfit: c("dropped_unfit"),
+            dropped_too_big: c("dropped_too_big"),
             dropped_seq_exhausted: c("dropped_seq_exhausted"),
             log: RateLimit::new(1),
         })
@@ -142,41 +266,45 @@ impl ServiceFactory for EncryptFactory {
 
 struct Encrypt {
     sa: Arc<Outbound>,
+    wrap: Wrap,
+    /// The largest IPv4 / IPv6 packet (plain header) that fits once encrypted.
+    max_v4: usize,
+    max_v6: usize,
+    factory_mtu: u16,
+    too_big: TooBig,
     encrypted: Counter,
     bytes_in: Counter,
     bytes_out: Counter,
     dropped_unfit: Counter,
+    dropped_too_big: Counter,
     dropped_seq_exhausted: Counter,
     log: RateLimit,
 }
 
-impl Service for Encrypt {
-    fn process(&mut self, pkt: &mut Packet, cx: &Context) -> Action {
-        let Ok(l) = pkt.layout() else {
-            return Action::Drop;
+impl Encrypt {
+    /// The largest packet like this one (its upper layer at `l4`) that fits once encrypted.
+    fn max_for(&self, version: IpVersion, l4: usize) -> usize {
+        let (plain, base) = match version {
+            IpVersion::V4 => (self.max_v4, 20),
+            IpVersion::V6 => (self.max_v6, 40),
         };
-        let cipher = self.sa.crypto.cipher();
-        let fits = !pkt.is_partial()
-            && !pkt.meta.gso
-            && !l.fragment
-            && (l.version == IpVersion::V4 || pkt.data()[6] == l.proto);
-        let Some(off) = l.l4.filter(|_| fits) else {
-            // Fail closed: what cannot be protected does not leave.
-            self.dropped_unfit.inc();
-            return Action::Drop;
-        };
-        let plen = l.len - off;
-        let padded = (plen + 2).next_multiple_of(cipher.block());
-        let hdr = 8 + cipher.iv_len();
-        let total = off + hdr + padded + ICV_LEN;
-        if total > 0xffff {
-            self.dropped_unfit.inc();
-            return Action::Drop;
+        match self.wrap {
+            // Options or extension headers take room from the payload.
+            Wrap::Transport => plain.saturating_sub(l4.saturating_sub(base)),
+            Wrap::Tunnel { .. } => plain,
         }
-        let seq = self.sa.seq.fetch_add(1, Ordering::Relaxed) + 1;
-        if seq > u32::MAX as u64 {
-            // Without extended sequence numbers the counter must never wrap (RFC 4303
-            // 3.3.3): the SA needs a new key.
+    }
+
+    /// The next sequence number, or `None` when the SA's numbers are used up.
+    fn next_seq(&mut self, cx: &Context) -> Option<u64> {
+        let seq = self.sa.seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        let last = if self.sa.esn {
+            u64::MAX
+        } else {
+            u32::MAX as u64
+        };
+        if seq == 0 || seq > last {
+            // The counter must never wrap (RFC 4303 3.3.3): the SA needs a new key.
             self.dropped_seq_exhausted.inc();
             if self.log.allow(cx.now).is_some() {
                 tracing::error!(
@@ -184,39 +312,132 @@ impl Service for Encrypt {
                     "sequence numbers exhausted: rotate the key (SIGHUP)"
                 );
             }
+            return None;
+        }
+        Some(seq)
+    }
+}
+
+impl Service for Encrypt {
+    fn process(&mut self, pkt: &mut Packet, cx: &Context) -> Action {
+        let Ok(l) = pkt.layout() else {
+            self.dropped_unfit.inc();
+            return Action::Drop;
+        };
+        let cipher = self.sa.crypto.cipher();
+        // What is protected starts at `start`: the upper layer (transport) or the packet.
+        let (start, next) = match self.wrap {
+            Wrap::Transport => {
+                let direct = l.version == IpVersion::V4 || pkt.data()[6] == l.proto;
+                match l.l4.filter(|_| !l.fragment && direct) {
+                    Some(off) => (off, l.proto),
+                    // Fail closed: what cannot be protected does not leave.
+                    None => {
+                        self.dropped_unfit.inc();
+                        return Action::Drop;
+                    }
+                }
+            }
+            Wrap::Tunnel { .. } => match l.version {
+                IpVersion::V4 => (0, proto::IPV4),
+                IpVersion::V6 => (0, proto::IPV6),
+            },
+        };
+        if pkt.is_partial() || pkt.meta.gso {
+            self.dropped_unfit.inc();
             return Action::Drop;
         }
+        let plen = l.len - start;
+        let padded = (plen + 2).next_multiple_of(cipher.block());
+        let hdr = 8 + cipher.iv_len();
+        let outer = self.wrap.outer_len();
+        let esp_at = start + outer;
+        let total = esp_at + hdr + padded + ICV_LEN;
+        let d = pkt.data();
+        let df = match l.version {
+            IpVersion::V4 => d[6] & 0x40 != 0,
+            IpVersion::V6 => true,
+        };
+        if total > self.factory_mtu as usize && df {
+            // A router would not fragment it either: tell the sender what fits.
+            let fits = self.max_for(l.version, start.max(20));
+            self.too_big.send(&d[..l.len], fits.min(65535) as u16, cx);
+            self.dropped_too_big.inc();
+            return Action::Drop;
+        }
+        if total > 0xffff {
+            self.dropped_unfit.inc();
+            return Action::Drop;
+        }
+        // Traffic class and DF of the inner packet, for the outer header.
+        let tos = match l.version {
+            IpVersion::V4 => d[1],
+            IpVersion::V6 => (d[0] << 4) | (d[1] >> 4),
+        };
+        let Some(seq) = self.next_seq(cx) else {
+            return Action::Drop;
+        };
         self.bytes_in.add(l.len as u64);
         pkt.resize(l.len);
-        pkt.insert(off, hdr);
+        pkt.insert(start, outer + hdr);
         pkt.resize(total);
         let d = pkt.data_mut();
-        d[off..off + 4].copy_from_slice(&self.sa.spi.to_be_bytes());
-        d[off + 4..off + 8].copy_from_slice(&(seq as u32).to_be_bytes());
+        d[esp_at..esp_at + 4].copy_from_slice(&self.sa.spi.to_be_bytes());
+        d[esp_at + 4..esp_at + 8].copy_from_slice(&(seq as u32).to_be_bytes());
         // RFC 4303 2.4: padding bytes 1, 2, 3, ...; then pad length and next header.
-        let trailer = off + hdr + plen;
+        let trailer = esp_at + hdr + plen;
         let pad = padded - plen - 2;
         for (i, b) in d[trailer..trailer + pad].iter_mut().enumerate() {
             *b = i as u8 + 1;
         }
         d[trailer + pad] = pad as u8;
-        d[trailer + pad + 1] = l.proto;
-        self.sa.crypto.seal(seq, &mut d[off..total]);
-        fix_ip_header(d, l.version, total, proto::ESP);
+        d[trailer + pad + 1] = next;
+        self.sa.crypto.seal(seq, self.sa.esn, &mut d[esp_at..total]);
+        match self.wrap {
+            Wrap::Transport => fix_ip_header(d, l.version, total, proto::ESP),
+            Wrap::Tunnel { local, remote } => {
+                write_outer(d, local, remote, tos, df, seq as u16);
+                let v = if local.is_ipv4() {
+                    IpVersion::V4
+                } else {
+                    IpVersion::V6
+                };
+                fix_ip_header(d, v, total, proto::ESP);
+            }
+        }
         self.encrypted.inc();
         self.bytes_out.add(total as u64);
         Action::Continue
     }
 }
 
-struct Inbound {
-    spi: u32,
-    crypto: SaCrypto,
+/// The tunnel's outer header (all but length, protocol and checksum): traffic class copied
+/// from the inner packet (RFC 4301 5.1.2.1), DF copied, TTL 64.
+fn write_outer(d: &mut [u8], local: IpAddr, remote: IpAddr, tos: u8, df: bool, id: u16) {
+    match (local, remote) {
+        (IpAddr::V4(s), IpAddr::V4(t)) => {
+            d[0] = 0x45;
+            d[1] = tos;
+            d[4..6].copy_from_slice(&id.to_be_bytes());
+            d[6..8].copy_from_slice(&if df { [0x40, 0] } else { [0, 0] });
+            d[8] = 64;
+            d[12..16].copy_from_slice(&s.octets());
+            d[16..20].copy_from_slice(&t.octets());
+        }
+        (IpAddr::V6(s), IpAddr::V6(t)) => {
+            d[0] = 0x60 | (tos >> 4);
+            d[1] = tos << 4;
+            d[2..4].copy_from_slice(&[0, 0]);
+            d[7] = 64;
+            d[8..24].copy_from_slice(&s.octets());
+            d[24..40].copy_from_slice(&t.octets());
+        }
+        _ => unreachable!("families checked in into_factory"),
+    }
 }
 
 struct DecryptFactory {
-    window: u32,
-    sas: Arc<Vec<Inbound>>,
+    sas: Arc<Vec<Arc<Inbound>>>,
 }
 
 impl ServiceConfig for DecryptConfig {
@@ -232,22 +453,29 @@ impl ServiceConfig for DecryptConfig {
         if self.sa.is_empty() {
             return Err("no [[service.NAME.sa]]: decrypt needs at least one SA".into());
         }
-        let mut sas = Vec::new();
+        let mut sas: Vec<Arc<Inbound>> = Vec::new();
         for s in &self.sa {
             check_spi(s.spi)?;
-            if sas.iter().any(|x: &Inbound| x.spi == s.spi) {
+            if sas.iter().any(|x| x.spi == s.spi) {
                 return Err(format!("spi = {:#x} appears twice", s.spi));
             }
             let key = load_key(&s.key_file, s.cipher)?;
-            sas.push(Inbound {
+            let id = SaId::new(s.spi, s.cipher, s.esn, &key);
+            let sa = INBOUND.get_or_make(id, || Inbound {
                 spi: s.spi,
                 crypto: SaCrypto::new(s.cipher, &key),
+                esn: s.esn,
+                window: Mutex::new(ReplayWindow::new(self.replay_window)),
             });
+            // A kept SA keeps what it has seen, in a window of the configured size.
+            let mut w = sa.window.lock().unwrap_or_else(|e| e.into_inner());
+            if w.size() != ReplayWindow::new(self.replay_window).size() {
+                *w = w.resized(self.replay_window);
+            }
+            drop(w);
+            sas.push(sa);
         }
-        Ok(Arc::new(DecryptFactory {
-            window: self.replay_window,
-            sas: Arc::new(sas),
-        }))
+        Ok(Arc::new(DecryptFactory { sas: Arc::new(sas) }))
     }
 }
 
@@ -264,11 +492,6 @@ impl ServiceFactory for DecryptFactory {
     fn build(&self, counters: &Counters) -> Box<dyn Service> {
         let c = |n: &str| counters.counter(n);
         Box::new(Decrypt {
-            windows: self
-                .sas
-                .iter()
-                .map(|_| ReplayWindow::new(self.window))
-                .collect(),
             sas: self.sas.clone(),
             decrypted: c("decrypted"),
             passed: c("passed_not_esp"),
@@ -277,14 +500,14 @@ impl ServiceFactory for DecryptFactory {
             dropped_too_old: c("dropped_too_old"),
             dropped_auth: c("dropped_auth_failed"),
             dropped_malformed: c("dropped_malformed"),
+            dropped_dummy: c("dropped_dummy"),
             log: RateLimit::new(10),
         })
     }
 }
 
 struct Decrypt {
-    sas: Arc<Vec<Inbound>>,
-    windows: Vec<ReplayWindow>,
+    sas: Arc<Vec<Arc<Inbound>>>,
     decrypted: Counter,
     passed: Counter,
     dropped_unknown_spi: Counter,
@@ -292,6 +515,7 @@ struct Decrypt {
     dropped_too_old: Counter,
     dropped_auth: Counter,
     dropped_malformed: Counter,
+    dropped_dummy: Counter,
     log: RateLimit,
 }
 
@@ -313,6 +537,28 @@ impl Decrypt {
             );
         }
         Action::Drop
+    }
+
+    fn replay_drop(&mut self, r: Replay, spi: u32, cx: &Context) -> Action {
+        match r {
+            Replay::Duplicate => self.drop(|d| &d.dropped_replayed, "replayed", spi, cx),
+            Replay::TooOld => {
+                self.drop(|d| &d.dropped_too_old, "outside the replay window", spi, cx)
+            }
+        }
+    }
+}
+
+/// Whether `inner` is a whole IP packet of version `next` (4 or 41) and exactly its length.
+fn is_whole_packet(inner: &[u8], next: u8) -> bool {
+    match (next, inner.first().map(|b| b >> 4)) {
+        (proto::IPV4, Some(4)) if inner.len() >= 20 => {
+            u16::from_be_bytes([inner[2], inner[3]]) as usize == inner.len()
+        }
+        (proto::IPV6, Some(6)) if inner.len() >= 40 => {
+            40 + u16::from_be_bytes([inner[4], inner[5]]) as usize == inner.len()
+        }
+        _ => false,
     }
 }
 
@@ -339,29 +585,34 @@ impl Service for Decrypt {
             );
         }
         let spi = u32::from_be_bytes([esp[0], esp[1], esp[2], esp[3]]);
-        let seq = u32::from_be_bytes([esp[4], esp[5], esp[6], esp[7]]) as u64;
-        let Some(i) = self.sas.iter().position(|s| s.spi == spi) else {
+        let low = u32::from_be_bytes([esp[4], esp[5], esp[6], esp[7]]);
+        let Some(sa) = self.sas.iter().find(|s| s.spi == spi).cloned() else {
             return self.drop(|d| &d.dropped_unknown_spi, "unknown SPI", spi, cx);
         };
         // RFC 4303 3.4.3: a cheap replay check first, the ICV next, the window last.
-        match self.windows[i].check(seq) {
-            Err(Replay::Duplicate) => {
-                return self.drop(|d| &d.dropped_replayed, "replayed", spi, cx);
+        let seq = {
+            let w = sa.window.lock().unwrap_or_else(|e| e.into_inner());
+            let seq = if sa.esn { w.infer_esn(low) } else { low as u64 };
+            if let Err(r) = w.check(seq) {
+                drop(w);
+                return self.replay_drop(r, spi, cx);
             }
-            Err(Replay::TooOld) => {
-                return self.drop(|d| &d.dropped_too_old, "outside the replay window", spi, cx);
-            }
-            Ok(()) => {}
-        }
-        let hdr = 8 + self.sas[i].crypto.cipher().iv_len();
-        if self.sas[i]
-            .crypto
-            .open(&mut pkt.data_mut()[off..l.len])
-            .is_err()
-        {
+            seq
+        };
+        let hdr = 8 + sa.crypto.cipher().iv_len();
+        let hi = sa.esn.then_some((seq >> 32) as u32);
+        if sa.crypto.open(hi, &mut pkt.data_mut()[off..l.len]).is_err() {
             return self.drop(|d| &d.dropped_auth, "integrity check failed", spi, cx);
         }
-        self.windows[i].update(seq);
+        {
+            // Another queue thread may have taken the same number meanwhile.
+            let mut w = sa.window.lock().unwrap_or_else(|e| e.into_inner());
+            if let Err(r) = w.check(seq) {
+                drop(w);
+                return self.replay_drop(r, spi, cx);
+            }
+            w.update(seq);
+        }
         let d = pkt.data();
         let body = &d[off + hdr..l.len - ICV_LEN];
         let (pad, next) = (body[body.len() - 2] as usize, body[body.len() - 1]);
@@ -374,10 +625,37 @@ impl Service for Decrypt {
             return self.drop(|d| &d.dropped_malformed, "bad padding", spi, cx);
         }
         let plain = body.len() - 2 - pad;
-        pkt.remove(off, hdr);
-        pkt.resize(off + plain);
-        fix_ip_header(pkt.data_mut(), l.version, off + plain, next);
+        match next {
+            proto::IPV4 | proto::IPV6 => {
+                // Tunnel mode: the inner packet replaces the whole packet.
+                if !is_whole_packet(&body[..plain], next) {
+                    return self.drop(|d| &d.dropped_malformed, "bad inner packet", spi, cx);
+                }
+                pkt.remove(0, off + hdr);
+                pkt.resize(plain);
+            }
+            proto::NO_NEXT_HEADER => {
+                // A dummy packet (RFC 4303 2.6): authenticated, then discarded.
+                self.dropped_dummy.inc();
+                return Action::Drop;
+            }
+            _ => {
+                pkt.remove(off, hdr);
+                pkt.resize(off + plain);
+                fix_ip_header(pkt.data_mut(), l.version, off + plain, next);
+            }
+        }
         self.decrypted.inc();
         Action::Continue
     }
+}
+
+/// Makes the next sequence number of the live outbound SA `spi` (with this suite, ESN
+/// setting and key) `next`: how tests reach the end of the sequence space.
+#[cfg(test)]
+pub(crate) fn jump_sequence(spi: u32, cipher: Cipher, esn: bool, key: &[u8], next: u64) {
+    let sa = OUTBOUND.get_or_make(SaId::new(spi, cipher, esn, key), || {
+        panic!("no live SA {spi:#x}")
+    });
+    sa.seq.store(next - 1, Ordering::Relaxed);
 }

@@ -5,8 +5,10 @@
 //! HMAC-SHA-256-128 (RFC 4868); anti-replay per RFC 4303 3.4.3.
 
 mod esp;
+mod icmp;
 mod keys;
 mod sa;
+mod state;
 mod window;
 
 pub use esp::{DecryptConfig, EncryptConfig, EspMode, SaConfig};
@@ -24,8 +26,10 @@ mod tests {
 
     fn key_file(tag: &str, cipher: Cipher) -> std::path::PathBuf {
         let p = std::env::temp_dir().join(format!("relayd-esp-{}-{tag}.key", std::process::id()));
+        // Each test its own key: SAs with one SPI and key share state (as across reloads).
+        let salt: usize = tag.bytes().map(usize::from).sum();
         let hex: String = (0..cipher.key_len())
-            .map(|i| format!("{:02x}", i * 7 % 251))
+            .map(|i| format!("{:02x}", (i * 7 + salt) % 251))
             .collect();
         std::fs::write(&p, hex).unwrap();
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -46,28 +50,70 @@ mod tests {
         b
     }
 
-    fn pair(cipher: Cipher, name: &str) -> (Box<dyn Service>, Box<dyn Service>, Counters) {
-        let k = key_file(name, cipher);
-        let e = EncryptConfig {
+    fn enc_config(cipher: Cipher, key_file: std::path::PathBuf) -> EncryptConfig {
+        EncryptConfig {
             mode: EspMode::Transport,
             cipher,
             spi: 0x1001,
-            key_file: k.clone(),
-        };
-        let d = DecryptConfig {
+            key_file,
+            esn: false,
+            local: None,
+            remote: None,
+            mtu: 1500,
+        }
+    }
+
+    fn dec_config(cipher: Cipher, key_file: std::path::PathBuf, esn: bool) -> DecryptConfig {
+        DecryptConfig {
             replay_window: 64,
             sa: vec![SaConfig {
                 spi: 0x1001,
                 cipher,
-                key_file: k,
+                key_file,
+                esn,
             }],
-        };
-        let dc = Counters::new();
+        }
+    }
+
+    /// An encrypting and a decrypting instance, and the counters of each.
+    fn pair_with(
+        e: EncryptConfig,
+        esn: bool,
+    ) -> (Box<dyn Service>, Box<dyn Service>, Counters, Counters) {
+        let d = dec_config(e.cipher, e.key_file.clone(), esn);
+        let (ec, dc) = (Counters::new(), Counters::new());
         (
-            e.into_factory("e").unwrap().build(&Counters::new()),
+            e.into_factory("e").unwrap().build(&ec),
             d.into_factory("d").unwrap().build(&dc),
+            ec,
             dc,
         )
+    }
+
+    fn pair(cipher: Cipher, name: &str) -> (Box<dyn Service>, Box<dyn Service>, Counters) {
+        let (e, d, _, dc) = pair_with(enc_config(cipher, key_file(name, cipher)), false);
+        (e, d, dc)
+    }
+
+    /// `udp_packet` from 127.0.0.1, so that any ICMP error about it stays on loopback.
+    fn loopback_packet(n: usize) -> Vec<u8> {
+        let mut b = udp_packet(n);
+        b[12..16].copy_from_slice(&[127, 0, 0, 1]);
+        Ipv4Packet::new_unchecked(&mut b[..]).fill_checksum();
+        b
+    }
+
+    fn udp6_packet(n: usize) -> Vec<u8> {
+        let mut b = vec![0x60, 0, 0, 0];
+        b.extend_from_slice(&((8 + n) as u16).to_be_bytes());
+        b.extend_from_slice(&[17, 64]);
+        b.extend_from_slice(&[0xfd, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        b.extend_from_slice(&[0xfd, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+        b.extend_from_slice(&[0x0f, 0xa0, 0x13, 0x88]);
+        b.extend_from_slice(&((8 + n) as u16).to_be_bytes());
+        b.extend_from_slice(&[0x12, 0x34]);
+        b.extend((0..n).map(|i| (i * 3) as u8));
+        b
     }
 
     fn cx() -> Context {
@@ -183,22 +229,170 @@ mod tests {
         assert_eq!(count(&dc, "dropped_unknown_spi"), 1);
         let k = key_file("cfg", Cipher::Aes128Gcm);
         let bad = |spi| EncryptConfig {
-            mode: EspMode::Transport,
-            cipher: Cipher::Aes128Gcm,
             spi,
-            key_file: k.clone(),
+            ..enc_config(Cipher::Aes128Gcm, k.clone())
         };
         assert!(bad(5).into_factory("e").is_err(), "reserved SPI");
         let tunnel = EncryptConfig {
             mode: EspMode::Tunnel,
             ..bad(0x1001)
         };
-        assert!(tunnel.into_factory("e").is_err());
+        let e = tunnel.clone().into_factory("e").err().unwrap();
+        assert!(e.contains("needs local"), "{e}");
+        let mixed = EncryptConfig {
+            local: Some("192.0.2.1".parse().unwrap()),
+            remote: Some("2001:db8::2".parse().unwrap()),
+            ..tunnel
+        };
+        assert!(mixed.into_factory("e").err().unwrap().contains("family"));
+        let transport_with_peer = EncryptConfig {
+            remote: Some("192.0.2.2".parse().unwrap()),
+            ..bad(0x1001)
+        };
+        assert!(transport_with_peer.into_factory("e").is_err());
         let cfg: EncryptConfig = toml::from_str(&format!(
             "cipher = \"aes-256-gcm\"\nspi = \"0x2001\"\nkey_file = \"{}\"",
             k.display()
         ))
         .unwrap();
         assert!(cfg.into_factory("e").err().unwrap().contains("takes 36"));
+    }
+
+    #[test]
+    fn tunnel_mode_wraps_the_whole_packet_and_restores_it() {
+        for (name, cipher) in Cipher::ALL {
+            let k = key_file(&format!("tunnel-{name}"), cipher);
+            let e = EncryptConfig {
+                mode: EspMode::Tunnel,
+                local: Some("192.0.2.1".parse().unwrap()),
+                remote: Some("192.0.2.2".parse().unwrap()),
+                ..enc_config(cipher, k)
+            };
+            let (mut enc, mut dec, _, dc) = pair_with(e, false);
+            // A later fragment and an IPv6 packet are fine in tunnel mode.
+            let mut frag = udp_packet(200);
+            frag[6..8].copy_from_slice(&0x0010u16.to_be_bytes());
+            Ipv4Packet::new_unchecked(&mut frag[..]).fill_checksum();
+            for orig in [udp_packet(0), udp_packet(1000), frag, udp6_packet(77)] {
+                let mut p = Packet::from_bytes(&orig);
+                assert_eq!(enc.process(&mut p, &cx()), Action::Continue, "{name}");
+                let d = p.data().to_vec();
+                let ip = Ipv4Packet::new_checked(&d[..]).unwrap();
+                assert_eq!(ip.protocol(), 50);
+                assert_eq!(ip.total_len() as usize, d.len());
+                assert!(ip.verify_checksum());
+                assert_eq!(
+                    (&d[12..16], &d[16..20]),
+                    (&[192, 0, 2, 1][..], &[192, 0, 2, 2][..])
+                );
+                assert_eq!(d[8], 64, "outer TTL");
+                let inner_df = orig[0] >> 4 == 6 || orig[6] & 0x40 != 0;
+                assert_eq!(d[6] & 0x40 != 0, inner_df, "DF copied");
+                assert_eq!(&d[20..24], &[0, 0, 0x10, 0x01]);
+                // Nothing of the inner packet is visible.
+                assert!(
+                    !d.windows(8).any(|w| w == &orig[12..20]),
+                    "{name}: inner addresses in clear"
+                );
+                let mut q = Packet::from_bytes(&d);
+                assert_eq!(dec.process(&mut q, &cx()), Action::Continue, "{name}");
+                assert_eq!(q.data(), &orig[..], "{name}");
+            }
+            assert_eq!(count(&dc, "decrypted"), 4);
+        }
+    }
+
+    #[test]
+    fn extended_sequence_numbers_cross_2_pow_32() {
+        for esn in [true, false] {
+            let cipher = Cipher::Aes256Gcm;
+            let k = key_file(&format!("esn-{esn}"), cipher);
+            let key = load_key(&k, cipher).unwrap();
+            let (mut enc, mut dec, ec, dc) = pair_with(
+                EncryptConfig {
+                    esn,
+                    ..enc_config(cipher, k)
+                },
+                esn,
+            );
+            let mut low_bytes = Vec::new();
+            esp::jump_sequence(0x1001, cipher, esn, &key, u32::MAX as u64 - 3);
+            for i in 0..10 {
+                let orig = udp_packet(50 + i);
+                let mut p = Packet::from_bytes(&orig);
+                let a = enc.process(&mut p, &cx());
+                if a == Action::Continue {
+                    low_bytes.push(p.data()[27]);
+                    // The window sits at the end of a subspace: the peer infers the next one.
+                    let mut q = Packet::from_bytes(p.data());
+                    assert_eq!(
+                        dec.process(&mut q, &cx()),
+                        Action::Continue,
+                        "esn={esn} i={i}"
+                    );
+                    assert_eq!(q.data(), &orig[..]);
+                }
+            }
+            if esn {
+                assert_eq!(count(&dc, "decrypted"), 10);
+                assert_eq!(
+                    low_bytes[3..7],
+                    [255, 0, 1, 2],
+                    "the low half sent wraps after 2^32 - 1"
+                );
+            } else {
+                // Without ESN the counter may not wrap: the SA stops until rotated.
+                assert_eq!(count(&dc, "decrypted"), 4);
+                assert_eq!(count(&ec, "dropped_seq_exhausted"), 6);
+            }
+        }
+    }
+
+    #[test]
+    fn too_big_for_the_path_is_refused_as_a_router_would() {
+        for (name, cipher) in Cipher::ALL {
+            let k = key_file(&format!("mtu-{name}"), cipher);
+            let e = EncryptConfig {
+                mtu: 1400,
+                ..enc_config(cipher, k)
+            };
+            let mss = e.clone().into_factory("e").unwrap().clamp_mss().unwrap();
+            let (mut enc, mut dec, ec, _) = pair_with(e, false);
+            // The largest packet the MSS allows (IP + TCP headers = 40) just fits ...
+            let max = mss.ipv4 as usize + 40;
+            let mut p = Packet::from_bytes(&loopback_packet(max - 28));
+            assert_eq!(enc.process(&mut p, &cx()), Action::Continue, "{name}");
+            assert!(
+                p.len() <= 1400 && p.len() > 1400 - cipher.block(),
+                "{name}: {}",
+                p.len()
+            );
+            assert_eq!(
+                dec.process(&mut Packet::from_bytes(p.data()), &cx()),
+                Action::Continue
+            );
+            // ... one more byte does not: with DF it is dropped and its sender told,
+            // without DF it goes out and the kernel fragments it.
+            let bigger = loopback_packet(max - 28 + cipher.block());
+            assert_eq!(
+                enc.process(&mut Packet::from_bytes(&bigger), &cx()),
+                Action::Drop,
+                "{name}"
+            );
+            assert_eq!(count(&ec, "dropped_too_big"), 1);
+            assert_eq!(count(&ec, "icmp_too_big_sent"), 1, "{name}");
+            let mut no_df = bigger.clone();
+            no_df[6] = 0;
+            Ipv4Packet::new_unchecked(&mut no_df[..]).fill_checksum();
+            let mut p = Packet::from_bytes(&no_df);
+            assert_eq!(enc.process(&mut p, &cx()), Action::Continue);
+            assert!(p.len() > 1400);
+            // IPv6 headers take 20 more bytes (give or take what the padding had spare).
+            let less = (mss.ipv4 - mss.ipv6) as usize;
+            assert!(
+                (21 - cipher.block()..20 + cipher.block()).contains(&less),
+                "{name}: {mss:?}"
+            );
+        }
     }
 }

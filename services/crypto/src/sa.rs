@@ -88,25 +88,29 @@ impl SaCrypto {
 
     /// Encrypts `esp[8 + iv ..len - ICV]` in place (already padded), writes the IV after
     /// the SPI and sequence number, and the ICV at the end. `esp` starts at the SPI.
-    pub fn seal(&self, seq: u64, esp: &mut [u8]) {
+    /// With extended sequence numbers (`esn`), the high 32 bits of `seq`, which are not
+    /// sent, are covered by the ICV (RFC 4303 2.2.1, RFC 4106 5).
+    pub fn seal(&self, seq: u64, esn: bool, esp: &mut [u8]) {
+        let hi = esn.then_some((seq >> 32) as u32);
         let iv_len = self.cipher.iv_len();
         let (head, rest) = esp.split_at_mut(8 + iv_len);
         let (body, icv) = rest.split_at_mut(rest.len() - ICV_LEN);
         match &self.t {
-            Transform::Gcm128(g, salt) => gcm_seal(&**g, salt, seq, head, body, icv),
-            Transform::Gcm256(g, salt) => gcm_seal(&**g, salt, seq, head, body, icv),
+            Transform::Gcm128(g, salt) => gcm_seal(&**g, salt, seq, hi, head, body, icv),
+            Transform::Gcm256(g, salt) => gcm_seal(&**g, salt, seq, hi, head, body, icv),
             Transform::Cbc128 { aes, mac, iv_seed } => {
-                cbc_seal::<aes::Aes128>(aes, mac, iv_seed, seq, esp)
+                cbc_seal::<aes::Aes128>(aes, mac, iv_seed, seq, hi, esp)
             }
             Transform::Cbc256 { aes, mac, iv_seed } => {
-                cbc_seal::<aes::Aes256>(aes, mac, iv_seed, seq, esp)
+                cbc_seal::<aes::Aes256>(aes, mac, iv_seed, seq, hi, esp)
             }
         }
     }
 
     /// Checks the ICV of `esp` (from the SPI to the end) in constant time and, only if it
-    /// holds, decrypts the body in place.
-    pub fn open(&self, esp: &mut [u8]) -> Result<(), AuthFailed> {
+    /// holds, decrypts the body in place. `seq_hi` is the inferred high half of an extended
+    /// sequence number (`None` without ESN).
+    pub fn open(&self, seq_hi: Option<u32>, esp: &mut [u8]) -> Result<(), AuthFailed> {
         let iv_len = self.cipher.iv_len();
         if esp.len() < 8 + iv_len + ICV_LEN
             || !(esp.len() - 8 - iv_len - ICV_LEN).is_multiple_of(self.cipher.block())
@@ -116,16 +120,41 @@ impl SaCrypto {
         let (head, rest) = esp.split_at_mut(8 + iv_len);
         let (body, icv) = rest.split_at_mut(rest.len() - ICV_LEN);
         match &self.t {
-            Transform::Gcm128(g, salt) => gcm_open(&**g, salt, head, body, icv),
-            Transform::Gcm256(g, salt) => gcm_open(&**g, salt, head, body, icv),
-            Transform::Cbc128 { aes, mac, .. } => cbc_open::<aes::Aes128>(aes, mac, esp),
-            Transform::Cbc256 { aes, mac, .. } => cbc_open::<aes::Aes256>(aes, mac, esp),
+            Transform::Gcm128(g, salt) => gcm_open(&**g, salt, seq_hi, head, body, icv),
+            Transform::Gcm256(g, salt) => gcm_open(&**g, salt, seq_hi, head, body, icv),
+            Transform::Cbc128 { aes, mac, .. } => cbc_open::<aes::Aes128>(aes, mac, seq_hi, esp),
+            Transform::Cbc256 { aes, mac, .. } => cbc_open::<aes::Aes256>(aes, mac, seq_hi, esp),
         }
     }
 }
 
-fn gcm_seal<A>(g: &A, salt: &[u8; 4], seq: u64, head: &mut [u8], body: &mut [u8], icv: &mut [u8])
-where
+/// The GCM AAD (RFC 4106 5): SPI and sequence number, with the ESN's high half between
+/// them when in use. Returns the buffer and its length.
+fn gcm_aad(head: &[u8], seq_hi: Option<u32>) -> ([u8; 12], usize) {
+    let mut aad = [0u8; 12];
+    aad[..4].copy_from_slice(&head[..4]);
+    match seq_hi {
+        Some(hi) => {
+            aad[4..8].copy_from_slice(&hi.to_be_bytes());
+            aad[8..12].copy_from_slice(&head[4..8]);
+            (aad, 12)
+        }
+        None => {
+            aad[4..8].copy_from_slice(&head[4..8]);
+            (aad, 8)
+        }
+    }
+}
+
+fn gcm_seal<A>(
+    g: &A,
+    salt: &[u8; 4],
+    seq: u64,
+    seq_hi: Option<u32>,
+    head: &mut [u8],
+    body: &mut [u8],
+    icv: &mut [u8],
+) where
     A: AeadInOut
         + aes_gcm::aead::AeadCore<
             NonceSize = aes_gcm::aead::consts::U12,
@@ -137,9 +166,9 @@ where
     let mut nonce = [0u8; 12];
     nonce[..4].copy_from_slice(salt);
     nonce[4..].copy_from_slice(&head[8..16]);
-    // RFC 4106 5: the AAD is the SPI and the (32-bit) sequence number.
+    let (aad, n) = gcm_aad(head, seq_hi);
     let tag = g
-        .encrypt_inout_detached(&nonce.into(), &head[..8], body.into())
+        .encrypt_inout_detached(&nonce.into(), &aad[..n], body.into())
         .expect("ESP payloads are far below GCM's length limit");
     icv.copy_from_slice(&tag);
 }
@@ -147,6 +176,7 @@ where
 fn gcm_open<A>(
     g: &A,
     salt: &[u8; 4],
+    seq_hi: Option<u32>,
     head: &[u8],
     body: &mut [u8],
     icv: &[u8],
@@ -162,12 +192,19 @@ where
     nonce[..4].copy_from_slice(salt);
     nonce[4..].copy_from_slice(&head[8..16]);
     let tag: [u8; 16] = icv.try_into().map_err(|_| AuthFailed)?;
-    g.decrypt_inout_detached(&nonce.into(), &head[..8], body.into(), &tag.into())
+    let (aad, n) = gcm_aad(head, seq_hi);
+    g.decrypt_inout_detached(&nonce.into(), &aad[..n], body.into(), &tag.into())
         .map_err(|_| AuthFailed)
 }
 
-fn cbc_seal<C>(aes: &C, mac: &HmacSha256, seed: &[u8; 16], seq: u64, esp: &mut [u8])
-where
+fn cbc_seal<C>(
+    aes: &C,
+    mac: &HmacSha256,
+    seed: &[u8; 16],
+    seq: u64,
+    seq_hi: Option<u32>,
+    esp: &mut [u8],
+) where
     C: BlockCipherEncrypt
         + aes::cipher::BlockCipherDecrypt
         + Clone
@@ -183,14 +220,23 @@ where
     let mut enc = cbc::Encryptor::<C>::inner_iv_init(aes.clone(), &iv);
     let (blocks, _) = Array::slice_as_chunks_mut(&mut esp[24..n - ICV_LEN]);
     enc.encrypt_blocks(blocks);
-    // RFC 4303 2.8 / RFC 4868: the ICV covers SPI, sequence number, IV and ciphertext.
+    // RFC 4303 2.8 / RFC 4868: the ICV covers SPI, sequence number, IV and ciphertext,
+    // then the ESN's high half (2.2.1), which is not sent.
     let mut m = mac.clone();
     m.update(&esp[..n - ICV_LEN]);
+    if let Some(hi) = seq_hi {
+        m.update(&hi.to_be_bytes());
+    }
     let full = m.finalize().into_bytes();
     esp[n - ICV_LEN..].copy_from_slice(&full[..ICV_LEN]);
 }
 
-fn cbc_open<C>(aes: &C, mac: &HmacSha256, esp: &mut [u8]) -> Result<(), AuthFailed>
+fn cbc_open<C>(
+    aes: &C,
+    mac: &HmacSha256,
+    seq_hi: Option<u32>,
+    esp: &mut [u8],
+) -> Result<(), AuthFailed>
 where
     C: aes::cipher::BlockCipherDecrypt
         + Clone
@@ -199,6 +245,9 @@ where
     let n = esp.len();
     let mut m = mac.clone();
     m.update(&esp[..n - ICV_LEN]);
+    if let Some(hi) = seq_hi {
+        m.update(&hi.to_be_bytes());
+    }
     m.verify_truncated_left(&esp[n - ICV_LEN..])
         .map_err(|_| AuthFailed)?;
     let iv =
@@ -273,10 +322,10 @@ mod tests {
                 *b = i as u8;
             }
             let plain = esp.clone();
-            sa.seal(7, &mut esp);
+            sa.seal(7, false, &mut esp);
             assert_ne!(esp[8 + c.iv_len()..], plain[8 + c.iv_len()..], "{c:?}");
             let mut ok = esp.clone();
-            sa.open(&mut ok).unwrap();
+            sa.open(None, &mut ok).unwrap();
             assert_eq!(
                 ok[8 + c.iv_len()..ok.len() - ICV_LEN],
                 plain[8 + c.iv_len()..plain.len() - ICV_LEN],
@@ -286,11 +335,21 @@ mod tests {
                 let mut bad = esp.clone();
                 bad[i] ^= 1;
                 assert_eq!(
-                    sa.open(&mut bad),
+                    sa.open(None, &mut bad),
                     Err(AuthFailed),
                     "{c:?}: flipped byte {i} accepted"
                 );
             }
+            // With ESN the unsent high half is authenticated: the wrong one fails.
+            let mut e = plain.clone();
+            sa.seal((5 << 32) | 7, true, &mut e);
+            assert_eq!(sa.open(Some(4), &mut e.clone()), Err(AuthFailed), "{c:?}");
+            assert_eq!(sa.open(None, &mut e.clone()), Err(AuthFailed), "{c:?}");
+            sa.open(Some(5), &mut e).unwrap();
+            assert_eq!(
+                e[8 + c.iv_len()..e.len() - ICV_LEN],
+                plain[8 + c.iv_len()..plain.len() - ICV_LEN]
+            );
         }
     }
 }

@@ -29,6 +29,45 @@ impl ReplayWindow {
         }
     }
 
+    /// The window's size in packets.
+    pub fn size(&self) -> u32 {
+        self.size as u32
+    }
+
+    /// The highest sequence number accepted so far (0 before the first).
+    pub fn top(&self) -> u64 {
+        self.top
+    }
+
+    /// The same window with room for `size` packets. Nothing seen before is forgotten:
+    /// every number at or below the top counts as seen, so a resize never reopens a replay.
+    pub fn resized(&self, size: u32) -> ReplayWindow {
+        let mut w = ReplayWindow::new(size);
+        w.top = self.top;
+        if self.top > 0 {
+            w.bits.iter_mut().for_each(|b| *b = u64::MAX);
+        }
+        w
+    }
+
+    /// The full 64-bit sequence number of a packet carrying `low`, its low 32 bits, with
+    /// extended sequence numbers (RFC 4303 appendix A2.2): the candidate nearest the window.
+    pub fn infer_esn(&self, low: u32) -> u64 {
+        let w = self.size;
+        let (th, tl) = (self.top >> 32, self.top & 0xffff_ffff);
+        let low = low as u64;
+        let hi = if tl >= w - 1 {
+            // The window lies within one 2^32 subspace.
+            if low >= tl + 1 - w { th } else { th + 1 }
+        } else {
+            // The window spans two subspaces: its bottom is near the end of the previous one.
+            let bl = (tl + (1 << 32) + 1 - w) & 0xffff_ffff;
+            // Before the first subspace there is nothing: then it lies ahead in this one.
+            if low >= bl { th.saturating_sub(1) } else { th }
+        };
+        (hi << 32) | low
+    }
+
     fn bit(&self, seq: u64) -> (usize, u64) {
         let i = (seq % self.size) as usize;
         (i / 64, 1u64 << (i % 64))
@@ -90,9 +129,38 @@ mod tests {
         assert_eq!(w.check(137), Ok(()));
         assert_eq!(w.check(200), Err(Replay::Duplicate));
         assert_eq!(w.check(0), Err(Replay::TooOld));
+        // Resizing forgets nothing: an old number stays refused.
+        let r = w.resized(128);
+        assert_eq!(r.check(150), Err(Replay::Duplicate));
+        assert_eq!(r.check(201), Ok(()));
         let mut big = ReplayWindow::new(1000);
         big.update(5000);
         assert_eq!(big.check(4000), Ok(()));
         assert_eq!(big.check(3900), Err(Replay::TooOld));
+    }
+
+    #[test]
+    fn esn_inference_across_the_2_pow_32_boundary() {
+        let mut w = ReplayWindow::new(64);
+        assert_eq!(w.infer_esn(1), 1, "first packets");
+        // Inside one subspace: numbers ahead stay in it, a small low wraps to the next.
+        w.update(0x1_0000_1000);
+        assert_eq!(w.infer_esn(0x1010), 0x1_0000_1010);
+        assert_eq!(w.infer_esn(0x0fd0), 0x1_0000_0fd0);
+        assert_eq!(w.infer_esn(5), 0x2_0000_0005, "far behind: next subspace");
+        // Near the end of a subspace the next packets wrap.
+        let mut e = ReplayWindow::new(64);
+        e.update(0xffff_fff0);
+        assert_eq!(e.infer_esn(0xffff_fffa), 0xffff_fffa);
+        assert_eq!(e.infer_esn(3), 0x1_0000_0003);
+        // Just after the wrap, the window spans both: late ones belong to the old subspace.
+        e.update(0x1_0000_0003);
+        assert_eq!(e.infer_esn(0xffff_fff8), 0xffff_fff8);
+        assert_eq!(e.check(0xffff_fff8), Ok(()));
+        assert_eq!(e.infer_esn(7), 0x1_0000_0007);
+        // At the very start the spanning case has no previous subspace.
+        let mut s = ReplayWindow::new(64);
+        s.update(3);
+        assert_eq!(s.infer_esn(0xffff_fff0), 0xffff_fff0);
     }
 }

@@ -24,14 +24,22 @@ pub use udp::UdpPacket;
 pub mod proto {
     /// ICMP
     pub const ICMP: u8 = 1;
+    /// IPv4 in IP (a tunnel's inner packet)
+    pub const IPV4: u8 = 4;
     /// TCP
     pub const TCP: u8 = 6;
     /// UDP
     pub const UDP: u8 = 17;
+    /// IPv6 in IP (a tunnel's inner packet)
+    pub const IPV6: u8 = 41;
     /// ESP (RFC 4303)
     pub const ESP: u8 = 50;
     /// ICMPv6
     pub const ICMPV6: u8 = 58;
+    /// No next header (IPv6; an ESP dummy packet)
+    pub const NO_NEXT_HEADER: u8 = 59;
+    /// MPLS in IP (RFC 4023)
+    pub const MPLS: u8 = 137;
     /// IPComp (RFC 3173)
     pub const IPCOMP: u8 = 108;
 }

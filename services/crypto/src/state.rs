@@ -1,0 +1,76 @@
+//! SA state that outlives a reload: an SA that the new configuration keeps (same SPI,
+//! suite, key and ESN setting) keeps its sequence counter and replay window, so a SIGHUP
+//! neither restarts the sender at 1 (which the peer would drop as replays) nor reopens the
+//! receiver's window to replays.
+
+use crate::keys::Cipher;
+use sha2::{Digest, Sha256};
+use std::sync::{Arc, Mutex, Weak};
+
+/// What makes two configured SAs the same SA.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SaId {
+    spi: u32,
+    cipher: Cipher,
+    esn: bool,
+    /// SHA-256 of the key, so the registry keeps no second copy of it.
+    key: [u8; 32],
+}
+
+impl SaId {
+    pub(crate) fn new(spi: u32, cipher: Cipher, esn: bool, key: &[u8]) -> SaId {
+        SaId {
+            spi,
+            cipher,
+            esn,
+            key: Sha256::digest(key).into(),
+        }
+    }
+}
+
+/// The live SAs of one direction, by identity. Entries die with the last service using them.
+pub(crate) struct Registry<T>(Mutex<Vec<(SaId, Weak<T>)>>);
+
+impl<T> Registry<T> {
+    pub(crate) const fn new() -> Registry<T> {
+        Registry(Mutex::new(Vec::new()))
+    }
+
+    /// The live state of SA `id`, or a new one from `make`.
+    pub(crate) fn get_or_make(&self, id: SaId, make: impl FnOnce() -> T) -> Arc<T> {
+        let mut list = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        list.retain(|(_, w)| w.strong_count() > 0);
+        if let Some(live) = list
+            .iter()
+            .find(|(i, _)| *i == id)
+            .and_then(|(_, w)| w.upgrade())
+        {
+            return live;
+        }
+        let new = Arc::new(make());
+        list.push((id, Arc::downgrade(&new)));
+        new
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_sa_shares_state_until_the_last_user_goes() {
+        let r: Registry<u32> = Registry::new();
+        let id = |k: &[u8]| SaId::new(0x1001, Cipher::Aes128Gcm, false, k);
+        let a = r.get_or_make(id(b"k1"), || 1);
+        let b = r.get_or_make(id(b"k1"), || 2);
+        assert!(Arc::ptr_eq(&a, &b));
+        let c = r.get_or_make(id(b"k2"), || 3);
+        assert_eq!(*c, 3, "another key is another SA");
+        drop((a, b));
+        assert_eq!(
+            *r.get_or_make(id(b"k1"), || 4),
+            4,
+            "gone with its last user"
+        );
+    }
+}
