@@ -235,6 +235,62 @@ pub fn tcp_exchange(src: &Node, dst: &Node, dst_addr: SocketAddr, secs: f64) -> 
     (sent, sink.join().unwrap())
 }
 
+/// Sends `bytes` of pseudo-random data over one TCP connection from `src` to `dst` and
+/// returns the SHA-256 of what was sent and of what arrived, and the bytes that arrived.
+pub fn tcp_transfer_digest(
+    src: &Node,
+    dst: &Node,
+    dst_addr: SocketAddr,
+    bytes: u64,
+) -> ([u8; 32], [u8; 32], u64) {
+    use sha2::{Digest, Sha256};
+    use std::io::{Read, Write};
+    let listener = dst.run(move || std::net::TcpListener::bind(dst_addr).unwrap());
+    let sink = std::thread::spawn(move || {
+        let (mut c, _) = listener.accept().unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let (mut h, mut n, mut buf) = (Sha256::new(), 0u64, vec![0u8; 1 << 16]);
+        loop {
+            match c.read(&mut buf) {
+                Ok(0) => break,
+                Ok(k) => {
+                    h.update(&buf[..k]);
+                    n += k as u64;
+                }
+                Err(e) => panic!("receiving after {n} bytes: {e}"),
+            }
+        }
+        (<[u8; 32]>::from(h.finalize()), n)
+    });
+    let sent = src.run(move || {
+        let mut c = std::net::TcpStream::connect(dst_addr).unwrap();
+        let mut chunk = relay_traffic::Payload::new(1 << 20, 0.0, 7).into_bytes();
+        let (mut h, mut left, mut i) = (Sha256::new(), bytes, 0u64);
+        while left > 0 {
+            // Every chunk differs, so a duplicated or misplaced chunk changes the digest.
+            chunk[..8].copy_from_slice(&i.to_be_bytes());
+            let k = left.min(chunk.len() as u64) as usize;
+            c.write_all(&chunk[..k]).unwrap();
+            h.update(&chunk[..k]);
+            left -= k as u64;
+            i += 1;
+        }
+        <[u8; 32]>::from(h.finalize())
+    });
+    let (got, n) = sink.join().unwrap();
+    (sent, got, n)
+}
+
+/// Sends SIGHUP to `r` and waits until it has applied reload number `n`.
+pub fn reload(r: &Relayd, n: u64) {
+    r.proc.signal(libc::SIGHUP).unwrap();
+    assert!(
+        wait_for(Duration::from_secs(5), || r.status().reloads == n),
+        "reload {n} not applied:\n{}",
+        r.log()
+    );
+}
+
 pub fn addr(s: &str) -> SocketAddr {
     s.parse().unwrap()
 }

@@ -134,36 +134,38 @@ pub struct QueueRule {
     pub pre: Vec<PreRule>,
 }
 
-/// A rule relayd puts right before a queue rule, sharing its match (see [`QueueRule::pre`]).
+/// A rule relayd puts right before a queue rule, built from its match (see
+/// [`QueueRule::pre`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PreRule {
     /// Only for this family (`None`: wherever the queue rule is installed).
     pub family: Option<Family>,
-    /// Arguments after the queue rule's match: more matches, then the target
-    /// (`-p tcp --tcp-flags SYN,RST SYN -j TCPMSS --set-mss 1400`).
+    /// Everything after `-A CHAIN`: the queue rule's match (narrowed), then the target
+    /// (`-s 10.0.1.0/24 -p tcp --tcp-flags SYN,RST SYN -j TCPMSS --set-mss 1400`).
     pub args: Vec<String>,
 }
 
 impl PreRule {
-    /// A TCPMSS clamp for `family`, for a queue whose match is `matches`; `None` when that
-    /// match cannot select TCP (another `-p`), since then there is nothing to clamp.
+    /// A TCPMSS clamp for `family`, for a queue whose match is `matches`, narrowed to TCP
+    /// SYNs; `None` when that match cannot select TCP, since then there is nothing to clamp.
     pub fn clamp_mss(family: Family, matches: Option<&str>, mss: u16) -> Option<PreRule> {
-        let args = match matches {
-            Some(m) => split_matches(m).unwrap_or_default(),
+        let mut out = match matches {
+            Some(m) => split_matches(m).ok()?,
             None => Vec::new(),
         };
-        let proto = args
-            .iter()
-            .position(|a| a == "-p" || a == "--protocol")
-            .map(|i| {
-                let negated = i > 0 && args[i - 1] == "!";
-                (negated, args.get(i + 1).map(String::as_str))
-            });
-        let mut out = Vec::new();
-        match proto {
-            None => out.extend(["-p", "tcp"].map(String::from)),
-            Some((false, Some("tcp" | "6"))) => {}
-            Some(_) => return None,
+        let at = out.iter().position(|a| a == "-p" || a == "--protocol");
+        let negated = at.is_some_and(|i| i > 0 && out[i - 1] == "!");
+        let value = at.and_then(|i| out.get(i + 1)).map(String::as_str);
+        let is_tcp = matches!(value, Some("tcp" | "6"));
+        match (at, negated, is_tcp) {
+            (None, _, _) => out.extend(["-p", "tcp"].map(String::from)),
+            (Some(_), false, true) => {}
+            // `! -p esp` admits TCP: say `-p tcp` instead (iptables takes one -p).
+            (Some(i), true, false) => {
+                out.drain(i - 1..(i + 2).min(out.len()));
+                out.extend(["-p", "tcp"].map(String::from));
+            }
+            _ => return None,
         }
         out.extend(
             ["--tcp-flags", "SYN,RST", "SYN", "-j", "TCPMSS", "--set-mss"].map(String::from),

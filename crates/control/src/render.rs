@@ -72,11 +72,7 @@ pub(crate) fn plan_chains(rs: &RuleSet, family: Family) -> Result<Vec<ChainPlan>
                     .map_err(|error| ControlError::BadMatch { index, error })?;
                 for pre in &rule.pre {
                     if pre.family.is_none_or(|f| f == family) {
-                        let mut a = rule
-                            .match_args()
-                            .map_err(|error| ControlError::BadMatch { index, error })?;
-                        a.extend(pre.args.iter().cloned());
-                        lines.push(format!("-A {name} {}", join_args(&a)));
+                        lines.push(format!("-A {name} {}", join_args(&pre.args)));
                     }
                 }
                 lines.push(format!("-A {name} {}", join_args(&args)));
@@ -348,7 +344,13 @@ mod tests {
         );
         // A queue that selects TCP already gets no second -p; one that cannot see TCP, no clamp.
         let tcp = PreRule::clamp_mss(Family::Ipv4, Some("-p tcp --dport 80"), 1400).unwrap();
-        assert_eq!(tcp.args[0], "--tcp-flags");
+        assert_eq!(tcp.args[..4], ["-p", "tcp", "--dport", "80"]);
+        assert_eq!(tcp.args[4], "--tcp-flags");
+        let not_esp = PreRule::clamp_mss(Family::Ipv4, Some("-d 10.0.3.0/24 ! -p esp"), 1400);
+        assert_eq!(
+            not_esp.unwrap().args[..4],
+            ["-d", "10.0.3.0/24", "-p", "tcp"]
+        );
         assert!(PreRule::clamp_mss(Family::Ipv4, Some("-p udp"), 1400).is_none());
         assert!(PreRule::clamp_mss(Family::Ipv4, Some("! -p tcp"), 1400).is_none());
     }

@@ -54,6 +54,7 @@ fn queue_config(spec: &QueueSpec, num: u16) -> QueueConfig {
         rcvbuf: spec.rcvbuf,
         batch: spec.batch,
         batch_verdicts: true,
+        ..QueueConfig::new(num)
     }
 }
 
