@@ -2,15 +2,19 @@
 //! a dedicated thread that receives packets several per system call, runs the queue's
 //! chain in place, and answers a whole batch of verdicts in one system call.
 //!
+//! Services may hold packets for a later verdict (`Action::Hold`, for the `delay` service)
+//! and read each packet's conntrack state, sent by the kernel or decoded from mark bits.
+//!
 //! Failure behaviour: ENOBUFS (our receive buffer overran) is counted and survived;
 //! a malformed netlink message or packet is counted and never panics the thread.
 
+mod hold;
 mod netlink;
 pub mod procfs;
 mod queue;
 
 pub use procfs::KernelQueueStats;
-pub use queue::{Queue, QueueConfig};
+pub use queue::{HoldConfig, Queue, QueueConfig};
 
 /// Why a queue could not be set up.
 #[derive(Debug, thiserror::Error)]

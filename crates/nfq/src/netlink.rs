@@ -4,6 +4,7 @@
 //! to the socket's file descriptor (so no SO_RCVBUF, no recvmmsg); see docs/performance.md.
 
 use crate::NfqError;
+use relay_core::{CtInfo, CtState};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
@@ -29,6 +30,9 @@ const NFQNL_COPY_PACKET: u8 = 2;
 
 /// Queue flag: accept packets when the queue is full instead of dropping them.
 pub(crate) const NFQA_CFG_F_FAIL_OPEN: u32 = 1;
+/// Queue flag: deliver each packet's conntrack state (NFQA_CT, NFQA_CT_INFO). The kernel
+/// refuses it (EOPNOTSUPP) when built without CONFIG_NETFILTER_NETLINK_GLUE_CT.
+pub(crate) const NFQA_CFG_F_CONNTRACK: u32 = 2;
 /// Queue flag: userspace takes GSO packets unsegmented.
 pub(crate) const NFQA_CFG_F_GSO: u32 = 4;
 
@@ -38,6 +42,7 @@ const NFQA_MARK: u16 = 3;
 const NFQA_IFINDEX_INDEV: u16 = 5;
 const NFQA_IFINDEX_OUTDEV: u16 = 6;
 const NFQA_PAYLOAD: u16 = 10;
+const NFQA_CT_INFO: u16 = 12;
 const NFQA_CAP_LEN: u16 = 13;
 const NFQA_SKB_INFO: u16 = 14;
 const NFQA_SKB_GSO: u32 = 2;
@@ -184,7 +189,9 @@ impl Socket {
     }
 
     /// Binds the socket to queue `num` and sets its parameters, each step acknowledged.
-    pub(crate) fn bind_queue(&mut self, num: u16, params: &QueueParams) -> Result<(), NfqError> {
+    /// Returns whether the kernel took the conntrack flag: where it cannot deliver
+    /// conntrack state (no CONFIG_NETFILTER_NETLINK_GLUE_CT) the queue is set up without it.
+    pub(crate) fn bind_queue(&mut self, num: u16, params: &QueueParams) -> Result<bool, NfqError> {
         let mut m = MsgBuilder::new(
             NFQNL_MSG_CONFIG,
             NLM_F_REQUEST | NLM_F_ACK,
@@ -203,7 +210,31 @@ impl Socket {
                 Some(libc::EPERM) => NfqError::Permission(num),
                 _ => NfqError::Config(num, "bind", e),
             })?;
-        self.configure(num, params)
+        if !params.conntrack {
+            return self.configure(num, params).map(|()| false);
+        }
+        // EAGAIN: the kernel just loaded the conntrack glue module; ask again once.
+        let mut r = self.configure(num, params);
+        if matches!(&r, Err(NfqError::Config(_, _, e)) if e.raw_os_error() == Some(libc::EAGAIN)) {
+            r = self.configure(num, params);
+        }
+        match r {
+            Ok(()) => Ok(true),
+            Err(NfqError::Config(_, _, e)) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                tracing::warn!(
+                    queue = num,
+                    "the kernel cannot send conntrack state with queued packets \
+                     (CONFIG_NETFILTER_NETLINK_GLUE_CT); only the conntrack mark bits, \
+                     if configured, tell services a packet's state"
+                );
+                let without = QueueParams {
+                    conntrack: false,
+                    ..*params
+                };
+                self.configure(num, &without).map(|()| false)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Sets copy range, queue length and flags of the bound queue and waits for the answer
@@ -302,6 +333,26 @@ impl Socket {
         }
     }
 
+    /// Waits up to `timeout` for something to receive; true if there is.
+    pub(crate) fn wait_readable(&self, timeout: std::time::Duration) -> io::Result<bool> {
+        let mut pfd = libc::pollfd {
+            fd: self.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: one live pollfd, a live timespec, no signal mask.
+        let r = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(r > 0)
+        }
+    }
+
     /// Receives one datagram into `buf`.
     pub(crate) fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
         // SAFETY: buf is a live, writable buffer of buf.len() bytes.
@@ -348,6 +399,7 @@ pub(crate) struct QueueParams {
     pub(crate) max_len: u32,
     pub(crate) fail_open: bool,
     pub(crate) gso: bool,
+    pub(crate) conntrack: bool,
 }
 
 /// The config message setting copy range, queue length and flags in one go (all flags in
@@ -359,13 +411,16 @@ fn config_message(num: u16, p: &QueueParams, seq: u32) -> MsgBuilder {
     params[4] = NFQNL_COPY_PACKET;
     m.attr(NFQA_CFG_PARAMS, &params);
     m.attr(NFQA_CFG_QUEUE_MAXLEN, &p.max_len.to_be_bytes());
-    let mask = NFQA_CFG_F_FAIL_OPEN | NFQA_CFG_F_GSO;
+    let mask = NFQA_CFG_F_FAIL_OPEN | NFQA_CFG_F_GSO | NFQA_CFG_F_CONNTRACK;
     let mut flags = 0;
     if p.fail_open {
         flags |= NFQA_CFG_F_FAIL_OPEN;
     }
     if p.gso {
         flags |= NFQA_CFG_F_GSO;
+    }
+    if p.conntrack {
+        flags |= NFQA_CFG_F_CONNTRACK;
     }
     m.attr(NFQA_CFG_MASK, &mask.to_be_bytes());
     m.attr(NFQA_CFG_FLAGS, &flags.to_be_bytes());
@@ -516,6 +571,8 @@ pub(crate) struct PacketMsg {
     pub(crate) outdev: u32,
     pub(crate) cap_len: Option<u32>,
     pub(crate) gso: bool,
+    /// NFQA_CT_INFO: the kernel's `enum ip_conntrack_info` for the packet.
+    pub(crate) ct_info: Option<u32>,
     /// Byte range of the packet within the message payload (after nfgenmsg), if any.
     pub(crate) payload: Option<(usize, usize)>,
 }
@@ -550,11 +607,27 @@ pub(crate) fn parse_packet(p: &[u8]) -> Option<PacketMsg> {
             NFQA_CAP_LEN => out.cap_len = Some(be32(d)?),
             NFQA_SKB_INFO => out.gso = be32(d)? & NFQA_SKB_GSO != 0,
             NFQA_PAYLOAD => out.payload = Some((off + 4, off + len)),
+            NFQA_CT_INFO => out.ct_info = Some(be32(d)?),
             _ => {}
         }
         off += align4(len);
     }
     have_hdr.then_some(out)
+}
+
+/// A packet's conntrack state from the kernel's `enum ip_conntrack_info` (NFQA_CT_INFO);
+/// `None` for untracked (7) and values the kernel does not define.
+pub(crate) fn ct_from_kernel(info: u32) -> Option<CtInfo> {
+    let (state, reply) = match info {
+        0 => (CtState::Established, false), // IP_CT_ESTABLISHED
+        1 => (CtState::Related, false),     // IP_CT_RELATED
+        2 => (CtState::New, false),         // IP_CT_NEW
+        3 => (CtState::Established, true),  // IP_CT_ESTABLISHED_REPLY
+        4 => (CtState::Related, true),      // IP_CT_RELATED_REPLY
+        5 => (CtState::New, true),          // IP_CT_NEW_REPLY (never sent by the kernel)
+        _ => return None,                   // 7: IP_CT_UNTRACKED
+    };
+    Some(CtInfo { state, reply })
 }
 
 /// The packet id of a packet message whose attributes cannot all be read (a datagram cut
@@ -605,6 +678,68 @@ mod tests {
         let n = verdict_header(&mut out, true, 7, 42, NF_DROP, None, None);
         assert_eq!(n, 32);
         assert_eq!(u16::from_ne_bytes([out[4], out[5]]), (3 << 8) | 3);
+    }
+
+    #[test]
+    fn parses_ct_info() {
+        let mut m = MsgBuilder::new(NFQNL_MSG_PACKET, 0, 0, 1);
+        m.attr(NFQA_PACKET_HDR, &[0, 0, 0, 9, 0x08, 0x00, 2]);
+        m.attr(NFQA_CT_INFO, &3u32.to_be_bytes());
+        m.attr(NFQA_PAYLOAD, &[0x45]);
+        let buf = m.finish().to_vec();
+        let p = parse_packet(&buf[16..]).unwrap();
+        assert_eq!(p.ct_info, Some(3));
+        let ct = |state, reply| Some(CtInfo { state, reply });
+        assert_eq!(ct_from_kernel(3), ct(CtState::Established, true));
+        assert_eq!(ct_from_kernel(0), ct(CtState::Established, false));
+        assert_eq!(ct_from_kernel(1), ct(CtState::Related, false));
+        assert_eq!(ct_from_kernel(2), ct(CtState::New, false));
+        assert_eq!(ct_from_kernel(4), ct(CtState::Related, true));
+        assert_eq!(ct_from_kernel(7), None);
+        assert_eq!(ct_from_kernel(99), None);
+        // Without the attribute there is no state.
+        let mut m = MsgBuilder::new(NFQNL_MSG_PACKET, 0, 0, 1);
+        m.attr(NFQA_PACKET_HDR, &[0, 0, 0, 9, 0x08, 0x00, 2]);
+        assert_eq!(parse_packet(&m.finish()[16..]).unwrap().ct_info, None);
+    }
+
+    /// The flags attribute of a config message, as (mask, flags); fails on a second one.
+    fn flags_of(msg: &[u8]) -> (u32, u32) {
+        let (mut mask, mut flags) = (None, None);
+        let mut off = HDR_LEN;
+        while off + 4 <= msg.len() {
+            let len = u16::from_ne_bytes([msg[off], msg[off + 1]]) as usize;
+            let ty = u16::from_ne_bytes([msg[off + 2], msg[off + 3]]);
+            let v = be32(&msg[off + 4..]);
+            match ty {
+                NFQA_CFG_MASK => assert!(mask.replace(v.unwrap()).is_none()),
+                NFQA_CFG_FLAGS => assert!(flags.replace(v.unwrap()).is_none(), "two flag attrs"),
+                _ => {}
+            }
+            off += align4(len);
+        }
+        (mask.unwrap(), flags.unwrap())
+    }
+
+    #[test]
+    fn all_flags_go_in_one_attribute() {
+        let p = QueueParams {
+            copy_range: 0xffff,
+            max_len: 1024,
+            fail_open: true,
+            gso: true,
+            conntrack: true,
+        };
+        let (mask, flags) = flags_of(config_message(1, &p, 1).finish());
+        assert_eq!((mask, flags), (7, 7));
+        let p = QueueParams {
+            fail_open: false,
+            conntrack: false,
+            ..p
+        };
+        // Clearing a flag needs it in the mask.
+        let (mask, flags) = flags_of(config_message(1, &p, 1).finish());
+        assert_eq!((mask, flags), (7, NFQA_CFG_F_GSO));
     }
 
     #[test]

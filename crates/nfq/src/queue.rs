@@ -1,15 +1,22 @@
 //! One NFQUEUE queue served by a dedicated thread: receive packets several per system call,
 //! run the chain on each in place, and send all verdicts of a batch in one system call.
 //!
+//! Packets a service holds ([`relay_core::Action::Hold`]) wait in a deadline-ordered store
+//! (see `hold.rs`); while any are held the thread waits for the socket with a timeout that
+//! ends at the earliest deadline, and answers each held packet with its own verdict message,
+//! never a batch verdict (which would answer every lower id with it).
+//!
 //! Nothing here is shared with other queues. The control plane talks to the thread through
 //! two atomics and a mutex it only takes on reload; the per-packet path takes no lock and
 //! allocates nothing.
 
 use crate::NfqError;
+use crate::hold::HoldStore;
 use crate::netlink::{
     self, HDR_LEN, Messages, NF_ACCEPT, NF_DROP, NF_REPEAT, NFNL_SUBSYS_QUEUE, NFQNL_MSG_PACKET,
     NLMSG_ERROR, QueueParams, Socket, VERDICT_HDR_MAX, align4,
 };
+use relay_core::CtMarkBits;
 use relay_core::Hook;
 use relay_core::packet::PacketMeta;
 use relay_core::ratelimit::RateLimit;
@@ -39,11 +46,50 @@ pub struct QueueConfig {
     pub batch: usize,
     /// Answer a batch of identical plain verdicts with one NFQNL_MSG_VERDICT_BATCH.
     pub batch_verdicts: bool,
+    /// Ask the kernel for each packet's conntrack state (NFQA_CFG_F_CONNTRACK, set when a
+    /// service [needs it](relay_core::ServiceFactory::needs_conntrack)). A kernel without
+    /// CONFIG_NETFILTER_NETLINK_GLUE_CT refuses the flag: the queue then runs without it
+    /// (see [`Queue::kernel_conntrack`]) and only `ct_mark_bits` can tell the state.
+    pub conntrack: bool,
+    /// Decode each packet's conntrack state from these nfmark bits, set by iptables rules in
+    /// front of the NFQUEUE rule, and give the packet its mark back without them. The state
+    /// the kernel sends with the packet (NFQA_CT_INFO), when it does, wins over the bits.
+    pub ct_mark_bits: Option<CtMarkBits>,
+    /// Limits on packets held for a later verdict.
+    pub hold: HoldConfig,
+}
+
+/// How many packets a queue may hold for a later verdict, and what happens beyond that.
+///
+/// The kernel counts held packets against the queue's `max_len` (they are queued, awaiting
+/// a verdict), so `max_len` must leave room for a batch on top of `max_packets`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HoldConfig {
+    /// The most packets held at once (0: a hold is always an overflow). Set it to the sum
+    /// of the queue's services' [`max_held`](relay_core::ServiceFactory::max_held).
+    pub max_packets: u32,
+    /// The most bytes held at once (packet lengths, copied or not).
+    pub max_bytes: usize,
+    /// The verdict given at once to a packet the store has no room for: `Accept` (it
+    /// leaves undelayed) or `Drop` (as a full netem queue would). Counted in
+    /// `hold_overflow`.
+    pub overflow: Verdict,
+}
+
+impl Default for HoldConfig {
+    /// No holding (services that never hold need none): 0 packets, 64 MiB, accept.
+    fn default() -> HoldConfig {
+        HoldConfig {
+            max_packets: 0,
+            max_bytes: 64 << 20,
+            overflow: Verdict::Accept,
+        }
+    }
 }
 
 impl QueueConfig {
     /// Defaults for queue `num`: whole packets, 1024 queued, fail-open, no GSO, 8 MiB buffer,
-    /// 64 packets per system call, batch verdicts on.
+    /// 64 packets per system call, batch verdicts on, no conntrack state, no holding.
     pub fn new(num: u16) -> QueueConfig {
         QueueConfig {
             num,
@@ -54,6 +100,9 @@ impl QueueConfig {
             rcvbuf: 8 << 20,
             batch: 64,
             batch_verdicts: true,
+            conntrack: false,
+            ct_mark_bits: None,
+            hold: HoldConfig::default(),
         }
     }
 
@@ -63,6 +112,7 @@ impl QueueConfig {
             max_len: self.max_len,
             fail_open: self.fail_open,
             gso: self.gso,
+            conntrack: self.conntrack,
         }
     }
 
@@ -86,6 +136,7 @@ pub struct Queue {
     thread: Option<JoinHandle<()>>,
     counters: QueueCounters,
     rcvbuf: usize,
+    kernel_conntrack: bool,
 }
 
 impl std::fmt::Debug for Queue {
@@ -103,7 +154,34 @@ const RECV_TIMEOUT_MS: u32 = 100;
 /// queued after that is dropped by the kernel when the queue is unbound.
 const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 
-fn check_config(cfg: &QueueConfig) -> Result<(), NfqError> {
+/// Held packets answered per sendmsg at most.
+const RELEASE_CHUNK: usize = 64;
+
+fn check_config(cfg: &QueueConfig, bypass_mark: u32) -> Result<(), NfqError> {
+    let invalid = |what: String| Err(NfqError::Invalid(format!("queue {}: {what}", cfg.num)));
+    if let Some(bits) = cfg.ct_mark_bits {
+        if let Err(e) = bits.validate() {
+            return invalid(e);
+        }
+        if bits.mask() & bypass_mark != 0 {
+            return invalid(format!(
+                "conntrack mark bits {:#x} overlap the bypass mark {bypass_mark:#x}",
+                bits.mask()
+            ));
+        }
+    }
+    if cfg.hold.overflow == Verdict::Repeat {
+        return invalid("the hold overflow verdict must be accept or drop".into());
+    }
+    let h = cfg.hold.max_packets as usize;
+    if h > 0 && (cfg.max_len as usize) < h + cfg.batch.clamp(1, 1024) {
+        return invalid(format!(
+            "max_len {} leaves no room: the kernel counts the {h} packets a service may hold \
+             against it; make it at least {}",
+            cfg.max_len,
+            h + cfg.batch.clamp(1, 1024)
+        ));
+    }
     let min = cfg.copy_range as usize + QueueConfig::OVERHEAD;
     if cfg.rcvbuf < min {
         return Err(NfqError::Invalid(format!(
@@ -132,9 +210,9 @@ impl Queue {
         chain: Chain,
         counters: QueueCounters,
     ) -> Result<Queue, NfqError> {
-        check_config(cfg)?;
+        check_config(cfg, chain.bypass_mark())?;
         let mut sock = Socket::open(cfg.rcvbuf, sndbuf_for(cfg), RECV_TIMEOUT_MS)?;
-        sock.bind_queue(cfg.num, &cfg.params())?;
+        let kernel_conntrack = sock.bind_queue(cfg.num, &cfg.params())?;
         let rcvbuf = sock.rcvbuf();
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
@@ -150,6 +228,7 @@ impl Queue {
             .spawn(move || {
                 block_signals();
                 let mut w = Worker::new(sock, cfg, chain, worker_counters, worker_shared);
+                w.ct_refused = w.cfg.conntrack && !kernel_conntrack;
                 w.run();
             })
             .map_err(|e| NfqError::Socket("spawn queue thread", e))?;
@@ -159,7 +238,14 @@ impl Queue {
             thread: Some(thread),
             counters,
             rcvbuf,
+            kernel_conntrack,
         })
+    }
+
+    /// True if the kernel took the conntrack flag at start, so it sends each packet's
+    /// conntrack state (false if not asked for, or refused by the kernel).
+    pub fn kernel_conntrack(&self) -> bool {
+        self.kernel_conntrack
     }
 
     /// The queue number.
@@ -185,15 +271,18 @@ impl Queue {
     /// Hands the thread a new chain and queue configuration. The thread first resizes its
     /// buffers for the new copy range and batch, then tells the kernel, then switches chains
     /// between two batches, so no packet is lost or sees half of each chain.
+    /// Packets held when the update is applied get their verdicts first (accept), so none
+    /// is lost.
     pub fn update(&self, chain: Chain, cfg: &QueueConfig) -> Result<(), NfqError> {
-        check_config(cfg)?;
+        check_config(cfg, chain.bypass_mark())?;
         *self.shared.update.lock().unwrap_or_else(|e| e.into_inner()) = Some((chain, cfg.clone()));
         self.shared.has_update.store(true, Ordering::Release);
         Ok(())
     }
 
     /// Asks the thread to drain and stop, without waiting (see [`Queue::join`]): it serves
-    /// what is still queued (remove the rules that feed the queue first), then unbinds.
+    /// what is still queued (remove the rules that feed the queue first), accepts what
+    /// services hold at once, then unbinds.
     pub fn request_stop(&self) {
         self.shared.stop.store(true, Ordering::Release);
     }
@@ -257,8 +346,16 @@ struct Worker {
     batch_verdicts: bool,
     /// The id after the last one answered, while ids have been answered without a gap.
     next_id: Option<u32>,
-    /// Sequence number of a configuration change the kernel has not answered yet.
-    config_seq: Option<u32>,
+    /// Sequence number of a configuration change the kernel has not answered yet, and
+    /// whether it asked for conntrack state.
+    config_seq: Option<(u32, bool)>,
+    /// True once the kernel refused the conntrack flag: it is not asked for again.
+    ct_refused: bool,
+    /// Packets held for a later verdict.
+    hold: HoldStore,
+    /// Held packets being answered (slots of `hold`).
+    releasing: Vec<u32>,
+    release_hdrs: Vec<[u8; VERDICT_HDR_MAX]>,
     slot_len: usize,
     slots: Vec<Vec<u8>>,
     iov: Vec<libc::iovec>,
@@ -293,6 +390,10 @@ impl Worker {
             shared,
             next_id: None,
             config_seq: None,
+            ct_refused: false,
+            hold: HoldStore::new(0, 0),
+            releasing: Vec::with_capacity(RELEASE_CHUNK),
+            release_hdrs: vec![[0u8; VERDICT_HDR_MAX]; RELEASE_CHUNK],
             slot_len: 0,
             slots: Vec::new(),
             iov: Vec::new(),
@@ -333,6 +434,18 @@ impl Worker {
         self.sndbuf_budget = (self.sock.sndbuf() / 2)
             .saturating_sub(1024)
             .max(VERDICT_HDR_MAX + 0x10000);
+        // Only ever called with nothing held (start, and reload after releasing).
+        debug_assert!(self.hold.is_empty());
+        self.hold = HoldStore::new(self.cfg.hold.max_packets as usize, self.cfg.hold.max_bytes);
+    }
+
+    /// The parameters the kernel is asked for: the configuration's, less conntrack once
+    /// the kernel refused it.
+    fn params(&self) -> QueueParams {
+        QueueParams {
+            conntrack: self.cfg.conntrack && !self.ct_refused,
+            ..self.cfg.params()
+        }
     }
 
     fn run(&mut self) {
@@ -351,6 +464,27 @@ impl Worker {
                     "still busy after draining for {DRAIN_LIMIT:?}; unbinding"
                 );
                 break;
+            }
+            if !self.hold.is_empty() {
+                // A stopping queue lets everything go at once; otherwise what is due.
+                let now = stopping_since.is_none().then(Instant::now);
+                self.release_held(now);
+            }
+            if let Some(due) = self.hold.next_due() {
+                // Wake for a packet or for the earliest deadline, whichever comes first.
+                let wait = due
+                    .saturating_duration_since(Instant::now())
+                    .min(Duration::from_millis(RECV_TIMEOUT_MS.into()));
+                match self.sock.wait_readable(wait) {
+                    Ok(true) => {}
+                    Ok(false) => continue,
+                    Err(e) => {
+                        if e.raw_os_error() != Some(libc::EINTR) {
+                            self.count_error_with(|| format!("poll failed: {e}"));
+                        }
+                        continue;
+                    }
+                }
             }
             match self.receive() {
                 Ok(0) => {}
@@ -381,6 +515,8 @@ impl Worker {
                 },
             }
         }
+        // Unbinding drops whatever is still queued in the kernel: held packets go first.
+        self.release_held(None);
         if let Err(e) = self.sock.unbind_queue(self.cfg.num) {
             tracing::debug!(queue = self.cfg.num, "unbind: {e}");
         }
@@ -396,6 +532,9 @@ impl Worker {
             .take();
         let Some((chain, cfg)) = update else { return };
         let num = self.cfg.num;
+        // Held packets were held by the old chain under the old limits: answer them now
+        // rather than carry them over (a reload is rare; none is lost).
+        self.release_held(None);
         if cfg != self.cfg {
             if (cfg.rcvbuf != self.cfg.rcvbuf || sndbuf_for(&cfg) != sndbuf_for(&self.cfg))
                 && let Err(e) = self.sock.set_buffers(cfg.rcvbuf, sndbuf_for(&cfg))
@@ -403,13 +542,14 @@ impl Worker {
                 tracing::error!(queue = num, "new socket buffer sizes refused: {e}");
             }
             // Buffers first: from the kernel's next packet on, it may copy more.
-            let params_changed = cfg.params() != self.cfg.params();
+            let old = self.params();
             self.batch_verdicts = cfg.batch_verdicts && self.batch_verdicts;
             self.cfg = cfg;
             self.size_buffers();
-            if params_changed {
-                match self.sock.configure_async(num, &self.cfg.params()) {
-                    Ok(seq) => self.config_seq = Some(seq),
+            let params = self.params();
+            if params != old {
+                match self.sock.configure_async(num, &params) {
+                    Ok(seq) => self.config_seq = Some((seq, params.conntrack)),
                     Err(e) => {
                         tracing::error!(queue = num, "sending new queue parameters failed: {e}")
                     }
@@ -473,9 +613,24 @@ impl Worker {
             } else if m.ty == NLMSG_ERROR && m.payload.len() >= 4 {
                 let err =
                     i32::from_ne_bytes([m.payload[0], m.payload[1], m.payload[2], m.payload[3]]);
-                if self.config_seq.is_some() && self.config_seq == Some(m.seq) {
+                if let Some((seq, with_ct)) = self.config_seq
+                    && seq == m.seq
+                {
                     self.config_seq = None;
-                    if err != 0 {
+                    if err == -libc::EOPNOTSUPP && with_ct {
+                        // The kernel cannot send conntrack state: ask again without it.
+                        self.ct_refused = true;
+                        let params = self.params();
+                        tracing::warn!(
+                            queue = self.cfg.num,
+                            "the kernel cannot send conntrack state with queued packets; \
+                             only the conntrack mark bits, if configured, tell it"
+                        );
+                        match self.sock.configure_async(self.cfg.num, &params) {
+                            Ok(seq) => self.config_seq = Some((seq, false)),
+                            Err(e) => config_refused = Some(e),
+                        }
+                    } else if err != 0 {
                         config_refused = Some(io::Error::from_raw_os_error(-err));
                     }
                 } else if err != 0 {
@@ -508,6 +663,7 @@ impl Worker {
                     verdict: self.chain.malformed_verdict(),
                     mark: None,
                     payload: false,
+                    hold: None,
                 };
                 self.pending.push(Pending {
                     id,
@@ -522,7 +678,7 @@ impl Worker {
             }
             return;
         };
-        let meta = PacketMeta {
+        let mut meta = PacketMeta {
             id: p.id,
             queue: self.cfg.num,
             hw_protocol: p.hw_protocol,
@@ -534,6 +690,19 @@ impl Worker {
             gso: p.gso,
             ct: None,
         };
+        // The mark the verdict must restore when the conntrack bits were set on the packet.
+        let mut restore_mark = None;
+        if let Some(bits) = self.cfg.ct_mark_bits {
+            let (ct, rest) = bits.decode(p.mark);
+            meta.ct = ct;
+            meta.mark = rest;
+            if p.mark != rest {
+                restore_mark = Some(rest);
+            }
+        }
+        if let Some(info) = p.ct_info {
+            meta.ct = netlink::ct_from_kernel(info);
+        }
         let buf = std::mem::take(&mut self.slots[slot]);
         let mut pkt = Packet::in_buffer(buf, start, end, meta);
         // A service bug must not take the queue down with it: the packet gets the queue's
@@ -547,11 +716,13 @@ impl Worker {
             Ok(r) => r,
             Err(_) => {
                 self.count_error("a service panicked on a packet; verdict by the malformed policy");
-                let d = Decision {
+                let mut d = Decision {
                     verdict: self.chain.malformed_verdict(),
                     mark: None,
                     payload: false,
+                    hold: None,
                 };
+                self.strip_ct_bits(&mut d, restore_mark);
                 // The packet (and its buffer) unwound with the panic: give the slot a new one.
                 self.pending.push(Pending {
                     id: p.id,
@@ -571,6 +742,25 @@ impl Worker {
             decision.payload = false;
             self.count_error("modified packet too large for a verdict; original kept");
         }
+        self.strip_ct_bits(&mut decision, restore_mark);
+        if let Some(until) = decision.hold.take() {
+            let data = decision.payload.then(|| &self.slots[slot][start..end]);
+            if until <= cx.now {
+                self.counters.accepted.inc(); // due already: answer with the batch
+            } else if self
+                .hold
+                .insert(until, p.id, decision.mark, end - start, data)
+            {
+                return;
+            } else {
+                self.counters.hold_overflow.inc();
+                decision.verdict = self.cfg.hold.overflow;
+                match decision.verdict {
+                    Verdict::Drop => self.counters.dropped.inc(),
+                    _ => self.counters.accepted.inc(),
+                }
+            }
+        }
         self.pending.push(Pending {
             id: p.id,
             slot,
@@ -578,6 +768,82 @@ impl Worker {
             end,
             decision,
         });
+    }
+
+    /// Gives the packet its mark back without the conntrack bits: `restore` is its mark
+    /// without them when it came with some.
+    fn strip_ct_bits(&self, d: &mut Decision, restore: Option<u32>) {
+        let Some(bits) = self.cfg.ct_mark_bits else {
+            return;
+        };
+        if d.verdict == Verdict::Drop {
+            return;
+        }
+        d.mark = match d.mark {
+            Some(m) => Some(m & !bits.mask()),
+            None => restore,
+        };
+    }
+
+    /// Answers held packets: those due at `now`, or all of them for `None`. Each gets its
+    /// own verdict message (several per sendmsg), in deadline order.
+    fn release_held(&mut self, now: Option<Instant>) {
+        while self.hold.peek_due(now).is_some() {
+            self.releasing.clear();
+            self.send_iov.clear();
+            let mut bytes = 0;
+            while self.releasing.len() < RELEASE_CHUNK {
+                let Some(slot) = self.hold.peek_due(now) else {
+                    break;
+                };
+                let h = self.hold.get(slot);
+                let size = VERDICT_HDR_MAX + if h.payload { align4(h.data.len()) } else { 0 };
+                if !self.releasing.is_empty() && bytes + size > self.sndbuf_budget {
+                    break;
+                }
+                bytes += size;
+                self.hold.pop();
+                self.releasing.push(slot);
+            }
+            for k in 0..self.releasing.len() {
+                self.push_held_verdict(k);
+            }
+            if self.sock.send_iov(&self.send_iov).is_err() {
+                // One at a time, to find the one the kernel refuses.
+                for k in 0..self.releasing.len() {
+                    self.send_iov.clear();
+                    self.push_held_verdict(k);
+                    if let Err(e) = self.sock.send_iov(&self.send_iov) {
+                        self.batch_verdicts = false;
+                        let id = self.hold.get(self.releasing[k]).id;
+                        self.count_error_with(|| {
+                            format!("verdict for held packet {id} failed: {e}; batch verdicts off")
+                        });
+                    }
+                }
+            }
+            self.send_iov.clear();
+            for k in 0..self.releasing.len() {
+                self.hold.free(self.releasing[k]);
+            }
+            self.counters.accepted.add(self.releasing.len() as u64);
+            self.releasing.clear();
+        }
+    }
+
+    /// Adds the verdict of held packet `releasing[k]` to `send_iov`.
+    fn push_held_verdict(&mut self, k: usize) {
+        let h = self.hold.get(self.releasing[k]);
+        let data = h.payload.then_some(&h.data[..]);
+        push_verdict_iov(
+            &mut self.send_iov,
+            &mut self.release_hdrs[k],
+            self.cfg.num,
+            h.id,
+            NF_ACCEPT,
+            h.mark,
+            data,
+        );
     }
 
     fn count_error(&mut self, what: &'static str) {
@@ -598,7 +864,10 @@ impl Worker {
         let Some(first) = self.pending.first() else {
             return false;
         };
+        // A batch verdict answers every queued id up to the one given: never while any
+        // packet is held.
         self.batch_verdicts
+            && self.hold.is_empty()
             && self.pending.len() > 1
             && self.next_id == Some(first.id)
             && self.pending.iter().enumerate().all(|(k, p)| {
@@ -657,34 +926,19 @@ impl Worker {
     /// Adds pending verdict `k` to `send_iov`; returns its size in bytes.
     fn push_verdict(&mut self, k: usize) -> usize {
         let p = self.pending[k];
-        let payload_len = p.decision.payload.then_some(p.end - p.start);
-        let n = netlink::verdict_header(
+        let data = p
+            .decision
+            .payload
+            .then(|| &self.slots[p.slot][p.start..p.end]);
+        push_verdict_iov(
+            &mut self.send_iov,
             &mut self.hdrs[k],
-            false,
             self.cfg.num,
             p.id,
             nf_verdict(p.decision.verdict),
             p.decision.mark,
-            payload_len,
-        );
-        self.send_iov.push(libc::iovec {
-            iov_base: self.hdrs[k].as_mut_ptr() as *mut libc::c_void,
-            iov_len: n,
-        });
-        let Some(len) = payload_len else { return n };
-        let data = &mut self.slots[p.slot][p.start..p.end];
-        self.send_iov.push(libc::iovec {
-            iov_base: data.as_mut_ptr() as *mut libc::c_void,
-            iov_len: len,
-        });
-        let pad = align4(len) - len;
-        if pad > 0 {
-            self.send_iov.push(libc::iovec {
-                iov_base: ZEROS.as_ptr() as *mut libc::c_void,
-                iov_len: pad,
-            });
-        }
-        n + align4(len)
+            data,
+        )
     }
 
     /// How many iovecs `push_verdict(k)` adds.
@@ -730,6 +984,40 @@ impl Worker {
         }
         self.send_iov.clear();
     }
+}
+
+/// Appends one NFQNL_MSG_VERDICT message to `iov`: its header (written into `hdr`), the
+/// packet bytes if any, and their padding. Returns its size in bytes. `hdr` and `data` must
+/// stay alive and unmoved until the iovecs are sent.
+fn push_verdict_iov(
+    iov: &mut Vec<libc::iovec>,
+    hdr: &mut [u8; VERDICT_HDR_MAX],
+    queue: u16,
+    id: u32,
+    verdict: u32,
+    mark: Option<u32>,
+    data: Option<&[u8]>,
+) -> usize {
+    let n = netlink::verdict_header(hdr, false, queue, id, verdict, mark, data.map(<[u8]>::len));
+    iov.push(libc::iovec {
+        iov_base: hdr.as_mut_ptr() as *mut libc::c_void,
+        iov_len: n,
+    });
+    let Some(data) = data else { return n };
+    let len = data.len();
+    // sendmsg only reads through these pointers.
+    iov.push(libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: len,
+    });
+    let pad = align4(len) - len;
+    if pad > 0 {
+        iov.push(libc::iovec {
+            iov_base: ZEROS.as_ptr() as *mut libc::c_void,
+            iov_len: pad,
+        });
+    }
+    n + align4(len)
 }
 
 fn nf_verdict(v: Verdict) -> u32 {

@@ -1,0 +1,627 @@
+//! The proxy on the real kernel: a client - relay - server line (testbed `line3`), the
+//! proxy process inside the relay namespace, TPROXY rules installed by the test. Needs
+//! root.
+
+mod common;
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{TPROXY_PORT, cpu_rss, divert, start_proxy, stats};
+use relay_proxy::tproxy::TproxySpec;
+use relay_testbed::{Testbed, line3};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+const DST: &str = "10.0.2.2";
+
+fn addr(port: u16) -> SocketAddr {
+    format!("{DST}:{port}").parse().unwrap()
+}
+
+/// A 1 MiB pseudo-random block; each copy sent carries its index in the first 8 bytes,
+/// so reordered or repeated blocks change the hash.
+fn block() -> Vec<u8> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    (0..1 << 20)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn transfer_mib() -> u64 {
+    std::env::var("RELAY_PROXY_TRANSFER_MIB")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1024)
+}
+
+#[test]
+fn transfer_1gb_is_byte_identical() {
+    let l = line3("proxy_1gb");
+    let _spec = divert(&l.relay, vec![5001]);
+    let proxy = start_proxy(
+        &l.relay,
+        "transparent",
+        &json!({"listen": format!("0.0.0.0:{TPROXY_PORT}")}),
+    );
+    let mib = transfer_mib();
+    let listener = l.dst.run(|| TcpListener::bind(addr(5001)).unwrap());
+    let server = l.dst.run_bg(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut blk = block();
+        let mut h = Sha256::new();
+        for i in 0..mib {
+            blk[..8].copy_from_slice(&i.to_le_bytes());
+            h.update(&blk);
+            s.write_all(&blk).unwrap();
+        }
+        s.shutdown(Shutdown::Write).unwrap();
+        h.finalize().to_vec()
+    });
+    let t0 = Instant::now();
+    let (got, n) = l.src.run(|| {
+        let mut s = TcpStream::connect(addr(5001)).unwrap();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut h = Sha256::new();
+        let mut n = 0u64;
+        loop {
+            match s.read(&mut buf).unwrap() {
+                0 => break,
+                k => {
+                    h.update(&buf[..k]);
+                    n += k as u64;
+                }
+            }
+        }
+        (h.finalize().to_vec(), n)
+    });
+    let secs = t0.elapsed().as_secs_f64();
+    let sent = server.join().unwrap();
+    assert_eq!(n, mib << 20);
+    assert_eq!(got, sent, "hash differs");
+    let st = stats(&proxy);
+    assert_eq!(st["accepted"], 1);
+    assert_eq!(st["bytes_down"], mib << 20);
+    println!(
+        "1gb: {mib} MiB through the proxy in {secs:.2} s = {:.2} Gbit/s, sha256 equal",
+        (mib << 20) as f64 * 8.0 / secs / 1e9
+    );
+}
+
+#[test]
+fn half_close_rst_and_transparent_source() {
+    let l = line3("proxy_halfclose");
+    let _spec = divert(&l.relay, vec![5002]);
+    let proxy = start_proxy(
+        &l.relay,
+        "transparent",
+        &json!({"listen": format!("0.0.0.0:{TPROXY_PORT}"), "transparent_source": true}),
+    );
+    let listener = l.dst.run(|| TcpListener::bind(addr(5002)).unwrap());
+    let server = l.dst.run_bg(move || {
+        // 1: half-close. Read the request to EOF, then answer.
+        let (mut s, peer) = listener.accept().unwrap();
+        let mut req = Vec::new();
+        s.read_to_end(&mut req).unwrap();
+        assert_eq!(req, b"request");
+        s.write_all(b"answer after your FIN").unwrap();
+        drop(s);
+        // 2: server resets.
+        let (mut s, _) = listener.accept().unwrap();
+        let mut b = [0u8; 4];
+        s.read_exact(&mut b).unwrap();
+        socket2::SockRef::from(&s)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(s);
+        // 3: client resets: we must see ECONNRESET, not a clean EOF.
+        let (mut s, _) = listener.accept().unwrap();
+        let mut buf = [0u8; 64];
+        let mut got = Vec::new();
+        let err = loop {
+            match s.read(&mut buf) {
+                Ok(0) => panic!("clean EOF instead of a reset"),
+                Ok(k) => got.extend_from_slice(&buf[..k]),
+                Err(e) => break e,
+            }
+        };
+        (peer, got, err.kind())
+    });
+    l.src.run(|| {
+        let mut s = TcpStream::connect(addr(5002)).unwrap();
+        s.write_all(b"request").unwrap();
+        s.shutdown(Shutdown::Write).unwrap();
+        let mut ans = String::new();
+        s.read_to_string(&mut ans).unwrap();
+        assert_eq!(ans, "answer after your FIN");
+
+        let mut s = TcpStream::connect(addr(5002)).unwrap();
+        s.write_all(b"ping").unwrap();
+        let mut b = [0u8; 8];
+        let e = s.read(&mut b).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ConnectionReset, "{e}");
+
+        let mut s = TcpStream::connect(addr(5002)).unwrap();
+        s.write_all(b"bye").unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        socket2::SockRef::from(&s)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(s);
+    });
+    let (peer, got, kind) = server.join().unwrap();
+    assert_eq!(
+        peer.ip().to_string(),
+        "10.0.1.1",
+        "transparent_source keeps the client"
+    );
+    assert_eq!(got, b"bye");
+    assert_eq!(kind, ErrorKind::ConnectionReset);
+    let st = stats(&proxy);
+    assert_eq!(
+        (st["accepted"].as_u64(), st["resets"].as_u64()),
+        (Some(3), Some(2))
+    );
+    assert_eq!(st["completed"], 1);
+}
+
+#[test]
+fn two_thousand_concurrent_connections_and_the_cap() {
+    const N: usize = 2000;
+    relay_proxy::raise_fd_limit().unwrap();
+    let l = line3("proxy_2000");
+    let _spec = divert(&l.relay, vec![5003, 5004]);
+    let proxy = start_proxy(
+        &l.relay,
+        "transparent",
+        &json!({"listen": format!("0.0.0.0:{TPROXY_PORT}"), "max_connections": N}),
+    );
+    let (cpu0, _, _) = cpu_rss(proxy.pid());
+    let server = l.dst.run_bg(|| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let sock = tokio::net::TcpSocket::new_v4().unwrap();
+            sock.set_reuseaddr(true).unwrap();
+            sock.bind(addr(5003)).unwrap();
+            let listener = sock.listen(4096).unwrap();
+            let mut set = tokio::task::JoinSet::new();
+            for _ in 0..N {
+                let (mut s, _) = listener.accept().await.unwrap();
+                set.spawn(async move {
+                    let mut b = [0u8; 100];
+                    s.read_exact(&mut b).await.unwrap();
+                    s.write_all(&b).await.unwrap();
+                    let mut rest = Vec::new();
+                    s.read_to_end(&mut rest).await.unwrap();
+                });
+            }
+            let mut done = 0;
+            while let Some(r) = set.join_next().await {
+                r.unwrap();
+                done += 1;
+            }
+            done
+        })
+    });
+    let t0 = Instant::now();
+    let peak = l.src.run(|| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut conns = Vec::with_capacity(N);
+            for _ in 0..N {
+                conns.push(tokio::net::TcpStream::connect(addr(5003)).await.unwrap());
+            }
+            let mut set = tokio::task::JoinSet::new();
+            for (i, mut s) in conns.into_iter().enumerate() {
+                set.spawn(async move {
+                    let msg = [(i % 251) as u8; 100];
+                    s.write_all(&msg).await.unwrap();
+                    let mut b = [0u8; 100];
+                    s.read_exact(&mut b).await.unwrap();
+                    assert_eq!(b, msg);
+                    s
+                });
+            }
+            let mut open = Vec::new();
+            while let Some(r) = set.join_next().await {
+                open.push(r.unwrap());
+            }
+            open.len()
+        })
+    });
+    assert_eq!(peak, N);
+    assert_eq!(server.join().unwrap(), N);
+    let elapsed = t0.elapsed();
+    let (cpu1, rss, hwm) = cpu_rss(proxy.pid());
+    let st = stats(&proxy);
+    assert_eq!(st["accepted"], N);
+    assert_eq!(st["peak_active"], N, "all {N} were open at once");
+    assert_eq!(st["refused_cap"], 0);
+    assert_eq!(st["upstream_failed"], 0);
+    println!(
+        "2000: {N} concurrent echo connections in {:.2} s; proxy CPU {:.2} s, VmRSS {rss} KiB, VmHWM {hwm} KiB",
+        elapsed.as_secs_f64(),
+        cpu1 - cpu0
+    );
+
+    // The cap: with max_connections = 3, the fourth connection is reset at once.
+    drop(proxy);
+    let proxy = start_proxy(
+        &l.relay,
+        "transparent",
+        &json!({"listen": format!("0.0.0.0:{TPROXY_PORT}"), "max_connections": 3}),
+    );
+    let listener = l.dst.run(|| TcpListener::bind(addr(5004)).unwrap());
+    let _server = l.dst.run_bg(move || {
+        let mut held = Vec::new();
+        for s in listener.incoming().take(3) {
+            held.push(s.unwrap());
+        }
+        std::thread::sleep(Duration::from_secs(3));
+    });
+    l.src.run(|| {
+        let held: Vec<TcpStream> = (0..3)
+            .map(|_| TcpStream::connect(addr(5004)).unwrap())
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        let mut s = TcpStream::connect(addr(5004)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let e = s.read(&mut [0u8; 4]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ConnectionReset, "{e}");
+        drop(held);
+    });
+    let st = stats(&proxy);
+    assert_eq!(st["refused_cap"], 1);
+}
+
+#[test]
+fn drain_stops_accepting_and_resets_at_the_deadline() {
+    let l = line3("proxy_drain");
+    let _spec = divert(&l.relay, vec![5005]);
+    let mut proxy = start_proxy(
+        &l.relay,
+        "transparent",
+        &json!({"listen": format!("0.0.0.0:{TPROXY_PORT}"), "drain_timeout_secs": 2}),
+    );
+    let listener = l.dst.run(|| TcpListener::bind(addr(5005)).unwrap());
+    let _server = l.dst.run_bg(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut b = [0u8; 1];
+        while let Ok(1) = s.read(&mut b) {
+            s.write_all(&b).unwrap();
+        }
+    });
+    l.src.run(move || {
+        let mut s = TcpStream::connect(addr(5005)).unwrap();
+        let echo = |s: &mut TcpStream| {
+            s.write_all(b"x")?;
+            let mut b = [0u8; 1];
+            s.read_exact(&mut b)
+        };
+        echo(&mut s).unwrap();
+        proxy.signal(libc::SIGTERM).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        // Draining: the live connection still works, a new one is not accepted.
+        echo(&mut s).unwrap();
+        let new = TcpStream::connect_timeout(&addr(5005), Duration::from_millis(500));
+        assert!(new.is_err(), "a connection was accepted while draining");
+        // After the deadline the live one is reset and the proxy exits.
+        let (status, out, _) = proxy.wait_output(Duration::from_secs(5));
+        assert!(status.unwrap().success());
+        assert!(echo(&mut s).is_err());
+        let fin: serde_json::Value =
+            serde_json::from_str(out.rsplit("final ").next().unwrap().trim()).unwrap();
+        assert_eq!(fin["drained_aborts"], 1);
+    });
+}
+
+#[test]
+fn socks5_with_curl() {
+    let l = line3("proxy_socks");
+    // The proxy resolves `server.test` through /etc/hosts, which `ip netns exec` takes
+    // from /etc/netns/NS/hosts.
+    let etc = format!("/etc/netns/{}", l.relay.name());
+    let had_netns_dir = std::path::Path::new("/etc/netns").exists();
+    std::fs::create_dir_all(&etc).unwrap();
+    std::fs::write(
+        format!("{etc}/hosts"),
+        "10.0.2.2 server.test\nfd00:2::2 server6.test\n",
+    )
+    .unwrap();
+    struct RmDir(String);
+    impl Drop for RmDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    struct RmEmptyEtcNetns(bool);
+    impl Drop for RmEmptyEtcNetns {
+        fn drop(&mut self) {
+            if !self.0 {
+                // Only if this test created it, and only if empty (remove_dir fails otherwise).
+                let _ = std::fs::remove_dir("/etc/netns");
+            }
+        }
+    }
+    // Declared before `_rm` so it drops after it (reverse order of declaration).
+    let _rm_parent = RmEmptyEtcNetns(had_netns_dir);
+    let _rm = RmDir(etc);
+    let www = std::env::temp_dir().join(format!("relay-proxy-www-{}", std::process::id()));
+    std::fs::create_dir_all(&www).unwrap();
+    let body: Vec<u8> = block().into_iter().cycle().take(3 << 20).collect();
+    std::fs::write(www.join("f.bin"), &body).unwrap();
+    let _rm_www = RmDir(www.to_string_lossy().into_owned());
+    let mut http = l.dst.cmd("python3");
+    http.args(["-m", "http.server", "8000", "--bind", "::", "--directory"])
+        .arg(&www)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let _http = l.dst.spawn(http);
+    let open = json!({"listen": "10.0.1.2:1080"});
+    let authed = json!({"listen": "10.0.1.2:1081",
+        "users": [{"username": "alice", "password": "s3cret"}]});
+    let p_open = start_proxy(&l.relay, "socks5", &open);
+    let p_auth = start_proxy(&l.relay, "socks5", &authed);
+    // Wait for the HTTP server.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !l
+        .dst
+        .sh("python3 - <<'E'\nimport socket;socket.create_connection(('10.0.2.2',8000),1)\nE")
+        .status
+        .success()
+    {
+        assert!(Instant::now() < deadline, "http.server did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let curl = |args: &[&str]| {
+        let mut c = l.src.cmd("curl");
+        c.args(["-sS", "--max-time", "20"]).args(args);
+        c.output().unwrap()
+    };
+    let want = Sha256::digest(&body).to_vec();
+    for (proxy, url) in [
+        ("socks5h://10.0.1.2:1080", "http://server.test:8000/f.bin"),
+        ("socks5h://10.0.1.2:1080", "http://server6.test:8000/f.bin"),
+        ("socks5://10.0.1.2:1080", "http://10.0.2.2:8000/f.bin"),
+        ("socks5://10.0.1.2:1080", "http://[fd00:2::2]:8000/f.bin"),
+        (
+            "socks5h://alice:s3cret@10.0.1.2:1081",
+            "http://server.test:8000/f.bin",
+        ),
+    ] {
+        let out = curl(&["-x", proxy, url]);
+        assert!(
+            out.status.success(),
+            "curl -x {proxy} {url}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            Sha256::digest(&out.stdout).to_vec(),
+            want,
+            "curl -x {proxy} {url}"
+        );
+    }
+    // Also the --socks5-hostname spelling.
+    let out = curl(&[
+        "--socks5-hostname",
+        "10.0.1.2:1080",
+        "http://server.test:8000/f.bin",
+    ]);
+    assert!(out.status.success());
+    assert_eq!(out.stdout.len(), body.len());
+    // Wrong password, no credentials, unknown host, refused port.
+    let bad = curl(&[
+        "-x",
+        "socks5h://alice:wrong@10.0.1.2:1081",
+        "http://server.test:8000/f.bin",
+    ]);
+    assert!(!bad.status.success());
+    let none = curl(&[
+        "-x",
+        "socks5h://10.0.1.2:1081",
+        "http://server.test:8000/f.bin",
+    ]);
+    assert!(!none.status.success());
+    let unknown = curl(&[
+        "-x",
+        "socks5h://10.0.1.2:1080",
+        "http://nowhere.invalid:8000/",
+    ]);
+    assert!(!unknown.status.success());
+    let refused = curl(&["-x", "socks5://10.0.1.2:1080", "http://10.0.2.2:8001/"]);
+    // curl prints the SOCKS reply code: 5 is "connection refused" (RFC 1928 section 6).
+    let msg = String::from_utf8_lossy(&refused.stderr).to_lowercase();
+    assert!(
+        msg.contains("(5)") || msg.contains("refused"),
+        "curl said: {msg}"
+    );
+    let so = stats(&p_open);
+    let sa = stats(&p_auth);
+    println!("socks5 stats: open {so}, authed {sa}");
+    assert_eq!(so["completed"], 5);
+    assert_eq!(so["upstream_failed"], 2);
+    assert_eq!(sa["completed"], 1);
+    assert_eq!(sa["socks_auth_failed"], 1);
+    assert_eq!(sa["socks_rejected"], 1);
+}
+
+/// `src -- relay == dst` with two links between relay and dst; the proxy's upstream is
+/// MPTCP and the relay announces its second address as a subflow endpoint.
+#[test]
+fn mptcp_upstream_uses_both_paths() {
+    let tb = Testbed::new("proxy_mptcp");
+    let src = tb.node("src");
+    let relay = tb.node("relay");
+    let dst = tb.node("dst");
+    tb.link(&src, "10.0.1.1/24", &relay, "10.0.1.2/24");
+    let a = tb.link(&relay, "10.0.2.1/24", &dst, "10.0.2.2/24");
+    let b = tb.link(&relay, "10.0.3.1/24", &dst, "10.0.3.2/24");
+    for n in [&relay, &dst] {
+        n.ip(&[
+            "mptcp",
+            "limits",
+            "set",
+            "subflows",
+            "2",
+            "add_addr_accepted",
+            "2",
+        ]);
+    }
+    relay.ip(&[
+        "mptcp", "endpoint", "add", "10.0.3.1", "dev", &b.a_if, "subflow",
+    ]);
+    // Each path is capped so only both together carry the transfer at full speed.
+    a.tbf_a("100mbit", 100).unwrap();
+    b.tbf_a("100mbit", 100).unwrap();
+    let proxy = start_proxy(
+        &relay,
+        "socks5",
+        &json!({"listen": "10.0.1.2:1080", "upstream": "mptcp"}),
+    );
+    let mptcp_listener = |port: u16| {
+        let s = socket2::Socket::new(
+            socket2::Domain::IPV4,
+            socket2::Type::STREAM,
+            Some(socket2::Protocol::MPTCP),
+        )
+        .unwrap();
+        s.set_reuse_address(true).unwrap();
+        s.bind(&SocketAddr::from(([0, 0, 0, 0], port)).into())
+            .unwrap();
+        s.listen(16).unwrap();
+        TcpListener::from(s)
+    };
+    let listener = dst.run(move || mptcp_listener(6001));
+    let plain = dst.run(|| TcpListener::bind("0.0.0.0:6002").unwrap());
+    let server = dst.run_bg(move || {
+        let mut n = 0u64;
+        for l in [listener, plain] {
+            let (mut s, _) = l.accept().unwrap();
+            let mut buf = vec![0u8; 1 << 16];
+            loop {
+                match s.read(&mut buf).unwrap() {
+                    0 => break,
+                    k => n += k as u64,
+                }
+            }
+        }
+        n
+    });
+    let rx = |ifname: &str| -> u64 {
+        let out = dst.exec(&[
+            "cat",
+            &format!("/sys/class/net/{ifname}/statistics/rx_bytes"),
+        ]);
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    };
+    let (rx_a0, rx_b0) = (rx(&a.b_if), rx(&b.b_if));
+    const BYTES: usize = 60 << 20;
+    let socks_send = |port: u16, bytes: usize| {
+        let mut s = TcpStream::connect("10.0.1.2:1080").unwrap();
+        s.write_all(&[5, 1, 0]).unwrap();
+        let mut r = [0u8; 2];
+        s.read_exact(&mut r).unwrap();
+        let mut req = vec![5, 1, 0, 1, 10, 0, 2, 2];
+        req.extend_from_slice(&port.to_be_bytes());
+        s.write_all(&req).unwrap();
+        let mut rep = [0u8; 10];
+        s.read_exact(&mut rep).unwrap();
+        assert_eq!(rep[1], 0, "SOCKS reply");
+        let chunk = vec![7u8; 1 << 20];
+        let t0 = Instant::now();
+        for _ in 0..bytes >> 20 {
+            s.write_all(&chunk).unwrap();
+        }
+        s.shutdown(Shutdown::Write).unwrap();
+        let _ = s.read(&mut [0u8; 1]);
+        t0.elapsed()
+    };
+    let took = src.run(move || socks_send(6001, BYTES));
+    let (rx_a, rx_b) = (rx(&a.b_if) - rx_a0, rx(&b.b_if) - rx_b0);
+    src.run(move || socks_send(6002, 1 << 20));
+    assert_eq!(server.join().unwrap(), (BYTES + (1 << 20)) as u64);
+    let st = stats(&proxy);
+    let mbit = BYTES as f64 * 8.0 / took.as_secs_f64() / 1e6;
+    let nstat = dst.sh("grep MPTcpExt /proc/net/netstat");
+    println!(
+        "mptcp: {} MiB in {:.2} s = {mbit:.0} Mbit/s over two 100 Mbit/s paths; \
+         rx path A {rx_a} B, path B {rx_b} B; proxy {st}\n{}",
+        BYTES >> 20,
+        took.as_secs_f64(),
+        String::from_utf8_lossy(&nstat.stdout)
+    );
+    assert_eq!(st["mptcp_connections"], 1);
+    assert_eq!(st["mptcp_fallbacks"], 1, "the plain TCP server falls back");
+    let min = BYTES as u64 / 5;
+    assert!(
+        rx_a > min && rx_b > min,
+        "both subflows carry data: {rx_a} / {rx_b}"
+    );
+}
+
+/// install/remove of routing and the standalone chain are idempotent and leave the
+/// namespace as it was.
+#[test]
+fn tproxy_install_remove_leaves_nothing() {
+    let tb = Testbed::new("proxy_rules");
+    let n = tb.node("r");
+    let snapshot = || {
+        let mut s = String::new();
+        for args in [
+            vec!["ip", "-4", "rule"],
+            vec!["ip", "-6", "rule"],
+            vec!["ip", "-4", "route", "show", "table", "all"],
+            vec!["ip", "-6", "route", "show", "table", "all"],
+            vec!["iptables", "-w", "-t", "mangle", "-S"],
+            vec!["ip6tables", "-w", "-t", "mangle", "-S"],
+        ] {
+            let out = n.exec(&args);
+            s.push_str(&String::from_utf8_lossy(&out.stdout));
+        }
+        s
+    };
+    let before = snapshot();
+    let spec = TproxySpec::static_ports(9040, vec![80, 443]);
+    for _ in 0..2 {
+        spec.install_routing(Some(n.name())).unwrap();
+        spec.install_chain(Some(n.name()), "RPX-T").unwrap();
+    }
+    let during = snapshot();
+    assert_eq!(
+        during
+            .matches("fwmark 0x10000000/0x10000000 lookup 233")
+            .count(),
+        2,
+        "{during}"
+    );
+    assert_eq!(
+        during.matches("-A PREROUTING -j RPX-T").count(),
+        2,
+        "{during}"
+    );
+    assert!(during.contains("TPROXY --on-port 9040"));
+    let mark_spec = TproxySpec::default();
+    mark_spec.install_chain(Some(n.name()), "RPX-T").unwrap();
+    assert!(!snapshot().contains("multiport"));
+    for _ in 0..2 {
+        spec.remove_chain(Some(n.name()), "RPX-T").unwrap();
+        spec.remove_routing(Some(n.name())).unwrap();
+    }
+    assert_eq!(snapshot(), before);
+    let _ = Command::new("true").status();
+}

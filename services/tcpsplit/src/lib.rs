@@ -1,0 +1,527 @@
+//! `tcpsplit`: the per-connection split decision of the TCP split proxy (issue 8, seeds 003
+//! and 004). It sees the SYN of each new TCP connection and either marks it for diversion
+//! to relayd's proxy (the fwmark `mark`; the queue's rules turn it into a connmark so the
+//! decision sticks to the connection, and TPROXY diverts it) or lets it pass natively.
+//!
+//! A SYN is split when it matches the policy: its destination port is in `ports` (if
+//! given) and its destination address is in `prefixes` (if given): each list given narrows
+//! the choice, as iptables matches do; with neither, every connection is a candidate.
+//! With `adaptive`, a candidate is split only while the egress queue's expected waiting
+//! time (qdisc backlog / rate, read from the queue monitor) is at least `min_wait_us`: a
+//! split pays off when the path is congested (seed 003's authors' adaptive split).
+//!
+//! ```toml
+//! [service.split]
+//! kind = "tcpsplit"
+//! ports = [80, 443, 9000]
+//! prefixes = ["203.0.113.0/24", "2001:db8::/32"]
+//! adaptive = { min_wait_us = 500 }  # optional; bandwidth = "100mbit" if the qdisc has no rate
+//! interface = "eth1"                 # the egress to watch (at PREROUTING it is not known yet)
+//! mark = 0x1                         # the "divert" mark (default 0x1)
+//! repeat = false                     # true: NF_REPEAT with the mark (see the field)
+//! upstream = "tcp"                   # for the proxy: tcp | mptcp
+//! transparent_source = false         # for the proxy
+//! ```
+//!
+//! Packets that are not a TCP SYN (without ACK) pass untouched and are counted: the queue
+//! should only carry SYNs (`match = "-p tcp --syn"`, `ct state new`).
+
+mod prefix;
+
+pub use prefix::Prefix;
+
+use relay_core::builtin::{HEADER_BYTES, de_u32};
+use relay_core::wire::{proto, tcp};
+use relay_core::{
+    Action, Context, Counter, Counters, IpVersion, Packet, Service, ServiceConfig, ServiceFactory,
+};
+use relay_netlink::QueueMonitor;
+use serde::Deserialize;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Configuration of `tcpsplit`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TcpSplitConfig {
+    /// Destination ports to split (empty: any).
+    #[serde(default)]
+    pub ports: Vec<u16>,
+    /// Destination prefixes to split, `"10.0.0.0/8"`, `"2001:db8::/32"` (empty: any).
+    #[serde(default)]
+    pub prefixes: Vec<String>,
+    /// Split only while the egress queue is long enough.
+    #[serde(default)]
+    pub adaptive: Option<AdaptiveConfig>,
+    /// The egress interface whose queue `adaptive` watches; default: the packet's output
+    /// interface, which is known only at FORWARD and POSTROUTING.
+    #[serde(default)]
+    pub interface: Option<String>,
+    /// The fwmark that means "divert to the proxy" (integer or "0x..." string).
+    #[serde(default = "default_mark", deserialize_with = "de_u32")]
+    pub mark: u32,
+    /// Give a split SYN back to its hook with the mark (NF_REPEAT, with relayd's bypass
+    /// bit) instead of setting the mark and continuing: for a queue in mangle PREROUTING
+    /// whose TPROXY and CONNMARK rules follow in the same hook. An accepted packet goes on
+    /// to the next hook, never to the next rule.
+    #[serde(default)]
+    pub repeat: bool,
+    /// The proxy's upstream protocol, `tcp` or `mptcp` (read by the proxy, not here).
+    #[serde(default)]
+    pub upstream: Option<String>,
+    /// Whether the proxy's upstream leg keeps the client's address (read by the proxy).
+    #[serde(default)]
+    pub transparent_source: bool,
+}
+
+/// The adaptive part of the policy.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdaptiveConfig {
+    /// The least expected egress queue wait, in microseconds, for a split.
+    pub min_wait_us: u64,
+    /// The egress bandwidth (`"100mbit"`), for a queue whose qdisc has no rate of its own.
+    #[serde(default)]
+    pub bandwidth: Option<String>,
+}
+
+fn default_mark() -> u32 {
+    0x1
+}
+
+/// A queue view older than this means the monitor stopped: the wait counts as unknown.
+const STALE: Duration = Duration::from_millis(100);
+
+impl TcpSplitConfig {
+    fn factory(self, monitor: Option<Arc<QueueMonitor>>) -> Result<Factory, String> {
+        if self.mark == 0 {
+            return Err("mark = 0 cannot mark a connection for diversion".into());
+        }
+        if let Some(u) = &self.upstream
+            && u != "tcp"
+            && u != "mptcp"
+        {
+            return Err(format!("upstream = \"{u}\" must be \"tcp\" or \"mptcp\""));
+        }
+        let prefixes = self
+            .prefixes
+            .iter()
+            .map(|p| p.parse::<Prefix>().map_err(|e| format!("prefixes: {e}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let ifindex = match &self.interface {
+            Some(name) => Some(ifindex(name)?),
+            None => None,
+        };
+        let adaptive = match &self.adaptive {
+            Some(a) => Some(Adaptive {
+                min_wait: a.min_wait_us as f64 * 1e-6,
+                bandwidth_bytes: match &a.bandwidth {
+                    Some(b) => Some(parse_rate_bits(b)? as f64 / 8.0),
+                    None => None,
+                },
+            }),
+            None => None,
+        };
+        Ok(Factory {
+            ports: self.ports,
+            prefixes,
+            adaptive,
+            ifindex,
+            mark: self.mark,
+            repeat: self.repeat,
+            monitor,
+        })
+    }
+}
+
+impl ServiceConfig for TcpSplitConfig {
+    const KIND: &'static str = "tcpsplit";
+
+    fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, String> {
+        let monitor = match self.adaptive {
+            Some(_) => Some(QueueMonitor::shared().map_err(|e| {
+                format!("adaptive cannot read the egress queues over rtnetlink: {e}")
+            })?),
+            None => None,
+        };
+        Ok(Arc::new(self.factory(monitor)?))
+    }
+}
+
+/// The interface index of `name`, in the calling thread's network namespace.
+fn ifindex(name: &str) -> Result<u32, String> {
+    let c = std::ffi::CString::new(name).map_err(|_| format!("interface `{name}`: bad name"))?;
+    // SAFETY: a NUL-terminated string that lives across the call.
+    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    if i == 0 {
+        return Err(format!("interface `{name}` does not exist"));
+    }
+    Ok(i)
+}
+
+/// Parses a rate in bits per second: "100mbit", "1.5gbit", "800kbit" or plain bits.
+fn parse_rate_bits(s: &str) -> Result<u64, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("bandwidth `{s}` is not a rate such as \"100mbit\""))?;
+    let mult = match unit {
+        "" | "bit" => 1.0,
+        "kbit" => 1e3,
+        "mbit" => 1e6,
+        "gbit" => 1e9,
+        _ => return Err(format!("bandwidth `{s}`: use bit, kbit, mbit or gbit")),
+    };
+    let v = n * mult;
+    if !(1.0..1e13).contains(&v) {
+        return Err(format!("bandwidth `{s}` out of range"));
+    }
+    Ok(v as u64)
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Adaptive {
+    /// Seconds.
+    min_wait: f64,
+    bandwidth_bytes: Option<f64>,
+}
+
+struct Factory {
+    ports: Vec<u16>,
+    prefixes: Vec<Prefix>,
+    adaptive: Option<Adaptive>,
+    ifindex: Option<u32>,
+    mark: u32,
+    repeat: bool,
+    monitor: Option<Arc<QueueMonitor>>,
+}
+
+impl ServiceFactory for Factory {
+    fn kind(&self) -> &'static str {
+        "tcpsplit"
+    }
+
+    fn needs_bytes(&self) -> Option<u32> {
+        Some(HEADER_BYTES)
+    }
+
+    fn build(&self, counters: &Counters) -> Box<dyn Service> {
+        let c = |n: &str| counters.counter(n);
+        Box::new(TcpSplit {
+            ports: self.ports.clone(),
+            prefixes: self.prefixes.clone(),
+            adaptive: self.adaptive,
+            ifindex: self.ifindex,
+            mark: self.mark,
+            repeat: self.repeat,
+            monitor: self.monitor.clone(),
+            n: Names {
+                split: c("split"),
+                split_policy: c("split_policy"),
+                split_adaptive_wait: c("split_adaptive_wait"),
+                passed: c("passed"),
+                passed_port: c("passed_port"),
+                passed_prefix: c("passed_prefix"),
+                passed_queue_short: c("passed_queue_short"),
+                passed_queue_unknown: c("passed_queue_unknown"),
+                passed_not_syn: c("passed_not_syn"),
+                passed_not_tcp: c("passed_not_tcp"),
+                wait_us: counters.gauge("wait_us"),
+            },
+        })
+    }
+}
+
+struct Names {
+    split: Counter,
+    split_policy: Counter,
+    split_adaptive_wait: Counter,
+    passed: Counter,
+    passed_port: Counter,
+    passed_prefix: Counter,
+    passed_queue_short: Counter,
+    passed_queue_unknown: Counter,
+    passed_not_syn: Counter,
+    passed_not_tcp: Counter,
+    wait_us: Counter,
+}
+
+struct TcpSplit {
+    ports: Vec<u16>,
+    prefixes: Vec<Prefix>,
+    adaptive: Option<Adaptive>,
+    ifindex: Option<u32>,
+    mark: u32,
+    repeat: bool,
+    monitor: Option<Arc<QueueMonitor>>,
+    n: Names,
+}
+
+/// What the policy decided, as the counter of its reason.
+enum Outcome<'a> {
+    Split(&'a Counter),
+    Pass(&'a Counter),
+}
+
+impl TcpSplit {
+    fn decide(&self, pkt: &mut Packet) -> Outcome<'_> {
+        let n = &self.n;
+        let Ok(l) = pkt.layout() else {
+            return Outcome::Pass(&n.passed_not_tcp);
+        };
+        if l.proto != proto::TCP {
+            return Outcome::Pass(&n.passed_not_tcp);
+        }
+        let Some(t) = pkt.tcp() else {
+            return Outcome::Pass(&n.passed_not_syn); // a later fragment
+        };
+        if t.flags() & (tcp::flags::SYN | tcp::flags::ACK) != tcp::flags::SYN {
+            return Outcome::Pass(&n.passed_not_syn);
+        }
+        let port = t.dst_port();
+        if !self.ports.is_empty() && !self.ports.contains(&port) {
+            return Outcome::Pass(&n.passed_port);
+        }
+        if !self.prefixes.is_empty() {
+            let d = pkt.data();
+            let dst = match l.version {
+                IpVersion::V4 => IpAddr::V4(Ipv4Addr::new(d[16], d[17], d[18], d[19])),
+                IpVersion::V6 => {
+                    let mut a = [0u8; 16];
+                    a.copy_from_slice(&d[24..40]);
+                    IpAddr::V6(Ipv6Addr::from(a))
+                }
+            };
+            if !self.prefixes.iter().any(|p| p.contains(dst)) {
+                return Outcome::Pass(&n.passed_prefix);
+            }
+        }
+        let Some(a) = self.adaptive else {
+            return Outcome::Split(&n.split_policy);
+        };
+        let ifindex = self.ifindex.unwrap_or(pkt.meta.outdev);
+        let q = self
+            .monitor
+            .as_ref()
+            .and_then(|m| m.get(ifindex))
+            .filter(|q| q.age < STALE);
+        let Some(q) = q else {
+            return Outcome::Pass(&n.passed_queue_unknown);
+        };
+        let rate = a
+            .bandwidth_bytes
+            .or(Some(q.rate_bytes as f64).filter(|&r| r > 0.0));
+        let Some(rate) = rate else {
+            return Outcome::Pass(&n.passed_queue_unknown);
+        };
+        let wait = q.backlog_bytes as f64 / rate;
+        n.wait_us.set((wait * 1e6) as u64);
+        if wait >= a.min_wait {
+            Outcome::Split(&n.split_adaptive_wait)
+        } else {
+            Outcome::Pass(&n.passed_queue_short)
+        }
+    }
+}
+
+impl Service for TcpSplit {
+    fn process(&mut self, pkt: &mut Packet, _cx: &Context) -> Action {
+        match self.decide(pkt) {
+            Outcome::Split(reason) => {
+                reason.inc();
+                self.n.split.inc();
+                let mark = pkt.verdict_mark().unwrap_or(pkt.meta.mark) | self.mark;
+                if self.repeat {
+                    return Action::Repeat { mark };
+                }
+                pkt.set_mark(mark);
+            }
+            Outcome::Pass(reason) => {
+                reason.inc();
+                self.n.passed.inc();
+            }
+        }
+        Action::Continue
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use relay_core::wire::{Ipv4Packet, checksum};
+    use std::time::Instant;
+
+    /// A TCP/IPv4 segment 10.0.1.1:40000 -> `dst`:`port` with `flags`.
+    fn tcp4(dst: [u8; 4], port: u16, flags: u8) -> Vec<u8> {
+        let mut b = vec![0x45, 0, 0, 40, 0, 1, 0x40, 0, 64, 6, 0, 0, 10, 0, 1, 1];
+        b.extend_from_slice(&dst);
+        b.extend_from_slice(&40000u16.to_be_bytes());
+        b.extend_from_slice(&port.to_be_bytes());
+        b.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, flags, 0xff, 0xff, 0, 0, 0, 0]);
+        Ipv4Packet::new_unchecked(&mut b[..]).fill_checksum();
+        let pseudo = checksum::pseudo_v4([10, 0, 1, 1].into(), dst.into(), 6, 20);
+        relay_core::wire::TcpPacket::new_unchecked(&mut b[20..]).fill_checksum(pseudo);
+        b
+    }
+
+    /// A TCP/IPv6 SYN to `dst`:`port`.
+    fn syn6(dst: Ipv6Addr, port: u16) -> Vec<u8> {
+        let mut b = vec![0x60, 0, 0, 0, 0, 20, 6, 64];
+        b.extend_from_slice(&"fd00:1::1".parse::<Ipv6Addr>().unwrap().octets());
+        b.extend_from_slice(&dst.octets());
+        b.extend_from_slice(&40000u16.to_be_bytes());
+        b.extend_from_slice(&port.to_be_bytes());
+        b.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0xff, 0xff, 0, 0, 0, 0]);
+        b
+    }
+
+    const SYN: u8 = tcp::flags::SYN;
+
+    fn build(text: &str, monitor: Option<Arc<QueueMonitor>>) -> (Box<dyn Service>, Counters) {
+        let cfg: TcpSplitConfig = toml::from_str(text).unwrap();
+        let f = cfg.factory(monitor).unwrap();
+        let c = Counters::new();
+        (f.build(&c), c)
+    }
+
+    fn counts(c: &Counters) -> std::collections::HashMap<String, u64> {
+        c.snapshot().into_iter().map(|(n, _, v)| (n, v)).collect()
+    }
+
+    /// The mark the verdict sets after the service ran on `bytes` (with `mark` queued).
+    fn run(s: &mut Box<dyn Service>, bytes: &[u8], mark: u32) -> Option<u32> {
+        let mut p = Packet::from_bytes(bytes);
+        p.meta.mark = mark;
+        assert_eq!(
+            s.process(&mut p, &Context::new(0, Instant::now())),
+            Action::Continue
+        );
+        assert!(!p.is_modified());
+        p.verdict_mark()
+    }
+
+    #[test]
+    fn splits_syns_to_listed_ports_and_prefixes() {
+        let (mut s, c) = build(
+            "ports = [80, 443]\nprefixes = [\"10.0.2.0/24\", \"fd00:2::/64\"]\nmark = \"0x10\"",
+            None,
+        );
+        assert_eq!(run(&mut s, &tcp4([10, 0, 2, 2], 80, SYN), 0x3), Some(0x13));
+        assert_eq!(
+            run(&mut s, &syn6("fd00:2::2".parse().unwrap(), 443), 0),
+            Some(0x10)
+        );
+        // Wrong port, wrong prefix, a SYN-ACK, a plain ACK, UDP: all pass, unmarked.
+        assert_eq!(run(&mut s, &tcp4([10, 0, 2, 2], 22, SYN), 0), None);
+        assert_eq!(run(&mut s, &tcp4([10, 0, 3, 2], 80, SYN), 0), None);
+        assert_eq!(
+            run(&mut s, &syn6("fd00:3::2".parse().unwrap(), 80), 0),
+            None
+        );
+        assert_eq!(
+            run(&mut s, &tcp4([10, 0, 2, 2], 80, SYN | tcp::flags::ACK), 0),
+            None
+        );
+        assert_eq!(
+            run(&mut s, &tcp4([10, 0, 2, 2], 80, tcp::flags::ACK), 0),
+            None
+        );
+        let mut udp = tcp4([10, 0, 2, 2], 80, SYN);
+        udp[9] = 17;
+        udp[24..26].copy_from_slice(&20u16.to_be_bytes());
+        Ipv4Packet::new_unchecked(&mut udp[..]).fill_checksum();
+        assert_eq!(run(&mut s, &udp, 0), None);
+        let n = counts(&c);
+        assert_eq!((n["split"], n["split_policy"]), (2, 2), "{n:?}");
+        assert_eq!(n["passed"], 6, "{n:?}");
+        assert_eq!(
+            (
+                n["passed_port"],
+                n["passed_prefix"],
+                n["passed_not_syn"],
+                n["passed_not_tcp"]
+            ),
+            (1, 2, 2, 1),
+            "{n:?}"
+        );
+    }
+
+    #[test]
+    fn no_lists_split_every_syn_with_the_default_mark() {
+        let (mut s, _) = build("", None);
+        assert_eq!(run(&mut s, &tcp4([192, 0, 2, 1], 9999, SYN), 0), Some(1));
+    }
+
+    #[test]
+    fn repeat_gives_a_split_syn_back_to_the_hook() {
+        let (mut s, _) = build(
+            "repeat = true
+mark = 0x4",
+            None,
+        );
+        let cx = Context::new(0, Instant::now());
+        let mut p = Packet::from_bytes(&tcp4([192, 0, 2, 1], 80, SYN));
+        p.meta.mark = 0x1;
+        assert_eq!(s.process(&mut p, &cx), Action::Repeat { mark: 0x5 });
+        let mut p = Packet::from_bytes(&tcp4([192, 0, 2, 1], 80, tcp::flags::ACK));
+        assert_eq!(s.process(&mut p, &cx), Action::Continue);
+    }
+
+    #[test]
+    fn adaptive_splits_only_on_a_long_egress_queue() {
+        // 100 kB waiting at 1 MB/s: 100 ms of queue.
+        let long = QueueMonitor::fixed(100_000, 1_000_000);
+        let text = "ports = [80]\nadaptive = { min_wait_us = 500 }";
+        let (mut s, c) = build(text, Some(long));
+        let syn = tcp4([10, 0, 2, 2], 80, SYN);
+        let mut p = Packet::from_bytes(&syn);
+        p.meta.outdev = 3;
+        s.process(&mut p, &Context::new(0, Instant::now()));
+        assert_eq!(p.verdict_mark(), Some(1));
+        let n = counts(&c);
+        assert_eq!((n["split_adaptive_wait"], n["wait_us"]), (1, 100_000));
+        // 100 bytes at 1 MB/s: 100 us, under the 500 us asked for.
+        let (mut s, c) = build(text, Some(QueueMonitor::fixed(100, 1_000_000)));
+        assert_eq!(run(&mut s, &syn, 0), None);
+        assert_eq!(counts(&c)["passed_queue_short"], 1);
+        // No rate known and none configured: the wait is unknown, the connection passes.
+        let (mut s, c) = build(text, Some(QueueMonitor::fixed(100_000, 0)));
+        assert_eq!(run(&mut s, &syn, 0), None);
+        assert_eq!(counts(&c)["passed_queue_unknown"], 1);
+        // ... unless the bandwidth is given: 100 kB at 100 Mbit/s is 8 ms.
+        let text = "adaptive = { min_wait_us = 500, bandwidth = \"100mbit\" }";
+        let (mut s, c) = build(text, Some(QueueMonitor::fixed(100_000, 0)));
+        assert_eq!(run(&mut s, &syn, 0), Some(1));
+        assert_eq!(counts(&c)["wait_us"], 8000);
+    }
+
+    #[test]
+    fn bad_configs_are_refused() {
+        for (text, want) in [
+            ("mark = 0", "mark"),
+            ("prefixes = [\"10.0.0.0/33\"]", "prefixes"),
+            ("prefixes = [\"bogus\"]", "prefixes"),
+            ("interface = \"nosuchif0\"", "nosuchif0"),
+            ("upstream = \"udp\"", "upstream"),
+            (
+                "adaptive = { min_wait_us = 1, bandwidth = \"9mbps\" }",
+                "bandwidth",
+            ),
+        ] {
+            let cfg: TcpSplitConfig = toml::from_str(text).unwrap();
+            let e = cfg.factory(None).err().unwrap_or_default();
+            assert!(e.contains(want), "{text}: {e}");
+        }
+        assert!(toml::from_str::<TcpSplitConfig>("port = [80]").is_err());
+        let ok: TcpSplitConfig = toml::from_str(
+            "ports = [80]\ninterface = \"lo\"\nupstream = \"mptcp\"\ntransparent_source = true",
+        )
+        .unwrap();
+        assert!(ok.factory(None).is_ok());
+    }
+}
