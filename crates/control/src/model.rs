@@ -146,6 +146,21 @@ pub struct PreRule {
 }
 
 impl PreRule {
+    /// The queue rule's match `matches` followed by `args`, for `family` (`None`: both);
+    /// `None` if the match does not split into arguments.
+    pub fn with_match(
+        family: Option<Family>,
+        matches: Option<&str>,
+        args: Vec<String>,
+    ) -> Option<PreRule> {
+        let mut out = match matches {
+            Some(m) => split_matches(m).ok()?,
+            None => Vec::new(),
+        };
+        out.extend(args);
+        Some(PreRule { family, args: out })
+    }
+
     /// A TCPMSS clamp for `family`, for a queue whose match is `matches`, narrowed to TCP
     /// SYNs; `None` when that match cannot select TCP, since then there is nothing to clamp.
     pub fn clamp_mss(family: Family, matches: Option<&str>, mss: u16) -> Option<PreRule> {

@@ -3,7 +3,7 @@
 
 use crate::registry::{BuildError, Registry};
 use relay_control::{Family, Hook, Table};
-use relay_core::{FailPolicy, ServiceFactory, Verdict};
+use relay_core::{CtMarkBits, FailPolicy, ServiceFactory, Verdict};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -70,6 +70,28 @@ pub struct DaemonConfig {
     pub bypass_mark: u32,
     /// Which iptables to drive: the system's default (`auto`) or `legacy`.
     pub iptables: IptablesFlavor,
+    /// The nfmark bits relayd's rules use to hand a queue's services the packet's
+    /// conntrack state (only on queues whose services read it; cleared again before the
+    /// packet leaves).
+    pub ct_mark_bits: CtMarkBits,
+}
+
+/// Default conntrack mark bits: tracked, established, related, reply (highest first).
+pub const DEFAULT_CT_MARK_BITS: u32 = 0x0f00_0000;
+
+/// Four single bits of `mask`, highest first, as tracked, established, related, reply;
+/// `None` unless `mask` has exactly four bits.
+pub fn ct_bits_from_mask(mask: u32) -> Option<CtMarkBits> {
+    if mask.count_ones() != 4 {
+        return None;
+    }
+    let mut bits = (0..32).rev().map(|i| 1u32 << i).filter(|b| mask & b != 0);
+    Some(CtMarkBits {
+        tracked: bits.next()?,
+        established: bits.next()?,
+        related: bits.next()?,
+        reply: bits.next()?,
+    })
 }
 
 /// Which iptables tools relayd runs.
@@ -121,6 +143,10 @@ pub struct QueueSpec {
     pub batch: usize,
     /// Spread a range by CPU rather than by flow.
     pub cpu_fanout: bool,
+    /// A service reads the packets' conntrack state.
+    pub conntrack: bool,
+    /// How many packets the queue may hold for a later verdict (services that delay).
+    pub hold: relay_nfq::HoldConfig,
 }
 
 impl fmt::Debug for QueueSpec {
@@ -174,6 +200,7 @@ struct RawDaemon {
     chain_prefix: Option<Spanned<String>>,
     bypass_mark: Option<Spanned<toml::Value>>,
     iptables: Option<IptablesFlavor>,
+    ct_mark_bits: Option<Spanned<toml::Value>>,
 }
 
 #[derive(Deserialize)]
@@ -341,6 +368,7 @@ fn check_daemon(cx: &mut Ctx<'_>, d: RawDaemon) -> DaemonConfig {
         chain_prefix: "RELAYD".into(),
         bypass_mark: relay_control::RuleSet::DEFAULT_BYPASS_MARK,
         iptables: d.iptables.unwrap_or(IptablesFlavor::Auto),
+        ct_mark_bits: ct_bits_from_mask(DEFAULT_CT_MARK_BITS).expect("four bits"),
     };
     if let Some(p) = d.chain_prefix {
         let ok = p.get_ref().len() <= 16
@@ -367,6 +395,27 @@ fn check_daemon(cx: &mut Ctx<'_>, d: RawDaemon) -> DaemonConfig {
                 "must be a non-zero 32-bit mark, e.g. \"0x40000000\"",
             ),
         }
+    }
+    if let Some(m) = d.ct_mark_bits {
+        match parse_u32(m.get_ref()).and_then(ct_bits_from_mask) {
+            Some(b) if b.mask() & out.bypass_mark == 0 => out.ct_mark_bits = b,
+            Some(_) => cx.err(
+                Some(m.span()),
+                "daemon.ct_mark_bits",
+                "overlaps daemon.bypass_mark",
+            ),
+            None => cx.err(
+                Some(m.span()),
+                "daemon.ct_mark_bits",
+                "must be a 32-bit mask with exactly four bits set, e.g. \"0x0f000000\"",
+            ),
+        }
+    } else if out.ct_mark_bits.mask() & out.bypass_mark != 0 {
+        cx.err(
+            None,
+            "daemon.ct_mark_bits",
+            "the default bits 0x0f000000 overlap daemon.bypass_mark: choose other ones",
+        );
     }
     out
 }
@@ -727,6 +776,39 @@ fn check_queue(
         Some(b) => *b.get_ref(),
         None => defaults.batch,
     };
+    let conntrack = chain.iter().find(|(_, s)| s.needs_conntrack());
+    if let (Some((name, _)), Table::Raw) = (conntrack, table) {
+        let span = q.table.as_ref().map(|t| t.span());
+        cx.err(
+            span,
+            f("table"),
+            format!(
+                "service `{name}` reads conntrack state, which the raw table comes before: use table = \"mangle\""
+            ),
+        );
+    }
+    let conntrack = conntrack.is_some();
+    let held: u32 = chain.iter().map(|(_, s)| s.max_held()).sum();
+    let mut hold = relay_nfq::HoldConfig::default();
+    let mut max_len = max_len;
+    if held > 0 {
+        hold.max_packets = held;
+        // Beyond its capacity a delaying queue drops, as a full netem queue does.
+        hold.overflow = Verdict::Drop;
+        // The kernel counts held packets against the queue length.
+        let need = held.saturating_add(batch as u32);
+        match &q.max_len {
+            Some(m) if *m.get_ref() < need => cx.err(
+                Some(m.span()),
+                f("max_len"),
+                format!(
+                    "must be at least {need}: the services hold up to {held} packets, plus a batch"
+                ),
+            ),
+            Some(_) => {}
+            None => max_len = max_len.max(need),
+        }
+    }
     let cpu_fanout = q.cpu_fanout.unwrap_or(false);
     if cpu_fanout && first == last {
         cx.err(
@@ -760,6 +842,8 @@ fn check_queue(
         rcvbuf,
         batch,
         cpu_fanout,
+        conntrack,
+        hold,
     })
 }
 
@@ -838,6 +922,41 @@ rate = 5
             ],
             "{e:#?}"
         );
+    }
+
+    #[test]
+    fn conntrack_mark_bits_and_held_packets() {
+        assert_eq!(
+            ct_bits_from_mask(0x0f00_0000),
+            Some(CtMarkBits {
+                tracked: 0x0800_0000,
+                established: 0x0400_0000,
+                related: 0x0200_0000,
+                reply: 0x0100_0000,
+            })
+        );
+        assert_eq!(ct_bits_from_mask(0x7), None);
+        let e = errs(
+            "[daemon]\nct_mark_bits = \"0x3\"\n[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"accept\"]\n",
+        );
+        assert_eq!((e[0].line, e[0].field.as_str()), (2, "daemon.ct_mark_bits"));
+        let e = errs(
+            "[daemon]\nbypass_mark = \"0x01000000\"\n[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"accept\"]\n",
+        );
+        assert_eq!(e[0].field, "daemon.ct_mark_bits", "{e:?}");
+        // A delaying queue holds packets: its kernel queue is made long enough, or refused.
+        let q = "[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"d\"]\n";
+        let svc = "[service.d]\nkind = \"delay\"\ndelay = \"10ms\"\nlimit = 5000\n";
+        let cfg = parse(
+            &format!("{q}{svc}"),
+            Path::new("t.toml"),
+            &Registry::with_builtins(),
+        )
+        .unwrap();
+        assert_eq!(cfg.queues[0].hold.max_packets, 5000);
+        assert!(cfg.queues[0].max_len >= 5000 + cfg.queues[0].batch as u32);
+        let e = errs(&format!("{q}max_len = 100\n{svc}"));
+        assert_eq!(e[0].field, "queue[0].max_len", "{e:?}");
     }
 
     #[test]

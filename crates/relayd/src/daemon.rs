@@ -8,6 +8,7 @@ use crate::rules;
 use crate::status::{KernelStatus, QueueStatus, ServiceStatus, Status};
 use anyhow::{Context as _, bail};
 use relay_control::Family;
+use relay_core::CtMarkBits;
 use relay_core::{Chain, ChainSettings, Counter, CounterKind, Counters, QueueCounters};
 use relay_nfq::{Queue, QueueConfig};
 use std::collections::BTreeMap;
@@ -44,7 +45,7 @@ impl std::fmt::Debug for Daemon {
     }
 }
 
-fn queue_config(spec: &QueueSpec, num: u16) -> QueueConfig {
+fn queue_config(spec: &QueueSpec, num: u16, ct_bits: CtMarkBits) -> QueueConfig {
     QueueConfig {
         num,
         copy_range: spec.copy_range,
@@ -54,7 +55,9 @@ fn queue_config(spec: &QueueSpec, num: u16) -> QueueConfig {
         rcvbuf: spec.rcvbuf,
         batch: spec.batch,
         batch_verdicts: true,
-        ..QueueConfig::new(num)
+        conntrack: spec.conntrack,
+        ct_mark_bits: spec.conntrack.then_some(ct_bits),
+        hold: spec.hold,
     }
 }
 
@@ -197,7 +200,7 @@ impl Daemon {
                 if self.queues.contains_key(&num) {
                     continue;
                 }
-                let cfg = queue_config(spec, num);
+                let cfg = queue_config(spec, num, config.daemon.ct_mark_bits);
                 let chain = self.counters.chain(spec, num, config.daemon.bypass_mark);
                 let counters = self.counters.queue(num);
                 match Queue::start(&cfg, chain, counters) {
@@ -277,7 +280,7 @@ impl Daemon {
         let bypass = new.daemon.bypass_mark;
         for (num, r) in self.queues.iter_mut() {
             if let Some(spec) = wanted.get(num) {
-                let cfg = queue_config(spec, *num);
+                let cfg = queue_config(spec, *num, new.daemon.ct_mark_bits);
                 let chain = self.counters.chain(spec, *num, bypass);
                 // Checked by the configuration already; an error here is a bug, not input.
                 if let Err(e) = r.queue.update(chain, &cfg) {

@@ -57,7 +57,7 @@ impl Registry {
     }
 
     /// The kinds relayd ships: `accept`, `drop`, `dump`, `mark`, `compress`, `decompress`,
-    /// `encrypt`, `decrypt`.
+    /// `encrypt`, `decrypt`, `delay`, `tcpsplit`.
     pub fn with_builtins() -> Registry {
         let mut r = Registry::empty();
         r.register::<AcceptConfig>();
@@ -68,6 +68,8 @@ impl Registry {
         r.register::<relay_svc_compress::DecompressConfig>();
         r.register::<relay_svc_crypto::EncryptConfig>();
         r.register::<relay_svc_crypto::DecryptConfig>();
+        r.register::<relay_svc_delay::DelayConfig>();
+        r.register::<relay_svc_tcpsplit::TcpSplitConfig>();
         r
     }
 

@@ -3,10 +3,11 @@
 
 use crate::config::{Config, ConfigError, ConfigErrors, IptablesFlavor, QueueSpec};
 use relay_control::{Backend, ControlError, Family, PreRule, QueueRule, RuleSet};
-use relay_core::MssClamp;
+use relay_core::{CtMarkBits, MssClamp};
 
 /// The rule set a configuration implies, one rule per `[[queue]]` entry in file order.
 pub fn ruleset(cfg: &Config) -> RuleSet {
+    let ct = cfg.daemon.ct_mark_bits;
     RuleSet {
         prefix: cfg.daemon.chain_prefix.clone(),
         bypass_mark: cfg.daemon.bypass_mark,
@@ -22,21 +23,44 @@ pub fn ruleset(cfg: &Config) -> RuleSet {
                 last_queue: q.last,
                 bypass: q.fail_open,
                 cpu_fanout: q.cpu_fanout,
-                pre: pre_rules(q),
+                pre: pre_rules(q, ct),
             })
             .collect(),
     }
 }
 
-/// What the queue's services need the kernel to do before the queue rule: the smallest
-/// TCP MSS clamp any of them asks for, per family.
-fn pre_rules(q: &QueueSpec) -> Vec<PreRule> {
+/// What the queue's services need the kernel to do before the queue rule: the packet's
+/// conntrack state in the mark bits `ct` (if a service reads it), and the smallest TCP
+/// MSS clamp any of them asks for, per family.
+fn pre_rules(q: &QueueSpec, ct: CtMarkBits) -> Vec<PreRule> {
+    let mut out = Vec::new();
+    if q.conntrack {
+        for (what, bit) in [
+            (["--ctstate", "NEW,ESTABLISHED,RELATED"], ct.tracked),
+            (["--ctstate", "ESTABLISHED"], ct.established),
+            (["--ctstate", "RELATED"], ct.related),
+            (["--ctdir", "REPLY"], ct.reply),
+        ] {
+            let mut args = [
+                "-m",
+                "conntrack",
+                what[0],
+                what[1],
+                "-j",
+                "MARK",
+                "--or-mark",
+            ]
+            .map(String::from)
+            .to_vec();
+            args.push(format!("{bit:#x}"));
+            out.extend(PreRule::with_match(None, q.matches.as_deref(), args));
+        }
+    }
     let clamps: Vec<MssClamp> = q
         .services
         .iter()
         .filter_map(|(_, s)| s.clamp_mss())
         .collect();
-    let mut out = Vec::new();
     for (family, mss) in [
         (Family::Ipv4, clamps.iter().map(|c| c.ipv4).min()),
         (Family::Ipv6, clamps.iter().map(|c| c.ipv6).min()),
