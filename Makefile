@@ -5,7 +5,7 @@ CARGO ?= cargo
 DEBIAN_PACKAGES := iptables iproute2 iputils-ping procps
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build release deps test lint unit demo bench bench-passthrough experiment-compress clean
+.PHONY: all build release deps test lint unit demo bench bench-passthrough bench-esp experiment-compress clean
 
 all: build
 
@@ -48,6 +48,10 @@ bench:
 # Kernel forwarding vs relayd on a namespace testbed: pps, TCP throughput, added latency.
 bench-passthrough: deps
 	$(CARGO) bench -p relayd --locked --bench passthrough
+
+# ESP per cipher beside `openssl speed` in the same run (docs/performance.md).
+bench-esp:
+	bash benches/esp-vs-openssl.sh
 
 # Seed 003's experiment (Fig. 11/12) on a namespace testbed: tables and plots into docs/.
 experiment-compress: deps
