@@ -11,6 +11,9 @@
 //! Planning is pure (see [`RuleSet::restore_text`]); only [`RuleSet::validate`],
 //! [`RuleSet::install`], [`RuleSet::remove`] and [`cleanup`] run iptables, through a
 //! [`Backend`].
+//!
+//! [`tc`] does the same for per-VCAN QoS: an HTB tree with one class per VCAN and an
+//! O(1) mark-to-class classifier, installed, updated and removed in one `tc -batch` run.
 
 mod args;
 mod backend;
@@ -19,10 +22,12 @@ mod model;
 mod ops;
 mod render;
 mod saved;
+pub mod tc;
 
 pub use args::{MatchError, quote_arg, split_matches};
 pub use backend::Backend;
 pub use error::ControlError;
-pub use model::{Family, Hook, PreRule, QueueRule, RuleSet, Table, parse_queue_range};
+pub use model::{Family, Hook, OwnedRule, PreRule, QueueRule, RuleSet, Table, parse_queue_range};
 pub use ops::cleanup;
 pub use render::{CleanupReport, InstallReport};
+pub use tc::{ClassStats, HtbClass, HtbPlan, InstallOutcome, Tc, TcError};

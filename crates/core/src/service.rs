@@ -134,6 +134,12 @@ pub trait ServiceFactory: Send + Sync {
         None
     }
 
+    /// The tc tree the service's marks select classes of, if any: relayd installs it on
+    /// start, applies changes on reload (only the differing classes) and removes it on exit.
+    fn qos(&self) -> Option<crate::QosPlan> {
+        None
+    }
+
     /// A new instance for one queue thread; `counters` is where it registers its own
     /// counters (shown by `relayd status`).
     fn build(&self, counters: &Counters) -> Box<dyn Service>;

@@ -1,0 +1,197 @@
+//! `mpls-decap`: at the far edge, check the outer header (IPv4 protocol 137, or UDP to
+//! port 6635), check the top label is one this edge serves, strip outer IP, UDP and the
+//! label stack, and hand the inner packet to routing.
+//!
+//! Packets that are not MPLS-in-IP/UDP pass untouched (the queue's rule should select only
+//! those). Unknown labels are counted and dropped; a malformed encapsulation (short label
+//! stack, bad UDP length or checksum, an inner packet that is neither well-formed IPv4
+//! nor IPv6) is counted and dropped. An outer fragment cannot be decapsulated (the label
+//! and inner header may be in another fragment): it is counted and dropped; on a decap
+//! edge the kernel's defragmentation (any conntrack use, or `nf_defrag_ipv4`) reassembles
+//! before the queue sees the packet.
+
+use crate::config::DecapConfig;
+use crate::encap::family_ok;
+use crate::lse::{self, Lse, PROTO_MPLS_IN_IP, UDP_PORT};
+use relay_core::wire::{Ipv4Packet, Ipv6Packet, UdpPacket, checksum, proto, udp};
+use relay_core::{
+    Action, Context, Counter, Counters, IpVersion, Packet, Service, ServiceConfig, ServiceFactory,
+};
+use std::sync::Arc;
+
+/// The most label stack entries walked before the stack is called malformed.
+const MAX_STACK: usize = 8;
+
+/// Why a packet could not be decapsulated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecapError {
+    /// Not MPLS-in-IP or MPLS-in-UDP: left alone.
+    NotMpls,
+    /// An outer fragment.
+    Fragment,
+    /// The top label is not in the configured set.
+    UnknownLabel(u32),
+    /// A broken label stack, UDP header or inner packet.
+    Malformed,
+}
+
+/// Where the inner packet of an MPLS-in-IP/UDP packet is: `(offset, length, version,
+/// top label)`. Pure, for tests and offline tools.
+pub fn locate_inner(
+    data: &[u8],
+    labels: &[u32],
+) -> Result<(usize, usize, IpVersion, u32), DecapError> {
+    if data.first().map(|b| b >> 4) != Some(4) {
+        return Err(DecapError::NotMpls);
+    }
+    let ip = Ipv4Packet::new_checked(data).map_err(|_| DecapError::NotMpls)?;
+    let hl = ip.header_len();
+    let end = ip.packet_len().min(data.len());
+    let mut off = match ip.protocol() {
+        PROTO_MPLS_IN_IP => hl,
+        proto::UDP => {
+            if ip.frag_offset() != 0 {
+                return Err(DecapError::NotMpls);
+            }
+            let Ok(u) = UdpPacket::new_checked(&data[hl..end]) else {
+                return Err(DecapError::NotMpls);
+            };
+            if u.dst_port() != UDP_PORT {
+                return Err(DecapError::NotMpls);
+            }
+            if ip.is_fragment() {
+                return Err(DecapError::Fragment);
+            }
+            if (u.len() as usize) != end - hl {
+                return Err(DecapError::Malformed);
+            }
+            let pseudo =
+                checksum::pseudo_v4(ip.src_addr(), ip.dst_addr(), proto::UDP, u.len() as u32);
+            if !u.verify_checksum(pseudo) {
+                return Err(DecapError::Malformed);
+            }
+            hl + udp::HEADER_LEN
+        }
+        _ => return Err(DecapError::NotMpls),
+    };
+    if ip.is_fragment() {
+        return Err(DecapError::Fragment);
+    }
+    let mut top = None;
+    for _ in 0..MAX_STACK {
+        let e = Lse::new_checked(data.get(off..end).ok_or(DecapError::Malformed)?)
+            .map_err(|_| DecapError::Malformed)?;
+        let label = e.label();
+        off += lse::HEADER_LEN;
+        if top.is_none() {
+            if labels.binary_search(&label).is_err() {
+                return Err(DecapError::UnknownLabel(label));
+            }
+            top = Some(label);
+        }
+        if e.bottom() {
+            let inner = &data[off..end];
+            let (len, v) = match inner.first().map(|b| b >> 4) {
+                Some(4) => (
+                    Ipv4Packet::new_checked(inner)
+                        .map_err(|_| DecapError::Malformed)?
+                        .packet_len(),
+                    IpVersion::V4,
+                ),
+                Some(6) => (
+                    Ipv6Packet::new_checked(inner)
+                        .map_err(|_| DecapError::Malformed)?
+                        .packet_len(),
+                    IpVersion::V6,
+                ),
+                _ => return Err(DecapError::Malformed),
+            };
+            return Ok((off, len, v, top.unwrap_or(label)));
+        }
+    }
+    Err(DecapError::Malformed)
+}
+
+struct DecapService {
+    labels: Arc<Vec<u32>>,
+    decapsulated: Counter,
+    passed: Counter,
+    unknown: Counter,
+    malformed: Counter,
+    fragment: Counter,
+    family: Counter,
+}
+
+impl Service for DecapService {
+    fn process(&mut self, pkt: &mut Packet, _cx: &Context) -> Action {
+        if pkt.is_partial() {
+            self.passed.inc();
+            return Action::Continue;
+        }
+        match locate_inner(pkt.data(), &self.labels) {
+            Ok((off, len, v, _)) => {
+                if !family_ok(pkt.meta.hw_protocol, v) {
+                    // An IPv4 hook cannot hand back IPv6: needs the datapath to re-inject.
+                    self.family.inc();
+                    return Action::Drop;
+                }
+                pkt.remove(0, off);
+                pkt.resize(len);
+                self.decapsulated.inc();
+                Action::Continue
+            }
+            Err(DecapError::NotMpls) => {
+                self.passed.inc();
+                Action::Continue
+            }
+            Err(DecapError::UnknownLabel(_)) => {
+                self.unknown.inc();
+                Action::Drop
+            }
+            Err(DecapError::Fragment) => {
+                self.fragment.inc();
+                Action::Drop
+            }
+            Err(DecapError::Malformed) => {
+                self.malformed.inc();
+                Action::Drop
+            }
+        }
+    }
+}
+
+struct DecapFactory {
+    labels: Arc<Vec<u32>>,
+}
+
+impl ServiceFactory for DecapFactory {
+    fn kind(&self) -> &'static str {
+        "mpls-decap"
+    }
+
+    fn rewrites_payload(&self) -> bool {
+        true
+    }
+
+    fn build(&self, counters: &Counters) -> Box<dyn Service> {
+        Box::new(DecapService {
+            labels: Arc::clone(&self.labels),
+            decapsulated: counters.counter("decapsulated"),
+            passed: counters.counter("passed_not_mpls"),
+            unknown: counters.counter("dropped_unknown_label"),
+            malformed: counters.counter("dropped_malformed"),
+            fragment: counters.counter("dropped_fragment"),
+            family: counters.counter("dropped_family_change"),
+        })
+    }
+}
+
+impl ServiceConfig for DecapConfig {
+    const KIND: &'static str = "mpls-decap";
+
+    fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, String> {
+        Ok(Arc::new(DecapFactory {
+            labels: Arc::new(self.check()?),
+        }))
+    }
+}

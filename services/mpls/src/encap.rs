@@ -1,0 +1,316 @@
+//! `mpls-encap`: classify a packet to its VCAN and push it into that VCAN's MPLS path,
+//! as MPLS-in-IP (RFC 4023) or MPLS-in-UDP (RFC 7510), marking it with the VCAN's tc class.
+//!
+//! Outer IPv4 header: source `local`, destination the VCAN's `remote`, TTL 64, the inner
+//! DSCP and ECN copied (so the core can keep treating the packet by its class), DF copied
+//! from an inner IPv4 packet and clear for an inner IPv6 one (the kernel may then fragment
+//! the outer packet, and the far edge's defragmentation restores it: IPv6 packets must not
+//! be refused for a size the sender was never told about). The label stack entry carries
+//! the VCAN's label, TC = DSCP >> 3 (the class selector), S = 1 and the inner TTL / hop
+//! limit (RFC 3443 uniform model at ingress).
+
+use crate::classify::{Addr, FlowKey};
+use crate::config::{Checked, Encap, EncapConfig, Unclassified, VcanPath};
+use crate::lse::{self, LseRepr, PROTO_MPLS_IN_IP, UDP_PORT};
+use relay_core::wire::{UdpPacket, checksum, ipv4, proto, udp};
+use relay_core::{
+    Action, Context, Counter, Counters, IpVersion, MssClamp, Packet, Service, ServiceConfig,
+    ServiceFactory,
+};
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+/// Field offsets of the IPv4 header the encap writes (RFC 791). `relay_core`'s
+/// `Ipv4Packet` has no setters for TOS, identification and flags, which a new header needs.
+mod field {
+    pub(super) const VER_IHL: usize = 0;
+    pub(super) const TOS: usize = 1;
+    pub(super) const IDENT: std::ops::Range<usize> = 4..6;
+    pub(super) const FLG_OFF: std::ops::Range<usize> = 6..8;
+}
+
+/// Bytes the encapsulation adds: outer IPv4 + label (+ UDP).
+pub fn overhead(encap: Encap) -> usize {
+    ipv4::HEADER_LEN
+        + lse::HEADER_LEN
+        + match encap {
+            Encap::Ip => 0,
+            Encap::Udp => udp::HEADER_LEN,
+        }
+}
+
+/// The UDP source port for a flow (RFC 7510 section 3: from a hash of the inner flow, in
+/// the dynamic range 49152-65535, so that ECMP in the core spreads flows, not packets).
+pub fn flow_port(k: &FlowKey) -> u16 {
+    let fold = |a: &Addr| match *a {
+        Addr::V4(x) => x as u64,
+        Addr::V6(x) => (x as u64) ^ ((x >> 64) as u64),
+    };
+    let (s, d) = k.ports.unwrap_or((0, 0));
+    let mut h = fold(&k.src).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    h = (h ^ fold(&k.dst)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    h = (h ^ ((k.proto as u64) << 32 | (s as u64) << 16 | d as u64))
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    h ^= h >> 32;
+    0xc000 | (h as u16 & 0x3fff)
+}
+
+/// Reads the classification key of a well-formed packet.
+pub(crate) fn flow_key(pkt: &mut Packet) -> Option<(FlowKey, IpVersion, usize, u8)> {
+    let l = pkt.layout().ok()?;
+    let d = pkt.data();
+    let (dscp_ecn, src, dst, ttl) = match l.version {
+        IpVersion::V4 => (
+            d[1],
+            Addr::V4(u32::from_be_bytes([d[12], d[13], d[14], d[15]])),
+            Addr::V4(u32::from_be_bytes([d[16], d[17], d[18], d[19]])),
+            d[8],
+        ),
+        IpVersion::V6 => {
+            let a = |r: std::ops::Range<usize>| {
+                let mut b = [0u8; 16];
+                b.copy_from_slice(&d[r]);
+                u128::from_be_bytes(b)
+            };
+            (
+                (d[0] << 4) | (d[1] >> 4),
+                Addr::V6(a(8..24)),
+                Addr::V6(a(24..40)),
+                d[7],
+            )
+        }
+    };
+    let ports = match (l.l4, l.proto) {
+        (Some(off), proto::TCP | proto::UDP | 132 | 136) => d.get(off..off + 4).map(|p| {
+            (
+                u16::from_be_bytes([p[0], p[1]]),
+                u16::from_be_bytes([p[2], p[3]]),
+            )
+        }),
+        _ => None,
+    };
+    let k = FlowKey {
+        dscp: dscp_ecn >> 2,
+        src,
+        dst,
+        proto: l.proto,
+        ports,
+    };
+    Some((k, l.version, l.len, ttl))
+}
+
+/// True if a packet of `version` may leave on a verdict of a hook of `hw_protocol`: the
+/// kernel keeps the skb's protocol, so an IPv4 hook cannot emit IPv6 or the reverse.
+/// `0` (offline replay, tests) allows both.
+pub(crate) fn family_ok(hw_protocol: u16, version: IpVersion) -> bool {
+    match hw_protocol {
+        0x0800 => version == IpVersion::V4,
+        0x86dd => version == IpVersion::V6,
+        _ => true,
+    }
+}
+
+struct Shared {
+    checked: Checked,
+    encap: Encap,
+    local: Ipv4Addr,
+    unclassified: Unclassified,
+    mtu: usize,
+    udp_checksum: bool,
+}
+
+struct EncapCounters {
+    encapsulated: Counter,
+    unclassified_passed: Counter,
+    dropped_unclassified: Counter,
+    dropped_too_big: Counter,
+    dropped_family: Counter,
+    skipped: Counter,
+}
+
+struct EncapService {
+    shared: Arc<Shared>,
+    ident: u16,
+    c: EncapCounters,
+}
+
+/// What the encapsulation needs to know about the inner packet.
+struct Inner<'a> {
+    key: &'a FlowKey,
+    version: IpVersion,
+    len: usize,
+    ttl: u8,
+}
+
+impl Shared {
+    /// Writes the outer headers in front of the inner packet.
+    fn encapsulate(&self, pkt: &mut Packet, inner: Inner<'_>, ident: u16, path: VcanPath) {
+        let (s, k, v, inner_len, ttl) = (self, inner.key, inner.version, inner.len, inner.ttl);
+        let tos = pkt.data()[match v {
+            IpVersion::V4 => 1,
+            IpVersion::V6 => 0,
+        }];
+        let tos = match v {
+            IpVersion::V4 => tos,
+            IpVersion::V6 => (tos << 4) | (pkt.data()[1] >> 4),
+        };
+        let df = match v {
+            IpVersion::V4 => pkt.data()[field::FLG_OFF.start] & 0x40 != 0,
+            IpVersion::V6 => false,
+        };
+        if pkt.len() > inner_len {
+            pkt.resize(inner_len);
+        }
+        let over = overhead(s.encap);
+        let total = inner_len + over;
+        let b = pkt.insert(0, over);
+        b[field::VER_IHL] = 0x45;
+        b[field::TOS] = tos;
+        b[field::IDENT].copy_from_slice(&ident.to_be_bytes());
+        b[field::FLG_OFF].copy_from_slice(&(if df { 0x4000u16 } else { 0 }).to_be_bytes());
+        let mut ip = relay_core::wire::Ipv4Packet::new_unchecked(&mut b[..ipv4::HEADER_LEN]);
+        ip.set_total_len(total as u16);
+        ip.set_ttl(64);
+        ip.set_protocol(match s.encap {
+            Encap::Ip => PROTO_MPLS_IN_IP,
+            Encap::Udp => proto::UDP,
+        });
+        ip.set_src_addr(s.local);
+        ip.set_dst_addr(path.remote);
+        ip.fill_checksum();
+        let lse_at = over - lse::HEADER_LEN;
+        LseRepr {
+            label: path.label,
+            tc: k.dscp >> 3,
+            bottom: true,
+            ttl,
+        }
+        .emit(&mut lse::Lse::new_unchecked(&mut b[lse_at..over]));
+        if s.encap == Encap::Udp {
+            let ulen = total - ipv4::HEADER_LEN;
+            let u = &mut pkt.data_mut()[ipv4::HEADER_LEN..total];
+            u[0..2].copy_from_slice(&flow_port(k).to_be_bytes());
+            u[2..4].copy_from_slice(&UDP_PORT.to_be_bytes());
+            let mut up = UdpPacket::new_unchecked(u);
+            up.set_len(ulen as u16);
+            if s.udp_checksum {
+                up.fill_checksum(checksum::pseudo_v4(
+                    s.local,
+                    path.remote,
+                    proto::UDP,
+                    ulen as u32,
+                ));
+            }
+        }
+        pkt.set_mark(path.mark);
+    }
+}
+
+impl Service for EncapService {
+    fn process(&mut self, pkt: &mut Packet, _cx: &Context) -> Action {
+        if pkt.is_partial() {
+            self.c.skipped.inc();
+            return Action::Continue;
+        }
+        let Some((k, v, inner_len, ttl)) = flow_key(pkt) else {
+            // The chain has already handled malformed packets by policy.
+            self.c.skipped.inc();
+            return Action::Continue;
+        };
+        let s = &*self.shared;
+        let Some(i) = s.checked.classifier.classify(&k) else {
+            return match s.unclassified {
+                Unclassified::Pass => {
+                    self.c.unclassified_passed.inc();
+                    Action::Continue
+                }
+                Unclassified::Drop => {
+                    self.c.dropped_unclassified.inc();
+                    Action::Drop
+                }
+            };
+        };
+        if !family_ok(pkt.meta.hw_protocol, IpVersion::V4) {
+            // An IPv6 hook cannot hand back an IPv4 packet: needs the datapath to re-inject.
+            self.c.dropped_family.inc();
+            return Action::Drop;
+        }
+        let df = v == IpVersion::V4 && pkt.data()[field::FLG_OFF.start] & 0x40 != 0;
+        let new_len = inner_len + overhead(s.encap);
+        if new_len > 0xffff || (df && new_len > s.mtu) {
+            // A router would send ICMP "fragmentation needed" here; a service cannot send
+            // yet (see docs/mpls.md), so TCP relies on the MSS clamp (clamp_mss).
+            self.c.dropped_too_big.inc();
+            return Action::Drop;
+        }
+        self.ident = self.ident.wrapping_add(1);
+        let inner = Inner {
+            key: &k,
+            version: v,
+            len: inner_len,
+            ttl,
+        };
+        s.encapsulate(pkt, inner, self.ident, s.checked.paths[i]);
+        self.c.encapsulated.inc();
+        Action::Continue
+    }
+}
+
+struct EncapFactory {
+    shared: Arc<Shared>,
+}
+
+impl ServiceFactory for EncapFactory {
+    fn kind(&self) -> &'static str {
+        "mpls-encap"
+    }
+
+    fn rewrites_payload(&self) -> bool {
+        true
+    }
+
+    fn qos(&self) -> Option<relay_core::QosPlan> {
+        Some(self.shared.checked.qos.clone())
+    }
+
+    fn clamp_mss(&self) -> Option<MssClamp> {
+        let room = self.shared.mtu - overhead(self.shared.encap);
+        Some(MssClamp {
+            ipv4: (room - 40) as u16,
+            ipv6: (room - 60) as u16,
+        })
+    }
+
+    fn build(&self, counters: &Counters) -> Box<dyn Service> {
+        Box::new(EncapService {
+            shared: Arc::clone(&self.shared),
+            ident: 0,
+            c: EncapCounters {
+                encapsulated: counters.counter("encapsulated"),
+                unclassified_passed: counters.counter("unclassified_passed"),
+                dropped_unclassified: counters.counter("dropped_unclassified"),
+                dropped_too_big: counters.counter("dropped_too_big"),
+                dropped_family: counters.counter("dropped_family_change"),
+                skipped: counters.counter("skipped"),
+            },
+        })
+    }
+}
+
+impl ServiceConfig for EncapConfig {
+    const KIND: &'static str = "mpls-encap";
+
+    fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, String> {
+        let checked = self.check()?;
+        Ok(Arc::new(EncapFactory {
+            shared: Arc::new(Shared {
+                checked,
+                encap: self.encap,
+                local: self.local,
+                unclassified: self.unclassified,
+                mtu: self.mtu as usize,
+                udp_checksum: self.udp_checksum,
+            }),
+        }))
+    }
+}

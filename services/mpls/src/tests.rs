@@ -1,0 +1,455 @@
+//! Byte-exact tests of both encapsulations against the RFC layouts, round trips through
+//! the decap, configuration errors, and the QoS table.
+
+use crate::*;
+use relay_core::wire::{Ipv4Packet, UdpPacket, checksum};
+use relay_core::{Action, Context, Counters, Packet, PacketMeta, ServiceConfig};
+use std::collections::HashMap;
+use std::time::Instant;
+
+/// A UDP/IPv4 packet 10.0.1.1:4000 -> 10.1.2.3:5004, DSCP 34 (AF41), TTL 61, DF set.
+fn udp4(payload: &[u8]) -> Vec<u8> {
+    let total = 28 + payload.len();
+    let mut b = vec![
+        0x45,
+        34 << 2,
+        0,
+        0,
+        0x12,
+        0x34,
+        0x40,
+        0,
+        61,
+        17,
+        0,
+        0,
+        10,
+        0,
+        1,
+        1,
+        10,
+        1,
+        2,
+        3,
+    ];
+    b[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+    b.extend_from_slice(&4000u16.to_be_bytes());
+    b.extend_from_slice(&5004u16.to_be_bytes());
+    b.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    b.extend_from_slice(&[0, 0]);
+    b.extend_from_slice(payload);
+    Ipv4Packet::new_unchecked(&mut b[..]).fill_checksum();
+    let pseudo = checksum::pseudo_v4(
+        [10, 0, 1, 1].into(),
+        [10, 1, 2, 3].into(),
+        17,
+        (8 + payload.len()) as u32,
+    );
+    UdpPacket::new_unchecked(&mut b[20..]).fill_checksum(pseudo);
+    b
+}
+
+/// A UDP/IPv6 packet fd00:1::1 -> fd00:9::2, traffic class 0xb8 (EF), hop limit 50.
+fn udp6(payload: &[u8]) -> Vec<u8> {
+    let mut b = vec![0x6b, 0x80, 0, 0];
+    b.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    b.extend_from_slice(&[17, 50]);
+    b.extend_from_slice(&"fd00:1::1".parse::<std::net::Ipv6Addr>().unwrap().octets());
+    b.extend_from_slice(&"fd00:9::2".parse::<std::net::Ipv6Addr>().unwrap().octets());
+    b.extend_from_slice(&4000u16.to_be_bytes());
+    b.extend_from_slice(&9000u16.to_be_bytes());
+    b.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    b.extend_from_slice(&[0, 0]);
+    b.extend_from_slice(payload);
+    b
+}
+
+const CONFIG: &str = r#"
+encap = "ENCAP"
+interface = "eth1"
+local = "192.0.2.1"
+[[vcan]]
+name = "video"
+match = { dscp = 34 }
+label = 100
+remote = "192.0.2.2"
+rate = "20mbit"
+ceil = "50mbit"
+[[vcan]]
+name = "v6"
+match = { dst = "fd00:9::/32" }
+label = 101
+remote = "192.0.2.3"
+rate = "10mbit"
+prio = 2
+"#;
+
+fn cfg(encap: &str) -> EncapConfig {
+    toml::from_str(&CONFIG.replace("ENCAP", encap)).unwrap()
+}
+
+fn cx() -> Context {
+    Context::new(0, Instant::now())
+}
+
+fn counters_map(c: &Counters) -> HashMap<String, u64> {
+    c.snapshot().into_iter().map(|(n, _, v)| (n, v)).collect()
+}
+
+#[test]
+fn mpls_in_ip_is_rfc_4023_byte_for_byte() {
+    let inner = udp4(b"0123456789");
+    let counters = Counters::new();
+    let mut s = cfg("ip").into_factory("e").unwrap().build(&counters);
+    let mut p = Packet::from_bytes(&inner);
+    assert_eq!(s.process(&mut p, &cx()), Action::Continue);
+    let total = (inner.len() + 24) as u16;
+    let mut want = vec![
+        0x45,
+        34 << 2, // version/IHL, TOS copied from inner
+    ];
+    want.extend_from_slice(&total.to_be_bytes());
+    want.extend_from_slice(&[0, 1, 0x40, 0]); // ident 1, DF copied
+    want.extend_from_slice(&[64, 137, 0, 0]); // TTL 64, protocol 137 (MPLS-in-IP)
+    want.extend_from_slice(&[192, 0, 2, 1, 192, 0, 2, 2]);
+    let c = checksum::checksum(&want);
+    want[10..12].copy_from_slice(&c.to_be_bytes());
+    // Label 100, TC = 34 >> 3 = 4, S = 1, TTL 61: 0x00064 << 12 | 4 << 9 | 1 << 8 | 61
+    want.extend_from_slice(&[0x00, 0x06, 0x49, 61]);
+    want.extend_from_slice(&inner);
+    assert_eq!(p.data(), &want[..]);
+    assert!(Ipv4Packet::new_checked(p.data()).unwrap().verify_checksum());
+    assert_eq!(
+        p.verdict_mark(),
+        Some(0x01d0_0064),
+        "mark = 1d0:100 (label 100 = 0x64)"
+    );
+    assert_eq!(counters_map(&counters)["encapsulated"], 1);
+}
+
+#[test]
+fn mpls_in_udp_is_rfc_7510_byte_for_byte() {
+    let inner = udp4(b"hello");
+    let mut s = cfg("udp")
+        .into_factory("e")
+        .unwrap()
+        .build(&Counters::new());
+    let mut p = Packet::from_bytes(&inner);
+    assert_eq!(s.process(&mut p, &cx()), Action::Continue);
+    let d = p.data();
+    assert_eq!(d.len(), inner.len() + 32);
+    let ip = Ipv4Packet::new_checked(d).unwrap();
+    assert_eq!(
+        (ip.protocol(), ip.ttl(), ip.total_len() as usize),
+        (17, 64, d.len())
+    );
+    assert!(ip.verify_checksum());
+    let u = UdpPacket::new_checked(&d[20..]).unwrap();
+    assert_eq!(u.dst_port(), 6635);
+    assert!(u.src_port() >= 49152, "source port in the dynamic range");
+    assert_eq!(u.len() as usize, d.len() - 20);
+    let pseudo = checksum::pseudo_v4(
+        [192, 0, 2, 1].into(),
+        [192, 0, 2, 2].into(),
+        17,
+        u.len() as u32,
+    );
+    assert!(u.checksum() != 0 && u.verify_checksum(pseudo));
+    assert_eq!(&d[28..32], &[0x00, 0x06, 0x49, 61]);
+    assert_eq!(&d[32..], &inner[..]);
+    // The same flow always gets the same source port; another flow (most likely) not.
+    let mut q = Packet::from_bytes(&inner);
+    s.process(&mut q, &cx());
+    assert_eq!(&q.data()[20..22], &d[20..22]);
+    let mut other = udp4(b"hello");
+    other[20..22].copy_from_slice(&4001u16.to_be_bytes());
+    let mut q = Packet::from_bytes(&other);
+    s.process(&mut q, &cx());
+    assert_ne!(&q.data()[20..22], &d[20..22]);
+    // Zero checksum when configured off (RFC 7510 section 3 allows it over IPv4).
+    let mut c = cfg("udp");
+    c.udp_checksum = false;
+    let mut s = c.into_factory("e").unwrap().build(&Counters::new());
+    let mut q = Packet::from_bytes(&inner);
+    s.process(&mut q, &cx());
+    assert_eq!(&q.data()[26..28], &[0, 0]);
+}
+
+#[test]
+fn ipv6_inner_takes_tc_and_ttl_and_clears_df() {
+    let inner = udp6(b"six");
+    let mut s = cfg("ip").into_factory("e").unwrap().build(&Counters::new());
+    let mut p = Packet::from_bytes(&inner);
+    assert_eq!(s.process(&mut p, &cx()), Action::Continue);
+    let d = p.data();
+    assert_eq!(d[1], 0xb8, "outer TOS = inner traffic class");
+    assert_eq!(&d[6..8], &[0, 0], "DF clear for an IPv6 inner packet");
+    assert_eq!(&d[16..20], &[192, 0, 2, 3]);
+    // Label 101, TC 46 >> 3 = 5, S, TTL 50.
+    assert_eq!(&d[20..24], &lse_bytes(101, 5, 50));
+    assert_eq!(&d[24..], &inner[..]);
+    assert_eq!(p.verdict_mark(), Some(0x01d0_0065));
+    // On an IPv6 hook the verdict cannot carry an IPv4 packet: counted and dropped.
+    let counters = Counters::new();
+    let mut s = cfg("ip").into_factory("e").unwrap().build(&counters);
+    let mut p = Packet::from_bytes(&inner);
+    p.meta = PacketMeta {
+        hw_protocol: 0x86dd,
+        ..PacketMeta::default()
+    };
+    assert_eq!(s.process(&mut p, &cx()), Action::Drop);
+    assert_eq!(counters_map(&counters)["dropped_family_change"], 1);
+}
+
+fn lse_bytes(label: u32, tc: u8, ttl: u8) -> [u8; 4] {
+    lse::LseRepr {
+        label,
+        tc,
+        bottom: true,
+        ttl,
+    }
+    .to_bytes()
+}
+
+#[test]
+fn decap_restores_every_byte_both_encaps_and_families() {
+    for encap in ["ip", "udp"] {
+        for inner in [udp4(&[7u8; 300]), udp6(&[9u8; 200])] {
+            let mut e = cfg(encap)
+                .into_factory("e")
+                .unwrap()
+                .build(&Counters::new());
+            let counters = Counters::new();
+            let mut d = DecapConfig {
+                labels: vec![101, 100],
+            }
+            .into_factory("d")
+            .unwrap()
+            .build(&counters);
+            let mut p = Packet::from_bytes(&inner);
+            e.process(&mut p, &cx());
+            let mut q = Packet::from_bytes(p.data());
+            assert_eq!(d.process(&mut q, &cx()), Action::Continue);
+            assert_eq!(q.data(), &inner[..], "{encap}");
+            assert_eq!(counters_map(&counters)["decapsulated"], 1);
+        }
+    }
+}
+
+#[test]
+fn decap_drops_unknown_labels_and_malformed_and_passes_the_rest() {
+    let inner = udp4(b"payload");
+    let mut e = cfg("udp")
+        .into_factory("e")
+        .unwrap()
+        .build(&Counters::new());
+    let mut p = Packet::from_bytes(&inner);
+    e.process(&mut p, &cx());
+    let good = p.data().to_vec();
+    let counters = Counters::new();
+    let mut d = DecapConfig { labels: vec![200] }
+        .into_factory("d")
+        .unwrap()
+        .build(&counters);
+    assert_eq!(
+        d.process(&mut Packet::from_bytes(&good), &cx()),
+        Action::Drop
+    );
+    assert_eq!(counters_map(&counters)["dropped_unknown_label"], 1);
+    let mut d = DecapConfig { labels: vec![100] }
+        .into_factory("d")
+        .unwrap()
+        .build(&counters);
+    // Plain traffic passes untouched.
+    let mut plain = Packet::from_bytes(&inner);
+    assert_eq!(d.process(&mut plain, &cx()), Action::Continue);
+    assert!(!plain.is_modified());
+    // A corrupted UDP checksum, every truncation and every byte flip: never a panic, and
+    // a truncated or corrupt encapsulation is never passed on as a different packet.
+    let mut bad = good.clone();
+    bad[40] ^= 0xff;
+    assert_eq!(
+        d.process(&mut Packet::from_bytes(&bad), &cx()),
+        Action::Drop
+    );
+    for cut in 20..good.len() {
+        let mut b = good[..cut].to_vec();
+        b[2..4].copy_from_slice(&(cut as u16).to_be_bytes());
+        Ipv4Packet::new_unchecked(&mut b[..]).fill_checksum();
+        let mut q = Packet::from_bytes(&b);
+        let a = d.process(&mut q, &cx());
+        assert!(a == Action::Drop || q.data() != &inner[..], "cut {cut}");
+    }
+    for i in 0..good.len() {
+        for v in [0u8, 0xff, 0x45, 0x60] {
+            let mut b = good.clone();
+            b[i] = v;
+            let _ = d.process(&mut Packet::from_bytes(&b), &cx());
+        }
+    }
+    let snap = counters_map(&counters);
+    assert!(snap["dropped_malformed"] > 10, "{snap:?}");
+    // MPLS-in-IP with a label stack lacking the bottom bit is malformed.
+    let mut e = cfg("ip").into_factory("e").unwrap().build(&Counters::new());
+    let mut p = Packet::from_bytes(&inner);
+    e.process(&mut p, &cx());
+    let mut b = p.data().to_vec();
+    b[22] &= !0x01;
+    assert_eq!(locate_inner(&b, &[100]).unwrap_err(), DecapError::Malformed);
+    // An outer fragment is dropped.
+    let mut b = p.data().to_vec();
+    b[6] |= 0x20;
+    assert_eq!(locate_inner(&b, &[100]).unwrap_err(), DecapError::Fragment);
+}
+
+#[test]
+fn unclassified_pass_or_drop() {
+    let mut other = udp4(b"x");
+    other[1] = 0; // DSCP 0: no VCAN
+    Ipv4Packet::new_unchecked(&mut other[..]).fill_checksum();
+    let counters = Counters::new();
+    let mut s = cfg("ip").into_factory("e").unwrap().build(&counters);
+    let mut p = Packet::from_bytes(&other);
+    assert_eq!(s.process(&mut p, &cx()), Action::Continue);
+    assert!(!p.is_modified() && p.verdict_mark().is_none());
+    let mut c = cfg("ip");
+    c.unclassified = Unclassified::Drop;
+    let mut s = c.into_factory("e").unwrap().build(&counters);
+    assert_eq!(
+        s.process(&mut Packet::from_bytes(&other), &cx()),
+        Action::Drop
+    );
+    let snap = counters_map(&counters);
+    assert_eq!(
+        (snap["unclassified_passed"], snap["dropped_unclassified"]),
+        (1, 1)
+    );
+}
+
+#[test]
+fn too_big_with_df_is_dropped_without_df_encapsulated() {
+    let counters = Counters::new();
+    let mut s = cfg("ip").into_factory("e").unwrap().build(&counters);
+    let big = udp4(&[1u8; 1472]);
+    assert_eq!(
+        s.process(&mut Packet::from_bytes(&big), &cx()),
+        Action::Drop
+    );
+    assert_eq!(counters_map(&counters)["dropped_too_big"], 1);
+    let mut nodf = big.clone();
+    nodf[6] = 0;
+    Ipv4Packet::new_unchecked(&mut nodf[..]).fill_checksum();
+    let mut p = Packet::from_bytes(&nodf);
+    assert_eq!(s.process(&mut p, &cx()), Action::Continue);
+    assert_eq!(p.len(), 1500 + 24);
+    let f = cfg("udp").into_factory("e").unwrap();
+    let m = f.clamp_mss().unwrap();
+    assert_eq!((m.ipv4, m.ipv6), (1500 - 32 - 40, 1500 - 32 - 60));
+}
+
+#[test]
+fn qos_table_and_config_errors_name_the_field() {
+    let q = cfg("ip").qos().unwrap();
+    assert_eq!(q.interface, "eth1");
+    assert_eq!(q.handle, 0x1d0);
+    assert_eq!(q.classes[0].minor, 100);
+    assert_eq!(q.classes[0].mark, 0x01d0_0064);
+    assert_eq!(
+        (q.classes[0].rate_bps, q.classes[0].ceil_bps),
+        (20_000_000, 50_000_000)
+    );
+    assert_eq!((q.classes[1].ceil_bps, q.classes[1].prio), (10_000_000, 2));
+    assert_eq!(
+        q.link_rate_bps, 50_000_000,
+        "largest ceil beats the sum of rates + default"
+    );
+    let bad = |edit: &str, want: &str| {
+        let text = CONFIG.replace("ENCAP", "ip").replace("label = 100", edit);
+        let err = match toml::from_str::<EncapConfig>(&text) {
+            Err(e) => e.to_string(),
+            Ok(c) => c.into_factory("e").err().expect(edit),
+        };
+        assert!(err.contains(want), "{edit}: {err}");
+    };
+    bad("label = 3", "vcan[0] (\"video\"): label: 3");
+    bad("label = 101", "class: 0x65 is also");
+    bad("label = 100\nclass = 1", "class: 1 must be");
+    bad("label = 200000", "give the VCAN a `class`");
+    bad("label = 100\nspeed = 1", "unknown field `speed`");
+    bad("label = 100\nprio = 9", "prio: 9");
+    let text = CONFIG
+        .replace("ENCAP", "ip")
+        .replace("{ dscp = 34 }", "{ dst = \"10.1.2.3/16\" }");
+    let e = toml::from_str::<EncapConfig>(&text)
+        .unwrap()
+        .into_factory("e")
+        .err()
+        .unwrap();
+    assert!(e.contains("match.dst") && e.contains("host bits"), "{e}");
+    let text = CONFIG
+        .replace("ENCAP", "ip")
+        .replace("{ dscp = 34 }", "{ proto = \"icmp\", dport = 80 }");
+    let e = toml::from_str::<EncapConfig>(&text)
+        .unwrap()
+        .into_factory("e")
+        .err()
+        .unwrap();
+    assert!(e.contains("ports only exist"), "{e}");
+    let text = CONFIG
+        .replace("ENCAP", "ip")
+        .replace("{ dscp = 34 }", "{ dport = \"90-80\" }");
+    let e = toml::from_str::<EncapConfig>(&text)
+        .unwrap()
+        .into_factory("e")
+        .err()
+        .unwrap();
+    assert!(
+        e.contains("vcan[0] (\"video\"): match.dport: range \"90-80\" is empty"),
+        "{e}"
+    );
+    let text = CONFIG
+        .replace("ENCAP", "ip")
+        .replace("rate = \"20mbit\"", "rate = \"20 furlongs\"");
+    let e = toml::from_str::<EncapConfig>(&text)
+        .unwrap()
+        .into_factory("e")
+        .err()
+        .unwrap();
+    assert!(e.contains("vcan[0] (\"video\"): rate:"), "{e}");
+    assert!(
+        toml::from_str::<EncapConfig>("interface = \"eth1\"")
+            .unwrap_err()
+            .to_string()
+            .contains("local")
+    );
+    assert!(DecapConfig { labels: vec![] }.into_factory("d").is_err());
+    assert!(
+        DecapConfig {
+            labels: vec![1 << 20]
+        }
+        .into_factory("d")
+        .is_err()
+    );
+}
+
+#[test]
+fn ten_thousand_vcans_classify_to_the_right_one() {
+    let mut text = String::from("interface = \"eth1\"\nlocal = \"192.0.2.1\"\n");
+    for i in 0..10_000u32 {
+        text.push_str(&format!(
+            "[[vcan]]\nname = \"v{i}\"\nmatch = {{ dst = \"10.{}.{}.0/24\", proto = \"udp\" }}\nlabel = {}\nremote = \"192.0.2.2\"\nrate = \"1mbit\"\n",
+            i / 256,
+            i % 256,
+            16 + i
+        ));
+    }
+    let c: EncapConfig = toml::from_str(&text).unwrap();
+    assert_eq!(c.qos().unwrap().classes.len(), 10_000);
+    let mut s = c.into_factory("e").unwrap().build(&Counters::new());
+    let mut last = udp4(b"x");
+    last[16..20].copy_from_slice(&[10, 39, 15, 9]); // 9999 = 39 * 256 + 15
+    Ipv4Packet::new_unchecked(&mut last[..]).fill_checksum();
+    let mut p = Packet::from_bytes(&last);
+    s.process(&mut p, &cx());
+    assert_eq!(p.verdict_mark(), Some(0x01d0_0000 | (16 + 9999)));
+}
