@@ -1,0 +1,26 @@
+//! relayd's in-network IDS/IPS (seed 000, PacketCloud 3.4 and 4.1): rules in a subset of
+//! the Suricata language, matched per packet with one Aho-Corasick prefilter over all
+//! fast patterns, acting by `pass` / `drop` / `reject` / `ratelimit` / `alert`, and alerts
+//! written as Suricata EVE JSON lines. The kernel's conntrack state (NFQA_CT) answers the
+//! `flow` keyword.
+//!
+//! The daemon registers [`IdsConfig`] (kind `ids`). Everything else is public for tests,
+//! benches and tools; docs/ids.md describes the language and its limits.
+
+mod classify;
+mod engine;
+mod eve;
+mod parse;
+mod reject;
+mod rule;
+mod service;
+mod track;
+
+pub use engine::{
+    DFA_MAX_PATTERNS, Detector, INSPECT_BUDGET, LoadError, LoadOptions, MAX_ALERTS_PER_PACKET,
+    Outcome, RuleSet,
+};
+pub use eve::{AlertEvent, EveWriter, flow_id, format_line, timestamp};
+pub use parse::RuleError;
+pub use rule::{Rule, RuleAction, RuleProto};
+pub use service::IdsConfig;

@@ -1,0 +1,188 @@
+//! The `ids` service: configuration, factory (one rule set and one EVE writer per
+//! configuration, shared by the queue threads) and the per-packet call.
+
+use crate::engine::{Detector, LoadOptions, Outcome, RuleSet};
+use crate::eve::EveWriter;
+use crate::reject::Rejecter;
+use relay_core::builtin::de_u32;
+use relay_core::{
+    Action, Context, Counters, FailPolicy, Packet, Service, ServiceConfig, ServiceFactory,
+};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Configuration of `ids` (`[service.NAME]` with `kind = "ids"`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdsConfig {
+    /// Rules files, loaded in order. A file that cannot be read is always an error.
+    pub rules: Vec<PathBuf>,
+    /// Where EVE JSON alert lines go (appended); no alert lines without it.
+    #[serde(default)]
+    pub eve_log: Option<PathBuf>,
+    /// Address and port variables, without the `$` (`HOME_NET = "[10.0.0.0/8]"`); values
+    /// may refer to other variables (`EXTERNAL_NET = "!$HOME_NET"`).
+    #[serde(default)]
+    pub vars: BTreeMap<String, String>,
+    /// Refuse to start (or to reload) if any rule fails to load. Default false: the other
+    /// rules load and the failures are logged.
+    #[serde(default)]
+    pub strict: bool,
+    /// A Suricata `classification.config` to add to or override the built-in classtypes.
+    #[serde(default)]
+    pub classification: Option<PathBuf>,
+    /// The mark on the resets and unreachables `reject` sends, so relayd's own rules let
+    /// them through unqueued. Default: the daemon's bypass mark (`daemon.bypass_mark`, as
+    /// the datapath hands it over in [`Context::bypass_mark`]), else 0x40000000.
+    #[serde(default, deserialize_with = "de_opt_u32")]
+    pub reject_mark: Option<u32>,
+    /// Most keys each queue thread tracks for `threshold`, `detection_filter` and `rate`
+    /// (default 65536); beyond it new keys share one entry per rule.
+    #[serde(default = "default_track_max")]
+    pub track_max: usize,
+    /// Alerts that may wait for the EVE writer (default 8192); beyond it lines are
+    /// dropped and counted (`eve_dropped`), never waited for.
+    #[serde(default = "default_eve_queue")]
+    pub eve_queue: usize,
+}
+
+/// The bypass mark relayd uses unless configured otherwise.
+const DEFAULT_BYPASS_MARK: u32 = 0x4000_0000;
+
+fn de_opt_u32<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    de_u32(d).map(Some)
+}
+
+fn default_track_max() -> usize {
+    65_536
+}
+
+fn default_eve_queue() -> usize {
+    8192
+}
+
+impl ServiceConfig for IdsConfig {
+    const KIND: &'static str = "ids";
+
+    fn into_factory(self, name: &str) -> Result<Arc<dyn ServiceFactory>, String> {
+        if self.rules.is_empty() {
+            return Err("rules: list at least one rules file".into());
+        }
+        if self.reject_mark == Some(0) {
+            return Err("reject_mark must not be 0 (use daemon.bypass_mark)".into());
+        }
+        if self.track_max == 0 {
+            return Err("track_max must be at least 1".into());
+        }
+        let opts = LoadOptions {
+            files: self.rules.clone(),
+            vars: self.vars.clone(),
+            classification: self.classification.clone(),
+        };
+        let set = RuleSet::load(&opts).map_err(|e| e.to_string())?;
+        if !set.errors().is_empty() {
+            let n = set.errors().len();
+            if self.strict {
+                let list: Vec<String> = set.errors().iter().map(ToString::to_string).collect();
+                return Err(format!(
+                    "{n} rule(s) failed to load (strict): {}",
+                    list.join("; ")
+                ));
+            }
+            for e in set.errors() {
+                tracing::warn!(service = name, "ids rule not loaded: {e}");
+            }
+        }
+        tracing::info!(
+            service = name,
+            rules = set.rules().len(),
+            failed = set.errors().len(),
+            patterns = set.prefilter_patterns(),
+            "ids rules loaded"
+        );
+        let set = Arc::new(set);
+        let eve = match &self.eve_log {
+            Some(path) => Some(Arc::new(
+                EveWriter::open(path, self.eve_queue, set.clone())
+                    .map_err(|e| format!("eve_log {}: {e}", path.display()))?,
+            )),
+            None => None,
+        };
+        Ok(Arc::new(IdsFactory {
+            set,
+            eve,
+            reject_mark: self.reject_mark,
+            track_max: self.track_max,
+        }))
+    }
+}
+
+struct IdsFactory {
+    set: Arc<RuleSet>,
+    eve: Option<Arc<EveWriter>>,
+    reject_mark: Option<u32>,
+    track_max: usize,
+}
+
+impl ServiceFactory for IdsFactory {
+    fn kind(&self) -> &'static str {
+        "ids"
+    }
+
+    fn fail_policy(&self) -> FailPolicy {
+        // An IPS that drops must not let a flood bypass it; an IDS that only alerts must
+        // not blackhole the router when it is down.
+        if self.set.blocks() {
+            FailPolicy::Closed
+        } else {
+            FailPolicy::Open
+        }
+    }
+
+    fn needs_bytes(&self) -> Option<u32> {
+        None
+    }
+
+    fn needs_conntrack(&self) -> bool {
+        self.set.reads_flow_state()
+    }
+
+    fn rewrites_payload(&self) -> bool {
+        false
+    }
+
+    fn build(&self, counters: &Counters) -> Box<dyn Service> {
+        let rejecter = Rejecter::new(
+            self.reject_mark,
+            counters.counter("reject_sent"),
+            counters.counter("reject_errors"),
+        );
+        let det = Detector::new(self.set.clone(), counters, self.eve.clone(), self.track_max);
+        Box::new(Ids { det, rejecter })
+    }
+}
+
+struct Ids {
+    det: Detector,
+    rejecter: Rejecter,
+}
+
+impl Service for Ids {
+    fn process(&mut self, pkt: &mut Packet, cx: &Context) -> Action {
+        match self.det.inspect(pkt, cx.now) {
+            Outcome::Drop => Action::Drop,
+            Outcome::Reject => {
+                let mark = match (self.rejecter.mark(), cx.bypass_mark) {
+                    (Some(m), _) => m,
+                    (None, 0) => DEFAULT_BYPASS_MARK,
+                    (None, m) => m,
+                };
+                self.rejecter.reject(pkt, mark, cx.now);
+                Action::Drop
+            }
+            _ => Action::Continue,
+        }
+    }
+}

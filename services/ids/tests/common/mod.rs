@@ -1,0 +1,145 @@
+//! Packet builders and helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use relay_core::wire::{Ipv4Packet, TcpPacket, UdpPacket, checksum};
+use relay_core::{Counters, CtInfo, CtState, Packet};
+use relay_svc_ids::{Detector, RuleSet};
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+pub(crate) const CLIENT: [u8; 4] = [10, 0, 1, 1];
+pub(crate) const SERVER: [u8; 4] = [10, 0, 2, 2];
+
+/// A TCP/IPv4 segment with the given flags and payload.
+pub(crate) fn tcp4(
+    src: [u8; 4],
+    dst: [u8; 4],
+    sport: u16,
+    dport: u16,
+    flags: u8,
+    payload: &[u8],
+) -> Packet {
+    let total = 40 + payload.len();
+    let mut b = vec![0u8; total];
+    b[0] = 0x45;
+    b[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+    b[8] = 64;
+    b[9] = 6;
+    b[12..16].copy_from_slice(&src);
+    b[16..20].copy_from_slice(&dst);
+    b[20..22].copy_from_slice(&sport.to_be_bytes());
+    b[22..24].copy_from_slice(&dport.to_be_bytes());
+    b[24..28].copy_from_slice(&1000u32.to_be_bytes());
+    b[28..32].copy_from_slice(&5000u32.to_be_bytes());
+    b[32] = 5 << 4;
+    b[33] = flags;
+    b[40..].copy_from_slice(payload);
+    Ipv4Packet::new_unchecked(&mut b[..]).fill_checksum();
+    let ps = checksum::pseudo_v4(
+        Ipv4Addr::from(src),
+        Ipv4Addr::from(dst),
+        6,
+        (total - 20) as u32,
+    );
+    TcpPacket::new_unchecked(&mut b[20..]).fill_checksum(ps);
+    Packet::from_bytes(&b)
+}
+
+/// An HTTP-ish request from client to server port 80 (PSH|ACK).
+pub(crate) fn http(payload: &[u8]) -> Packet {
+    tcp4(CLIENT, SERVER, 40000, 80, 0x18, payload)
+}
+
+/// A UDP/IPv4 datagram.
+pub(crate) fn udp4(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, payload: &[u8]) -> Packet {
+    let total = 28 + payload.len();
+    let mut b = vec![0u8; total];
+    b[0] = 0x45;
+    b[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+    b[8] = 64;
+    b[9] = 17;
+    b[12..16].copy_from_slice(&src);
+    b[16..20].copy_from_slice(&dst);
+    b[20..22].copy_from_slice(&sport.to_be_bytes());
+    b[22..24].copy_from_slice(&dport.to_be_bytes());
+    b[24..26].copy_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    b[28..].copy_from_slice(payload);
+    Ipv4Packet::new_unchecked(&mut b[..]).fill_checksum();
+    let ps = checksum::pseudo_v4(
+        Ipv4Addr::from(src),
+        Ipv4Addr::from(dst),
+        17,
+        (8 + payload.len()) as u32,
+    );
+    UdpPacket::new_unchecked(&mut b[20..]).fill_checksum(ps);
+    Packet::from_bytes(&b)
+}
+
+/// An ICMP echo request with `ttl` and payload.
+pub(crate) fn icmp4(ttl: u8, ty: u8, payload: &[u8]) -> Packet {
+    let total = 28 + payload.len();
+    let mut b = vec![0u8; total];
+    b[0] = 0x45;
+    b[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+    b[8] = ttl;
+    b[9] = 1;
+    b[12..16].copy_from_slice(&CLIENT);
+    b[16..20].copy_from_slice(&SERVER);
+    b[20] = ty;
+    b[28..].copy_from_slice(payload);
+    Ipv4Packet::new_unchecked(&mut b[..]).fill_checksum();
+    Packet::from_bytes(&b)
+}
+
+/// A TCP/IPv6 segment.
+pub(crate) fn tcp6(src: &str, dst: &str, dport: u16, payload: &[u8]) -> Packet {
+    let src: std::net::Ipv6Addr = src.parse().unwrap();
+    let dst: std::net::Ipv6Addr = dst.parse().unwrap();
+    let plen = 20 + payload.len();
+    let mut b = vec![0u8; 40 + plen];
+    b[0] = 0x60;
+    b[4..6].copy_from_slice(&(plen as u16).to_be_bytes());
+    b[6] = 6;
+    b[7] = 64;
+    b[8..24].copy_from_slice(&src.octets());
+    b[24..40].copy_from_slice(&dst.octets());
+    b[40..42].copy_from_slice(&40000u16.to_be_bytes());
+    b[42..44].copy_from_slice(&dport.to_be_bytes());
+    b[52] = 5 << 4;
+    b[53] = 0x18;
+    b[60..].copy_from_slice(payload);
+    let ps = checksum::pseudo_v6(src, dst, 6, plen as u32);
+    TcpPacket::new_unchecked(&mut b[40..]).fill_checksum(ps);
+    Packet::from_bytes(&b)
+}
+
+pub(crate) fn with_ct(mut p: Packet, state: CtState, reply: bool) -> Packet {
+    p.meta.ct = Some(CtInfo { state, reply });
+    p
+}
+
+pub(crate) fn vars() -> BTreeMap<String, String> {
+    let mut v = BTreeMap::new();
+    v.insert("HOME_NET".into(), "[10.0.0.0/8,192.168.0.0/16]".into());
+    v.insert("EXTERNAL_NET".into(), "!$HOME_NET".into());
+    v.insert("HTTP_PORTS".into(), "[80,8080]".into());
+    v
+}
+
+/// A detector over `rules` (which must all load), with its counters.
+pub(crate) fn detector(rules: &str) -> (Detector, Counters) {
+    let set = RuleSet::parse_str(rules, "test.rules", &vars()).unwrap();
+    assert!(set.errors().is_empty(), "rule errors: {:?}", set.errors());
+    let counters = Counters::new();
+    let d = Detector::new(Arc::new(set), &counters, None, 1024);
+    (d, counters)
+}
+
+pub(crate) fn counter(c: &Counters, name: &str) -> u64 {
+    c.snapshot()
+        .into_iter()
+        .find(|(n, _, _)| n == name)
+        .map(|x| x.2)
+        .unwrap_or(0)
+}
