@@ -55,7 +55,14 @@ pub enum CounterKind {
 /// The named counters of one service instance, in registration order.
 #[derive(Debug, Clone, Default)]
 pub struct Counters {
-    inner: Arc<Mutex<Vec<(String, CounterKind, Counter)>>>,
+    inner: Arc<Mutex<Named>>,
+}
+
+/// Counters in registration order, with an index by name (an IDS registers one per rule).
+#[derive(Debug, Default)]
+struct Named {
+    list: Vec<(String, CounterKind, Counter)>,
+    by_name: std::collections::HashMap<String, usize>,
 }
 
 impl Counters {
@@ -76,18 +83,20 @@ impl Counters {
 
     fn get_or_add(&self, name: &str, kind: CounterKind) -> Counter {
         let mut v = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, _, c)) = v.iter().find(|(n, _, _)| n == name) {
-            return c.clone();
+        if let Some(&i) = v.by_name.get(name) {
+            return v.list[i].2.clone();
         }
         let c = Counter::new();
-        v.push((name.to_string(), kind, c.clone()));
+        let i = v.list.len();
+        v.list.push((name.to_string(), kind, c.clone()));
+        v.by_name.insert(name.to_string(), i);
         c
     }
 
     /// The current values, in registration order.
     pub fn snapshot(&self) -> Vec<(String, CounterKind, u64)> {
         let v = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        v.iter().map(|(n, k, c)| (n.clone(), *k, c.get())).collect()
+        v.list.iter().map(|(n, k, c)| (n.clone(), *k, c.get())).collect()
     }
 }
 
