@@ -2,10 +2,10 @@
 # Both need root (network namespaces, iptables, NFQUEUE), as relayd itself does.
 
 CARGO ?= cargo
-DEBIAN_PACKAGES := iptables iproute2 iputils-ping procps
+DEBIAN_PACKAGES := iptables iproute2 iputils-ping procps curl
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build release deps test lint unit demo bench bench-passthrough bench-esp experiment-compress clean
+.PHONY: all build release deps test lint unit demo bench bench-passthrough bench-esp experiment-compress experiment-split bench-proxy clean
 
 all: build
 
@@ -57,6 +57,17 @@ bench-esp:
 experiment-compress: deps
 	@command -v gnuplot >/dev/null || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq gnuplot-nox; }
 	$(CARGO) bench -p relayd --locked --bench experiment_compress
+
+# MOSTO's Fig. 5 (seed 004): download times direct, split at one and at two relays,
+# 40 ms RTT per segment from the delay service; table, data and plot into docs/.
+experiment-split: deps
+	@command -v gnuplot >/dev/null || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq gnuplot-nox; }
+	$(CARGO) bench -p relayd --locked --bench experiment_split
+
+# The split proxy's throughput on one long flow against kernel forwarding, same testbed
+# and run, optimised build (docs/performance.md).
+bench-proxy: deps
+	$(CARGO) test --profile bench -p relay-proxy --locked --test throughput -- --nocapture
 
 clean:
 	$(CARGO) clean

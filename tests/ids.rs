@@ -115,7 +115,10 @@ fn ids_drops_alerts_rate_limits_and_rejects() {
         blocked.as_ref().map_or(true, |s| !s.contains("200")),
         "forbidden request answered: {blocked:?}"
     );
-    assert!(t.elapsed() >= Duration::from_secs(2), "it timed out, not failed fast");
+    assert!(
+        t.elapsed() >= Duration::from_secs(2),
+        "it timed out, not failed fast"
+    );
     let again = http(&l, 8080, &get("/index.html", "")).unwrap();
     assert!(again.starts_with("HTTP/1.0 200"), "{again}");
 
@@ -146,7 +149,11 @@ fn ids_drops_alerts_rate_limits_and_rejects() {
     assert_eq!(v["alert"]["signature"], "probe header");
     assert!(v["timestamp"].as_str().unwrap().starts_with("20"));
     assert!(v["flow_id"].is_u64());
-    assert!(line(1000001).iter().all(|v| v["alert"]["action"] == "blocked"));
+    assert!(
+        line(1000001)
+            .iter()
+            .all(|v| v["alert"]["action"] == "blocked")
+    );
     assert!(!line(1000001).is_empty(), "the drop is alerted too");
 
     // reject: the client's connection is reset at once.
@@ -160,7 +167,10 @@ fn ids_drops_alerts_rate_limits_and_rejects() {
     // port is untouched.
     let (sent, got) = udp_exchange(&l.src, &l.dst, addr("10.0.2.2:9000"), 1000, 500, 100);
     assert_eq!(sent, 1000);
-    assert!((80..=160).contains(&got), "rate-limited flow: {got} of {sent}");
+    assert!(
+        (80..=160).contains(&got),
+        "rate-limited flow: {got} of {sent}"
+    );
     let (sent, got) = udp_exchange(&l.src, &l.dst, addr("10.0.2.2:9001"), 300, 500, 100);
     assert_eq!(got, sent, "a flow no rule limits");
 

@@ -269,8 +269,32 @@ impl QueueRule {
     }
 }
 
+/// A rule relayd owns that is not tied to a queue (the TCP split proxy's TPROXY and
+/// CONNMARK rules): it goes at the top of relayd's chain for its table and hook, before the
+/// bypass-mark `RETURN`, so that it also sees packets a queue gave back with relayd's
+/// bypass mark (a SYN repeated with the divert mark).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnedRule {
+    /// The table of relayd's chain.
+    pub table: Table,
+    /// The hook whose relayd chain holds the rule.
+    pub hook: Hook,
+    /// Only for this family (`None`: both).
+    pub family: Option<Family>,
+    /// Everything after `-A CHAIN`, match and target (`-p tcp -m mark --mark 0x1/0x1 -j
+    /// TPROXY --on-port 9040 --tproxy-mark 0x10000000/0x10000000`).
+    pub args: Vec<String>,
+}
+
+impl OwnedRule {
+    /// Whether this rule is installed for `family`.
+    pub fn applies_to(&self, family: Family) -> bool {
+        self.family.is_none_or(|f| f == family)
+    }
+}
+
 /// Everything relayd installs: its chain prefix, the mark that exempts packets from being
-/// queued again, and the queue rules in configuration order.
+/// queued again, the queue rules in configuration order, and rules of its own.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuleSet {
     /// Chain name prefix; chains are named `{prefix}-{HOOK}` (e.g. `RELAYD-FORWARD`).
@@ -280,6 +304,8 @@ pub struct RuleSet {
     pub bypass_mark: u32,
     /// Queue rules in configuration order, which is also their order in each chain.
     pub rules: Vec<QueueRule>,
+    /// Rules relayd owns besides the queue rules, in order, each at the top of its chain.
+    pub owned: Vec<OwnedRule>,
 }
 
 impl RuleSet {
@@ -296,6 +322,7 @@ impl RuleSet {
             prefix: Self::DEFAULT_PREFIX.to_owned(),
             bypass_mark: Self::DEFAULT_BYPASS_MARK,
             rules,
+            owned: Vec::new(),
         }
     }
 
@@ -314,6 +341,19 @@ impl RuleSet {
         }
         for (index, rule) in self.rules.iter().enumerate() {
             rule.check(index)?;
+        }
+        for rule in &self.owned {
+            if !rule.table.has_hook(rule.hook) {
+                return Err(ControlError::InvalidRuleSet(format!(
+                    "table {} has no {} hook",
+                    rule.table, rule.hook
+                )));
+            }
+            if rule.args.is_empty() {
+                return Err(ControlError::InvalidRuleSet(
+                    "an owned rule without arguments".to_owned(),
+                ));
+            }
         }
         Ok(())
     }

@@ -41,7 +41,8 @@ impl CleanupReport {
     }
 }
 
-/// relayd's chain for one (table, hook) and its full contents for one family.
+/// relayd's chain for one (table, hook) and its full contents for one family: its owned
+/// rules, then (if it has queue rules) the bypass-mark skip and the queue rules.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ChainPlan {
     pub(crate) table: Table,
@@ -59,11 +60,18 @@ pub(crate) fn plan_chains(rs: &RuleSet, family: Family) -> Result<Vec<ChainPlan>
         for &hook in table.hooks() {
             let name = rs.chain_name(hook);
             let mut lines = Vec::new();
+            for owned in &rs.owned {
+                if owned.table == table && owned.hook == hook && owned.applies_to(family) {
+                    lines.push(format!("-A {name} {}", join_args(&owned.args)));
+                }
+            }
+            let mut bypass_done = false;
             for (index, rule) in rs.rules.iter().enumerate() {
                 if rule.table != table || rule.hook != hook || !rule.applies_to(family) {
                     continue;
                 }
-                if lines.is_empty() {
+                if !bypass_done {
+                    bypass_done = true;
                     let m = rs.bypass_mark;
                     lines.push(format!("-A {name} -m mark --mark {m:#x}/{m:#x} -j RETURN"));
                 }
@@ -353,6 +361,48 @@ mod tests {
         );
         assert!(PreRule::clamp_mss(Family::Ipv4, Some("-p udp"), 1400).is_none());
         assert!(PreRule::clamp_mss(Family::Ipv4, Some("! -p tcp"), 1400).is_none());
+    }
+
+    #[test]
+    fn owned_rules_come_before_the_bypass_skip() {
+        use crate::model::OwnedRule;
+        let mut rs = RuleSet::new(vec![rule(
+            Table::Raw,
+            Hook::Prerouting,
+            Some("-p tcp --syn"),
+            (0, 0),
+        )]);
+        let owned = |args: &str, family| OwnedRule {
+            table: Table::Mangle,
+            hook: Hook::Prerouting,
+            family,
+            args: args.split(' ').map(String::from).collect(),
+        };
+        rs.owned = vec![
+            owned("-p tcp -m mark --mark 0x1/0x1 -j ACCEPT", None),
+            owned("-p tcp -j MARK --set-mark 0x2", Some(Family::Ipv6)),
+        ];
+        assert_eq!(
+            rs.restore_text(Family::Ipv4).unwrap(),
+            "*mangle\n\
+             :RELAYD-PREROUTING - [0:0]\n\
+             -I PREROUTING 1 -j RELAYD-PREROUTING\n\
+             -A RELAYD-PREROUTING -p tcp -m mark --mark 0x1/0x1 -j ACCEPT\n\
+             COMMIT\n\
+             *raw\n\
+             :RELAYD-PREROUTING - [0:0]\n\
+             -I PREROUTING 1 -j RELAYD-PREROUTING\n\
+             -A RELAYD-PREROUTING -m mark --mark 0x40000000/0x40000000 -j RETURN\n\
+             -A RELAYD-PREROUTING -p tcp --syn -j NFQUEUE --queue-num 0 --queue-bypass\n\
+             COMMIT\n"
+        );
+        // Owned rules of one family only; none for the other means no chain there.
+        rs.rules.clear();
+        assert!(
+            rs.restore_text(Family::Ipv6)
+                .unwrap()
+                .contains("-A RELAYD-PREROUTING -p tcp -j MARK --set-mark 0x2\n")
+        );
     }
 
     #[test]

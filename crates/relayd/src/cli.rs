@@ -279,9 +279,19 @@ pub fn main_with(registry: Registry) -> ExitCode {
             force,
         } => {
             let (mut p, mut flavor) = ("RELAYD".to_string(), config::IptablesFlavor::Auto);
+            // The split proxy's ip rule and route, found by relayd's preference and table.
+            let mut routing = (
+                config::DEFAULT_TPROXY_RULE_PREF,
+                config::DEFAULT_TPROXY_TABLE,
+            );
             if let Some(c) = config {
                 match load(&c, &registry) {
-                    Ok(cfg) => (p, flavor) = (cfg.daemon.chain_prefix, cfg.daemon.iptables),
+                    Ok(cfg) => {
+                        (p, flavor) = (cfg.daemon.chain_prefix, cfg.daemon.iptables);
+                        if let Some(t) = &cfg.tproxy {
+                            routing = (t.spec.rule_pref, t.spec.table);
+                        }
+                    }
                     Err(code) => return code,
                 }
             }
@@ -301,9 +311,19 @@ pub fn main_with(registry: Registry) -> ExitCode {
                 }
                 Err(_) => None,
             };
+            let routes = match crate::listeners::remove_routing(routing.0, routing.1) {
+                Ok(n) => n,
+                Err(e) => {
+                    eprintln!("relayd: removing the split proxy's ip rule and route: {e:#}");
+                    return ExitCode::from(1);
+                }
+            };
             match daemon::cleanup_all(&p, flavor) {
                 Ok(n) => {
-                    println!("removed {n} chains and rules with prefix {p}");
+                    println!(
+                        "removed {n} chains and rules with prefix {p}, and {routes} ip rules and routes (preference {}, table {})",
+                        routing.0, routing.1
+                    );
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
@@ -335,10 +355,25 @@ fn init_logging(filter: &str) {
 }
 
 fn run(cfg: Config, registry: Registry) -> anyhow::Result<()> {
-    let rt = tokio::runtime::Builder::new_current_thread()
+    // The proxy listeners relay on this runtime, so it gets worker threads; the queues
+    // have threads of their own.
+    let workers = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, 4);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .thread_name("relayd-rt")
         .enable_all()
         .build()
         .context("starting the runtime")?;
+    if !cfg.listeners.is_empty() {
+        // Each relayed connection holds two sockets and, with splice, two pipes.
+        match relay_proxy::raise_fd_limit() {
+            Ok(n) => tracing::debug!(limit = n, "file descriptor limit"),
+            Err(e) => tracing::warn!("cannot raise the file descriptor limit: {e}"),
+        }
+    }
     rt.block_on(serve(cfg, registry))
 }
 
@@ -362,7 +397,7 @@ async fn serve(cfg: Config, registry: Registry) -> anyhow::Result<()> {
     let mut reported_dead = Vec::new();
     loop {
         tokio::select! {
-            _ = hup.recv() => reload(&daemon, &registry),
+            _ = hup.recv() => reload(&daemon, &registry).await,
             _ = term.recv() => { tracing::info!("SIGTERM: stopping"); break; }
             _ = int.recv() => { tracing::info!("SIGINT: stopping"); break; }
             _ = watchdog.tick() => {
@@ -380,7 +415,13 @@ async fn serve(cfg: Config, registry: Registry) -> anyhow::Result<()> {
     let _ = std::fs::remove_file(&socket_path);
     let d = lock(&daemon).take();
     match d {
-        Some(d) => d.shutdown().context("removing rules on exit"),
+        Some(mut d) => {
+            // No new SYN is split from here; split connections drain within each
+            // listener's drain_timeout_secs, then everything relayd added goes.
+            let handles = d.stop_serving();
+            crate::listeners::drain_all(handles).await;
+            d.shutdown().context("removing rules on exit")
+        }
         None => Ok(()),
     }
 }
@@ -389,21 +430,54 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn reload(daemon: &Mutex<Option<Daemon>>, registry: &Registry) {
+async fn reload(daemon: &Mutex<Option<Daemon>>, registry: &Registry) {
+    let changes = reload_queues(daemon, registry);
+    if changes.stop.is_empty() && changes.start.is_empty() {
+        return;
+    }
+    for (spec, handle) in changes.stop {
+        tracing::info!(listener = %spec.name, "listener changed or removed: draining the old one");
+        if let Some(d) = lock(daemon).as_mut() {
+            d.drain_listener(spec, handle);
+        }
+    }
+    for spec in changes.start {
+        match crate::listeners::bind_retrying(&spec).await {
+            Ok(h) => {
+                tracing::info!(listener = %spec.name, kind = spec.kind.as_str(), listen = %h.local_addr(), "listener running");
+                if let Some(d) = lock(daemon).as_mut() {
+                    d.add_listener(spec, h);
+                }
+            }
+            Err(e) => tracing::error!(listener = %spec.name, "listener not started: {e:#}"),
+        }
+    }
+}
+
+/// The synchronous part of a reload (configuration, queues, rules).
+fn reload_queues(daemon: &Mutex<Option<Daemon>>, registry: &Registry) -> daemon::ListenerChanges {
     let mut guard = lock(daemon);
-    let Some(d) = guard.as_mut() else { return };
+    let Some(d) = guard.as_mut() else {
+        return Default::default();
+    };
     let path = d.config().path.clone();
     tracing::info!(config = %path.display(), "SIGHUP: reloading");
     let new = match config::load(&path, registry) {
         Ok(c) => c,
         Err(e) => {
             tracing::error!("reload refused, keeping the running configuration:\n{e}");
-            return;
+            return Default::default();
         }
     };
     match d.reload(new) {
-        Ok(()) => tracing::info!("reloaded"),
-        Err(e) => tracing::error!("reload refused, keeping the running configuration: {e:#}"),
+        Ok(changes) => {
+            tracing::info!("reloaded");
+            changes
+        }
+        Err(e) => {
+            tracing::error!("reload refused, keeping the running configuration: {e:#}");
+            Default::default()
+        }
     }
 }
 

@@ -3,7 +3,8 @@
 //! queues are bound before the rules that feed them exist, and rules are removed before
 //! the queues they feed are drained and unbound.
 
-use crate::config::{Config, QueueSpec};
+use crate::config::{Config, ListenerSpec, QueueSpec};
+use crate::listeners::{self, Listeners};
 use crate::rules;
 use crate::status::{KernelStatus, QueueStatus, ServiceStatus, Status};
 use anyhow::{Context as _, bail};
@@ -35,6 +36,19 @@ pub struct Daemon {
     counters: CounterStore,
     started: Instant,
     reloads: u64,
+    listeners: Listeners,
+    /// The split proxy's `ip rule` and route are in place (preference, table).
+    routing: Option<(u32, u32)>,
+}
+
+/// What a reload leaves to the caller, which runs the tokio side: listeners to drain
+/// (gone, or their options changed) and listeners to start (new, or changed).
+#[derive(Debug, Default)]
+pub struct ListenerChanges {
+    /// Taken out of service: stop accepting, then drain.
+    pub stop: Vec<(ListenerSpec, relay_proxy::ProxyHandle)>,
+    /// To bind and start (after those stopped have released their address).
+    pub start: Vec<ListenerSpec>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -129,6 +143,15 @@ fn stop_all(queues: impl IntoIterator<Item = Queue>) {
     }
 }
 
+/// Removes the split proxy's policy routing a previous relayd left, if `config` has a
+/// split proxy (found by its rule preference and table).
+fn cleanup_routing(config: &Config) -> anyhow::Result<usize> {
+    match &config.tproxy {
+        Some(t) => listeners::remove_routing(t.spec.rule_pref, t.spec.table),
+        None => Ok(0),
+    }
+}
+
 /// Removes whatever a previous relayd with this prefix left (after a crash), all families.
 pub fn cleanup_all(
     cfg_prefix: &str,
@@ -152,7 +175,8 @@ impl Daemon {
     /// rules. On failure everything done so far is undone.
     pub fn start(config: Config) -> anyhow::Result<Daemon> {
         let lock = crate::lock::InstanceLock::acquire(&config.daemon.chain_prefix)?;
-        let stale = cleanup_all(&config.daemon.chain_prefix, config.daemon.iptables)?;
+        let stale = cleanup_all(&config.daemon.chain_prefix, config.daemon.iptables)?
+            + cleanup_routing(&config)?;
         if stale > 0 {
             tracing::warn!(
                 removed = stale,
@@ -166,15 +190,23 @@ impl Daemon {
             counters: CounterStore::default(),
             started: Instant::now(),
             reloads: 0,
+            listeners: Listeners::default(),
+            routing: None,
         };
         let new = d.start_queues(&config)?;
         d.queues.extend(new);
-        if let Err(e) = d.install(&config) {
+        // Listeners before the rules that divert to them, as queues before theirs.
+        let started = Listeners::start(&config.listeners).and_then(|l| {
+            d.listeners = l;
+            d.install_routing(&config)
+        });
+        if let Err(e) = started.and_then(|()| d.install(&config)) {
             // Part of the rules may be in (one family, one table): never leave them
             // pointing at queues that are about to go.
             if let Err(c) = cleanup_all(&config.daemon.chain_prefix, config.daemon.iptables) {
                 tracing::error!("removing partly installed rules: {c:#}");
             }
+            d.remove_routing();
             d.stop_queues();
             return Err(e);
         }
@@ -231,6 +263,36 @@ impl Daemon {
         Ok(started)
     }
 
+    /// Installs the split proxy's `ip rule` and local route if `config` has a split proxy,
+    /// replacing those of another preference or table.
+    fn install_routing(&mut self, config: &Config) -> anyhow::Result<()> {
+        let want = config
+            .tproxy
+            .as_ref()
+            .map(|t| (t.spec.rule_pref, t.spec.table));
+        if self.routing.is_some() && self.routing != want {
+            self.remove_routing();
+        }
+        if let Some(t) = &config.tproxy {
+            // A different fwmark at the same preference and table: replace it.
+            listeners::remove_routing(t.spec.rule_pref, t.spec.table)?;
+            t.spec
+                .install_routing(None)
+                .context("installing the split proxy's ip rule and local route")?;
+            self.routing = want;
+        }
+        Ok(())
+    }
+
+    /// Removes the split proxy's `ip rule` and route, if installed (errors logged).
+    fn remove_routing(&mut self) {
+        if let Some((pref, table)) = self.routing.take()
+            && let Err(e) = listeners::remove_routing(pref, table)
+        {
+            tracing::error!("removing the split proxy's ip rule and route: {e:#}");
+        }
+    }
+
     fn install(&self, config: &Config) -> anyhow::Result<()> {
         let rs = rules::ruleset(config);
         let used = rules::families(config);
@@ -251,7 +313,11 @@ impl Daemon {
     /// the rules are swapped atomically, running queues switch chains between two batches,
     /// and queues no longer configured are drained before they are unbound. On error the
     /// old configuration stays in force.
-    pub fn reload(&mut self, new: Config) -> anyhow::Result<()> {
+    ///
+    /// Proxy listeners whose options changed, or that are gone, are handed back to the
+    /// caller to drain, with those to start ([`ListenerChanges`]); unchanged ones keep
+    /// running.
+    pub fn reload(&mut self, new: Config) -> anyhow::Result<ListenerChanges> {
         if new.daemon.chain_prefix != self.config.daemon.chain_prefix
             || new.daemon.iptables != self.config.daemon.iptables
             || new.daemon.socket != self.config.daemon.socket
@@ -264,6 +330,18 @@ impl Daemon {
             bail!("{e}");
         }
         let started = self.start_queues(&new)?;
+        let old_routing = self.routing;
+        if new.tproxy.is_some()
+            && let Err(e) = self.install_routing(&new)
+        {
+            stop_all(started.into_values().map(|r| r.queue));
+            if old_routing.is_some()
+                && let Err(e2) = self.install_routing(&self.config.clone())
+            {
+                tracing::error!("restoring the previous ip rule failed too: {e2:#}");
+            }
+            return Err(e.context("the old configuration stays in force"));
+        }
         if let Err(e) = self.install(&new) {
             // Put the old rules back before the new queues go, so no rule points at them.
             if let Err(e2) = self.install(&self.config) {
@@ -307,9 +385,54 @@ impl Daemon {
             tracing::info!(queue = num, "queue removed");
         }
         self.queues.extend(started);
+        if new.tproxy.is_none() {
+            self.remove_routing();
+        }
+        let (stop, start) = self.listeners.take_changed(&new.listeners);
         self.config = new;
         self.reloads += 1;
-        Ok(())
+        Ok(ListenerChanges { stop, start })
+    }
+
+    /// Drains a listener a reload took out of service, in the background.
+    pub fn drain_listener(&mut self, spec: ListenerSpec, handle: relay_proxy::ProxyHandle) {
+        self.listeners.drain(spec, handle);
+    }
+
+    /// Adds a listener started after a reload.
+    pub fn add_listener(&mut self, spec: ListenerSpec, handle: relay_proxy::ProxyHandle) {
+        self.listeners.insert(spec, handle);
+    }
+
+    /// First half of a graceful stop: no new packet is queued and no new connection split
+    /// (queue rules removed, so SYNs pass natively), the queues are drained and unbound,
+    /// but the TPROXY rules and the route stay, so that connections already split keep
+    /// reaching the proxy while it drains. Returns the listeners to drain; then call
+    /// [`Daemon::shutdown`].
+    pub fn stop_serving(&mut self) -> Vec<(String, std::time::Duration, relay_proxy::ProxyHandle)> {
+        let active = self.listeners.status().iter().any(|l| l.stats.active > 0);
+        let keep_tproxy = active && self.config.tproxy.is_some();
+        let r = if keep_tproxy {
+            let rs = rules::drain_ruleset(&self.config);
+            rules::families(&self.config)
+                .into_iter()
+                .try_for_each(|f| {
+                    rs.install(&rules::backend(self.config.daemon.iptables, f))
+                        .map(|_| ())
+                })
+                .map_err(anyhow::Error::from)
+        } else {
+            cleanup_all(
+                &self.config.daemon.chain_prefix,
+                self.config.daemon.iptables,
+            )
+            .map(|_| ())
+        };
+        if let Err(e) = r {
+            tracing::error!("removing the queue rules: {e:#}");
+        }
+        self.stop_queues();
+        self.listeners.take_all()
     }
 
     /// Stops: removes the rules (traffic flows unqueued from here on), then drains and
@@ -319,6 +442,7 @@ impl Daemon {
             &self.config.daemon.chain_prefix,
             self.config.daemon.iptables,
         );
+        self.remove_routing();
         self.stop_queues();
         r.map(|_| ())
     }
@@ -373,18 +497,20 @@ impl Daemon {
             reloads: self.reloads,
             queues,
             services,
+            listeners: self.listeners.status(),
         }
     }
 }
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        if !self.queues.is_empty() {
+        if !self.queues.is_empty() || self.routing.is_some() {
             // Reached only on an error path: never leave rules feeding dead queues.
             let _ = cleanup_all(
                 &self.config.daemon.chain_prefix,
                 self.config.daemon.iptables,
             );
+            self.remove_routing();
             self.stop_queues();
         }
     }

@@ -5,7 +5,9 @@
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod listeners;
 pub mod lock;
+pub mod qos;
 pub mod registry;
 pub mod replay;
 pub mod rules;

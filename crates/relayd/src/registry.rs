@@ -57,7 +57,7 @@ impl Registry {
     }
 
     /// The kinds relayd ships: `accept`, `drop`, `dump`, `mark`, `compress`, `decompress`,
-    /// `encrypt`, `decrypt`, `delay`, `tcpsplit`.
+    /// `encrypt`, `decrypt`, `delay`, `tcpsplit`, `mpls-encap`, `mpls-decap`, `ids`.
     pub fn with_builtins() -> Registry {
         let mut r = Registry::empty();
         r.register::<AcceptConfig>();
@@ -70,6 +70,9 @@ impl Registry {
         r.register::<relay_svc_crypto::DecryptConfig>();
         r.register::<relay_svc_delay::DelayConfig>();
         r.register::<relay_svc_tcpsplit::TcpSplitConfig>();
+        r.register::<relay_svc_mpls::EncapConfig>();
+        r.register::<relay_svc_mpls::DecapConfig>();
+        r.register::<relay_svc_ids::IdsConfig>();
         r
     }
 

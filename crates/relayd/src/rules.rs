@@ -2,10 +2,14 @@
 //! (iptables / ip6tables, system or legacy), and errors mapped back to the file.
 
 use crate::config::{Config, ConfigError, ConfigErrors, IptablesFlavor, QueueSpec};
-use relay_control::{Backend, ControlError, Family, PreRule, QueueRule, RuleSet};
+use relay_control::{
+    Backend, ControlError, Family, Hook, OwnedRule, PreRule, QueueRule, RuleSet, Table,
+};
 use relay_core::{CtMarkBits, MssClamp};
+use relay_proxy::tproxy::IpFamily;
 
-/// The rule set a configuration implies, one rule per `[[queue]]` entry in file order.
+/// The rule set a configuration implies: one rule per `[[queue]]` entry in file order,
+/// and the split proxy's TPROXY rules at the top of relayd's mangle PREROUTING chain.
 pub fn ruleset(cfg: &Config) -> RuleSet {
     let ct = cfg.daemon.ct_mark_bits;
     RuleSet {
@@ -26,7 +30,48 @@ pub fn ruleset(cfg: &Config) -> RuleSet {
                 pre: pre_rules(q, ct),
             })
             .collect(),
+        owned: tproxy_rules(cfg),
     }
+}
+
+/// The rules left in place while the daemon drains its proxy on exit: the TPROXY rules
+/// only, so that split connections still reach the proxy while new SYNs are no longer
+/// queued (they pass natively).
+pub fn drain_ruleset(cfg: &Config) -> RuleSet {
+    let mut rs = ruleset(cfg);
+    rs.rules.clear();
+    rs
+}
+
+/// The TPROXY, CONNMARK and socket rules of the split proxy (see `relay_proxy::tproxy`),
+/// per family. They sit before the bypass-mark skip: a SYN a `tcpsplit` queue repeats
+/// with the divert mark also carries relayd's bypass mark.
+fn tproxy_rules(cfg: &Config) -> Vec<OwnedRule> {
+    let Some(t) = &cfg.tproxy else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for &family in &t.families {
+        let ip = match family {
+            Family::Ipv4 => IpFamily::V4,
+            Family::Ipv6 => IpFamily::V6,
+        };
+        for line in t.spec.mangle_rules("C", ip) {
+            let args: Vec<String> = line
+                .strip_prefix("-A C ")
+                .unwrap_or(&line)
+                .split_whitespace()
+                .map(String::from)
+                .collect();
+            out.push(OwnedRule {
+                table: Table::Mangle,
+                hook: Hook::Prerouting,
+                family: Some(family),
+                args,
+            });
+        }
+    }
+    out
 }
 
 /// What the queue's services need the kernel to do before the queue rule: the packet's
@@ -80,11 +125,14 @@ pub fn backend(flavor: IptablesFlavor, family: Family) -> Backend {
     }
 }
 
-/// The families any queue uses.
+/// The families any queue (or the split proxy's diversion) uses.
 pub fn families(cfg: &Config) -> Vec<Family> {
     [Family::Ipv4, Family::Ipv6]
         .into_iter()
-        .filter(|f| cfg.queues.iter().any(|q| q.families.contains(f)))
+        .filter(|f| {
+            cfg.queues.iter().any(|q| q.families.contains(f))
+                || cfg.tproxy.as_ref().is_some_and(|t| t.families.contains(f))
+        })
         .collect()
 }
 
@@ -97,6 +145,14 @@ pub fn restore_text(cfg: &Config) -> Result<String, ControlError> {
         let b = backend(cfg.daemon.iptables, f);
         out.push_str(&format!("# {} -w --noflush\n", b.restore));
         out.push_str(&rs.restore_text(f)?);
+    }
+    if let Some(t) = &cfg.tproxy {
+        out.push_str("# the split proxy's local delivery (ip rule and route), both families\n");
+        for f in IpFamily::BOTH {
+            for c in t.spec.routing_commands(f) {
+                out.push_str(&format!("# ip {}\n", c.join(" ")));
+            }
+        }
     }
     Ok(out)
 }

@@ -21,6 +21,27 @@ pub struct Status {
     pub queues: Vec<QueueStatus>,
     /// One entry per service instance, summed over the queues that run it.
     pub services: Vec<ServiceStatus>,
+    /// The proxy listeners (`socks5`, `tproxy`), running ones and those still draining.
+    #[serde(default)]
+    pub listeners: Vec<ListenerStatus>,
+}
+
+/// Counters of one proxy listener.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ListenerStatus {
+    /// The `[service.NAME]` (for the transparent listener a `tcpsplit` service implies,
+    /// that service's name).
+    pub name: String,
+    /// `socks5` or `tproxy`.
+    pub kind: String,
+    /// The bound address.
+    pub listen: String,
+    /// Upstream transport: `tcp` or `mptcp`.
+    pub upstream: String,
+    /// `running`, or `draining` (replaced by a reload, finishing its connections).
+    pub state: String,
+    /// The proxy's counters (accepted, active, completed, bytes, failures, ...).
+    pub stats: relay_proxy::StatsSnapshot,
 }
 
 /// Counters of one queue.
@@ -193,6 +214,43 @@ impl Status {
                 s.packets,
                 cs.join(" ")
             ));
+        }
+        if !self.listeners.is_empty() {
+            o.push_str(&format!(
+                "\n{:<16} {:<7} {:<22} {:<6} {:<9} {:>9} {:>7} {:>9} {:>12} {:>12} {:>8} {:>7} {:>7}\n",
+                "listener",
+                "kind",
+                "listen",
+                "up",
+                "state",
+                "accepted",
+                "active",
+                "completed",
+                "bytes_up",
+                "bytes_down",
+                "up_fail",
+                "resets",
+                "refused"
+            ));
+            for l in &self.listeners {
+                let s = &l.stats;
+                o.push_str(&format!(
+                    "{:<16} {:<7} {:<22} {:<6} {:<9} {:>9} {:>7} {:>9} {:>12} {:>12} {:>8} {:>7} {:>7}\n",
+                    l.name,
+                    l.kind,
+                    l.listen,
+                    l.upstream,
+                    l.state,
+                    s.accepted,
+                    s.active,
+                    s.completed,
+                    s.bytes_up,
+                    s.bytes_down,
+                    s.upstream_failed,
+                    s.resets,
+                    s.refused_cap
+                ));
+            }
         }
         o
     }

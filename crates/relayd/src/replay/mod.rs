@@ -139,5 +139,6 @@ pub fn run(cfg: &Config, opts: &ReplayOptions, out: &mut dyn Write) -> anyhow::R
         reloads: 0,
         queues: vec![queue],
         services,
+        listeners: Vec::new(),
     })
 }
