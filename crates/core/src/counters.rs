@@ -96,7 +96,10 @@ impl Counters {
     /// The current values, in registration order.
     pub fn snapshot(&self) -> Vec<(String, CounterKind, u64)> {
         let v = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        v.list.iter().map(|(n, k, c)| (n.clone(), *k, c.get())).collect()
+        v.list
+            .iter()
+            .map(|(n, k, c)| (n.clone(), *k, c.get()))
+            .collect()
     }
 }
 

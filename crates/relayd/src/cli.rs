@@ -284,9 +284,16 @@ pub fn main_with(registry: Registry) -> ExitCode {
                 config::DEFAULT_TPROXY_RULE_PREF,
                 config::DEFAULT_TPROXY_TABLE,
             );
+            // tc trees: relayd's HTB handle, and any other a configuration names.
+            let mut tc_handles = vec![relay_control::tc::DEFAULT_HANDLE];
             if let Some(c) = config {
                 match load(&c, &registry) {
                     Ok(cfg) => {
+                        for p in crate::qos::plans(&cfg).unwrap_or_default() {
+                            if !tc_handles.contains(&p.handle) {
+                                tc_handles.push(p.handle);
+                            }
+                        }
                         (p, flavor) = (cfg.daemon.chain_prefix, cfg.daemon.iptables);
                         if let Some(t) = &cfg.tproxy {
                             routing = (t.spec.rule_pref, t.spec.table);
@@ -318,11 +325,23 @@ pub fn main_with(registry: Registry) -> ExitCode {
                     return ExitCode::from(1);
                 }
             };
+            let tc = relay_control::tc::Tc::system();
+            let trees: Vec<String> = tc_handles
+                .iter()
+                .flat_map(|h| crate::qos::cleanup(&tc, *h))
+                .collect();
             match daemon::cleanup_all(&p, flavor) {
                 Ok(n) => {
                     println!(
-                        "removed {n} chains and rules with prefix {p}, and {routes} ip rules and routes (preference {}, table {})",
-                        routing.0, routing.1
+                        "removed {n} chains and rules with prefix {p}, {routes} ip rules and routes (preference {}, table {}), and {} tc trees{}",
+                        routing.0,
+                        routing.1,
+                        trees.len(),
+                        if trees.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" ({})", trees.join(", "))
+                        }
                     );
                     ExitCode::SUCCESS
                 }

@@ -5,10 +5,12 @@
 
 use crate::config::{Config, ListenerSpec, QueueSpec};
 use crate::listeners::{self, Listeners};
+use crate::qos::{self, QosSet};
 use crate::rules;
 use crate::status::{KernelStatus, QueueStatus, ServiceStatus, Status};
 use anyhow::{Context as _, bail};
 use relay_control::Family;
+use relay_control::tc::Tc;
 use relay_core::CtMarkBits;
 use relay_core::{Chain, ChainSettings, Counter, CounterKind, Counters, QueueCounters};
 use relay_nfq::{Queue, QueueConfig};
@@ -39,6 +41,8 @@ pub struct Daemon {
     listeners: Listeners,
     /// The split proxy's `ip rule` and route are in place (preference, table).
     routing: Option<(u32, u32)>,
+    /// The tc trees the services declared (per-VCAN QoS), installed.
+    qos: QosSet,
 }
 
 /// What a reload leaves to the caller, which runs the tokio side: listeners to drain
@@ -192,7 +196,12 @@ impl Daemon {
             reloads: 0,
             listeners: Listeners::default(),
             routing: None,
+            qos: QosSet::new(Tc::system()),
         };
+        // The classes before the queues that mark packets for them.
+        d.qos
+            .apply(qos::plans(&config).map_err(anyhow::Error::msg)?)
+            .context("installing the services' tc trees")?;
         let new = d.start_queues(&config)?;
         d.queues.extend(new);
         // Listeners before the rules that divert to them, as queues before theirs.
@@ -329,6 +338,14 @@ impl Daemon {
         if let Err(e) = rules::validate(&new) {
             bail!("{e}");
         }
+        let trees = qos::plans(&new).map_err(anyhow::Error::msg)?;
+        if let Err(e) = self.qos.apply(trees) {
+            // Put the old classes back: the old configuration's marks select them.
+            if let Err(e2) = self.qos.apply(qos::plans(&self.config).unwrap_or_default()) {
+                tracing::error!("restoring the previous tc trees failed too: {e2:#}");
+            }
+            return Err(e.context("the old configuration stays in force"));
+        }
         let started = self.start_queues(&new)?;
         let old_routing = self.routing;
         if new.tproxy.is_some()
@@ -444,7 +461,12 @@ impl Daemon {
         );
         self.remove_routing();
         self.stop_queues();
-        r.map(|_| ())
+        let tc = self.qos.remove_all();
+        r?;
+        match tc.first() {
+            Some(e) => bail!("{e}"),
+            None => Ok(()),
+        }
     }
 
     fn stop_queues(&mut self) {
@@ -498,6 +520,7 @@ impl Daemon {
             queues,
             services,
             listeners: self.listeners.status(),
+            qos: self.qos.stats(),
         }
     }
 }

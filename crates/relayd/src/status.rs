@@ -24,6 +24,9 @@ pub struct Status {
     /// The proxy listeners (`socks5`, `tproxy`), running ones and those still draining.
     #[serde(default)]
     pub listeners: Vec<ListenerStatus>,
+    /// The classes of the tc trees relayd installed for its services (per-VCAN QoS).
+    #[serde(default)]
+    pub qos: Vec<crate::qos::ClassStatus>,
 }
 
 /// Counters of one proxy listener.
@@ -249,6 +252,18 @@ impl Status {
                     s.upstream_failed,
                     s.resets,
                     s.refused_cap
+                ));
+            }
+        }
+        if !self.qos.is_empty() {
+            o.push_str(&format!(
+                "\n{:<12} {:<10} {:<16} {:>14} {:>12} {:>10}\n",
+                "interface", "class", "name", "bytes", "packets", "drops"
+            ));
+            for c in &self.qos {
+                o.push_str(&format!(
+                    "{:<12} {:<10} {:<16} {:>14} {:>12} {:>10}\n",
+                    c.interface, c.class, c.name, c.bytes, c.packets, c.drops
                 ));
             }
         }

@@ -9,7 +9,6 @@
 //! its sender when it may not be fragmented, as a router in front of a tunnel does, and
 //! TCP connections are clamped to an MSS that fits (a rule relayd installs).
 
-use crate::icmp::TooBig;
 use crate::keys::{Cipher, ICV_LEN, load_key};
 use crate::sa::SaCrypto;
 use crate::state::{Registry, SaId};
@@ -21,6 +20,7 @@ use relay_core::{
     Action, Context, Counter, Counters, FailPolicy, IpVersion, MssClamp, Packet, Service,
     ServiceConfig, ServiceFactory,
 };
+use relay_inject::TooBig;
 use serde::Deserialize;
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -247,12 +247,7 @@ impl ServiceFactory for EncryptFactory {
             max_v4: self.max_inner(20),
             max_v6: self.max_inner(40),
             factory_mtu: self.mtu,
-            too_big: TooBig::new(
-                100,
-                c("icmp_too_big_sent"),
-                c("icmp_too_big_suppressed"),
-                c("icmp_too_big_failed"),
-            ),
+            too_big: TooBig::new(TooBig::DEFAULT_RATE, counters),
             encrypted: c("encrypted"),
             bytes_in: c("bytes_in"),
             bytes_out: c("bytes_out"),

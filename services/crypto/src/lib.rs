@@ -5,7 +5,6 @@
 //! HMAC-SHA-256-128 (RFC 4868); anti-replay per RFC 4303 3.4.3.
 
 mod esp;
-mod icmp;
 mod keys;
 mod sa;
 mod state;

@@ -8,6 +8,10 @@
 //! be refused for a size the sender was never told about). The label stack entry carries
 //! the VCAN's label, TC = DSCP >> 3 (the class selector), S = 1 and the inner TTL / hop
 //! limit (RFC 3443 uniform model at ingress).
+//!
+//! An IPv4 packet with DF that no longer fits `mtu` once encapsulated is dropped and its
+//! sender told what fits, ICMP "fragmentation needed" with the MTU less the overhead
+//! (RFC 1191), as a router in front of a tunnel does; TCP is also clamped (`clamp_mss`).
 
 use crate::classify::{Addr, FlowKey};
 use crate::config::{Checked, Encap, EncapConfig, Unclassified, VcanPath};
@@ -17,6 +21,7 @@ use relay_core::{
     Action, Context, Counter, Counters, IpVersion, MssClamp, Packet, Service, ServiceConfig,
     ServiceFactory,
 };
+use relay_inject::TooBig;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
@@ -131,6 +136,7 @@ struct EncapCounters {
 struct EncapService {
     shared: Arc<Shared>,
     ident: u16,
+    too_big: TooBig,
     c: EncapCounters,
 }
 
@@ -207,7 +213,7 @@ impl Shared {
 }
 
 impl Service for EncapService {
-    fn process(&mut self, pkt: &mut Packet, _cx: &Context) -> Action {
+    fn process(&mut self, pkt: &mut Packet, cx: &Context) -> Action {
         if pkt.is_partial() {
             self.c.skipped.inc();
             return Action::Continue;
@@ -237,9 +243,16 @@ impl Service for EncapService {
         }
         let df = v == IpVersion::V4 && pkt.data()[field::FLG_OFF.start] & 0x40 != 0;
         let new_len = inner_len + overhead(s.encap);
-        if new_len > 0xffff || (df && new_len > s.mtu) {
-            // A router would send ICMP "fragmentation needed" here; a service cannot send
-            // yet (see docs/mpls.md), so TCP relies on the MSS clamp (clamp_mss).
+        if df && new_len > s.mtu {
+            // A router would not fragment it either: tell the sender what fits.
+            let fits = s.mtu - overhead(s.encap);
+            self.too_big.send(&pkt.data()[..inner_len], fits as u16, cx);
+            self.c.dropped_too_big.inc();
+            return Action::Drop;
+        }
+        if new_len > 0xffff {
+            // The outer total length cannot say it; only arrives from a link with a 64 KiB
+            // MTU (loopback), without DF.
             self.c.dropped_too_big.inc();
             return Action::Drop;
         }
@@ -285,6 +298,7 @@ impl ServiceFactory for EncapFactory {
         Box::new(EncapService {
             shared: Arc::clone(&self.shared),
             ident: 0,
+            too_big: TooBig::new(TooBig::DEFAULT_RATE, counters),
             c: EncapCounters {
                 encapsulated: counters.counter("encapsulated"),
                 unclassified_passed: counters.counter("unclassified_passed"),

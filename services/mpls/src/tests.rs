@@ -326,11 +326,26 @@ fn unclassified_pass_or_drop() {
     );
 }
 
+/// `udp4(payload)` from 127.0.0.1 instead: what a "too big" answer may be sent to in a test.
+fn udp4_loopback(payload: &[u8]) -> Vec<u8> {
+    let mut b = udp4(payload);
+    b[12..16].copy_from_slice(&[127, 0, 0, 1]);
+    Ipv4Packet::new_unchecked(&mut b[..]).fill_checksum();
+    let pseudo = checksum::pseudo_v4(
+        [127, 0, 0, 1].into(),
+        [10, 1, 2, 3].into(),
+        17,
+        (8 + payload.len()) as u32,
+    );
+    UdpPacket::new_unchecked(&mut b[20..]).fill_checksum(pseudo);
+    b
+}
+
 #[test]
 fn too_big_with_df_is_dropped_without_df_encapsulated() {
     let counters = Counters::new();
     let mut s = cfg("ip").into_factory("e").unwrap().build(&counters);
-    let big = udp4(&[1u8; 1472]);
+    let big = udp4_loopback(&[1u8; 1472]);
     assert_eq!(
         s.process(&mut Packet::from_bytes(&big), &cx()),
         Action::Drop
@@ -345,6 +360,108 @@ fn too_big_with_df_is_dropped_without_df_encapsulated() {
     let f = cfg("udp").into_factory("e").unwrap();
     let m = f.clamp_mss().unwrap();
     assert_eq!((m.ipv4, m.ipv6), (1500 - 32 - 40, 1500 - 32 - 60));
+}
+
+/// A raw ICMP socket that sees every ICMP message delivered on this host, for up to `wait`
+/// per read.
+struct IcmpListener(std::os::fd::OwnedFd);
+
+impl IcmpListener {
+    fn open() -> IcmpListener {
+        use std::os::fd::FromRawFd;
+        // SAFETY: plain socket(2), checked; the descriptor is owned from here on.
+        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 1) };
+        assert!(
+            fd >= 0,
+            "raw ICMP socket: {}",
+            std::io::Error::last_os_error()
+        );
+        // SAFETY: `fd` is fresh and ours.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        let tv = libc::timeval {
+            tv_sec: 0,
+            tv_usec: 200_000,
+        };
+        // SAFETY: a valid descriptor and a live timeval of the size given.
+        let rc = unsafe {
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&fd),
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                (&tv as *const libc::timeval).cast(),
+                size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(rc, 0);
+        IcmpListener(fd)
+    }
+
+    /// The next-hop MTU of the "fragmentation needed" that quotes `orig`, if one arrives
+    /// within two seconds.
+    fn frag_needed_about(&self, orig: &[u8]) -> Option<u16> {
+        let deadline = Instant::now() + std::time::Duration::from_secs(2);
+        let mut buf = [0u8; 2048];
+        while Instant::now() < deadline {
+            // SAFETY: `buf` is live and writable for its length.
+            let n = unsafe {
+                libc::recv(
+                    std::os::fd::AsRawFd::as_raw_fd(&self.0),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    0,
+                )
+            };
+            let Ok(n) = usize::try_from(n) else { continue };
+            let m = &buf[..n];
+            let ihl = ((m[0] & 0xf) as usize) * 4;
+            let icmp = &m[ihl..];
+            if icmp.len() >= 8 + 28 && icmp[..2] == [3, 4] && icmp[8..8 + 28] == orig[..28] {
+                return Some(u16::from_be_bytes([icmp[6], icmp[7]]));
+            }
+        }
+        None
+    }
+}
+
+#[test]
+fn too_big_with_df_is_answered_with_the_mtu_that_fits() {
+    let listener = IcmpListener::open();
+    for (encap, overhead) in [("ip", 24), ("udp", 32)] {
+        let counters = Counters::new();
+        let mut s = cfg(encap).into_factory("e").unwrap().build(&counters);
+        // Exactly what fits the path once encapsulated, and one byte more; the latter with
+        // a distinct IP identification, so that its answer is told apart from others'.
+        let fits = udp4_loopback(&vec![7u8; 1500 - overhead - 28]);
+        let mut big = udp4_loopback(&vec![7u8; 1500 - overhead - 28 + 1]);
+        big[4..6].copy_from_slice(&(0x7e00 + overhead as u16).to_be_bytes());
+        Ipv4Packet::new_unchecked(&mut big[..]).fill_checksum();
+        assert_eq!(
+            s.process(&mut Packet::from_bytes(&fits), &cx()),
+            Action::Continue,
+            "{encap}: {} bytes fit",
+            fits.len()
+        );
+        assert_eq!(
+            s.process(&mut Packet::from_bytes(&big), &cx()),
+            Action::Drop,
+            "{encap}"
+        );
+        let c = counters_map(&counters);
+        assert_eq!(
+            (
+                c["dropped_too_big"],
+                c["icmp_too_big_sent"],
+                c["icmp_too_big_failed"]
+            ),
+            (1, 1, 0),
+            "{encap}"
+        );
+        assert_eq!(
+            listener.frag_needed_about(&big),
+            Some(1500 - overhead as u16),
+            "{encap}: the sender is told the MTU less the overhead"
+        );
+    }
 }
 
 #[test]

@@ -140,5 +140,6 @@ pub fn run(cfg: &Config, opts: &ReplayOptions, out: &mut dyn Write) -> anyhow::R
         queues: vec![queue],
         services,
         listeners: Vec::new(),
+        qos: Vec::new(),
     })
 }

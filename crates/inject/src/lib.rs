@@ -1,0 +1,17 @@
+//! Packets a service sends itself, as a router or host in its place would: ICMP "too big"
+//! errors for packets that no longer fit the path ([`TooBig`]), TCP resets and port
+//! unreachables ([`build`]), and the raw sockets they leave through ([`RawSender`]).
+//!
+//! Everything sent carries the mark the caller passes (normally [`Context::bypass_mark`]),
+//! so relayd's own iptables rules do not queue it again (DESIGN.md, "Leave no trace").
+//! Sockets are opened on first use, on the queue thread that sends, and sends never block:
+//! a full socket buffer is an error the caller counts, not a stalled queue.
+//!
+//! [`Context::bypass_mark`]: relay_core::Context::bypass_mark
+
+pub mod build;
+mod raw;
+mod too_big;
+
+pub use raw::{RawSender, SendError};
+pub use too_big::{Answer, TooBig};

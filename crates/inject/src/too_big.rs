@@ -1,0 +1,258 @@
+//! "Packet too big" for the sender of a packet that does not fit the path once a service
+//! has grown it: ICMP "fragmentation needed" (RFC 792, RFC 1191) for IPv4 with DF, ICMPv6
+//! "packet too big" (RFC 4443) for IPv6, as a router in front of a tunnel sends them.
+//! The errors are rate-limited, and errors about errors, about non-first fragments and to
+//! sources nobody can answer are never sent (RFC 1812 4.3.2.7, RFC 4443 2.4).
+
+use crate::raw::RawSender;
+use relay_core::ratelimit::RateLimit;
+use relay_core::wire::checksum;
+use relay_core::{Context, Counter, Counters};
+use std::net::{IpAddr, Ipv4Addr};
+
+/// Original bytes quoted in an ICMPv4 error: the message stays within 576 bytes (RFC 1812 4.3.2.3).
+const QUOTE_V4: usize = 576 - 20 - 8;
+/// Original bytes quoted in an ICMPv6 error: within the minimum MTU of 1280 (RFC 4443 2.4).
+const QUOTE_V6: usize = 1280 - 40 - 8;
+
+/// What [`TooBig::send`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Answer {
+    /// The error left.
+    Sent,
+    /// The packet must not be answered: not IPv4 or IPv6, an ICMP error itself, a
+    /// non-first fragment, or from an unspecified, multicast or broadcast source.
+    NotAnswered,
+    /// The rate limit held it back (`icmp_too_big_suppressed`).
+    Suppressed,
+    /// Sending failed (`icmp_too_big_failed`; logged at debug level).
+    Failed,
+}
+
+/// Sends "too big" errors from one queue thread.
+///
+/// Counters (registered by [`TooBig::new`], the same names in every service that uses it):
+/// `icmp_too_big_sent`, `icmp_too_big_suppressed`, `icmp_too_big_failed`.
+#[derive(Debug)]
+pub struct TooBig {
+    raw: RawSender,
+    limit: RateLimit,
+    buf: Vec<u8>,
+    sent: Counter,
+    suppressed: Counter,
+    failed: Counter,
+}
+
+impl TooBig {
+    /// The rate limit services use unless they have a reason not to: errors per second
+    /// per queue thread.
+    pub const DEFAULT_RATE: u32 = 100;
+
+    /// At most `per_second` errors per second leave; the rest are counted in `counters`.
+    pub fn new(per_second: u32, counters: &Counters) -> TooBig {
+        TooBig {
+            raw: RawSender::with_icmpv6(),
+            limit: RateLimit::new(per_second),
+            buf: Vec::with_capacity(QUOTE_V4.max(QUOTE_V6) + 48),
+            sent: counters.counter("icmp_too_big_sent"),
+            suppressed: counters.counter("icmp_too_big_suppressed"),
+            failed: counters.counter("icmp_too_big_failed"),
+        }
+    }
+
+    /// Tells the sender of `pkt` (a whole IPv4 or IPv6 packet, from its IP header) that the
+    /// path carries packets of at most `mtu` bytes. The error carries `cx.bypass_mark`.
+    pub fn send(&mut self, pkt: &[u8], mtu: u16, cx: &Context) -> Answer {
+        let Some(src) = answerable_source(pkt) else {
+            return Answer::NotAnswered;
+        };
+        if self.limit.allow(cx.now).is_none() {
+            self.suppressed.inc();
+            return Answer::Suppressed;
+        }
+        match src {
+            IpAddr::V4(a) => frag_needed(&mut self.buf, a, pkt, mtu),
+            IpAddr::V6(_) => packet_too_big(&mut self.buf, pkt, mtu),
+        }
+        match self.raw.send(&self.buf, src, cx.bypass_mark) {
+            Ok(()) => {
+                self.sent.inc();
+                Answer::Sent
+            }
+            Err(e) => {
+                self.failed.inc();
+                tracing::debug!("cannot send packet-too-big to {src}: {e}");
+                Answer::Failed
+            }
+        }
+    }
+}
+
+/// The source of `pkt` if an ICMP error may be sent to it about `pkt`.
+fn answerable_source(pkt: &[u8]) -> Option<IpAddr> {
+    let src = match pkt.first()? >> 4 {
+        4 if pkt.len() >= 20 => {
+            let src: [u8; 4] = pkt[12..16].try_into().ok()?;
+            let ihl = ((pkt[0] & 0xf) as usize) * 4;
+            let first_fragment = u16::from_be_bytes([pkt[6], pkt[7]]) & 0x1fff == 0;
+            let icmp_type = (pkt[9] == 1).then(|| pkt.get(ihl).copied()).flatten();
+            let error = icmp_type.is_some_and(|t| matches!(t, 3 | 4 | 5 | 11 | 12));
+            if error || !first_fragment {
+                return None;
+            }
+            IpAddr::from(src)
+        }
+        6 if pkt.len() >= 40 => {
+            let src: [u8; 16] = pkt[8..24].try_into().ok()?;
+            // Directly after the fixed header only: a packet with other extension headers
+            // is answered even if it is an error or a later fragment, which RFC 4443 2.4
+            // allows to be missed by a router that does not parse them either.
+            let error = pkt[6] == 58 && pkt.get(40).is_some_and(|&t| t < 128);
+            let later_fragment = pkt[6] == 44
+                && pkt
+                    .get(42..44)
+                    .is_some_and(|o| o[0] != 0 || o[1] & 0xf8 != 0);
+            if error || later_fragment {
+                return None;
+            }
+            IpAddr::from(src)
+        }
+        _ => return None,
+    };
+    let broadcast = matches!(src, IpAddr::V4(v) if v.is_broadcast());
+    (!src.is_unspecified() && !src.is_multicast() && !broadcast).then_some(src)
+}
+
+/// Writes ICMP "fragmentation needed" to `dst` about `pkt` into `b`, with an IP header
+/// whose source, identification and checksum the kernel fills in (raw(7)).
+fn frag_needed(b: &mut Vec<u8>, dst: Ipv4Addr, pkt: &[u8], mtu: u16) {
+    let quote = &pkt[..pkt.len().min(QUOTE_V4)];
+    b.clear();
+    let total = (20 + 8 + quote.len()) as u16;
+    // TOS 0xc0: internetwork control, as the kernel's own ICMP errors.
+    b.extend_from_slice(&[0x45, 0xc0]);
+    b.extend_from_slice(&total.to_be_bytes());
+    b.extend_from_slice(&[0, 0, 0, 0, 64, 1, 0, 0, 0, 0, 0, 0]);
+    b.extend_from_slice(&dst.octets());
+    // Destination unreachable, fragmentation needed, next-hop MTU (RFC 1191 4).
+    b.extend_from_slice(&[3, 4, 0, 0, 0, 0]);
+    b.extend_from_slice(&mtu.to_be_bytes());
+    b.extend_from_slice(quote);
+    let sum = checksum::checksum(&b[20..]);
+    b[22..24].copy_from_slice(&sum.to_be_bytes());
+}
+
+/// Writes ICMPv6 "packet too big" about `pkt` into `b`, without IPv6 header: the kernel
+/// adds it and the checksum.
+fn packet_too_big(b: &mut Vec<u8>, pkt: &[u8], mtu: u16) {
+    b.clear();
+    b.extend_from_slice(&[2, 0, 0, 0]);
+    b.extend_from_slice(&u32::from(mtu).to_be_bytes());
+    b.extend_from_slice(&pkt[..pkt.len().min(QUOTE_V6)]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    /// An IPv4 ICMP echo request (or, with `ty`, another ICMP message) from `src`.
+    fn icmp4(src: [u8; 4], ty: u8, len: usize) -> Vec<u8> {
+        let mut p = vec![0u8; len];
+        p[0] = 0x45;
+        p[2..4].copy_from_slice(&(len as u16).to_be_bytes());
+        p[6] = 0x40;
+        p[8] = 64;
+        p[9] = 1;
+        p[12..16].copy_from_slice(&src);
+        p[16..20].copy_from_slice(&[127, 0, 0, 2]);
+        p[20] = ty;
+        p
+    }
+
+    fn v6(src: std::net::Ipv6Addr, next: u8, first: u8) -> Vec<u8> {
+        let mut p = vec![0u8; 48];
+        p[0] = 0x60;
+        p[4..6].copy_from_slice(&8u16.to_be_bytes());
+        p[6] = next;
+        p[7] = 64;
+        p[8..24].copy_from_slice(&src.octets());
+        p[24..40].copy_from_slice(&std::net::Ipv6Addr::LOCALHOST.octets());
+        p[40] = first;
+        p
+    }
+
+    #[test]
+    fn never_answers_errors_or_unanswerable_sources() {
+        let lo = [127, 0, 0, 1];
+        assert_eq!(answerable_source(&icmp4(lo, 8, 28)), Some(IpAddr::from(lo)));
+        assert_eq!(answerable_source(&icmp4(lo, 3, 28)), None, "an error");
+        assert_eq!(answerable_source(&icmp4(lo, 8, 28)[..10]), None);
+        for src in [[0, 0, 0, 0], [224, 0, 0, 1], [255, 255, 255, 255]] {
+            assert_eq!(answerable_source(&icmp4(src, 8, 28)), None, "{src:?}");
+        }
+        let mut later = icmp4(lo, 8, 28);
+        later[7] = 1; // offset 8
+        assert_eq!(answerable_source(&later), None, "a later fragment");
+
+        let lo6 = std::net::Ipv6Addr::LOCALHOST;
+        assert_eq!(answerable_source(&v6(lo6, 58, 128)), Some(IpAddr::V6(lo6)));
+        assert_eq!(answerable_source(&v6(lo6, 58, 2)), None, "an error");
+        assert_eq!(
+            answerable_source(&v6("ff02::1".parse().unwrap(), 17, 0)),
+            None
+        );
+        assert_eq!(answerable_source(&v6("::".parse().unwrap(), 17, 0)), None);
+        let mut frag = v6(lo6, 44, 17);
+        assert_eq!(answerable_source(&frag), Some(IpAddr::V6(lo6)), "first");
+        frag[43] = 0x08; // offset 1
+        assert_eq!(answerable_source(&frag), None, "a later fragment");
+    }
+
+    #[test]
+    fn frag_needed_is_rfc_1191_and_quotes_at_most_548_bytes() {
+        let orig = icmp4([127, 0, 0, 1], 8, 1500);
+        let mut b = Vec::new();
+        frag_needed(&mut b, Ipv4Addr::LOCALHOST, &orig, 1476);
+        assert_eq!(b.len(), 576);
+        assert_eq!(u16::from_be_bytes([b[2], b[3]]), 576);
+        assert_eq!((b[9], &b[16..20]), (1, &[127, 0, 0, 1][..]));
+        assert_eq!(&b[20..22], &[3, 4], "type 3 code 4");
+        assert_eq!(u16::from_be_bytes([b[26], b[27]]), 1476, "next-hop MTU");
+        assert_eq!(checksum::checksum(&b[20..]), 0);
+        assert_eq!(&b[28..], &orig[..548]);
+
+        packet_too_big(&mut b, &[0x60; 2000], 1280);
+        assert_eq!(b.len(), 1280 - 40);
+        assert_eq!(&b[..8], &[2, 0, 0, 0, 0, 0, 5, 0]);
+    }
+
+    #[test]
+    fn sends_to_loopback_and_is_rate_limited() {
+        let counters = Counters::new();
+        let mut tb = TooBig::new(1, &counters);
+        let cx = Context::new(0, Instant::now());
+        let pkt = icmp4([127, 0, 0, 1], 8, 1500);
+        assert_eq!(tb.send(&pkt, 1400, &cx), Answer::Sent);
+        assert_eq!(tb.send(&pkt, 1400, &cx), Answer::Suppressed);
+        assert_eq!(
+            tb.send(&icmp4([127, 0, 0, 1], 11, 100), 1400, &cx),
+            Answer::NotAnswered,
+            "not counted, not rate-limited"
+        );
+        let cx = Context::new(0, cx.now + std::time::Duration::from_secs(1));
+        assert_eq!(
+            tb.send(&v6(std::net::Ipv6Addr::LOCALHOST, 17, 0), 1280, &cx),
+            Answer::Sent
+        );
+        let snap: std::collections::HashMap<_, _> = counters
+            .snapshot()
+            .into_iter()
+            .map(|(n, _, v)| (n, v))
+            .collect();
+        assert_eq!(snap["icmp_too_big_sent"], 2);
+        assert_eq!(snap["icmp_too_big_suppressed"], 1);
+        assert_eq!(snap["icmp_too_big_failed"], 0);
+    }
+}

@@ -1,0 +1,292 @@
+//! The MPLS edge on the real kernel (MANE, seed 001): home A -- edge A -- core -- edge B --
+//! home B. Edge A classifies traffic into VCANs, encapsulates it as MPLS-in-IP towards edge
+//! B and shapes each VCAN with tc; edge B pops the label. Needs root.
+
+mod support;
+
+use relay_testbed::{Link, Node, Testbed};
+use std::time::Duration;
+use support::*;
+
+struct Mane {
+    _tb: Testbed,
+    home_a: Node,
+    edge_a: Node,
+    core: Node,
+    edge_b: Node,
+    home_b: Node,
+    links: Vec<Link>,
+}
+
+/// home A 10.0.1.1 -- 10.0.1.2 edge A 10.0.2.1 -- 10.0.2.2 core 10.0.3.1 -- 10.0.3.2
+/// edge B 10.0.4.1 -- 10.0.4.2 home B. Everyone routes everything (so unencapsulated
+/// return traffic flows too).
+fn mane(name: &str) -> Mane {
+    let tb = Testbed::new(name);
+    let nodes: Vec<Node> = ["ha", "ea", "core", "eb", "hb"]
+        .iter()
+        .map(|n| tb.node(n))
+        .collect();
+    let mut links = Vec::new();
+    for k in 0..4 {
+        links.push(tb.link(
+            &nodes[k],
+            &format!("10.0.{}.1/24", k + 1),
+            &nodes[k + 1],
+            &format!("10.0.{}.2/24", k + 1),
+        ));
+    }
+    for n in &nodes[1..4] {
+        n.forwarding(true);
+        // The encapsulating edge turns arriving packets into packets from itself.
+        n.sysctl("net.ipv4.conf.all.accept_local", "1");
+    }
+    for k in 1..=4usize {
+        // Left of link k-1 go left, right of it go right.
+        for (i, n) in nodes.iter().enumerate() {
+            let net = format!("10.0.{k}.0/24");
+            if i + 1 < k {
+                n.route(&net, &format!("10.0.{}.2", i + 1));
+            } else if i > k {
+                n.route(&net, &format!("10.0.{i}.1"));
+            }
+        }
+    }
+    let mut it = nodes.into_iter();
+    Mane {
+        _tb: tb,
+        home_a: it.next().unwrap(),
+        edge_a: it.next().unwrap(),
+        core: it.next().unwrap(),
+        edge_b: it.next().unwrap(),
+        home_b: it.next().unwrap(),
+        links,
+    }
+}
+
+/// One `[[service.edge-in.vcan]]`: `proto` traffic to `dport`, on `label`, shaped to `rate`
+/// (borrowing up to `ceil`).
+fn vcan(name: &str, proto: &str, dport: u16, label: u32, rate: &str, ceil: &str) -> String {
+    format!(
+        r#"
+[[service.edge-in.vcan]]
+name = "{name}"
+match = {{ proto = "{proto}", dport = "{dport}" }}
+label = {label}
+remote = "10.0.3.2"
+rate = "{rate}"
+ceil = "{ceil}"
+"#
+    )
+}
+
+fn edge_a_config(m: &Mane, encap: &str, video_rate: &str) -> String {
+    format!(
+        r#"
+[[queue]]
+num = 0
+table = "raw"
+hook = "prerouting"
+match = "-i {home_if} -d 10.0.4.0/24"
+services = ["edge-in"]
+
+[service.edge-in]
+kind = "mpls-encap"
+encap = "{encap}"
+interface = "{core_if}"
+local = "10.0.2.1"
+link_rate = "40mbit"
+default_rate = "1mbit"
+{video}{bulk}{tcp}"#,
+        home_if = m.links[0].b_if,
+        core_if = m.links[1].a_if,
+        video = vcan("video", "udp", 5004, 100, video_rate, video_rate),
+        bulk = vcan("bulk", "udp", 6000, 101, "8mbit", "8mbit"),
+        tcp = vcan("tcp", "tcp", 7000, 102, "5mbit", "40mbit"),
+    )
+}
+
+fn edge_b_config(encap: &str) -> String {
+    let m = if encap == "udp" {
+        "-p udp --dport 6635"
+    } else {
+        "-p 137"
+    };
+    format!(
+        r#"
+[[queue]]
+num = 0
+table = "raw"
+hook = "prerouting"
+match = "-d 10.0.3.2 {m}"
+services = ["edge-out"]
+
+[service.edge-out]
+kind = "mpls-decap"
+labels = [100, 101, 102]
+"#
+    )
+}
+
+fn tc_qdiscs(n: &Node, dev: &str) -> String {
+    String::from_utf8_lossy(&n.exec(&["tc", "qdisc", "show", "dev", dev]).stdout).into_owned()
+}
+
+/// Mbit/s (IP packets) a sink received, from its first to its last datagram.
+fn mbit(got: &relay_traffic::UdpSinkStats) -> f64 {
+    got.throughput_bps() / 1e6
+}
+
+#[test]
+fn vcans_get_their_rates_arrive_intact_and_unknown_labels_are_dropped() {
+    let m = mane("mane");
+    let core_if = m.links[1].a_if.clone();
+    let before = tc_qdiscs(&m.edge_a, &core_if);
+    let mut a = Relayd::start(&m.edge_a, &edge_a_config(&m, "ip", "20mbit"));
+    let b = Relayd::start(&m.edge_b, &edge_b_config("ip"));
+    assert!(tc_qdiscs(&m.edge_a, &core_if).contains("htb 1d0: root"));
+
+    // The core link carries MPLS that tcpdump decodes.
+    let pcap_dir = TempDir::new("mane-pcap");
+    let pcap = pcap_dir.0.join("core.pcap");
+    let mut cap = m.core.spawn({
+        let mut c = m.core.cmd("tcpdump");
+        c.args(["-i", &m.links[1].b_if, "-c", "3", "-nn", "-U", "-w"])
+            .arg(&pcap)
+            .arg("ip proto 137");
+        c
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    // Intact after decap: UDP in order, TCP by SHA-256 (its VCAN may borrow up to 40 Mbit/s).
+    let (sent, got) = udp_exchange(&m.home_a, &m.home_b, addr("10.0.4.2:5004"), 300, 500, 1000);
+    assert_eq!(
+        got,
+        sent,
+        "UDP through the video VCAN\n{}\n{}",
+        a.log(),
+        b.log()
+    );
+    let (hs, hr, n) = tcp_transfer_digest(&m.home_a, &m.home_b, addr("10.0.4.2:7000"), 4 << 20);
+    assert_eq!((n, hs), (4 << 20, hr), "TCP through the tcp VCAN");
+    assert!(
+        cap.wait_timeout(Duration::from_secs(5)).is_some(),
+        "tcpdump saw no MPLS"
+    );
+    // tcpdump names protocol 137 but does not decode MPLS-in-IP: the label stack entry
+    // right after the outer header is label 100, TC 0, S set (0x00064 1..).
+    let decoded = m
+        .core
+        .exec(&["tcpdump", "-nn", "-x", "-r", pcap.to_str().unwrap()]);
+    let decoded = String::from_utf8_lossy(&decoded.stdout).to_string();
+    assert!(
+        decoded.contains("ip-proto-137") && decoded.contains("0x0010:  0a00 0302 0006 41"),
+        "{decoded}"
+    );
+
+    // Two VCANs under contention: each offered 30 Mbit/s at once gets its own rate.
+    let secs = 3.0;
+    let video = UdpFlow::start(
+        &m.home_a,
+        &m.home_b,
+        addr("10.0.4.2:5004"),
+        Some(3000),
+        1200,
+        secs,
+    );
+    let bulk = UdpFlow::start(
+        &m.home_a,
+        &m.home_b,
+        addr("10.0.4.2:6000"),
+        Some(3000),
+        1200,
+        secs,
+    );
+    let (_, v) = video.finish();
+    let (_, k) = bulk.finish();
+    let (v, k) = (mbit(&v), mbit(&k));
+    eprintln!("under contention: video {v:.1} Mbit/s (20), bulk {k:.1} Mbit/s (8)");
+    assert!((15.0..21.0).contains(&v), "video got {v:.1} Mbit/s of 20");
+    assert!((6.0..8.5).contains(&k), "bulk got {k:.1} Mbit/s of 8");
+    let st = a.status();
+    let class = |name: &str| {
+        st.qos
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| panic!("no class {name} in {:?}", st.qos))
+            .clone()
+    };
+    assert!(
+        class("video").packets > 1000 && class("bulk").drops > 0,
+        "{:?}",
+        st.qos
+    );
+    let ac = a.counters("edge-in");
+    assert!(ac["encapsulated"] > 5000, "{ac:?}");
+
+    // A packet with a label edge B does not serve is dropped and counted.
+    let mut p = vec![
+        0x45, 0, 0, 0, 0, 1, 0, 0, 64, 137, 0, 0, 10, 0, 2, 1, 10, 0, 3, 2,
+    ];
+    p.extend_from_slice(&((999u32 << 12) | (1 << 8) | 64).to_be_bytes());
+    p.extend_from_slice(&[
+        0x45, 0, 0, 28, 0, 1, 0, 0, 64, 17, 0, 0, 10, 0, 1, 1, 10, 0, 4, 2,
+    ]);
+    p.extend_from_slice(&[0x13, 0x88, 0x13, 0x88, 0, 8, 0, 0]);
+    let len = p.len() as u16;
+    p[2..4].copy_from_slice(&len.to_be_bytes());
+    send_raw(&m.core, vec![p]);
+    assert!(
+        wait_for(
+            Duration::from_secs(3),
+            || b.counters("edge-out")["dropped_unknown_label"] == 1
+        ),
+        "{:?}",
+        b.counters("edge-out")
+    );
+
+    // SIGHUP with a changed VCAN: only that class changes; then exit leaves no trace.
+    a.rewrite(&edge_a_config(&m, "ip", "12mbit"));
+    reload(&a, 1);
+    let classes = String::from_utf8_lossy(
+        &m.edge_a
+            .exec(&["tc", "class", "show", "dev", &core_if])
+            .stdout,
+    )
+    .to_string();
+    assert!(classes.contains("rate 12Mbit"), "{classes}");
+    assert!(a.stop(libc::SIGTERM));
+    assert_eq!(tc_qdiscs(&m.edge_a, &core_if), before, "tc left behind");
+}
+
+#[test]
+fn mpls_in_udp_between_the_edges_decodes_in_tcpdump() {
+    let m = mane("mane-udp");
+    let _a = Relayd::start(&m.edge_a, &edge_a_config(&m, "udp", "20mbit"));
+    let b = Relayd::start(&m.edge_b, &edge_b_config("udp"));
+    let pcap_dir = TempDir::new("mane-udp-pcap");
+    let pcap = pcap_dir.0.join("core.pcap");
+    let mut cap = m.core.spawn({
+        let mut c = m.core.cmd("tcpdump");
+        c.args(["-i", &m.links[1].b_if, "-c", "3", "-nn", "-U", "-w"])
+            .arg(&pcap)
+            .arg("udp port 6635");
+        c
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let (sent, got) = udp_exchange(&m.home_a, &m.home_b, addr("10.0.4.2:6000"), 200, 400, 500);
+    assert_eq!(got, sent);
+    assert_eq!(b.counters("edge-out")["decapsulated"], 200);
+    assert!(
+        cap.wait_timeout(Duration::from_secs(5)).is_some(),
+        "tcpdump saw no MPLS"
+    );
+    // tcpdump decodes UDP port 6635 as MPLS (RFC 7510).
+    let decoded = m
+        .core
+        .exec(&["tcpdump", "-nn", "-r", pcap.to_str().unwrap()]);
+    let decoded = String::from_utf8_lossy(&decoded.stdout).to_string();
+    assert!(
+        decoded.contains("MPLS (label 101, tc 0, [S], ttl 64)"),
+        "{decoded}"
+    );
+}
