@@ -259,35 +259,10 @@ impl Tc {
 /// `kbit`, `mbit`, `gbit`, `tbit` (powers of 1000), `kibit`..`tibit` (powers of 1024), or
 /// `bps`, `kbps`, `mbps`, `gbps`, `tbps` (bytes per second, as tc reads them).
 pub fn parse_rate(rate: &str) -> Result<u64, TcError> {
-    let s = rate.trim().to_ascii_lowercase();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let bad = || TcError::BadRate(rate.to_owned());
-    let value: f64 = num.parse().map_err(|_| bad())?;
-    let mult: f64 = match unit {
-        "" | "bit" => 1.0,
-        "kbit" => 1e3,
-        "mbit" => 1e6,
-        "gbit" => 1e9,
-        "tbit" => 1e12,
-        "kibit" => 1024.0,
-        "mibit" => 1024.0 * 1024.0,
-        "gibit" => 1024.0 * 1024.0 * 1024.0,
-        "tibit" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
-        "bps" => 8.0,
-        "kbps" => 8e3,
-        "mbps" => 8e6,
-        "gbps" => 8e9,
-        "tbps" => 8e12,
-        _ => return Err(bad()),
-    };
-    let bits = value * mult;
-    if !bits.is_finite() || !(8.0..=1e15).contains(&bits) {
-        return Err(bad());
+    match relay_core::units::parse_rate(rate) {
+        Ok(bits) if bits >= 8 => Ok(bits),
+        _ => Err(TcError::BadRate(rate.to_owned())),
     }
-    Ok(bits.round() as u64)
 }
 
 /// HTB's DRR quantum for a class: rate / 10 in bytes, between one frame and HTB's own

@@ -14,6 +14,7 @@ pub mod packet;
 pub mod qos;
 pub mod ratelimit;
 pub mod service;
+pub mod units;
 pub mod wire;
 
 pub use chain::{Chain, ChainSettings, Decision, Verdict};

@@ -204,10 +204,7 @@ pub fn main_with(registry: Registry) -> ExitCode {
         } => {
             // Services log as they would live (dump lines on stderr); the rest stays quiet.
             init_logging("warn,relayd::dump=info");
-            let rate = match bandwidth
-                .as_deref()
-                .map(relay_svc_compress::parse_rate_bits)
-            {
+            let rate = match bandwidth.as_deref().map(relay_core::units::parse_rate) {
                 None => 0,
                 Some(Ok(bits)) => bits / 8,
                 Some(Err(e)) => {

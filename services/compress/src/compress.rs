@@ -4,7 +4,7 @@
 
 use crate::codec::{Algorithm, Codecs};
 use crate::decision::{Estimate, should_compress};
-use crate::units::parse_rate_bits;
+use relay_core::units::parse_rate;
 use relay_core::wire::{IpcompPacket, fix_ip_header, ipcomp, proto};
 use relay_core::{
     Action, Context, Counter, Counters, IpVersion, Packet, Service, ServiceConfig, ServiceFactory,
@@ -118,7 +118,7 @@ impl ServiceConfig for CompressConfig {
             return Err(format!("level = {} must be 1-9", self.level));
         }
         let bandwidth_bytes = match &self.bandwidth {
-            Some(b) => Some(parse_rate_bits(b)? as f64 / 8.0),
+            Some(b) => Some(parse_rate(b).map_err(|e| format!("bandwidth: {e}"))? as f64 / 8.0),
             None => None,
         };
         // Adaptive mode reads the egress queue; the others need no monitor.

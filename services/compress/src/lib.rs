@@ -11,13 +11,11 @@ mod codec;
 mod compress;
 mod decision;
 mod decompress;
-mod units;
 
 pub use codec::{Algorithm, CodecError, Codecs};
 pub use compress::{CompressConfig, EstimateMode, Mode};
 pub use decision::{Estimate, should_compress};
 pub use decompress::DecompressConfig;
-pub use units::parse_rate_bits;
 
 #[cfg(test)]
 mod tests {

@@ -21,9 +21,7 @@
 //! table; two flows sharing a slot keep each other's order too), as on a real path. With
 //! `reorder = true` each packet takes its own jittered delay, as netem does.
 
-mod duration;
-
-pub use duration::parse_duration;
+pub use relay_core::units::parse_duration;
 
 use relay_core::builtin::HEADER_BYTES;
 use relay_core::wire::proto;

@@ -1,19 +1,20 @@
 //! The matching engine: a rule set compiled once (shared by the queue threads of a service)
 //! and a [`Detector`] per queue thread that inspects packets against it.
 //!
-//! Per packet: the header facts are read once; the Aho-Corasick automaton over every
-//! rule's fast pattern runs once over the payload (only if some content rule applies to the
-//! packet's protocol) and names the candidate rules; the candidates and the rules without
-//! content (kept in one list per protocol) are then checked fully, in Suricata's action
-//! order, stopping at the first `pass`. Nothing is allocated per packet once the scratch
-//! vectors have grown to their working size.
+//! Per packet: the header facts are read once; the content prefilter over every rule's
+//! fast pattern (hashed 4-byte anchors, see `prefilter.rs`) runs once over the payload
+//! (only if some content rule applies to the packet's protocol) and names the candidate
+//! rules; the candidates and the rules without content (kept in one list per protocol)
+//! are then checked fully, in Suricata's action order, stopping at the first `pass`.
+//! Nothing is allocated per packet once the scratch vectors have grown to their working
+//! size.
 
 use crate::classify::Classes;
 use crate::eve::{AlertEvent, EveWriter, flow_id};
 use crate::parse::{Ctx, RuleError, parse_text};
+use crate::prefilter::{Prefilter, Scratch};
 use crate::rule::{Content, Rule, RuleAction, RuleProto, ip_key, port_match};
 use crate::track::{Addrs, Tracker};
-use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
 use relay_core::wire::{Ipv4Packet, Ipv6Packet, TcpPacket, proto};
 use relay_core::{Counter, Counters, CtInfo, IpVersion, Packet};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -30,11 +31,6 @@ pub const MAX_ALERTS_PER_PACKET: usize = 15;
 /// matches of relative contents); past it the rule does not match. Like Suricata's
 /// inspection recursion limit, it bounds the cost of a hostile payload.
 pub const INSPECT_BUDGET: u32 = 3000;
-
-/// Up to this many distinct fast patterns the prefilter is a full DFA (one table lookup
-/// per payload byte; about 20 MiB at the limit, shared by all queue threads); beyond it a
-/// contiguous NFA, smaller but slower.
-pub const DFA_MAX_PATTERNS: usize = 20_000;
 
 /// Packet classes rules are grouped by: TCP, UDP, ICMP (v4 and v6), anything else
 /// (including non-first fragments, which have no transport header).
@@ -75,7 +71,8 @@ pub enum LoadError {
         /// What is wrong.
         message: String,
     },
-    /// The multi-pattern automaton could not be built.
+    /// The content prefilter could not be built (kept for compatibility: the hashed-anchor
+    /// prefilter cannot fail to build).
     #[error("cannot build the content prefilter: {0}")]
     Prefilter(String),
 }
@@ -85,8 +82,8 @@ pub enum LoadError {
 pub struct RuleSet {
     rules: Vec<Rule>,
     errors: Vec<RuleError>,
-    ac: Option<AhoCorasick>,
-    /// Automaton pattern id to the rules (indices, ascending) whose fast pattern it is.
+    prefilter: Option<Prefilter>,
+    /// Prefilter pattern id to the rules (indices, ascending) whose fast pattern it is.
     pat_rules: Vec<Vec<u32>>,
     /// Per packet class, the rules without a fast pattern that may apply (ascending).
     header_only: [Vec<u32>; CLASSES],
@@ -174,7 +171,7 @@ impl RuleSet {
             };
             match r.fast_pattern() {
                 Some(p) => {
-                    // One case-insensitive automaton serves every pattern; a candidate's
+                    // One case-insensitive prefilter serves every pattern; a candidate's
                     // case is checked when the rule is verified.
                     let key = p.to_ascii_lowercase();
                     let id = *by_pat.entry(key.clone()).or_insert_with(|| {
@@ -194,26 +191,11 @@ impl RuleSet {
                 }
             }
         }
-        let ac = if patterns.is_empty() {
-            None
-        } else {
-            Some(
-                AhoCorasick::builder()
-                    .kind(Some(if patterns.len() <= DFA_MAX_PATTERNS {
-                        AhoCorasickKind::DFA
-                    } else {
-                        AhoCorasickKind::ContiguousNFA
-                    }))
-                    .match_kind(MatchKind::Standard)
-                    .ascii_case_insensitive(true)
-                    .build(&patterns)
-                    .map_err(|e| LoadError::Prefilter(e.to_string()))?,
-            )
-        };
+        let prefilter = (!patterns.is_empty()).then(|| Prefilter::new(&patterns));
         Ok(RuleSet {
             rules,
             errors,
-            ac,
+            prefilter,
             pat_rules,
             header_only,
             class_has_content,
@@ -371,8 +353,7 @@ pub struct Detector {
     set: Arc<RuleSet>,
     st: State,
     hits: Vec<Counter>,
-    stamp: Vec<u32>,
-    generation: u32,
+    scratch: Scratch,
     cand: Vec<u32>,
     matched: Vec<u32>,
     stats: Stats,
@@ -417,8 +398,11 @@ impl Detector {
                 no_ct: stats.no_ct.clone(),
             },
             hits,
-            stamp: vec![0; set.pat_rules.len()],
-            generation: 0,
+            scratch: set
+                .prefilter
+                .as_ref()
+                .map(Prefilter::scratch)
+                .unwrap_or_default(),
             cand: Vec::with_capacity(64),
             matched: Vec::with_capacity(16),
             stats,
@@ -449,20 +433,13 @@ impl Detector {
         self.cand.clear();
         if set.class_has_content[p.class]
             && !payload.is_empty()
-            && let Some(ac) = &set.ac
+            && let Some(pf) = &set.prefilter
         {
-            self.generation = self.generation.wrapping_add(1);
-            if self.generation == 0 {
-                self.stamp.fill(0);
-                self.generation = 1;
-            }
-            for m in ac.find_overlapping_iter(payload) {
-                let id = m.pattern().as_usize();
-                if self.stamp[id] != self.generation {
-                    self.stamp[id] = self.generation;
-                    self.cand.extend_from_slice(&set.pat_rules[id]);
-                }
-            }
+            let cand = &mut self.cand;
+            // Each pattern is reported once per scan.
+            pf.scan(payload, &mut self.scratch, |id| {
+                cand.extend_from_slice(&set.pat_rules[id as usize]);
+            });
             // Each rule has one fast pattern, so the list has no duplicates.
             self.cand.sort_unstable();
         }

@@ -1,5 +1,5 @@
 //! relayd's in-network IDS/IPS (seed 000, PacketCloud 3.4 and 4.1): rules in a subset of
-//! the Suricata language, matched per packet with one Aho-Corasick prefilter over all
+//! the Suricata language, matched per packet with one multi-pattern prefilter over all
 //! fast patterns, acting by `pass` / `drop` / `reject` / `ratelimit` / `alert`, and alerts
 //! written as Suricata EVE JSON lines. The kernel's conntrack state (NFQA_CT) answers the
 //! `flow` keyword.
@@ -11,14 +11,14 @@ mod classify;
 mod engine;
 mod eve;
 mod parse;
+mod prefilter;
 mod reject;
 mod rule;
 mod service;
 mod track;
 
 pub use engine::{
-    DFA_MAX_PATTERNS, Detector, INSPECT_BUDGET, LoadError, LoadOptions, MAX_ALERTS_PER_PACKET,
-    Outcome, RuleSet,
+    Detector, INSPECT_BUDGET, LoadError, LoadOptions, MAX_ALERTS_PER_PACKET, Outcome, RuleSet,
 };
 pub use eve::{AlertEvent, EveWriter, flow_id, format_line, timestamp};
 pub use parse::RuleError;

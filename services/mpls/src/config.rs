@@ -4,7 +4,7 @@
 
 use crate::classify::{Classifier, PortRange, Prefix, ProtoMatch, Rule};
 use crate::lse::{FIRST_UNRESERVED_LABEL, MAX_LABEL};
-use crate::rate::parse_rate;
+use relay_core::units::parse_rate;
 use serde::Deserialize;
 use std::collections::{HashMap, HashSet};
 use std::net::Ipv4Addr;

@@ -16,7 +16,6 @@ mod config;
 mod decap;
 mod encap;
 pub mod lse;
-mod rate;
 
 pub use config::{
     DEFAULT_MINOR, DEFAULT_QDISC_HANDLE, DecapConfig, Encap, EncapConfig, IntOrStr, MatchConfig,
@@ -24,7 +23,7 @@ pub use config::{
 };
 pub use decap::{DecapError, locate_inner};
 pub use encap::{flow_port, overhead};
-pub use rate::parse_rate;
+pub use relay_core::units::parse_rate;
 
 #[cfg(test)]
 mod tests;

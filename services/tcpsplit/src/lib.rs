@@ -117,7 +117,12 @@ impl TcpSplitConfig {
             Some(a) => Some(Adaptive {
                 min_wait: a.min_wait_us as f64 * 1e-6,
                 bandwidth_bytes: match &a.bandwidth {
-                    Some(b) => Some(parse_rate_bits(b)? as f64 / 8.0),
+                    Some(b) => Some(
+                        relay_core::units::parse_rate(b)
+                            .map_err(|e| format!("adaptive.bandwidth: {e}"))?
+                            as f64
+                            / 8.0,
+                    ),
                     None => None,
                 },
             }),
@@ -158,30 +163,6 @@ fn ifindex(name: &str) -> Result<u32, String> {
         return Err(format!("interface `{name}` does not exist"));
     }
     Ok(i)
-}
-
-/// Parses a rate in bits per second: "100mbit", "1.5gbit", "800kbit" or plain bits.
-fn parse_rate_bits(s: &str) -> Result<u64, String> {
-    let t = s.trim().to_ascii_lowercase();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("bandwidth `{s}` is not a rate such as \"100mbit\""))?;
-    let mult = match unit {
-        "" | "bit" => 1.0,
-        "kbit" => 1e3,
-        "mbit" => 1e6,
-        "gbit" => 1e9,
-        _ => return Err(format!("bandwidth `{s}`: use bit, kbit, mbit or gbit")),
-    };
-    let v = n * mult;
-    if !(1.0..1e13).contains(&v) {
-        return Err(format!("bandwidth `{s}` out of range"));
-    }
-    Ok(v as u64)
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -509,7 +490,7 @@ mark = 0x4",
             ("interface = \"nosuchif0\"", "nosuchif0"),
             ("upstream = \"udp\"", "upstream"),
             (
-                "adaptive = { min_wait_us = 1, bandwidth = \"9mbps\" }",
+                "adaptive = { min_wait_us = 1, bandwidth = \"9 furlongs\" }",
                 "bandwidth",
             ),
         ] {
