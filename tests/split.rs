@@ -254,9 +254,13 @@ fn sighup_restarts_only_changed_listeners() {
     assert_eq!(s, g);
     r.rewrite(&format!("{SPLIT}{}", SOCKS.replace(":1080", ":1081")));
     reload(&r, 1);
+    // The new listener may take a moment to bind (the old one releases its socket).
     assert!(
         wait_for(Duration::from_secs(5), || {
-            listener(&r.status(), "socks5").listen == "10.0.1.2:1081"
+            r.status()
+                .listeners
+                .iter()
+                .any(|l| l.kind == "socks5" && l.state == "running" && l.listen == "10.0.1.2:1081")
         }),
         "{:?}\n{}",
         r.status().listeners,
