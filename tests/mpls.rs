@@ -132,6 +132,44 @@ fn tc_qdiscs(n: &Node, dev: &str) -> String {
     String::from_utf8_lossy(&n.exec(&["tc", "qdisc", "show", "dev", dev]).stdout).into_owned()
 }
 
+/// tcpdump writing the first three packets matching `filter` on the core's side of the
+/// link from edge A.
+struct Capture {
+    proc: relay_testbed::Proc,
+    _dir: TempDir,
+    path: std::path::PathBuf,
+}
+
+fn capture(m: &Mane, filter: &str) -> Capture {
+    let dir = TempDir::new("mane-pcap");
+    let path = dir.0.join("core.pcap");
+    let mut c = m.core.cmd("tcpdump");
+    c.args(["-i", &m.links[1].b_if, "-c", "3", "-nn", "-U", "-w"])
+        .arg(&path)
+        .arg(filter);
+    let proc = m.core.spawn(c);
+    std::thread::sleep(Duration::from_millis(500));
+    Capture {
+        proc,
+        _dir: dir,
+        path,
+    }
+}
+
+impl Capture {
+    /// Waits for the three packets and returns tcpdump's reading of them (`args` added).
+    fn decode(mut self, m: &Mane, args: &[&str]) -> String {
+        assert!(
+            self.proc.wait_timeout(Duration::from_secs(5)).is_some(),
+            "tcpdump saw nothing"
+        );
+        let mut a = vec!["tcpdump", "-nn"];
+        a.extend_from_slice(args);
+        a.extend(["-r", self.path.to_str().unwrap()]);
+        String::from_utf8_lossy(&m.core.exec(&a).stdout).into_owned()
+    }
+}
+
 /// Mbit/s (IP packets) a sink received, from its first to its last datagram.
 fn mbit(got: &relay_traffic::UdpSinkStats) -> f64 {
     got.throughput_bps() / 1e6
@@ -147,16 +185,7 @@ fn vcans_get_their_rates_arrive_intact_and_unknown_labels_are_dropped() {
     assert!(tc_qdiscs(&m.edge_a, &core_if).contains("htb 1d0: root"));
 
     // The core link carries MPLS that tcpdump decodes.
-    let pcap_dir = TempDir::new("mane-pcap");
-    let pcap = pcap_dir.0.join("core.pcap");
-    let mut cap = m.core.spawn({
-        let mut c = m.core.cmd("tcpdump");
-        c.args(["-i", &m.links[1].b_if, "-c", "3", "-nn", "-U", "-w"])
-            .arg(&pcap)
-            .arg("ip proto 137");
-        c
-    });
-    std::thread::sleep(Duration::from_millis(500));
+    let cap = capture(&m, "ip proto 137");
     // Intact after decap: UDP in order, TCP by SHA-256 (its VCAN may borrow up to 40 Mbit/s).
     let (sent, got) = udp_exchange(&m.home_a, &m.home_b, addr("10.0.4.2:5004"), 300, 500, 1000);
     assert_eq!(
@@ -168,16 +197,9 @@ fn vcans_get_their_rates_arrive_intact_and_unknown_labels_are_dropped() {
     );
     let (hs, hr, n) = tcp_transfer_digest(&m.home_a, &m.home_b, addr("10.0.4.2:7000"), 4 << 20);
     assert_eq!((n, hs), (4 << 20, hr), "TCP through the tcp VCAN");
-    assert!(
-        cap.wait_timeout(Duration::from_secs(5)).is_some(),
-        "tcpdump saw no MPLS"
-    );
     // tcpdump names protocol 137 but does not decode MPLS-in-IP: the label stack entry
     // right after the outer header is label 100, TC 0, S set (0x00064 1..).
-    let decoded = m
-        .core
-        .exec(&["tcpdump", "-nn", "-x", "-r", pcap.to_str().unwrap()]);
-    let decoded = String::from_utf8_lossy(&decoded.stdout).to_string();
+    let decoded = cap.decode(&m, &["-x"]);
     assert!(
         decoded.contains("ip-proto-137") && decoded.contains("0x0010:  0a00 0302 0006 41"),
         "{decoded}"
@@ -263,28 +285,12 @@ fn mpls_in_udp_between_the_edges_decodes_in_tcpdump() {
     let m = mane("mane-udp");
     let _a = Relayd::start(&m.edge_a, &edge_a_config(&m, "udp", "20mbit"));
     let b = Relayd::start(&m.edge_b, &edge_b_config("udp"));
-    let pcap_dir = TempDir::new("mane-udp-pcap");
-    let pcap = pcap_dir.0.join("core.pcap");
-    let mut cap = m.core.spawn({
-        let mut c = m.core.cmd("tcpdump");
-        c.args(["-i", &m.links[1].b_if, "-c", "3", "-nn", "-U", "-w"])
-            .arg(&pcap)
-            .arg("udp port 6635");
-        c
-    });
-    std::thread::sleep(Duration::from_millis(500));
+    let cap = capture(&m, "udp port 6635");
     let (sent, got) = udp_exchange(&m.home_a, &m.home_b, addr("10.0.4.2:6000"), 200, 400, 500);
     assert_eq!(got, sent);
     assert_eq!(b.counters("edge-out")["decapsulated"], 200);
-    assert!(
-        cap.wait_timeout(Duration::from_secs(5)).is_some(),
-        "tcpdump saw no MPLS"
-    );
     // tcpdump decodes UDP port 6635 as MPLS (RFC 7510).
-    let decoded = m
-        .core
-        .exec(&["tcpdump", "-nn", "-r", pcap.to_str().unwrap()]);
-    let decoded = String::from_utf8_lossy(&decoded.stdout).to_string();
+    let decoded = cap.decode(&m, &[]);
     assert!(
         decoded.contains("MPLS (label 101, tc 0, [S], ttl 64)"),
         "{decoded}"
