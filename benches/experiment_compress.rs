@@ -12,13 +12,16 @@
 //! Run: `make experiment-compress` (root). Environment: DURATION (default 10), LOADS
 //! (default "90 95 100 105 110 200"), PAYLOADS (default "0.95 0.5 1.0").
 
+#[path = "experiment/mod.rs"]
+mod experiment;
+
+use experiment::{docs, env_list, env_num, gnuplot, run_dir, start_relayd};
 use relay_svc_compress::{Algorithm, Codecs};
-use relay_testbed::{Line4, Proc, line4};
+use relay_testbed::{Line4, line4};
 use std::fmt::Write as _;
 use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
 
-const RELAYD: &str = env!("CARGO_BIN_EXE_relayd");
 const PACKET: usize = 1500; // IP packet size, as in the paper
 const UDP_PAYLOAD: usize = PACKET - 28;
 
@@ -97,29 +100,8 @@ struct Row {
     compressed: f64,
 }
 
-fn start_relayd(node: &relay_testbed::Node, tag: &str, body: &str) -> Proc {
-    let dir = std::env::temp_dir().join(format!("relayd-exp-{}-{tag}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let cfg = dir.join("relayd.toml");
-    let text = format!("[daemon]\nsocket = \"{}/s.sock\"\n{body}", dir.display());
-    std::fs::write(&cfg, text).unwrap();
-    let mut cmd = node.cmd(RELAYD);
-    cmd.args(["run", "-c"])
-        .arg(&cfg)
-        .args(["--log", "warn,relayd::cli=info"]);
-    cmd.stderr(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null());
-    let p = node.spawn(cmd);
-    assert!(
-        p.wait_stderr_contains("relayd running", Duration::from_secs(10)),
-        "{}",
-        p.stderr_text()
-    );
-    p
-}
-
 fn status_counter(tag: &str, service: &str, key: &str) -> u64 {
-    let sock = std::env::temp_dir().join(format!("relayd-exp-{}-{tag}/s.sock", std::process::id()));
+    let sock = run_dir(tag).join("s.sock");
     relayd::status::query(&sock)
         .ok()
         .and_then(|s| s.services.into_iter().find(|x| x.name == service))
@@ -185,20 +167,9 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let secs: f64 = std::env::var("DURATION")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(10.0);
-    let loads: Vec<u64> = std::env::var("LOADS")
-        .unwrap_or_else(|_| "90 95 100 105 110 200".into())
-        .split_whitespace()
-        .filter_map(|s| s.parse().ok())
-        .collect();
-    let payloads: Vec<f64> = std::env::var("PAYLOADS")
-        .unwrap_or_else(|_| "0.95 0.5 1.0".into())
-        .split_whitespace()
-        .filter_map(|s| s.parse().ok())
-        .collect();
+    let secs: f64 = env_num("DURATION", 10.0);
+    let loads: Vec<u64> = env_list("LOADS", "90 95 100 105 110 200");
+    let payloads: Vec<f64> = env_list("PAYLOADS", "0.95 0.5 1.0");
     let l = line4("experiment");
     l.links[1]
         .tbf_a("100mbit", 1000)
@@ -253,7 +224,7 @@ fn main() {
 }
 
 fn write_results(rows: &[Row], secs: f64) {
-    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs");
+    let docs = docs();
     let mut md = String::new();
     let _ = writeln!(
         md,
@@ -351,13 +322,7 @@ fn plot(docs: &std::path::Path, payload: f64, name: &str) -> bool {
         series(6, ""),
         series(7, "")
     );
-    let script_path = std::env::temp_dir().join(format!("relayd-exp-{}.gp", std::process::id()));
-    std::fs::write(&script_path, &script).unwrap();
-    let ok = std::process::Command::new("gnuplot")
-        .current_dir(docs)
-        .arg(&script_path)
-        .status()
-        .is_ok_and(|s| s.success());
+    let ok = gnuplot(docs, &script);
     if !ok {
         eprintln!("gnuplot missing or failed: no {name} (apt-get install gnuplot-nox)");
     }

@@ -28,12 +28,15 @@
 //! docs/experiment-split.png. Run: `make experiment-split` (root). Environment: REPS
 //! (default 15), SIZES (default "10 100 500", KB).
 
-use relay_testbed::{Line4, Node, Proc, line4};
+#[path = "experiment/mod.rs"]
+mod experiment;
+
+use experiment::{docs, env_list, env_num, gnuplot, start_relayd};
+use relay_testbed::{Line4, Node, line4};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-const RELAYD: &str = env!("CARGO_BIN_EXE_relayd");
 const PORT: u16 = 8000;
 
 #[derive(Clone, Copy, PartialEq)]
@@ -106,27 +109,6 @@ ports = [{PORT}]
     c
 }
 
-fn start_relayd(node: &Node, tag: &str, body: &str) -> Proc {
-    let dir = std::env::temp_dir().join(format!("relayd-exps-{}-{tag}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let cfg = dir.join("relayd.toml");
-    let text = format!("[daemon]\nsocket = \"{}/s.sock\"\n{body}", dir.display());
-    std::fs::write(&cfg, text).unwrap();
-    let mut cmd = node.cmd(RELAYD);
-    cmd.args(["run", "-c"])
-        .arg(&cfg)
-        .args(["--log", "warn,relayd::cli=info"]);
-    cmd.stderr(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null());
-    let p = node.spawn(cmd);
-    assert!(
-        p.wait_stderr_contains("relayd running", Duration::from_secs(10)),
-        "{}",
-        p.stderr_text()
-    );
-    p
-}
-
 /// The server: for each connection, read "N\n", send N bytes, close.
 fn serve(node: &Node) {
     let addr: SocketAddr = format!("10.0.3.2:{PORT}").parse().unwrap();
@@ -196,15 +178,8 @@ fn ping_rtt(node: &Node, dst: &str) -> f64 {
 
 fn main() {
     // `cargo bench` passes --bench; nothing to filter here.
-    let reps: usize = std::env::var("REPS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(15);
-    let sizes: Vec<usize> = std::env::var("SIZES")
-        .unwrap_or_else(|_| "10 100 500".into())
-        .split_whitespace()
-        .filter_map(|s| s.parse().ok())
-        .collect();
+    let reps: usize = env_num("REPS", 15);
+    let sizes: Vec<usize> = env_list("SIZES", "10 100 500");
     let l: Line4 = line4("exp_split");
     let (client, r1, r2, server) = (&l.src, &l.comp, &l.decomp, &l.dst);
     for n in [client, r1, r2, server] {
@@ -249,7 +224,7 @@ fn main() {
         }
     }
 
-    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs");
+    let docs = docs();
     let mut dat = String::from("# size_kb mode median_ms min_ms max_ms\n");
     for (kb, m, med, min, max) in &rows {
         dat.push_str(&format!(
@@ -323,11 +298,7 @@ fn plot(docs: &std::path::Path, sizes: &[usize]) {
         Mode::SplitOne.label(),
         Mode::SplitTwo.label()
     );
-    std::fs::write(tmp.join("plot.gp"), script).unwrap();
-    let ok = std::process::Command::new("gnuplot")
-        .arg(tmp.join("plot.gp"))
-        .status()
-        .is_ok_and(|s| s.success());
+    let ok = gnuplot(docs, &script);
     let _ = std::fs::remove_dir_all(&tmp);
     if ok {
         println!("wrote docs/experiment-split.md, .dat and .png");

@@ -10,13 +10,14 @@
 //!
 //! Planning is pure (see [`RuleSet::restore_text`]); only [`RuleSet::validate`],
 //! [`RuleSet::install`], [`RuleSet::remove`] and [`cleanup`] run iptables, through a
-//! [`Backend`].
+//! [`Backend`]. Every tool (iptables, `tc`, and the proxy's `ip`) is started by [`cmd`].
 //!
 //! [`tc`] does the same for per-VCAN QoS: an HTB tree with one class per VCAN and an
 //! O(1) mark-to-class classifier, installed, updated and removed in one `tc -batch` run.
 
 mod args;
 mod backend;
+pub mod cmd;
 mod error;
 mod model;
 mod ops;

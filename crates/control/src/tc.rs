@@ -20,12 +20,10 @@
 //! run, never one process per class.
 
 use std::fmt::Write as _;
-use std::io::{ErrorKind, Write as _};
-use std::process::{Command, Stdio};
-
 use tracing::debug;
 
-use crate::backend::{Backend, clean_stderr};
+use crate::backend::Backend;
+use crate::cmd;
 use crate::error::ControlError;
 
 /// The default HTB major handle relayd uses (`1d0:`).
@@ -179,71 +177,9 @@ impl Tc {
 
     /// Runs `tc ARGS` (with `stdin` for `-batch -`) and returns stdout.
     fn run(&self, args: &[&str], stdin: Option<&str>) -> Result<String, ControlError> {
-        let mut cmd = match &self.netns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns, &self.program]);
-                c
-            }
-            None => Command::new(&self.program),
-        };
-        cmd.args(args)
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
         debug!(netns = ?self.netns, ?args, lines = stdin.map(|s| s.lines().count()), "running tc");
-        let launcher = if self.netns.is_some() {
-            "ip"
-        } else {
-            self.program.as_str()
-        };
-        let mut child = cmd.spawn().map_err(|e| match e.kind() {
-            ErrorKind::NotFound => ControlError::ToolMissing {
-                program: launcher.to_owned(),
-            },
-            _ => ControlError::Io {
-                program: launcher.to_owned(),
-                source: e,
-            },
-        })?;
-        let out = std::thread::scope(|s| {
-            if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
-                // From a second thread, so a full stdout pipe can never deadlock us.
-                s.spawn(move || {
-                    let _ = pipe.write_all(text.as_bytes());
-                });
-            }
-            child.wait_with_output()
-        })
-        .map_err(|source| ControlError::Io {
-            program: self.program.clone(),
-            source,
-        })?;
-        if out.status.success() {
-            return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
-        }
-        let stderr = clean_stderr(&String::from_utf8_lossy(&out.stderr));
-        let lower = stderr.to_ascii_lowercase();
-        if lower.contains("operation not permitted") || lower.contains("permission denied") {
-            return Err(ControlError::NotPermitted {
-                program: self.program.clone(),
-                detail: stderr,
-            });
-        }
-        if self.netns.is_some() && stderr.contains("exec of") && stderr.contains("No such file") {
-            return Err(ControlError::ToolMissing {
-                program: self.program.clone(),
-            });
-        }
-        Err(ControlError::ToolFailed {
-            program: self.program.clone(),
-            status: out.status.to_string(),
-            stderr,
-        })
+        let out = cmd::run(self.netns.as_deref(), &self.program, args, stdin)?;
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
     /// Runs a `tc -batch -` script (stops at the first failing line).

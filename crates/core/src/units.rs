@@ -83,6 +83,7 @@ mod tests {
         assert_eq!(parse_rate("500kbit"), Ok(500_000));
         assert_eq!(parse_rate("10mbps"), Ok(80_000_000));
         assert_eq!(parse_rate("1.5Gbit"), Ok(1_500_000_000));
+        assert_eq!(parse_rate("1mibit"), Ok(1_048_576));
         assert_eq!(parse_rate("64000"), Ok(64_000));
         assert!(parse_rate("fast").unwrap_err().contains("not a rate"));
         assert!(

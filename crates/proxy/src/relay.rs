@@ -57,6 +57,9 @@ enum DirEnd {
     DstFailed(io::Error),
 }
 
+/// One direction's relay loop, whichever the mode.
+type Direction<'a> = std::pin::Pin<Box<dyn Future<Output = DirEnd> + Send + 'a>>;
+
 /// Relays between `client` and `server` until both directions end, the idle timeout
 /// fires or `abort` turns true. Updates byte counters and the ending counters in `stats`.
 pub(crate) async fn relay(
@@ -69,7 +72,7 @@ pub(crate) async fn relay(
     let start = Instant::now();
     // Milliseconds since `start` of the last byte moved (either way).
     let last = AtomicU64::new(0);
-    let (up, down) = match params.mode {
+    let (up, down): (Direction<'_>, Direction<'_>) = match params.mode {
         RelayMode::Splice => {
             let (p1, p2) = match (Pipe::new(params.buffer_size), Pipe::new(params.buffer_size)) {
                 (Ok(a), Ok(b)) => (a, b),
@@ -97,10 +100,7 @@ pub(crate) async fn relay(
                 &last,
                 start,
             ));
-            (
-                up as std::pin::Pin<Box<dyn Future<Output = DirEnd> + Send + '_>>,
-                down as std::pin::Pin<Box<dyn Future<Output = DirEnd> + Send + '_>>,
-            )
+            (up, down)
         }
         RelayMode::Copy => {
             let n = params.buffer_size;
@@ -113,10 +113,7 @@ pub(crate) async fn relay(
                 &last,
                 start,
             ));
-            (
-                up as std::pin::Pin<Box<dyn Future<Output = DirEnd> + Send + '_>>,
-                down as std::pin::Pin<Box<dyn Future<Output = DirEnd> + Send + '_>>,
-            )
+            (up, down)
         }
     };
     let mut up = up;
@@ -200,10 +197,6 @@ fn clear_error_readiness(s: &TcpStream) {
     });
 }
 
-fn touch(last: &AtomicU64, start: Instant) {
-    last.store(start.elapsed().as_millis() as u64, Relaxed);
-}
-
 fn shutdown_write(s: &TcpStream) -> io::Result<()> {
     // SAFETY: valid fd for the lifetime of `s`.
     let rc = unsafe { libc::shutdown(s.as_raw_fd(), libc::SHUT_WR) };
@@ -276,32 +269,26 @@ async fn splice_dir(
 ) -> DirEnd {
     let (src_fd, dst_fd) = (src.as_raw_fd(), dst.as_raw_fd());
     loop {
-        let n = loop {
-            if let Err(e) = src.readable().await {
-                return DirEnd::SrcFailed(e);
-            }
-            match src.try_io(Interest::READABLE, || {
+        let n = match when_ready(src, Interest::READABLE, || {
+            src.try_io(Interest::READABLE, || {
                 splice(src_fd, pipe.w.as_raw_fd(), pipe.size)
-            }) {
-                Ok(n) => break n,
-                Err(e) if retry(&e) => continue,
-                Err(e) => return DirEnd::SrcFailed(e),
-            }
+            })
+        })
+        .await
+        {
+            Ok(0) => return pass_eof(dst),
+            Ok(n) => n,
+            Err(e) => return DirEnd::SrcFailed(e),
         };
-        if n == 0 {
-            return match shutdown_write(dst) {
-                Ok(()) => DirEnd::Eof,
-                Err(e) => DirEnd::DstFailed(e),
-            };
-        }
         let mut left = n;
         while left > 0 {
-            if let Err(e) = dst.writable().await {
-                return DirEnd::DstFailed(e);
-            }
-            match dst.try_io(Interest::WRITABLE, || {
-                splice(pipe.r.as_raw_fd(), dst_fd, left)
-            }) {
+            match when_ready(dst, Interest::WRITABLE, || {
+                dst.try_io(Interest::WRITABLE, || {
+                    splice(pipe.r.as_raw_fd(), dst_fd, left)
+                })
+            })
+            .await
+            {
                 Ok(0) => {
                     return DirEnd::DstFailed(io::Error::new(
                         io::ErrorKind::WriteZero,
@@ -310,10 +297,8 @@ async fn splice_dir(
                 }
                 Ok(m) => {
                     left -= m;
-                    counter.fetch_add(m as u64, Relaxed);
-                    touch(last, start);
+                    moved(m, counter, last, start);
                 }
-                Err(e) if retry(&e) => continue,
                 Err(e) => return DirEnd::DstFailed(e),
             }
         }
@@ -330,38 +315,53 @@ async fn copy_dir(
 ) -> DirEnd {
     let mut buf = vec![0u8; size];
     loop {
-        let n = loop {
-            if let Err(e) = src.readable().await {
-                return DirEnd::SrcFailed(e);
-            }
-            match src.try_read(&mut buf) {
-                Ok(n) => break n,
-                Err(e) if retry(&e) => continue,
-                Err(e) => return DirEnd::SrcFailed(e),
-            }
+        let n = match when_ready(src, Interest::READABLE, || src.try_read(&mut buf)).await {
+            Ok(0) => return pass_eof(dst),
+            Ok(n) => n,
+            Err(e) => return DirEnd::SrcFailed(e),
         };
-        if n == 0 {
-            return match shutdown_write(dst) {
-                Ok(()) => DirEnd::Eof,
-                Err(e) => DirEnd::DstFailed(e),
-            };
-        }
         let mut off = 0;
         while off < n {
-            if let Err(e) = dst.writable().await {
-                return DirEnd::DstFailed(e);
-            }
-            match dst.try_write(&buf[off..n]) {
+            match when_ready(dst, Interest::WRITABLE, || dst.try_write(&buf[off..n])).await {
                 Ok(m) => {
                     off += m;
-                    counter.fetch_add(m as u64, Relaxed);
-                    touch(last, start);
+                    moved(m, counter, last, start);
                 }
-                Err(e) if retry(&e) => continue,
                 Err(e) => return DirEnd::DstFailed(e),
             }
         }
     }
+}
+
+/// Waits until `sock` is ready for `interest`, then runs `op` (a `try_` operation on
+/// `sock` that clears the readiness when it would block), again while it would block or
+/// is interrupted.
+async fn when_ready<T>(
+    sock: &TcpStream,
+    interest: Interest,
+    mut op: impl FnMut() -> io::Result<T>,
+) -> io::Result<T> {
+    loop {
+        sock.ready(interest).await?;
+        match op() {
+            Err(e) if retry(&e) => continue,
+            r => return r,
+        }
+    }
+}
+
+/// EOF from the source: passes it on as a FIN to `dst`, which ends the direction.
+fn pass_eof(dst: &TcpStream) -> DirEnd {
+    match shutdown_write(dst) {
+        Ok(()) => DirEnd::Eof,
+        Err(e) => DirEnd::DstFailed(e),
+    }
+}
+
+/// Counts `n` bytes moved in one direction and notes the time for the idle timeout.
+fn moved(n: usize, counter: &AtomicU64, last: &AtomicU64, start: Instant) {
+    counter.fetch_add(n as u64, Relaxed);
+    last.store(start.elapsed().as_millis() as u64, Relaxed);
 }
 
 fn retry(e: &io::Error) -> bool {
@@ -384,19 +384,46 @@ mod tests {
         (a.unwrap(), b.unwrap().0)
     }
 
-    async fn run(mode: RelayMode) {
+    /// A client and a server over loopback with [`relay`] between them in a task.
+    struct Relayed {
+        client: TcpStream,
+        server: TcpStream,
+        stats: std::sync::Arc<Stats>,
+        task: tokio::task::JoinHandle<Ending>,
+        /// The abort flag's sender, kept so that the relay never sees it gone.
+        _abort: watch::Sender<bool>,
+    }
+
+    async fn relayed(params: RelayParams) -> Relayed {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let (mut client, proxy_c) = pair(&l).await;
-        let (proxy_s, mut server) = pair(&l).await;
+        let (client, proxy_c) = pair(&l).await;
+        let (proxy_s, server) = pair(&l).await;
         let stats = std::sync::Arc::new(Stats::default());
-        let (_tx, rx) = watch::channel(false);
-        let params = RelayParams {
+        let (tx, rx) = watch::channel(false);
+        let st = stats.clone();
+        let task = tokio::spawn(async move { relay(proxy_c, proxy_s, params, &st, rx).await });
+        Relayed {
+            client,
+            server,
+            stats,
+            task,
+            _abort: tx,
+        }
+    }
+
+    async fn run(mode: RelayMode) {
+        let Relayed {
+            mut client,
+            mut server,
+            stats,
+            task,
+            _abort,
+        } = relayed(RelayParams {
             mode,
             buffer_size: 4096,
             idle_timeout: None,
-        };
-        let st = stats.clone();
-        let task = tokio::spawn(async move { relay(proxy_c, proxy_s, params, &st, rx).await });
+        })
+        .await;
         let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
         let d2 = data.clone();
         // Client writes and half-closes; the server answers after reading EOF.
@@ -430,18 +457,18 @@ mod tests {
     #[tokio::test]
     async fn reset_is_propagated() {
         for mode in [RelayMode::Splice, RelayMode::Copy] {
-            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let (mut client, proxy_c) = pair(&l).await;
-            let (proxy_s, server) = pair(&l).await;
-            let stats = std::sync::Arc::new(Stats::default());
-            let (_tx, rx) = watch::channel(false);
-            let params = RelayParams {
+            let Relayed {
+                mut client,
+                server,
+                task,
+                _abort,
+                ..
+            } = relayed(RelayParams {
                 mode,
                 buffer_size: 65536,
                 idle_timeout: None,
-            };
-            let st = stats.clone();
-            let task = tokio::spawn(async move { relay(proxy_c, proxy_s, params, &st, rx).await });
+            })
+            .await;
             rst_on_close(&server);
             drop(server);
             let mut buf = [0u8; 16];
@@ -453,19 +480,19 @@ mod tests {
 
     #[tokio::test]
     async fn idle_timeout_resets_both() {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let (mut client, proxy_c) = pair(&l).await;
-        let (proxy_s, _server) = pair(&l).await;
-        let stats = std::sync::Arc::new(Stats::default());
-        let (_tx, rx) = watch::channel(false);
-        let params = RelayParams {
+        let Relayed {
+            mut client,
+            server: _server,
+            stats,
+            task,
+            _abort,
+        } = relayed(RelayParams {
             mode: RelayMode::Splice,
             buffer_size: 65536,
             idle_timeout: Some(Duration::from_millis(200)),
-        };
-        let st = stats.clone();
-        let ending = relay(proxy_c, proxy_s, params, &st, rx).await;
-        assert_eq!(ending, Ending::Idle);
+        })
+        .await;
+        assert_eq!(task.await.unwrap(), Ending::Idle);
         let mut buf = [0u8; 1];
         assert!(client.read(&mut buf).await.is_err());
         assert_eq!(stats.snapshot().idle_timeouts, 1);

@@ -20,10 +20,9 @@
 //!    divert mark.
 
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::net::IpAddr;
-use std::process::{Command, Stdio};
 
+use relay_control::cmd;
 use serde::{Deserialize, Serialize};
 
 use crate::ProxyError;
@@ -379,22 +378,7 @@ fn run(
     args: &[&str],
     stdin: Option<&str>,
 ) -> Result<String, ProxyError> {
-    let mut cmd = match netns {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns, program]);
-            c
-        }
-        None => Command::new(program),
-    };
-    cmd.args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    let mut cmd = cmd::command(netns, program, args, stdin.is_some());
     let line = {
         let mut s = cmd.get_program().to_string_lossy().into_owned();
         for a in cmd.get_args() {
@@ -404,21 +388,10 @@ fn run(
         s
     };
     tracing::debug!(command = %line, "running");
-    let mut child = cmd.spawn().map_err(|source| ProxyError::Spawn {
+    let out = cmd::output(&mut cmd, stdin).map_err(|e| ProxyError::Spawn {
         command: line.clone(),
-        source,
+        source: e.into_io(),
     })?;
-    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
-        // Small rule sets fit the pipe buffer; a write error means the tool exited early
-        // and its status says why.
-        let _ = pipe.write_all(text.as_bytes());
-    }
-    let out = child
-        .wait_with_output()
-        .map_err(|source| ProxyError::Spawn {
-            command: line.clone(),
-            source,
-        })?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {

@@ -1483,10 +1483,24 @@ fn line_span(text: &str, line: usize) -> Range<usize> {
 mod tests {
     use super::*;
 
+    /// Parses `text`, which must be a valid configuration.
+    fn parsed(text: &str) -> Config {
+        parse(text, Path::new("t.toml"), &Registry::with_builtins()).unwrap()
+    }
+
     fn errs(text: &str) -> Vec<ConfigError> {
         parse(text, Path::new("t.toml"), &Registry::with_builtins())
             .unwrap_err()
             .0
+    }
+
+    /// Parses `text`, which must fail, checks that the first error points at `line` and
+    /// `field`, and returns all the errors.
+    #[track_caller]
+    fn first_err(text: &str, line: usize, field: &str) -> Vec<ConfigError> {
+        let e = errs(text);
+        assert_eq!((e[0].line, e[0].field.as_str()), (line, field), "{e:?}");
+        e
     }
 
     #[test]
@@ -1511,7 +1525,7 @@ services = ["drop"]
 kind = "dump"
 rate = 5
 "#;
-        let c = parse(text, Path::new("t.toml"), &Registry::with_builtins()).unwrap();
+        let c = parsed(text);
         assert_eq!(c.queues.len(), 2);
         assert_eq!(c.queues[0].services.len(), 2);
         assert_eq!(c.queues[0].line, 6);
@@ -1568,10 +1582,11 @@ rate = 5
             })
         );
         assert_eq!(ct_bits_from_mask(0x7), None);
-        let e = errs(
+        first_err(
             "[daemon]\nct_mark_bits = \"0x3\"\n[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"accept\"]\n",
+            2,
+            "daemon.ct_mark_bits",
         );
-        assert_eq!((e[0].line, e[0].field.as_str()), (2, "daemon.ct_mark_bits"));
         let e = errs(
             "[daemon]\nbypass_mark = \"0x01000000\"\n[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"accept\"]\n",
         );
@@ -1579,12 +1594,7 @@ rate = 5
         // A delaying queue holds packets: its kernel queue is made long enough, or refused.
         let q = "[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"d\"]\n";
         let svc = "[service.d]\nkind = \"delay\"\ndelay = \"10ms\"\nlimit = 5000\n";
-        let cfg = parse(
-            &format!("{q}{svc}"),
-            Path::new("t.toml"),
-            &Registry::with_builtins(),
-        )
-        .unwrap();
+        let cfg = parsed(&format!("{q}{svc}"));
         assert_eq!(cfg.queues[0].hold.max_packets, 5000);
         assert!(cfg.queues[0].max_len >= 5000 + cfg.queues[0].batch as u32);
         let e = errs(&format!("{q}max_len = 100\n{svc}"));
@@ -1595,12 +1605,7 @@ rate = 5
     fn split_proxy_and_listeners() {
         let split = "[[queue]]\nnum = 0\nhook = \"prerouting\"\ntable = \"raw\"\nmatch = \"-p tcp --syn\"\nservices = [\"split\"]\n[service.split]\nkind = \"tcpsplit\"\nports = [80]\nupstream = \"mptcp\"\n";
         let socks = "[service.socks]\nkind = \"socks5\"\nlisten = \"127.0.0.1:1080\"\n";
-        let c = parse(
-            &format!("{split}{socks}"),
-            Path::new("t.toml"),
-            &Registry::with_builtins(),
-        )
-        .unwrap();
+        let c = parsed(&format!("{split}{socks}"));
         assert_eq!(c.listeners.len(), 2);
         let t = c.tproxy.as_ref().unwrap();
         assert_eq!((t.spec.divert_mark, t.spec.port), (0x1, 9040));
@@ -1619,33 +1624,26 @@ rate = 5
             "{rules}"
         );
         // Unknown keys in a listener, a listener in a chain, tcpsplit in the wrong place.
-        let e = errs(&format!(
-            "{split}[service.socks]\nkind = \"socks5\"\nlisten = \"0.0.0.0:1080\"\nlisen = 1\n"
-        ));
-        assert_eq!(
-            (e[0].line, e[0].field.as_str()),
-            (14, "service.socks.lisen"),
-            "{e:?}"
+        first_err(
+            &format!(
+                "{split}[service.socks]\nkind = \"socks5\"\nlisten = \"0.0.0.0:1080\"\nlisen = 1\n"
+            ),
+            14,
+            "service.socks.lisen",
         );
-        let e = errs(&format!(
-            "{socks}[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"socks\"]\n"
-        ));
-        assert_eq!(
-            (e[0].line, e[0].field.as_str()),
-            (7, "queue[0].services[0]"),
-            "{e:?}"
+        first_err(
+            &format!("{socks}[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"socks\"]\n"),
+            7,
+            "queue[0].services[0]",
         );
         let e = errs(&split.replace("table = \"raw\"\n", ""));
         assert_eq!(e[0].field, "queue[0].table", "{e:?}");
         let e = errs(&split.replace("\"prerouting\"\ntable = \"raw\"", "\"forward\""));
         assert_eq!(e[0].field, "queue[0].hook", "{e:?}");
-        let e = errs(&format!(
-            "{split}[service.tp]\nkind = \"tproxy\"\nupstream = \"tcp\"\n"
-        ));
-        assert_eq!(
-            (e[0].line, e[0].field.as_str()),
-            (13, "service.tp.upstream"),
-            "{e:?}"
+        first_err(
+            &format!("{split}[service.tp]\nkind = \"tproxy\"\nupstream = \"tcp\"\n"),
+            13,
+            "service.tp.upstream",
         );
         let e = errs(&format!(
             "{socks}[service.s2]\nkind = \"socks5\"\nlisten = \"127.0.0.1:1080\"\nbuffer_size = 10\n"
@@ -1657,46 +1655,39 @@ rate = 5
         );
         assert!(e.iter().any(|e| e.field.ends_with(".listen")), "{e:?}");
         // A socks5 listener alone is a whole configuration.
-        assert!(parse(socks, Path::new("t.toml"), &Registry::with_builtins()).is_ok());
+        parsed(socks);
     }
 
     #[test]
     fn bad_option_type_and_unknown_option() {
-        let e = errs(
+        first_err(
             "[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"d\"]\n[service.d]\nkind = \"dump\"\nrate = \"x\"\n",
+            7,
+            "service.d.rate",
         );
-        assert_eq!(
-            (e[0].line, e[0].field.as_str()),
-            (7, "service.d.rate"),
-            "{e:?}"
-        );
-        let e = errs(
+        first_err(
             "[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"d\"]\n[service.d]\nkind = \"dump\"\nratee = 1\n",
+            7,
+            "service.d.ratee",
         );
-        assert_eq!(
-            (e[0].line, e[0].field.as_str()),
-            (7, "service.d.ratee"),
-            "{e:?}"
+        first_err(
+            "[[queue]]\nnum = 0\nhook = \"sideways\"\nservices = [\"accept\"]\n",
+            3,
+            "queue[0].hook",
         );
-        let e = errs("[[queue]]\nnum = 0\nhook = \"sideways\"\nservices = [\"accept\"]\n");
-        assert_eq!((e[0].line, e[0].field.as_str()), (3, "queue[0].hook"));
-        let e = errs(
+        first_err(
             "[[queue]]\nnum = 0\nhook = \"forward\"\ntable = \"raw\"\nservices = [\"accept\"]\n",
+            4,
+            "queue[0].table",
         );
-        assert_eq!((e[0].line, e[0].field.as_str()), (4, "queue[0].table"));
         let e = errs("[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"mark\"]\n");
         assert!(e[0].message.contains("needs options"), "{e:?}");
-        let e = errs(
+        first_err(
             "[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"accept\"]\nmatch = \"-p udp -j ACCEPT\"\n",
+            5,
+            "queue[0].match",
         );
-        assert_eq!(
-            (e[0].line, e[0].field.as_str()),
-            (5, "queue[0].match"),
-            "{e:?}"
-        );
-        let e = errs("[daemon]\nsokcet = 1\n");
-        assert_eq!((e[0].line, e[0].field.as_str()), (2, "sokcet"), "{e:?}");
-        let e = errs("[[queue]\nnum = 0\n");
-        assert_eq!((e[0].line, e[0].field.as_str()), (1, "(syntax)"), "{e:?}");
+        first_err("[daemon]\nsokcet = 1\n", 2, "sokcet");
+        first_err("[[queue]\nnum = 0\n", 1, "(syntax)");
     }
 }

@@ -23,7 +23,6 @@ mod util;
 pub use node::{Link, Node};
 pub use proc::Proc;
 pub use topo::{Line3, Line4, line3, line4};
-pub use util::parse_tc_rate;
 
 use std::process::Command;
 use std::sync::Mutex;

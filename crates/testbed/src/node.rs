@@ -8,8 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread::JoinHandle;
 
+use relay_core::units::parse_rate;
+
 use crate::proc::Proc;
-use crate::util::{cmdline, parse_tc_rate, run_checked, run_quiet};
+use crate::util::{cmdline, run_checked, run_quiet};
 
 /// Bytes of a full-size Ethernet frame without FCS; `tc` limits are sized in these.
 const FRAME_BYTES: u64 = 1514;
@@ -261,7 +263,7 @@ fn add_addr(node: &Node, ifname: &str, addr: &str) {
 }
 
 fn tbf(node: &Node, ifname: &str, rate: &str, limit_packets: u32) -> io::Result<()> {
-    let bits = parse_tc_rate(rate).ok_or_else(|| {
+    let bits = parse_rate(rate).map_err(|_| {
         io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("relay-testbed: not a tc rate: {rate:?}"),

@@ -4,7 +4,8 @@
 use std::net::UdpSocket;
 use std::time::Duration;
 
-use relay_testbed::{line3, parse_tc_rate};
+use relay_core::units::parse_rate;
+use relay_testbed::line3;
 use relay_traffic::{UdpSendConfig, udp_send, udp_sink_on};
 
 #[test]
@@ -33,7 +34,7 @@ fn tbf_limits_udp_through_relay() {
     });
     let got = sink.join().unwrap();
     eprintln!("sent {sent:?}\nreceived {got:?}");
-    let limit = parse_tc_rate(shaped).unwrap() as f64;
+    let limit = parse_rate(shaped).unwrap() as f64;
     let ratio = got.throughput_bps() / limit;
     // IP bytes at the sink vs tbf's rate, which also counts the 14-byte Ethernet header.
     assert!(
