@@ -658,23 +658,32 @@ fn content_bytes(raw: &str) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
-fn parse_addr(s: &str, ctx: &Ctx<'_>, depth: u32) -> Result<AddrExpr, String> {
+/// The list grammar addresses and ports share (`any`, `!x`, `$VAR`, `[a, !b, [c]]`, nested
+/// to 16 levels); `leaf` parses one address or port item, `what` names it in errors.
+fn parse_expr<T>(
+    s: &str,
+    ctx: &Ctx<'_>,
+    depth: u32,
+    what: &str,
+    leaf: &dyn Fn(&str) -> Result<T, String>,
+) -> Result<Expr<T>, String> {
     let s = s.trim();
     if depth > 16 {
         return Err("variables nest too deep (a cycle?)".into());
     }
     if s.is_empty() {
-        return Err("empty address".into());
+        return Err(format!("empty {what}"));
     }
+    let sub = |x: &str| parse_expr(x, ctx, depth + 1, what, leaf);
     if let Some(rest) = s.strip_prefix('!') {
-        let e = parse_addr(rest, ctx, depth + 1)?;
+        let e = sub(rest)?;
         if e.is_any() {
             return Err("`!any` matches nothing".into());
         }
         return Ok(Expr::List(vec![(true, e)]));
     }
     if let Some(name) = s.strip_prefix('$') {
-        return parse_addr(ctx.var(name)?, ctx, depth + 1);
+        return sub(ctx.var(name)?);
     }
     if let Some(inner) = s.strip_prefix('[') {
         let inner = inner.strip_suffix(']').ok_or("unbalanced brackets")?;
@@ -682,8 +691,8 @@ fn parse_addr(s: &str, ctx: &Ctx<'_>, depth: u32) -> Result<AddrExpr, String> {
         for part in split_top(inner, ',') {
             let p = part.trim();
             match p.strip_prefix('!') {
-                Some(rest) => items.push((true, parse_addr(rest, ctx, depth + 1)?)),
-                None => items.push((false, parse_addr(p, ctx, depth + 1)?)),
+                Some(rest) => items.push((true, sub(rest)?)),
+                None => items.push((false, sub(p)?)),
             }
         }
         return Ok(Expr::List(items));
@@ -691,7 +700,11 @@ fn parse_addr(s: &str, ctx: &Ctx<'_>, depth: u32) -> Result<AddrExpr, String> {
     if s == "any" {
         return Ok(Expr::Any);
     }
-    parse_net(s).map(Expr::Item)
+    leaf(s).map(Expr::Item)
+}
+
+fn parse_addr(s: &str, ctx: &Ctx<'_>, depth: u32) -> Result<AddrExpr, String> {
+    parse_expr(s, ctx, depth, "address", &parse_net)
 }
 
 fn parse_net(s: &str) -> Result<Net, String> {
@@ -727,38 +740,11 @@ fn parse_net(s: &str) -> Result<Net, String> {
 }
 
 fn parse_ports(s: &str, ctx: &Ctx<'_>, depth: u32) -> Result<PortExpr, String> {
-    let s = s.trim();
-    if depth > 16 {
-        return Err("variables nest too deep (a cycle?)".into());
-    }
-    if s.is_empty() {
-        return Err("empty port".into());
-    }
-    if let Some(rest) = s.strip_prefix('!') {
-        let e = parse_ports(rest, ctx, depth + 1)?;
-        if e.is_any() {
-            return Err("`!any` matches nothing".into());
-        }
-        return Ok(Expr::List(vec![(true, e)]));
-    }
-    if let Some(name) = s.strip_prefix('$') {
-        return parse_ports(ctx.var(name)?, ctx, depth + 1);
-    }
-    if let Some(inner) = s.strip_prefix('[') {
-        let inner = inner.strip_suffix(']').ok_or("unbalanced brackets")?;
-        let mut items = Vec::new();
-        for part in split_top(inner, ',') {
-            let p = part.trim();
-            match p.strip_prefix('!') {
-                Some(rest) => items.push((true, parse_ports(rest, ctx, depth + 1)?)),
-                None => items.push((false, parse_ports(p, ctx, depth + 1)?)),
-            }
-        }
-        return Ok(Expr::List(items));
-    }
-    if s == "any" {
-        return Ok(Expr::Any);
-    }
+    parse_expr(s, ctx, depth, "port", &parse_port_range)
+}
+
+/// One port or range: `80`, `1024:`, `:1023`, `8000:8080`.
+fn parse_port_range(s: &str) -> Result<(u16, u16), String> {
     let port = |p: &str| {
         p.trim()
             .parse::<u16>()
@@ -776,7 +762,7 @@ fn parse_ports(s: &str, ctx: &Ctx<'_>, depth: u32) -> Result<PortExpr, String> {
     if range.0 > range.1 {
         return Err("empty port range".into());
     }
-    Ok(Expr::Item(range))
+    Ok(range)
 }
 
 fn parse_cmp(v: &str) -> Result<Cmp, String> {
