@@ -8,6 +8,9 @@ use relay_testbed::{Link, Node, Testbed};
 use std::time::Duration;
 use support::*;
 
+/// These tests measure rates: one at a time, so that they do not share the CPU.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 struct Mane {
     _tb: Testbed,
     home_a: Node,
@@ -177,6 +180,7 @@ fn mbit(got: &relay_traffic::UdpSinkStats) -> f64 {
 
 #[test]
 fn vcans_get_their_rates_arrive_intact_and_unknown_labels_are_dropped() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let m = mane("mane");
     let core_if = m.links[1].a_if.clone();
     let before = tc_qdiscs(&m.edge_a, &core_if);
@@ -282,6 +286,7 @@ fn vcans_get_their_rates_arrive_intact_and_unknown_labels_are_dropped() {
 
 #[test]
 fn mpls_in_udp_between_the_edges_decodes_in_tcpdump() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let m = mane("mane-udp");
     let _a = Relayd::start(&m.edge_a, &edge_a_config(&m, "udp", "20mbit"));
     let b = Relayd::start(&m.edge_b, &edge_b_config("udp"));

@@ -11,6 +11,9 @@ use relay_control::tc::{self, HtbClass, HtbPlan, InstallOutcome, Tc, TcError};
 use relay_testbed::{Node, Testbed, line3};
 use relay_traffic::{UdpSendConfig, UdpSinkStats, udp_send, udp_sink_on};
 
+/// These tests measure rates: one at a time, so that they do not share the CPU.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn plan(dev: &str, n: u32, link: u64, rate: u64, ceil: u64) -> HtbPlan {
     HtbPlan {
         dev: dev.into(),
@@ -39,6 +42,7 @@ fn filters(node: &Node, dev: &str) -> String {
 
 #[test]
 fn ten_thousand_classes_install_fast_and_leave_no_trace() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tb = Testbed::new("tc_10k");
     let a = tb.node("a");
     let b = tb.node("b");
@@ -189,6 +193,7 @@ fn mark_port(relay: &Node, port: u16, mark: u32) {
 
 #[test]
 fn two_classes_get_their_rates_and_are_isolated() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let l = line3("tc_rates");
     let dev = l.dst_link.a_if.clone();
     let tcx = Tc::system().in_netns(l.relay.name());
@@ -232,6 +237,7 @@ fn two_classes_get_their_rates_and_are_isolated() {
 
 #[test]
 fn first_and_last_of_ten_thousand_classes_forward_alike() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let l = line3("tc_first_last");
     let dev = l.dst_link.a_if.clone();
     let tcx = Tc::system().in_netns(l.relay.name());
