@@ -172,6 +172,9 @@ struct Adaptive {
     bandwidth_bytes: Option<f64>,
 }
 
+/// The split policy: built once from the configuration, shared by the factory and every
+/// queue thread's instance.
+#[derive(Clone)]
 struct Factory {
     ports: Vec<u16>,
     prefixes: Vec<Prefix>,
@@ -194,13 +197,7 @@ impl ServiceFactory for Factory {
     fn build(&self, counters: &Counters) -> Box<dyn Service> {
         let c = |n: &str| counters.counter(n);
         Box::new(TcpSplit {
-            ports: self.ports.clone(),
-            prefixes: self.prefixes.clone(),
-            adaptive: self.adaptive,
-            ifindex: self.ifindex,
-            mark: self.mark,
-            repeat: self.repeat,
-            monitor: self.monitor.clone(),
+            policy: self.clone(),
             n: Names {
                 split: c("split"),
                 split_policy: c("split_policy"),
@@ -233,13 +230,7 @@ struct Names {
 }
 
 struct TcpSplit {
-    ports: Vec<u16>,
-    prefixes: Vec<Prefix>,
-    adaptive: Option<Adaptive>,
-    ifindex: Option<u32>,
-    mark: u32,
-    repeat: bool,
-    monitor: Option<Arc<QueueMonitor>>,
+    policy: Factory,
     n: Names,
 }
 
@@ -265,10 +256,10 @@ impl TcpSplit {
             return Outcome::Pass(&n.passed_not_syn);
         }
         let port = t.dst_port();
-        if !self.ports.is_empty() && !self.ports.contains(&port) {
+        if !self.policy.ports.is_empty() && !self.policy.ports.contains(&port) {
             return Outcome::Pass(&n.passed_port);
         }
-        if !self.prefixes.is_empty() {
+        if !self.policy.prefixes.is_empty() {
             let d = pkt.data();
             let dst = match l.version {
                 IpVersion::V4 => IpAddr::V4(Ipv4Addr::new(d[16], d[17], d[18], d[19])),
@@ -278,15 +269,16 @@ impl TcpSplit {
                     IpAddr::V6(Ipv6Addr::from(a))
                 }
             };
-            if !self.prefixes.iter().any(|p| p.contains(dst)) {
+            if !self.policy.prefixes.iter().any(|p| p.contains(dst)) {
                 return Outcome::Pass(&n.passed_prefix);
             }
         }
-        let Some(a) = self.adaptive else {
+        let Some(a) = self.policy.adaptive else {
             return Outcome::Split(&n.split_policy);
         };
-        let ifindex = self.ifindex.unwrap_or(pkt.meta.outdev);
+        let ifindex = self.policy.ifindex.unwrap_or(pkt.meta.outdev);
         let q = self
+            .policy
             .monitor
             .as_ref()
             .and_then(|m| m.get(ifindex))
@@ -316,8 +308,8 @@ impl Service for TcpSplit {
             Outcome::Split(reason) => {
                 reason.inc();
                 self.n.split.inc();
-                let mark = pkt.verdict_mark().unwrap_or(pkt.meta.mark) | self.mark;
-                if self.repeat {
+                let mark = pkt.verdict_mark().unwrap_or(pkt.meta.mark) | self.policy.mark;
+                if self.policy.repeat {
                     return Action::Repeat { mark };
                 }
                 pkt.set_mark(mark);
