@@ -4,9 +4,12 @@
 //! distinct patterns); "clean" payloads match no rule, "hit" payloads carry one rule's
 //! pattern.
 
+// The same packet builders as the tests (an HTTP-ish request from 10.0.1.1 to port 80).
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use relay_core::wire::{Ipv4Packet, TcpPacket, checksum};
-use relay_core::{Counters, CtInfo, CtState, Packet};
+use relay_core::{Counters, CtInfo, CtState};
 use relay_svc_ids::{Detector, Outcome, RuleSet};
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -57,31 +60,6 @@ fn rules(n: usize) -> (String, Vec<Vec<u8>>) {
     (text, pats)
 }
 
-fn tcp_packet(payload: &[u8]) -> Vec<u8> {
-    let total = 40 + payload.len();
-    let mut b = vec![0u8; total];
-    b[0] = 0x45;
-    b[2..4].copy_from_slice(&(total as u16).to_be_bytes());
-    b[8] = 64;
-    b[9] = 6;
-    b[12..16].copy_from_slice(&[10, 0, 1, 1]);
-    b[16..20].copy_from_slice(&[10, 0, 2, 2]);
-    b[20..22].copy_from_slice(&40000u16.to_be_bytes());
-    b[22..24].copy_from_slice(&80u16.to_be_bytes());
-    b[32] = 5 << 4;
-    b[33] = 0x18;
-    b[40..].copy_from_slice(payload);
-    Ipv4Packet::new_unchecked(&mut b[..]).fill_checksum();
-    let ps = checksum::pseudo_v4(
-        [10, 0, 1, 1].into(),
-        [10, 0, 2, 2].into(),
-        6,
-        (total - 20) as u32,
-    );
-    TcpPacket::new_unchecked(&mut b[20..]).fill_checksum(ps);
-    b
-}
-
 fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("ids_1500B");
     g.throughput(Throughput::Elements(1));
@@ -102,7 +80,7 @@ fn bench(c: &mut Criterion) {
         });
         let now = Instant::now();
 
-        let mut pkt = Packet::from_bytes(&tcp_packet(&clean));
+        let mut pkt = common::http(&clean);
         pkt.meta.ct = ct;
         assert_eq!(det.inspect(&mut pkt, now), Outcome::Clean);
         g.bench_function(format!("{n}_rules/clean"), |b| {
@@ -114,7 +92,7 @@ fn bench(c: &mut Criterion) {
         let mut hit = clean.clone();
         let p = &pats[hit_rule];
         hit[700..700 + p.len()].copy_from_slice(p);
-        let mut pkt = Packet::from_bytes(&tcp_packet(&hit));
+        let mut pkt = common::http(&hit);
         pkt.meta.ct = ct;
         assert_eq!(det.inspect(&mut pkt, now), Outcome::Alert);
         g.bench_function(format!("{n}_rules/hit_one"), |b| {
