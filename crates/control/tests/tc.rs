@@ -120,6 +120,22 @@ fn ten_thousand_classes_install_fast_and_leave_no_trace() {
     assert_eq!(qdiscs(&a), foreign);
 }
 
+/// A UDP sink on dst port `port`, receiving until 500 ms pass without a datagram.
+fn sink(l: &relay_testbed::Line3, port: u16) -> std::thread::JoinHandle<UdpSinkStats> {
+    let sock = l
+        .dst
+        .run(move || UdpSocket::bind(("10.0.2.2", port)).unwrap());
+    l.dst.run_bg(move || {
+        udp_sink_on(
+            sock,
+            Duration::from_millis(500),
+            Duration::from_secs(10),
+            None,
+        )
+        .unwrap()
+    })
+}
+
 /// Binds UDP sinks on dst for `ports`, sends from src to each at `rates` bit/s for
 /// `secs`, and returns what each sink received.
 fn run_flows(
@@ -128,23 +144,7 @@ fn run_flows(
     rates: &[u64],
     secs: f64,
 ) -> Vec<UdpSinkStats> {
-    let sinks: Vec<_> = ports
-        .iter()
-        .map(|&port| {
-            let sock = l
-                .dst
-                .run(move || UdpSocket::bind(("10.0.2.2", port)).unwrap());
-            l.dst.run_bg(move || {
-                udp_sink_on(
-                    sock,
-                    Duration::from_millis(500),
-                    Duration::from_secs(10),
-                    None,
-                )
-                .unwrap()
-            })
-        })
-        .collect();
+    let sinks: Vec<_> = ports.iter().map(|&port| sink(l, port)).collect();
     let senders: Vec<_> = ports
         .iter()
         .zip(rates)
@@ -248,16 +248,7 @@ fn first_and_last_of_ten_thousand_classes_forward_alike() {
         l.relay
             .exec(&["iptables", "-w", "-t", "mangle", "-F", "FORWARD"]);
         mark_port(&l.relay, 5001, p.mark(minor));
-        let sock = l.dst.run(|| UdpSocket::bind("10.0.2.2:5001").unwrap());
-        let sink = l.dst.run_bg(move || {
-            udp_sink_on(
-                sock,
-                Duration::from_millis(500),
-                Duration::from_secs(10),
-                None,
-            )
-            .unwrap()
-        });
+        let sink = sink(&l, 5001);
         l.src.run(|| {
             udp_send(&UdpSendConfig {
                 size: 64,
