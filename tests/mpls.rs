@@ -4,7 +4,7 @@
 
 mod support;
 
-use relay_testbed::{Link, Node, Testbed};
+use relay_testbed::{Link, Node, Testbed, measure_with_retries};
 use std::time::Duration;
 use support::*;
 
@@ -210,29 +210,35 @@ fn vcans_get_their_rates_arrive_intact_and_unknown_labels_are_dropped() {
     );
 
     // Two VCANs under contention: each offered 30 Mbit/s at once gets its own rate.
-    let secs = 3.0;
-    let video = UdpFlow::start(
-        &m.home_a,
-        &m.home_b,
-        addr("10.0.4.2:5004"),
-        Some(3000),
-        1200,
-        secs,
-    );
-    let bulk = UdpFlow::start(
-        &m.home_a,
-        &m.home_b,
-        addr("10.0.4.2:6000"),
-        Some(3000),
-        1200,
-        secs,
-    );
-    let (_, v) = video.finish();
-    let (_, k) = bulk.finish();
-    let (v, k) = (mbit(&v), mbit(&k));
-    eprintln!("under contention: video {v:.1} Mbit/s (20), bulk {k:.1} Mbit/s (8)");
-    assert!((15.0..21.0).contains(&v), "video got {v:.1} Mbit/s of 20");
-    assert!((6.0..8.5).contains(&k), "bulk got {k:.1} Mbit/s of 8");
+    measure_with_retries("VCANs under contention", 3, |_| {
+        let secs = 3.0;
+        let video = UdpFlow::start(
+            &m.home_a,
+            &m.home_b,
+            addr("10.0.4.2:5004"),
+            Some(3000),
+            1200,
+            secs,
+        );
+        let bulk = UdpFlow::start(
+            &m.home_a,
+            &m.home_b,
+            addr("10.0.4.2:6000"),
+            Some(3000),
+            1200,
+            secs,
+        );
+        let (_, v) = video.finish();
+        let (_, k) = bulk.finish();
+        let (v, k) = (mbit(&v), mbit(&k));
+        let seen = format!("video {v:.1} Mbit/s (20), bulk {k:.1} Mbit/s (8)");
+        eprintln!("under contention: {seen}");
+        if (15.0..21.0).contains(&v) && (6.0..8.5).contains(&k) {
+            Ok(())
+        } else {
+            Err(seen)
+        }
+    });
     let st = a.status();
     let class = |name: &str| {
         st.qos

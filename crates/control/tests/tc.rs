@@ -8,7 +8,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use relay_control::tc::{self, HtbClass, HtbPlan, InstallOutcome, Tc, TcError};
-use relay_testbed::{Node, Testbed, line3};
+use relay_testbed::{Node, Testbed, line3, measure_with_retries};
 use relay_traffic::{UdpSendConfig, UdpSinkStats, udp_send, udp_sink_on};
 
 /// These tests measure rates: one at a time, so that they do not share the CPU.
@@ -204,29 +204,41 @@ fn two_classes_get_their_rates_and_are_isolated() {
     mark_port(&l.relay, 5001, p.mark(2));
     mark_port(&l.relay, 5002, p.mark(3));
 
-    // Both overloaded (30 Mbit/s offered each): each gets its own rate.
-    let got = run_flows(&l, &[5001, 5002], &[30_000_000, 30_000_000], 2.0);
-    let (a, b) = (got[0].throughput_bps(), got[1].throughput_bps());
-    eprintln!(
-        "contention: class A (10mbit) {:.2} Mbit/s, class B (20mbit) {:.2} Mbit/s",
-        a / 1e6,
-        b / 1e6
-    );
-    // IP bytes at the sink vs HTB's rate, which also counts the Ethernet header.
-    assert!((0.85e7..1.05e7).contains(&a), "A got {a} bit/s");
-    assert!((1.7e7..2.1e7).contains(&b), "B got {b} bit/s");
+    // Both overloaded (30 Mbit/s offered each): each gets its own rate. IP bytes at the
+    // sink vs HTB's rate, which also counts the Ethernet header.
+    measure_with_retries("contention", 3, |_| {
+        let got = run_flows(&l, &[5001, 5002], &[30_000_000, 30_000_000], 2.0);
+        let (a, b) = (got[0].throughput_bps(), got[1].throughput_bps());
+        let seen = format!(
+            "class A (10mbit) {:.2} Mbit/s, class B (20mbit) {:.2} Mbit/s",
+            a / 1e6,
+            b / 1e6
+        );
+        eprintln!("contention: {seen}");
+        if (0.85e7..1.05e7).contains(&a) && (1.7e7..2.1e7).contains(&b) {
+            Ok(())
+        } else {
+            Err(seen)
+        }
+    });
 
     // Isolation: A floods at 4x its rate, B sends below its rate and loses nothing.
-    let got = run_flows(&l, &[5001, 5002], &[40_000_000, 15_000_000], 2.0);
-    eprintln!(
-        "isolation: A {:.2} Mbit/s loss {:.3}, B {:.2} Mbit/s loss {:.4}",
-        got[0].throughput_bps() / 1e6,
-        got[0].loss_ratio(),
-        got[1].throughput_bps() / 1e6,
-        got[1].loss_ratio()
-    );
-    assert!(got[1].loss_ratio() < 0.01, "B lost {}", got[1].loss_ratio());
-    assert!(got[0].loss_ratio() > 0.5);
+    measure_with_retries("isolation", 3, |_| {
+        let got = run_flows(&l, &[5001, 5002], &[40_000_000, 15_000_000], 2.0);
+        let seen = format!(
+            "A {:.2} Mbit/s loss {:.3}, B {:.2} Mbit/s loss {:.4}",
+            got[0].throughput_bps() / 1e6,
+            got[0].loss_ratio(),
+            got[1].throughput_bps() / 1e6,
+            got[1].loss_ratio()
+        );
+        eprintln!("isolation: {seen}");
+        if got[1].loss_ratio() < 0.01 && got[0].loss_ratio() > 0.5 {
+            Ok(())
+        } else {
+            Err(seen)
+        }
+    });
     let stats = tc::class_stats(&tcx, &dev, p.handle).unwrap();
     let a = stats.iter().find(|s| s.minor == 2).unwrap();
     let b = stats.iter().find(|s| s.minor == 3).unwrap();

@@ -225,6 +225,31 @@ pub fn cleanup_stale() -> Vec<String> {
     deleted
 }
 
+/// Runs a measurement of rates or delays up to `attempts` times, until `attempt` accepts
+/// one, and returns it; panics with every attempt's complaint if none is accepted.
+///
+/// Rates measured on a small shared machine dip when the hypervisor or another process
+/// takes the CPU for a moment; a real defect (a class not shaped, traffic in the wrong
+/// class) fails every attempt, a passing stall does not. `attempt` gets the attempt number
+/// (from 1) and says what was wrong in its `Err`.
+pub fn measure_with_retries<T>(
+    what: &str,
+    attempts: u32,
+    mut attempt: impl FnMut(u32) -> Result<T, String>,
+) -> T {
+    let mut complaints = Vec::new();
+    for n in 1..=attempts.max(1) {
+        match attempt(n) {
+            Ok(v) => return v,
+            Err(e) => {
+                eprintln!("{what}: attempt {n} of {attempts}: {e}");
+                complaints.push(format!("attempt {n}: {e}"));
+            }
+        }
+    }
+    panic!("{what}: no attempt passed\n{}", complaints.join("\n"));
+}
+
 /// The pid encoded in a namespace name of ours (`rt{pid}_{n}-{node}`), if it is one.
 fn stale_owner(ns: &str) -> Option<libc::pid_t> {
     let rest = ns.strip_prefix(NS_PREFIX)?;
