@@ -215,22 +215,24 @@ pub const GROUP_SHIFT: u32 = 10;
 /// Outer class minor of group `g` is `GROUP_BASE + g`.
 pub const GROUP_BASE: u16 = 0x100;
 
-/// The outer classic BPF program (on `handle:`): if `mark >> 16 == handle` and the minor is
-/// not 0, the class is the minor's group `handle:(0x100 + (minor >> 10))`, else no match
-/// (default class). `ld mark` is the ancillary load SKF_AD_OFF + SKF_AD_MARK (-4096 + 20).
+/// The outer classic BPF program (on `handle:`): if `(mark >> 16) & 0x3fff == handle` and
+/// the minor is not 0, the class is the minor's group `handle:(0x100 + (minor >> 10))`,
+/// else no match (default class). Bits 30 and 31 are masked off: a packet relayd sends
+/// itself carries the bypass bit on top of its VCAN's mark. `ld mark` is the ancillary
+/// load SKF_AD_OFF + SKF_AD_MARK (-4096 + 20).
 pub fn outer_bpf(handle: u16) -> String {
     format!(
-        "12,32 0 0 4294963220,7 0 0 0,116 0 0 16,21 0 7 {handle},135 0 0 0,84 0 0 65535,\
+        "13,32 0 0 4294963220,7 0 0 0,116 0 0 16,84 0 0 16383,21 0 7 {handle},135 0 0 0,84 0 0 65535,\
          21 4 0 0,116 0 0 {GROUP_SHIFT},4 0 0 {GROUP_BASE},68 0 0 {},22 0 0 0,6 0 0 0",
         u32::from(handle) << 16
     )
 }
 
 /// The inner program (on a group's qdisc `inner:`): class `inner:minor` for a mark of
-/// `handle:minor`, else no match.
+/// `handle:minor` (bits 30 and 31 masked off, as in [`outer_bpf`]), else no match.
 pub fn inner_bpf(handle: u16, inner: u16) -> String {
     format!(
-        "10,32 0 0 4294963220,7 0 0 0,116 0 0 16,21 0 5 {handle},135 0 0 0,84 0 0 65535,\
+        "11,32 0 0 4294963220,7 0 0 0,116 0 0 16,84 0 0 16383,21 0 5 {handle},135 0 0 0,84 0 0 65535,\
          21 2 0 0,68 0 0 {},22 0 0 0,6 0 0 0",
         u32::from(inner) << 16
     )
@@ -688,10 +690,10 @@ mod tests {
              class add dev eth1 parent 1d0:1 classid 1d0:100 htb rate 20000000bit ceil 100000000bit quantum 200000\n\
              qdisc add dev eth1 parent 1d0:100 handle 1d1: htb\n\
              class add dev eth1 parent 1d1: classid 1d1:1 htb rate 20000000bit ceil 100000000bit quantum 200000\n\
-             filter add dev eth1 parent 1d1: protocol all pref 1 bpf bytecode \"10,32 0 0 4294963220,7 0 0 0,116 0 0 16,21 0 5 464,135 0 0 0,84 0 0 65535,21 2 0 0,68 0 0 30474240,22 0 0 0,6 0 0 0\"\n\
+             filter add dev eth1 parent 1d1: protocol all pref 1 bpf bytecode \"11,32 0 0 4294963220,7 0 0 0,116 0 0 16,84 0 0 16383,21 0 5 464,135 0 0 0,84 0 0 65535,21 2 0 0,68 0 0 30474240,22 0 0 0,6 0 0 0\"\n\
              class add dev eth1 parent 1d1:1 classid 1d1:64 htb rate 10000000bit ceil 20000000bit prio 0 quantum 125000\n\
              class add dev eth1 parent 1d1:1 classid 1d1:65 htb rate 10000000bit ceil 20000000bit prio 0 quantum 125000\n\
-             filter add dev eth1 parent 1d0: protocol all pref 1 bpf bytecode \"12,32 0 0 4294963220,7 0 0 0,116 0 0 16,21 0 7 464,135 0 0 0,84 0 0 65535,21 4 0 0,116 0 0 10,4 0 0 256,68 0 0 30408704,22 0 0 0,6 0 0 0\"\n"
+             filter add dev eth1 parent 1d0: protocol all pref 1 bpf bytecode \"13,32 0 0 4294963220,7 0 0 0,116 0 0 16,84 0 0 16383,21 0 7 464,135 0 0 0,84 0 0 65535,21 4 0 0,116 0 0 10,4 0 0 256,68 0 0 30408704,22 0 0 0,6 0 0 0\"\n"
         );
         assert_eq!(plan(1).mark(100), 0x01d0_0064);
     }
@@ -718,7 +720,7 @@ mod tests {
              class add dev eth1 parent 1d0:1 classid 1d0:101 htb rate 1000000bit ceil 100000000bit quantum 12500\n\
              qdisc add dev eth1 parent 1d0:101 handle 1d2: htb\n\
              class add dev eth1 parent 1d2: classid 1d2:1 htb rate 1000000bit ceil 100000000bit quantum 12500\n\
-             filter add dev eth1 parent 1d2: protocol all pref 1 bpf bytecode \"10,32 0 0 4294963220,7 0 0 0,116 0 0 16,21 0 5 464,135 0 0 0,84 0 0 65535,21 2 0 0,68 0 0 30539776,22 0 0 0,6 0 0 0\"\n\
+             filter add dev eth1 parent 1d2: protocol all pref 1 bpf bytecode \"11,32 0 0 4294963220,7 0 0 0,116 0 0 16,84 0 0 16383,21 0 5 464,135 0 0 0,84 0 0 65535,21 2 0 0,68 0 0 30539776,22 0 0 0,6 0 0 0\"\n\
              class add dev eth1 parent 1d2:1 classid 1d2:500 htb rate 1000000bit ceil 1000000bit prio 1 quantum 12500\n"
         );
         assert_eq!(old.update_script(&old), "");
