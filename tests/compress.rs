@@ -3,7 +3,7 @@
 
 mod support;
 
-use relay_testbed::line4;
+use relay_testbed::{line4, measure_with_retries};
 use std::net::UdpSocket;
 use std::time::Duration;
 use support::*;
@@ -222,11 +222,16 @@ fn adaptive_follows_the_formula() {
     // to 180 (1 - 0.9 x) Mb/s; the queue stays just at the threshold when that is the link's
     // 100 Mb/s, at x of about 0.5. Compressing everything would empty the queue, and then
     // nothing would be compressed: the scheme settles in between.
-    let heavy = compressed_share(&c, &l, 180, 7002);
-    assert!(
-        (0.3..0.85).contains(&heavy),
-        "fixed C = 20 us compressed {heavy:.2} of the packets at 1.8 x the bottleneck (about 0.5 expected)"
-    );
+    measure_with_retries("adaptive share under load", 3, |_| {
+        let heavy = compressed_share(&c, &l, 180, 7002);
+        if (0.3..0.85).contains(&heavy) {
+            Ok(())
+        } else {
+            Err(format!(
+                "fixed C = 20 us compressed {heavy:.2} of the packets at 1.8 x the bottleneck (about 0.5 expected)"
+            ))
+        }
+    });
     let cc = c.counters("c");
     assert!(cc["w_us"] > 0 || cc["skipped_decision"] > 0, "{cc:?}");
     assert!(c.stop(libc::SIGTERM));
