@@ -307,3 +307,175 @@ fn mpls_in_udp_between_the_edges_decodes_in_tcpdump() {
         "{decoded}"
     );
 }
+
+/// One edge of an IPv6 service over the IPv4-only MPLS core: IPv6 from `home_if` to
+/// `far_net` goes into label `out_label` towards `remote`, MPLS arriving for `local` with
+/// label `in_label` is popped.
+fn edge6_config(
+    home_if: &str,
+    core_if: &str,
+    local: &str,
+    remote: &str,
+    far_net: &str,
+    (out_label, in_label): (u32, u32),
+) -> String {
+    format!(
+        r#"
+[[queue]]
+num = 0
+family = "ipv6"
+table = "raw"
+hook = "prerouting"
+match = "-i {home_if} -d {far_net}"
+services = ["edge-in"]
+
+[[queue]]
+num = 1
+table = "raw"
+hook = "prerouting"
+match = "-d {local} -p 137"
+services = ["edge-out"]
+
+[service.edge-in]
+kind = "mpls-encap"
+encap = "ip"
+interface = "{core_if}"
+local = "{local}"
+link_rate = "40mbit"
+default_rate = "1mbit"
+
+[[service.edge-in.vcan]]
+name = "six"
+match = {{ dst = "{far_net}" }}
+label = {out_label}
+remote = "{remote}"
+rate = "10mbit"
+ceil = "40mbit"
+
+[service.edge-out]
+kind = "mpls-decap"
+labels = [{in_label}]
+"#
+    )
+}
+
+#[test]
+fn ipv6_crosses_the_ipv4_core_by_reinjection() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let m = mane("mane-six");
+    // IPv6 only on the home links: the core and its routes know nothing of it.
+    m.links[0].addr_a("fd00:1::1/64");
+    m.links[0].addr_b("fd00:1::2/64");
+    m.links[3].addr_a("fd00:4::1/64");
+    m.links[3].addr_b("fd00:4::2/64");
+    m.home_a.route("default", "fd00:1::2");
+    m.home_b.route("default", "fd00:4::1");
+    let a = Relayd::start(
+        &m.edge_a,
+        &edge6_config(
+            &m.links[0].b_if,
+            &m.links[1].a_if,
+            "10.0.2.1",
+            "10.0.3.2",
+            "fd00:4::/64",
+            (200, 201),
+        ),
+    );
+    let b = Relayd::start(
+        &m.edge_b,
+        &edge6_config(
+            &m.links[3].a_if,
+            &m.links[2].b_if,
+            "10.0.3.2",
+            "10.0.2.1",
+            "fd00:1::/64",
+            (201, 200),
+        ),
+    );
+
+    // Both ways through the tunnel: ping, and TCP compared by SHA-256.
+    assert!(
+        m.home_a.ping("fd00:4::2"),
+        "ping over MPLS\n{}\n{}",
+        a.log(),
+        b.log()
+    );
+    let (sent, got, n) =
+        tcp_transfer_digest(&m.home_a, &m.home_b, addr("[fd00:4::2]:7000"), 4 << 20);
+    assert_eq!(
+        (sent, n),
+        (got, 4 << 20),
+        "TCP over IPv6 over the MPLS core"
+    );
+    for (edge, r) in [("A", &a), ("B", &b)] {
+        let (i, o) = (r.counters("edge-in"), r.counters("edge-out"));
+        eprintln!("edge {edge}: in {i:?}\nout {o:?}");
+        assert!(
+            i["reinjected"] > 100
+                && i["reinjected"] + i["reinject_queue_full"] == i["encapsulated"],
+            "edge {edge} in: {i:?}\n{}",
+            r.log()
+        );
+        assert!(
+            o["reinjected"] > 100
+                && o["reinjected"] + o["reinject_queue_full"] == o["decapsulated"],
+            "edge {edge} out: {o:?}"
+        );
+        assert_eq!(
+            (i["reinject_failed"], o["reinject_failed"]),
+            (0, 0),
+            "edge {edge}"
+        );
+    }
+    // The re-sent packets keep their VCAN's class although they carry the bypass bit.
+    let six = a
+        .status()
+        .qos
+        .into_iter()
+        .find(|c| c.name == "six")
+        .unwrap();
+    assert!(six.packets > 1000, "{six:?}");
+
+    // A packet that fits the home link but not the tunnel: ICMPv6 "packet too big" with
+    // the MTU less the 24 bytes of outer header and label, which home A's kernel caches.
+    let out = m.home_a.exec(&[
+        "ping",
+        "-6",
+        "-c",
+        "3",
+        "-i",
+        "0.3",
+        "-W",
+        "1",
+        "-s",
+        "1440",
+        "fd00:4::2",
+    ]);
+    let i = a.counters("edge-in");
+    assert!(
+        i["dropped_too_big"] >= 1 && i["icmp_too_big_sent"] >= 1,
+        "{i:?}\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let route = m.home_a.ip(&["-6", "route", "get", "fd00:4::2"]);
+    assert!(route.contains("mtu 1476"), "{route}");
+    // Later pings of that size go fragmented by home A and arrive.
+    let out = m.home_a.exec(&[
+        "ping",
+        "-6",
+        "-c",
+        "2",
+        "-i",
+        "0.3",
+        "-W",
+        "1",
+        "-s",
+        "1440",
+        "fd00:4::2",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

@@ -42,11 +42,22 @@ pub enum SendError {
     },
 }
 
+impl SendError {
+    /// True if the packet met a full queue: the socket's send buffer (`EAGAIN`) or the
+    /// egress qdisc, which dropped it (`ENOBUFS`). Congestion, not a fault.
+    pub fn is_queue_full(&self) -> bool {
+        matches!(self, SendError::Send { source, .. }
+            if matches!(source.raw_os_error(), Some(libc::EAGAIN | libc::ENOBUFS)))
+    }
+}
+
 /// One family's socket: its protocol, and the descriptor and mark once opened.
 #[derive(Debug)]
 struct Slot {
     family: libc::c_int,
     protocol: libc::c_int,
+    /// `SO_SNDBUF(FORCE)` to set on opening, 0 for the system default.
+    sndbuf: usize,
     /// The descriptor and the `SO_MARK` it carries.
     open: Option<(OwnedFd, u32)>,
 }
@@ -56,6 +67,7 @@ impl Slot {
         Slot {
             family,
             protocol,
+            sndbuf: 0,
             open: None,
         }
     }
@@ -71,9 +83,11 @@ impl Slot {
     /// The descriptor, opened if need be and carrying `mark`.
     fn fd(&mut self, mark: u32) -> Result<libc::c_int, SendError> {
         if self.open.is_none() {
-            let fd = open(self.family, self.protocol).map_err(|source| SendError::Open {
-                family: self.family_name(),
-                source,
+            let fd = open(self.family, self.protocol, self.sndbuf).map_err(|source| {
+                SendError::Open {
+                    family: self.family_name(),
+                    source,
+                }
             })?;
             // A new socket carries mark 0.
             self.open = Some((fd, 0));
@@ -127,6 +141,22 @@ impl RawSender {
         }
     }
 
+    /// Like [`RawSender::new`], for packets relayd forwards itself (re-sent after their
+    /// family changed): the sockets get a send buffer of [`RawSender::FORWARD_SNDBUF`]
+    /// bytes. A packet waiting in a qdisc stays charged to the socket that sent it, so with
+    /// the default buffer (about 200 KiB) one congested tc class would make sends fail for
+    /// every other class; with this one the qdiscs' own limits decide first.
+    pub const fn forwarding() -> RawSender {
+        let mut s = RawSender::new();
+        s.v4.sndbuf = Self::FORWARD_SNDBUF;
+        s.v6.sndbuf = Self::FORWARD_SNDBUF;
+        s
+    }
+
+    /// The send buffer of [`RawSender::forwarding`]: 64 MiB, about 28,000 full-size
+    /// packets waiting in tc at once (a limit, not an allocation).
+    pub const FORWARD_SNDBUF: usize = 64 << 20;
+
     /// Sends `bytes` to `to` through the socket of `to`'s family, marked with `mark`.
     pub fn send(&mut self, bytes: &[u8], to: IpAddr, mark: u32) -> Result<(), SendError> {
         let slot = match to {
@@ -138,8 +168,9 @@ impl RawSender {
     }
 }
 
-/// A raw socket of `family` and `protocol`, which receives nothing.
-fn open(family: libc::c_int, protocol: libc::c_int) -> io::Result<OwnedFd> {
+/// A raw socket of `family` and `protocol`, which receives nothing, with a send buffer of
+/// `sndbuf` bytes (0: the default).
+fn open(family: libc::c_int, protocol: libc::c_int, sndbuf: usize) -> io::Result<OwnedFd> {
     let ty = libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK;
     // SAFETY: plain socket(2); the result is checked before use.
     let fd = unsafe { libc::socket(family, ty, protocol) };
@@ -153,6 +184,14 @@ fn open(family: libc::c_int, protocol: libc::c_int) -> io::Result<OwnedFd> {
         // reads this one, so block them all rather than keep a full receive buffer.
         let block_all = [u32::MAX; 8];
         setsockopt(&fd, libc::IPPROTO_ICMPV6, ICMP6_FILTER, &block_all)?;
+    }
+    if sndbuf > 0 {
+        let v = sndbuf.min(i32::MAX as usize / 2) as libc::c_int;
+        // FORCE passes net.core.wmem_max (relayd has CAP_NET_ADMIN); without it, the most
+        // the system allows.
+        if setsockopt(&fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, &v).is_err() {
+            setsockopt(&fd, libc::SOL_SOCKET, libc::SO_SNDBUF, &v)?;
+        }
     }
     // IPPROTO_RAW sockets send only (raw(7)): nothing to filter.
     Ok(fd)
@@ -252,5 +291,40 @@ mod tests {
         s.send(&bytes, lo, 0x10).unwrap();
         assert_eq!(mark_of(&s), Some(0x10));
         assert!(s.v6.open.is_none(), "the other family stays closed");
+    }
+
+    #[test]
+    fn a_forwarding_sender_gets_its_large_send_buffer() {
+        let sndbuf = |s: &RawSender| {
+            let (fd, _) = s.v4.open.as_ref().expect("opened");
+            let mut v: libc::c_int = 0;
+            let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+            // SAFETY: a valid descriptor and an int-sized buffer with its length.
+            let rc = unsafe {
+                libc::getsockopt(
+                    fd.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    libc::SO_SNDBUF,
+                    (&mut v as *mut libc::c_int).cast(),
+                    &mut len,
+                )
+            };
+            assert_eq!(rc, 0);
+            v as usize
+        };
+        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let mut buf = [0u8; 128];
+        let n = build::emit_port_unreachable(&mut buf, lo, lo, &[0x45; 28]).unwrap();
+        let mut plain = RawSender::new();
+        plain.send(&buf[..n], lo, 0).unwrap();
+        let mut fwd = RawSender::forwarding();
+        fwd.send(&buf[..n], lo, 0).unwrap();
+        // The kernel reports twice what was set (socket(7)).
+        assert!(
+            sndbuf(&fwd) >= RawSender::FORWARD_SNDBUF,
+            "{}",
+            sndbuf(&fwd)
+        );
+        assert!(sndbuf(&plain) < RawSender::FORWARD_SNDBUF);
     }
 }

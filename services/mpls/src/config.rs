@@ -117,8 +117,9 @@ pub struct EncapConfig {
     /// `pass` (default) or `drop` for packets no VCAN matches.
     #[serde(default)]
     pub unclassified: Unclassified,
-    /// The egress MTU: an encapsulated packet larger than this with DF set is dropped,
-    /// counted and answered with ICMP "fragmentation needed" giving the MTU less the
+    /// The egress MTU: an encapsulated packet larger than this with DF set, or an IPv6
+    /// one (never fragmented by routers), is dropped, counted and answered with ICMP
+    /// "fragmentation needed" (ICMPv6 "packet too big") giving the MTU less the
     /// encapsulation overhead, and TCP MSS is clamped to fit (default 1500).
     #[serde(default = "default_mtu")]
     pub mtu: u16,

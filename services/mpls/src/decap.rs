@@ -9,6 +9,11 @@
 //! and inner header may be in another fragment): it is counted and dropped; on a decap
 //! edge the kernel's defragmentation (any conntrack use, or `nf_defrag_ipv4`) reassembles
 //! before the queue sees the packet.
+//!
+//! An inner packet of the other family than the hook's (IPv6 out of an IPv4 core) cannot
+//! leave by verdict: with its hop limit decreased, as forwarding would, it is sent anew
+//! from a raw socket marked with relayd's bypass bit, and the outer packet dropped
+//! (`reinjected`). One whose hop limit runs out is dropped (`dropped_hop_limit`).
 
 use crate::config::DecapConfig;
 use crate::encap::family_ok;
@@ -17,6 +22,8 @@ use relay_core::wire::{Ipv4Packet, Ipv6Packet, UdpPacket, checksum, proto, udp};
 use relay_core::{
     Action, Context, Counter, Counters, IpVersion, Packet, Service, ServiceConfig, ServiceFactory,
 };
+use relay_inject::RawSender;
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
 
 /// The most label stack entries walked before the stack is called malformed.
@@ -119,26 +126,58 @@ struct DecapService {
     unknown: Counter,
     malformed: Counter,
     fragment: Counter,
-    family: Counter,
+    reinjected: Counter,
+    reinject_failed: Counter,
+    reinject_queue_full: Counter,
+    hop_limit: Counter,
+    /// Sends inner packets of the other family than the hook's (opened on first use).
+    raw: RawSender,
+}
+
+/// Decrements the TTL (IPv4, checksum updated) or hop limit (IPv6) of a well-formed packet
+/// as forwarding does, and returns its destination; `None` if it may not be forwarded.
+fn forward_hop(data: &mut [u8], v: IpVersion) -> Option<IpAddr> {
+    match v {
+        IpVersion::V4 => {
+            let mut ip = Ipv4Packet::new_unchecked(data);
+            let ttl = ip.ttl().checked_sub(1).filter(|t| *t > 0)?;
+            ip.set_ttl(ttl);
+            ip.fill_checksum();
+            Some(IpAddr::V4(ip.dst_addr()))
+        }
+        IpVersion::V6 => {
+            data[7] = data[7].checked_sub(1).filter(|h| *h > 0)?;
+            let dst: [u8; 16] = data[24..40].try_into().ok()?;
+            Some(IpAddr::V6(Ipv6Addr::from(dst)))
+        }
+    }
 }
 
 impl Service for DecapService {
-    fn process(&mut self, pkt: &mut Packet, _cx: &Context) -> Action {
+    fn process(&mut self, pkt: &mut Packet, cx: &Context) -> Action {
         if pkt.is_partial() {
             self.passed.inc();
             return Action::Continue;
         }
         match locate_inner(pkt.data(), &self.labels) {
             Ok((off, len, v, _)) => {
-                if !family_ok(pkt.meta.hw_protocol, v) {
-                    // An IPv4 hook cannot hand back IPv6: needs the datapath to re-inject.
-                    self.family.inc();
-                    return Action::Drop;
-                }
                 pkt.remove(0, off);
                 pkt.resize(len);
                 self.decapsulated.inc();
-                Action::Continue
+                if family_ok(pkt.meta.hw_protocol, v) {
+                    return Action::Continue;
+                }
+                // An IPv4 hook cannot hand back IPv6: the inner packet is sent anew.
+                let Some(to) = forward_hop(pkt.data_mut(), v) else {
+                    self.hop_limit.inc();
+                    return Action::Drop;
+                };
+                match self.raw.send(pkt.data(), to, cx.bypass_mark) {
+                    Ok(()) => self.reinjected.inc(),
+                    Err(e) if e.is_queue_full() => self.reinject_queue_full.inc(),
+                    Err(_) => self.reinject_failed.inc(),
+                }
+                Action::Drop
             }
             Err(DecapError::NotMpls) => {
                 self.passed.inc();
@@ -181,7 +220,11 @@ impl ServiceFactory for DecapFactory {
             unknown: counters.counter("dropped_unknown_label"),
             malformed: counters.counter("dropped_malformed"),
             fragment: counters.counter("dropped_fragment"),
-            family: counters.counter("dropped_family_change"),
+            reinjected: counters.counter("reinjected"),
+            reinject_failed: counters.counter("reinject_failed"),
+            reinject_queue_full: counters.counter("reinject_queue_full"),
+            hop_limit: counters.counter("dropped_hop_limit"),
+            raw: RawSender::forwarding(),
         })
     }
 }
@@ -193,5 +236,38 @@ impl ServiceConfig for DecapConfig {
         Ok(Arc::new(DecapFactory {
             labels: Arc::new(self.check()?),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forward_hop_decrements_and_stops_at_one() {
+        let mut v6 = [0u8; 40];
+        v6[0] = 0x60;
+        v6[7] = 64;
+        v6[24..40].copy_from_slice(&"fd00:4::2".parse::<Ipv6Addr>().unwrap().octets());
+        assert_eq!(
+            forward_hop(&mut v6, IpVersion::V6),
+            Some("fd00:4::2".parse().unwrap())
+        );
+        assert_eq!(v6[7], 63);
+        v6[7] = 1;
+        assert_eq!(forward_hop(&mut v6, IpVersion::V6), None);
+
+        let mut v4 = [
+            0x45, 0, 0, 20, 0, 1, 0, 0, 2, 17, 0, 0, 10, 0, 1, 1, 10, 0, 4, 2,
+        ];
+        Ipv4Packet::new_unchecked(&mut v4[..]).fill_checksum();
+        assert_eq!(
+            forward_hop(&mut v4, IpVersion::V4),
+            Some("10.0.4.2".parse().unwrap())
+        );
+        let ip = Ipv4Packet::new_checked(&v4[..]).unwrap();
+        assert_eq!(ip.ttl(), 1);
+        assert!(ip.verify_checksum());
+        assert_eq!(forward_hop(&mut v4, IpVersion::V4), None);
     }
 }

@@ -12,6 +12,12 @@
 //! An IPv4 packet with DF that no longer fits `mtu` once encapsulated is dropped and its
 //! sender told what fits, ICMP "fragmentation needed" with the MTU less the overhead
 //! (RFC 1191), as a router in front of a tunnel does; TCP is also clamped (`clamp_mss`).
+//!
+//! An IPv6 packet queued from ip6tables cannot leave as the IPv4 packet its encapsulation
+//! is (a verdict keeps the family): it is sent anew from a raw IPv4 socket with the VCAN's
+//! mark plus relayd's bypass bit, and its original dropped (`reinjected`). The kernel does
+//! not fragment such a packet, so one that no longer fits `mtu` gets ICMPv6 "packet too
+//! big" instead (RFC 8200 section 5: routers never fragment IPv6).
 
 use crate::classify::{Addr, FlowKey};
 use crate::config::{Checked, Encap, EncapConfig, Unclassified, VcanPath};
@@ -21,8 +27,8 @@ use relay_core::{
     Action, Context, Counter, Counters, IpVersion, MssClamp, Packet, Service, ServiceConfig,
     ServiceFactory,
 };
-use relay_inject::TooBig;
-use std::net::Ipv4Addr;
+use relay_inject::{RawSender, TooBig};
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 /// Field offsets of the IPv4 header the encap writes (RFC 791). `relay_core`'s
@@ -129,7 +135,9 @@ struct EncapCounters {
     unclassified_passed: Counter,
     dropped_unclassified: Counter,
     dropped_too_big: Counter,
-    dropped_family: Counter,
+    reinjected: Counter,
+    reinject_failed: Counter,
+    reinject_queue_full: Counter,
     skipped: Counter,
 }
 
@@ -137,6 +145,8 @@ struct EncapService {
     shared: Arc<Shared>,
     ident: u16,
     too_big: TooBig,
+    /// Sends the encapsulation of packets queued from an IPv6 hook (opened on first use).
+    raw: RawSender,
     c: EncapCounters,
 }
 
@@ -236,12 +246,10 @@ impl Service for EncapService {
                 }
             };
         };
-        if !family_ok(pkt.meta.hw_protocol, IpVersion::V4) {
-            // An IPv6 hook cannot hand back an IPv4 packet: needs the datapath to re-inject.
-            self.c.dropped_family.inc();
-            return Action::Drop;
-        }
-        let df = v == IpVersion::V4 && pkt.data()[field::FLG_OFF.start] & 0x40 != 0;
+        // An IPv6 hook cannot hand back an IPv4 packet: the encapsulation is sent anew.
+        let reinject = !family_ok(pkt.meta.hw_protocol, IpVersion::V4);
+        // The kernel fragments neither a raw socket's packet nor one with DF.
+        let df = reinject || (v == IpVersion::V4 && pkt.data()[field::FLG_OFF.start] & 0x40 != 0);
         let new_len = inner_len + overhead(s.encap);
         if df && new_len > s.mtu {
             // A router would not fragment it either: tell the sender what fits.
@@ -263,8 +271,18 @@ impl Service for EncapService {
             len: inner_len,
             ttl,
         };
-        s.encapsulate(pkt, inner, self.ident, s.checked.paths[i]);
+        let path = s.checked.paths[i];
+        s.encapsulate(pkt, inner, self.ident, path);
         self.c.encapsulated.inc();
+        if reinject {
+            let to = IpAddr::V4(path.remote);
+            match self.raw.send(pkt.data(), to, path.mark | cx.bypass_mark) {
+                Ok(()) => self.c.reinjected.inc(),
+                Err(e) if e.is_queue_full() => self.c.reinject_queue_full.inc(),
+                Err(_) => self.c.reinject_failed.inc(),
+            }
+            return Action::Drop;
+        }
         Action::Continue
     }
 }
@@ -299,12 +317,15 @@ impl ServiceFactory for EncapFactory {
             shared: Arc::clone(&self.shared),
             ident: 0,
             too_big: TooBig::new(TooBig::DEFAULT_RATE, counters),
+            raw: RawSender::forwarding(),
             c: EncapCounters {
                 encapsulated: counters.counter("encapsulated"),
                 unclassified_passed: counters.counter("unclassified_passed"),
                 dropped_unclassified: counters.counter("dropped_unclassified"),
                 dropped_too_big: counters.counter("dropped_too_big"),
-                dropped_family: counters.counter("dropped_family_change"),
+                reinjected: counters.counter("reinjected"),
+                reinject_failed: counters.counter("reinject_failed"),
+                reinject_queue_full: counters.counter("reinject_queue_full"),
                 skipped: counters.counter("skipped"),
             },
         })
