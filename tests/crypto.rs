@@ -286,6 +286,139 @@ fn esp_tunnel_mode_hides_the_inner_addresses() {
     assert_eq!(b.counters("dec")["decrypted"], ac["encrypted"]);
 }
 
+/// Relay configuration for IPv6 sites joined by an IPv4 ESP tunnel (6in4): the encrypt
+/// queue is an ip6tables one, the decrypt queue an iptables one.
+fn six_in_four(
+    cipher: &str,
+    out: (u32, &str),
+    ins: &[(u32, &str)],
+    sites: (&str, &str),
+    tunnel: (&str, &str),
+) -> String {
+    let (home, to) = sites;
+    relay_config(cipher, out, ins, to, home, Some(tunnel)).replacen(
+        "[[queue]]\nnum = 0\n",
+        "[[queue]]\nnum = 0\nfamily = \"ipv6\"\n",
+        1,
+    )
+}
+
+#[test]
+fn ipv6_sites_through_an_ipv4_tunnel() {
+    let cipher = "aes-128-gcm";
+    let l = line4("esp-6in4");
+    let dir = TempDir::new("esp-6in4");
+    let (a2b, b2a) = keys(&dir, Cipher::Aes128Gcm);
+    let a = Relayd::start(
+        &l.comp,
+        &six_in_four(
+            cipher,
+            (0x1001, &a2b),
+            &[(0x2001, &b2a)],
+            ("fd00:1::/64", "fd00:3::/64"),
+            ("10.0.2.1", "10.0.2.2"),
+        ),
+    );
+    let b = Relayd::start(
+        &l.decomp,
+        &six_in_four(
+            cipher,
+            (0x2001, &b2a),
+            &[(0x1001, &a2b)],
+            ("fd00:3::/64", "fd00:1::/64"),
+            ("10.0.2.2", "10.0.2.1"),
+        ),
+    );
+    // Customer IPv6 arriving at B over the middle link, which should be none: it all
+    // travels inside IPv4 ESP.
+    let out = l.decomp.exec(&[
+        "ip6tables",
+        "-t",
+        "raw",
+        "-I",
+        "PREROUTING",
+        "-i",
+        &l.links[1].b_if,
+        "-s",
+        "fd00:1::/64",
+        "-m",
+        "comment",
+        "--comment",
+        "clear6",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    count_arrivals(
+        &l.decomp,
+        &l.links[1].b_if,
+        &["-s", "10.0.2.1", "-p", "esp"],
+        "outer",
+    );
+
+    assert!(
+        l.src.ping("fd00:3::2"),
+        "ping6 through the 6in4 tunnel\n{}\n{}",
+        a.log(),
+        b.log()
+    );
+    let (sent, got, n) = tcp_transfer_digest(&l.src, &l.dst, addr("[fd00:3::2]:6003"), 8 << 20);
+    assert_eq!(
+        (sent, n),
+        (got, 8 << 20),
+        "TCP over IPv6 through the tunnel"
+    );
+
+    for (side, r) in [("A", &a), ("B", &b)] {
+        let (e, d) = (r.counters("enc"), r.counters("dec"));
+        eprintln!("relay {side}: enc {e:?}\ndec {d:?}");
+        assert!(e["encrypted"] > 1000, "relay {side}: {e:?}");
+        assert_eq!(
+            e["reinjected"] + e["reinject_queue_full"],
+            e["encrypted"],
+            "relay {side}: {e:?}"
+        );
+        assert_eq!(
+            d["reinjected"] + d["reinject_queue_full"],
+            d["decrypted"],
+            "relay {side}: {d:?}"
+        );
+        assert_eq!(
+            (e["reinject_failed"], d["reinject_failed"]),
+            (0, 0),
+            "relay {side}"
+        );
+    }
+    assert_eq!(
+        b.counters("dec")["decrypted"],
+        a.counters("enc")["encrypted"]
+    );
+    assert!(read_count(&l.decomp, "outer") >= a.counters("enc")["encrypted"]);
+    let v6 = l.decomp.exec(&[
+        "ip6tables",
+        "-t",
+        "raw",
+        "-L",
+        "PREROUTING",
+        "-v",
+        "-n",
+        "-x",
+    ]);
+    let v6 = String::from_utf8_lossy(&v6.stdout).to_string();
+    let clear = v6
+        .lines()
+        .find(|l| l.contains("clear6"))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse::<u64>().ok());
+    assert_eq!(
+        clear,
+        Some(0),
+        "IPv6 crossed the middle link outside ESP\n{v6}"
+    );
+}
+
 #[test]
 fn packets_too_big_for_the_path_get_icmp_and_tcp_is_clamped() {
     let l = line4("esp-mtu");

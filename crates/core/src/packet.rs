@@ -33,6 +33,20 @@ pub struct PacketMeta {
     pub ct: Option<CtInfo>,
 }
 
+impl PacketMeta {
+    /// True if this packet's verdict may carry a packet of IP `version`: the kernel keeps
+    /// the skb's protocol, so a packet queued from an IPv4 hook cannot come back as IPv6,
+    /// nor the reverse. A service whose output changes family sends it anew instead
+    /// (`relay_inject::Resender`). `hw_protocol` 0 (offline replay, tests) allows both.
+    pub fn verdict_carries(&self, version: IpVersion) -> bool {
+        match self.hw_protocol {
+            0x0800 => version == IpVersion::V4,
+            0x86dd => version == IpVersion::V6,
+            _ => true,
+        }
+    }
+}
+
 /// Connection state of a packet, as conntrack classifies it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CtState {

@@ -1,6 +1,8 @@
 //! Packets a service sends itself, as a router or host in its place would: ICMP "too big"
 //! errors for packets that no longer fit the path ([`TooBig`]), TCP resets and port
-//! unreachables ([`build`]), and the raw sockets they leave through ([`RawSender`]).
+//! unreachables ([`build`]), packets whose address family a service changed and which
+//! their verdict therefore cannot carry ([`Resender`]), and the raw sockets they leave
+//! through ([`RawSender`]).
 //!
 //! Everything sent carries the mark the caller passes (normally [`Context::bypass_mark`]),
 //! so relayd's own iptables rules do not queue it again (DESIGN.md, "Leave no trace").
@@ -11,7 +13,9 @@
 
 pub mod build;
 mod raw;
+mod resend;
 mod too_big;
 
 pub use raw::{RawSender, SendError};
+pub use resend::Resender;
 pub use too_big::{Answer, TooBig};

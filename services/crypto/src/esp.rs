@@ -8,6 +8,11 @@
 //! packet that would no longer fit the path once encrypted gets "packet too big" back to
 //! its sender when it may not be fragmented, as a router in front of a tunnel does, and
 //! TCP connections are clamped to an MSS that fits (a rule relayd installs).
+//!
+//! A tunnel whose outer family differs from the queued packet's (IPv6 sites over an IPv4
+//! tunnel, or the reverse) cannot hand its result back by verdict: `encrypt` sends the ESP
+//! packet, and `decrypt` the inner packet, anew from a raw socket
+//! ([`relay_inject::Resender`]) and drop the queued original.
 
 use crate::keys::{Cipher, ICV_LEN, load_key};
 use crate::sa::SaCrypto;
@@ -20,7 +25,7 @@ use relay_core::{
     Action, Context, Counter, Counters, FailPolicy, IpVersion, MssClamp, Packet, Service,
     ServiceConfig, ServiceFactory,
 };
-use relay_inject::TooBig;
+use relay_inject::{Resender, TooBig};
 use serde::Deserialize;
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -248,6 +253,7 @@ impl ServiceFactory for EncryptFactory {
             max_v6: self.max_inner(40),
             factory_mtu: self.mtu,
             too_big: TooBig::new(TooBig::DEFAULT_RATE, counters),
+            resend: Resender::new(counters),
             encrypted: c("encrypted"),
             bytes_in: c("bytes_in"),
             bytes_out: c("bytes_out"),
@@ -267,6 +273,8 @@ struct Encrypt {
     max_v6: usize,
     factory_mtu: u16,
     too_big: TooBig,
+    /// Sends tunnel packets whose outer family differs from the hook's.
+    resend: Resender,
     encrypted: Counter,
     bytes_in: Counter,
     bytes_out: Counter,
@@ -348,11 +356,18 @@ impl Service for Encrypt {
         let outer = self.wrap.outer_len();
         let esp_at = start + outer;
         let total = esp_at + hdr + padded + ICV_LEN;
-        let d = pkt.data();
-        let df = match l.version {
-            IpVersion::V4 => d[6] & 0x40 != 0,
-            IpVersion::V6 => true,
+        // A verdict cannot change the family: such a tunnel packet is sent anew, from a
+        // raw socket, which never fragments.
+        let reinject = match self.wrap {
+            Wrap::Tunnel { local, .. } => !pkt.meta.verdict_carries(family(local)),
+            Wrap::Transport => false,
         };
+        let d = pkt.data();
+        let df = reinject
+            || match l.version {
+                IpVersion::V4 => d[6] & 0x40 != 0,
+                IpVersion::V6 => true,
+            };
         if total > self.factory_mtu as usize && df {
             // A router would not fragment it either: tell the sender what fits.
             let fits = self.max_for(l.version, start.max(20));
@@ -392,17 +407,25 @@ impl Service for Encrypt {
             Wrap::Transport => fix_ip_header(d, l.version, total, proto::ESP),
             Wrap::Tunnel { local, remote } => {
                 write_outer(d, local, remote, tos, df, seq as u16);
-                let v = if local.is_ipv4() {
-                    IpVersion::V4
-                } else {
-                    IpVersion::V6
-                };
-                fix_ip_header(d, v, total, proto::ESP);
+                fix_ip_header(d, family(local), total, proto::ESP);
             }
         }
         self.encrypted.inc();
         self.bytes_out.add(total as u64);
+        if reinject {
+            self.resend.send(pkt, cx);
+            return Action::Drop;
+        }
         Action::Continue
+    }
+}
+
+/// The IP version of an address.
+fn family(a: IpAddr) -> IpVersion {
+    if a.is_ipv4() {
+        IpVersion::V4
+    } else {
+        IpVersion::V6
     }
 }
 
@@ -488,6 +511,7 @@ impl ServiceFactory for DecryptFactory {
         let c = |n: &str| counters.counter(n);
         Box::new(Decrypt {
             sas: self.sas.clone(),
+            resend: Resender::new(counters),
             decrypted: c("decrypted"),
             passed: c("passed_not_esp"),
             dropped_unknown_spi: c("dropped_unknown_spi"),
@@ -503,6 +527,8 @@ impl ServiceFactory for DecryptFactory {
 
 struct Decrypt {
     sas: Arc<Vec<Arc<Inbound>>>,
+    /// Sends inner packets whose family differs from the hook's.
+    resend: Resender,
     decrypted: Counter,
     passed: Counter,
     dropped_unknown_spi: Counter,
@@ -628,6 +654,17 @@ impl Service for Decrypt {
                 }
                 pkt.remove(0, off + hdr);
                 pkt.resize(plain);
+                let v = if next == proto::IPV4 {
+                    IpVersion::V4
+                } else {
+                    IpVersion::V6
+                };
+                if !pkt.meta.verdict_carries(v) {
+                    // The other family than the hook's: forwarded from a raw socket.
+                    self.decrypted.inc();
+                    self.resend.forward(pkt, cx);
+                    return Action::Drop;
+                }
             }
             proto::NO_NEXT_HEADER => {
                 // A dummy packet (RFC 4303 2.6): authenticated, then discarded.

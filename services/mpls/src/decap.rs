@@ -16,14 +16,12 @@
 //! (`reinjected`). One whose hop limit runs out is dropped (`dropped_hop_limit`).
 
 use crate::config::DecapConfig;
-use crate::encap::family_ok;
 use crate::lse::{self, Lse, PROTO_MPLS_IN_IP, UDP_PORT};
 use relay_core::wire::{Ipv4Packet, Ipv6Packet, UdpPacket, checksum, proto, udp};
 use relay_core::{
     Action, Context, Counter, Counters, IpVersion, Packet, Service, ServiceConfig, ServiceFactory,
 };
-use relay_inject::RawSender;
-use std::net::{IpAddr, Ipv6Addr};
+use relay_inject::Resender;
 use std::sync::Arc;
 
 /// The most label stack entries walked before the stack is called malformed.
@@ -126,31 +124,8 @@ struct DecapService {
     unknown: Counter,
     malformed: Counter,
     fragment: Counter,
-    reinjected: Counter,
-    reinject_failed: Counter,
-    reinject_queue_full: Counter,
-    hop_limit: Counter,
-    /// Sends inner packets of the other family than the hook's (opened on first use).
-    raw: RawSender,
-}
-
-/// Decrements the TTL (IPv4, checksum updated) or hop limit (IPv6) of a well-formed packet
-/// as forwarding does, and returns its destination; `None` if it may not be forwarded.
-fn forward_hop(data: &mut [u8], v: IpVersion) -> Option<IpAddr> {
-    match v {
-        IpVersion::V4 => {
-            let mut ip = Ipv4Packet::new_unchecked(data);
-            let ttl = ip.ttl().checked_sub(1).filter(|t| *t > 0)?;
-            ip.set_ttl(ttl);
-            ip.fill_checksum();
-            Some(IpAddr::V4(ip.dst_addr()))
-        }
-        IpVersion::V6 => {
-            data[7] = data[7].checked_sub(1).filter(|h| *h > 0)?;
-            let dst: [u8; 16] = data[24..40].try_into().ok()?;
-            Some(IpAddr::V6(Ipv6Addr::from(dst)))
-        }
-    }
+    /// Sends inner packets of the other family than the hook's.
+    resend: Resender,
 }
 
 impl Service for DecapService {
@@ -164,19 +139,11 @@ impl Service for DecapService {
                 pkt.remove(0, off);
                 pkt.resize(len);
                 self.decapsulated.inc();
-                if family_ok(pkt.meta.hw_protocol, v) {
+                if pkt.meta.verdict_carries(v) {
                     return Action::Continue;
                 }
                 // An IPv4 hook cannot hand back IPv6: the inner packet is sent anew.
-                let Some(to) = forward_hop(pkt.data_mut(), v) else {
-                    self.hop_limit.inc();
-                    return Action::Drop;
-                };
-                match self.raw.send(pkt.data(), to, cx.bypass_mark) {
-                    Ok(()) => self.reinjected.inc(),
-                    Err(e) if e.is_queue_full() => self.reinject_queue_full.inc(),
-                    Err(_) => self.reinject_failed.inc(),
-                }
+                self.resend.forward(pkt, cx);
                 Action::Drop
             }
             Err(DecapError::NotMpls) => {
@@ -220,11 +187,7 @@ impl ServiceFactory for DecapFactory {
             unknown: counters.counter("dropped_unknown_label"),
             malformed: counters.counter("dropped_malformed"),
             fragment: counters.counter("dropped_fragment"),
-            reinjected: counters.counter("reinjected"),
-            reinject_failed: counters.counter("reinject_failed"),
-            reinject_queue_full: counters.counter("reinject_queue_full"),
-            hop_limit: counters.counter("dropped_hop_limit"),
-            raw: RawSender::forwarding(),
+            resend: Resender::new(counters),
         })
     }
 }
@@ -236,38 +199,5 @@ impl ServiceConfig for DecapConfig {
         Ok(Arc::new(DecapFactory {
             labels: Arc::new(self.check()?),
         }))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn forward_hop_decrements_and_stops_at_one() {
-        let mut v6 = [0u8; 40];
-        v6[0] = 0x60;
-        v6[7] = 64;
-        v6[24..40].copy_from_slice(&"fd00:4::2".parse::<Ipv6Addr>().unwrap().octets());
-        assert_eq!(
-            forward_hop(&mut v6, IpVersion::V6),
-            Some("fd00:4::2".parse().unwrap())
-        );
-        assert_eq!(v6[7], 63);
-        v6[7] = 1;
-        assert_eq!(forward_hop(&mut v6, IpVersion::V6), None);
-
-        let mut v4 = [
-            0x45, 0, 0, 20, 0, 1, 0, 0, 2, 17, 0, 0, 10, 0, 1, 1, 10, 0, 4, 2,
-        ];
-        Ipv4Packet::new_unchecked(&mut v4[..]).fill_checksum();
-        assert_eq!(
-            forward_hop(&mut v4, IpVersion::V4),
-            Some("10.0.4.2".parse().unwrap())
-        );
-        let ip = Ipv4Packet::new_checked(&v4[..]).unwrap();
-        assert_eq!(ip.ttl(), 1);
-        assert!(ip.verify_checksum());
-        assert_eq!(forward_hop(&mut v4, IpVersion::V4), None);
     }
 }

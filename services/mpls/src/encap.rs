@@ -27,8 +27,8 @@ use relay_core::{
     Action, Context, Counter, Counters, IpVersion, MssClamp, Packet, Service, ServiceConfig,
     ServiceFactory,
 };
-use relay_inject::{RawSender, TooBig};
-use std::net::{IpAddr, Ipv4Addr};
+use relay_inject::{Resender, TooBig};
+use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 /// Field offsets of the IPv4 header the encap writes (RFC 791). `relay_core`'s
@@ -110,17 +110,6 @@ pub(crate) fn flow_key(pkt: &mut Packet) -> Option<(FlowKey, IpVersion, usize, u
     Some((k, l.version, l.len, ttl))
 }
 
-/// True if a packet of `version` may leave on a verdict of a hook of `hw_protocol`: the
-/// kernel keeps the skb's protocol, so an IPv4 hook cannot emit IPv6 or the reverse.
-/// `0` (offline replay, tests) allows both.
-pub(crate) fn family_ok(hw_protocol: u16, version: IpVersion) -> bool {
-    match hw_protocol {
-        0x0800 => version == IpVersion::V4,
-        0x86dd => version == IpVersion::V6,
-        _ => true,
-    }
-}
-
 struct Shared {
     checked: Checked,
     encap: Encap,
@@ -135,9 +124,6 @@ struct EncapCounters {
     unclassified_passed: Counter,
     dropped_unclassified: Counter,
     dropped_too_big: Counter,
-    reinjected: Counter,
-    reinject_failed: Counter,
-    reinject_queue_full: Counter,
     skipped: Counter,
 }
 
@@ -145,8 +131,8 @@ struct EncapService {
     shared: Arc<Shared>,
     ident: u16,
     too_big: TooBig,
-    /// Sends the encapsulation of packets queued from an IPv6 hook (opened on first use).
-    raw: RawSender,
+    /// Sends the encapsulation of packets queued from an IPv6 hook.
+    resend: Resender,
     c: EncapCounters,
 }
 
@@ -247,7 +233,7 @@ impl Service for EncapService {
             };
         };
         // An IPv6 hook cannot hand back an IPv4 packet: the encapsulation is sent anew.
-        let reinject = !family_ok(pkt.meta.hw_protocol, IpVersion::V4);
+        let reinject = !pkt.meta.verdict_carries(IpVersion::V4);
         // The kernel fragments neither a raw socket's packet nor one with DF.
         let df = reinject || (v == IpVersion::V4 && pkt.data()[field::FLG_OFF.start] & 0x40 != 0);
         let new_len = inner_len + overhead(s.encap);
@@ -275,12 +261,7 @@ impl Service for EncapService {
         s.encapsulate(pkt, inner, self.ident, path);
         self.c.encapsulated.inc();
         if reinject {
-            let to = IpAddr::V4(path.remote);
-            match self.raw.send(pkt.data(), to, path.mark | cx.bypass_mark) {
-                Ok(()) => self.c.reinjected.inc(),
-                Err(e) if e.is_queue_full() => self.c.reinject_queue_full.inc(),
-                Err(_) => self.c.reinject_failed.inc(),
-            }
+            self.resend.send(pkt, cx);
             return Action::Drop;
         }
         Action::Continue
@@ -317,15 +298,12 @@ impl ServiceFactory for EncapFactory {
             shared: Arc::clone(&self.shared),
             ident: 0,
             too_big: TooBig::new(TooBig::DEFAULT_RATE, counters),
-            raw: RawSender::forwarding(),
+            resend: Resender::new(counters),
             c: EncapCounters {
                 encapsulated: counters.counter("encapsulated"),
                 unclassified_passed: counters.counter("unclassified_passed"),
                 dropped_unclassified: counters.counter("dropped_unclassified"),
                 dropped_too_big: counters.counter("dropped_too_big"),
-                reinjected: counters.counter("reinjected"),
-                reinject_failed: counters.counter("reinject_failed"),
-                reinject_queue_full: counters.counter("reinject_queue_full"),
                 skipped: counters.counter("skipped"),
             },
         })
