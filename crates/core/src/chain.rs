@@ -2,7 +2,7 @@
 //! (the configuration's order is the priority; a drop ends the chain).
 
 use crate::counters::{Counter, QueueCounters};
-use crate::packet::Packet;
+use crate::packet::{IpVersion, Packet};
 use crate::ratelimit::RateLimit;
 use crate::service::{Action, Context, Service};
 use std::time::Instant;
@@ -141,14 +141,18 @@ impl Chain {
                 Action::Drop => return self.count(q, Verdict::Drop, None, false),
                 Action::Repeat { mark } => {
                     let mark = Some(mark | self.settings.bypass_mark);
-                    let payload = self.payload(pkt, cx, q);
+                    let Some(payload) = self.payload(pkt, cx, q) else {
+                        return self.count(q, Verdict::Drop, None, false);
+                    };
                     return self.count(q, Verdict::Repeat, mark, payload);
                 }
                 Action::Hold { until } => {
                     // Counted as accepted (or dropped, by overflow policy) by the datapath
                     // when the verdict is given.
+                    let Some(payload) = self.payload(pkt, cx, q) else {
+                        return self.count(q, Verdict::Drop, None, false);
+                    };
                     q.held.inc();
-                    let payload = self.payload(pkt, cx, q);
                     if payload {
                         q.modified.inc();
                     }
@@ -161,14 +165,38 @@ impl Chain {
                 }
             }
         }
-        let payload = self.payload(pkt, cx, q);
+        let Some(payload) = self.payload(pkt, cx, q) else {
+            return self.count(q, Verdict::Drop, None, false);
+        };
         self.count(q, Verdict::Accept, pkt.verdict_mark(), payload)
     }
 
     /// Whether the verdict carries the packet's bytes: only if modified, and never for a
-    /// partial copy.
-    fn payload(&mut self, pkt: &Packet, cx: &Context, q: &QueueCounters) -> bool {
+    /// partial copy. `None` if the packet cannot leave at all: a service made it a packet
+    /// the verdict cannot carry (another address family, or not IP), and the original
+    /// bytes are gone; counted as an error and dropped rather than handed to the kernel.
+    fn payload(&mut self, pkt: &Packet, cx: &Context, q: &QueueCounters) -> Option<bool> {
         let payload = pkt.is_modified();
+        if payload {
+            let version = match pkt.data().first().map(|b| b >> 4) {
+                Some(4) => Some(IpVersion::V4),
+                Some(6) => Some(IpVersion::V6),
+                _ => None,
+            };
+            if !version.is_some_and(|v| pkt.meta.verdict_carries(v)) {
+                q.errors.inc();
+                if let Some(suppressed) = self.log_limit.allow(cx.now) {
+                    tracing::warn!(
+                        queue = cx.queue,
+                        suppressed,
+                        "a service made a packet its verdict cannot carry (another address \
+                         family, or not IP); dropped: send such packets with \
+                         relay_inject::Resender"
+                    );
+                }
+                return None;
+            }
+        }
         if payload && pkt.is_partial() {
             // The kernel gave us only part of the packet: sending it back would cut the
             // packet short. Keep the original instead and say so.
@@ -180,9 +208,9 @@ impl Chain {
                     "a service modified a partially copied packet; raise copy_range; original kept"
                 );
             }
-            return false;
+            return Some(false);
         }
-        payload
+        Some(payload)
     }
 
     fn count(
@@ -254,5 +282,44 @@ mod tests {
         );
         assert_eq!(later.get(), 0, "a hold ends the chain");
         assert_eq!((q.held.get(), q.accepted.get(), q.dropped.get()), (1, 0, 0));
+    }
+
+    /// Turns the packet into a 40-byte IPv6 header.
+    struct ToV6;
+    impl Service for ToV6 {
+        fn process(&mut self, pkt: &mut Packet, _cx: &Context) -> Action {
+            pkt.resize(40);
+            let d = pkt.data_mut();
+            d.fill(0);
+            d[0] = 0x60;
+            d[6] = 59;
+            d[7] = 64;
+            Action::Continue
+        }
+    }
+
+    #[test]
+    fn a_packet_of_the_wrong_family_is_dropped_not_handed_to_the_kernel() {
+        let settings = ChainSettings {
+            malformed: Verdict::Accept,
+            bypass_mark: 0,
+        };
+        let cx = Context::new(0, Instant::now());
+        for (hw_protocol, verdict, errors) in [
+            (0x0800, Verdict::Drop, 1),
+            (0x86dd, Verdict::Accept, 0),
+            (0, Verdict::Accept, 0),
+        ] {
+            let mut chain = Chain::new(settings);
+            chain.push("six", Box::new(ToV6), Counter::new());
+            let q = QueueCounters::default();
+            let mut pkt = Packet::from_bytes(&udp4(b"x"));
+            pkt.meta.hw_protocol = hw_protocol;
+            let d = chain.run(&mut pkt, &cx, &q);
+            assert_eq!(d.verdict, verdict, "hook {hw_protocol:#x}");
+            assert_eq!(d.payload, verdict == Verdict::Accept);
+            assert_eq!(q.errors.get(), errors);
+            assert_eq!(q.dropped.get(), errors);
+        }
     }
 }
