@@ -177,25 +177,18 @@ impl Chain {
     /// bytes are gone; counted as an error and dropped rather than handed to the kernel.
     fn payload(&mut self, pkt: &Packet, cx: &Context, q: &QueueCounters) -> Option<bool> {
         let payload = pkt.is_modified();
-        if payload {
-            let version = match pkt.data().first().map(|b| b >> 4) {
-                Some(4) => Some(IpVersion::V4),
-                Some(6) => Some(IpVersion::V6),
-                _ => None,
-            };
-            if !version.is_some_and(|v| pkt.meta.verdict_carries(v)) {
-                q.errors.inc();
-                if let Some(suppressed) = self.log_limit.allow(cx.now) {
-                    tracing::warn!(
-                        queue = cx.queue,
-                        suppressed,
-                        "a service made a packet its verdict cannot carry (another address \
-                         family, or not IP); dropped: send such packets with \
-                         relay_inject::Resender"
-                    );
-                }
-                return None;
+        if payload && !IpVersion::of(pkt.data()).is_some_and(|v| pkt.meta.verdict_carries(v)) {
+            q.errors.inc();
+            if let Some(suppressed) = self.log_limit.allow(cx.now) {
+                tracing::warn!(
+                    queue = cx.queue,
+                    suppressed,
+                    "a service made a packet its verdict cannot carry (another address \
+                     family, or not IP); dropped: send such packets with \
+                     relay_inject::Resender"
+                );
             }
+            return None;
         }
         if payload && pkt.is_partial() {
             // The kernel gave us only part of the packet: sending it back would cut the

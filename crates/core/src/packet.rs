@@ -162,6 +162,26 @@ pub enum IpVersion {
     V6,
 }
 
+impl IpVersion {
+    /// The version a packet's first byte announces, if it is 4 or 6 (nothing else checked).
+    pub fn of(data: &[u8]) -> Option<IpVersion> {
+        match data.first()? >> 4 {
+            4 => Some(IpVersion::V4),
+            6 => Some(IpVersion::V6),
+            _ => None,
+        }
+    }
+
+    /// The version of an address.
+    pub fn of_addr(addr: std::net::IpAddr) -> IpVersion {
+        if addr.is_ipv4() {
+            IpVersion::V4
+        } else {
+            IpVersion::V6
+        }
+    }
+}
+
 /// Where the headers of a packet are, found once and cached until the packet changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {

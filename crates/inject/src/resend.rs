@@ -74,18 +74,9 @@ impl Resender {
     }
 }
 
-/// The IP version of a packet by its first nibble.
-fn version(data: &[u8]) -> Option<IpVersion> {
-    match data.first()? >> 4 {
-        4 => Some(IpVersion::V4),
-        6 => Some(IpVersion::V6),
-        _ => None,
-    }
-}
-
 /// The destination address in an IPv4 or IPv6 header.
 fn destination(data: &[u8]) -> Option<IpAddr> {
-    Some(match version(data)? {
+    Some(match IpVersion::of(data)? {
         IpVersion::V4 => {
             let b: [u8; 4] = data.get(16..20)?.try_into().ok()?;
             IpAddr::V4(Ipv4Addr::from(b))
@@ -100,7 +91,7 @@ fn destination(data: &[u8]) -> Option<IpAddr> {
 /// Decrements the TTL (IPv4, checksum updated) or hop limit (IPv6) as forwarding does;
 /// false if the packet may not be forwarded (it would reach 0, or the header is short).
 fn decrement_hop(data: &mut [u8]) -> bool {
-    match version(data) {
+    match IpVersion::of(data) {
         Some(IpVersion::V4) if data.len() >= 20 => {
             let mut ip = Ipv4Packet::new_unchecked(data);
             match ip.ttl().checked_sub(1).filter(|t| *t > 0) {

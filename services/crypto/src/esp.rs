@@ -359,7 +359,7 @@ impl Service for Encrypt {
         // A verdict cannot change the family: such a tunnel packet is sent anew, from a
         // raw socket, which never fragments.
         let reinject = match self.wrap {
-            Wrap::Tunnel { local, .. } => !pkt.meta.verdict_carries(family(local)),
+            Wrap::Tunnel { local, .. } => !pkt.meta.verdict_carries(IpVersion::of_addr(local)),
             Wrap::Transport => false,
         };
         let d = pkt.data();
@@ -407,7 +407,7 @@ impl Service for Encrypt {
             Wrap::Transport => fix_ip_header(d, l.version, total, proto::ESP),
             Wrap::Tunnel { local, remote } => {
                 write_outer(d, local, remote, tos, df, seq as u16);
-                fix_ip_header(d, family(local), total, proto::ESP);
+                fix_ip_header(d, IpVersion::of_addr(local), total, proto::ESP);
             }
         }
         self.encrypted.inc();
@@ -417,15 +417,6 @@ impl Service for Encrypt {
             return Action::Drop;
         }
         Action::Continue
-    }
-}
-
-/// The IP version of an address.
-fn family(a: IpAddr) -> IpVersion {
-    if a.is_ipv4() {
-        IpVersion::V4
-    } else {
-        IpVersion::V6
     }
 }
 

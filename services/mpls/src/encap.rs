@@ -257,8 +257,7 @@ impl Service for EncapService {
             len: inner_len,
             ttl,
         };
-        let path = s.checked.paths[i];
-        s.encapsulate(pkt, inner, self.ident, path);
+        s.encapsulate(pkt, inner, self.ident, s.checked.paths[i]);
         self.c.encapsulated.inc();
         if reinject {
             self.resend.send(pkt, cx);
