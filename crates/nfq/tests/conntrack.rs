@@ -115,9 +115,9 @@ fn flows_are_new_then_established_with_replies_flagged() {
         Queue::start(&cfg, chain, QueueCounters::default()).unwrap()
     });
 
-    // UDP: two requests, each echoed.
-    let echo = l.dst.run_bg(|| {
-        let s = UdpSocket::bind("10.0.2.2:5000").unwrap();
+    // UDP: two requests, each echoed. Both servers bind before the client starts.
+    let s = l.dst.run(|| UdpSocket::bind("10.0.2.2:5000").unwrap());
+    let echo = l.dst.run_bg(move || {
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let mut buf = [0u8; 64];
         for _ in 0..2 {
@@ -126,14 +126,13 @@ fn flows_are_new_then_established_with_replies_flagged() {
         }
     });
     // TCP: a small request and answer.
-    let server = l.dst.run_bg(|| {
-        let ln = TcpListener::bind("10.0.2.2:6000").unwrap();
+    let ln = l.dst.run(|| TcpListener::bind("10.0.2.2:6000").unwrap());
+    let server = l.dst.run_bg(move || {
         let (mut c, _) = ln.accept().unwrap();
         let mut req = Vec::new();
         c.read_to_end(&mut req).unwrap();
         c.write_all(b"answer").unwrap();
     });
-    std::thread::sleep(Duration::from_millis(200));
     let got = l.src.run(|| {
         let s = UdpSocket::bind("10.0.1.1:4000").unwrap();
         s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();

@@ -184,17 +184,25 @@ fn two_thousand_concurrent_connections_and_the_cap() {
         &json!({"listen": format!("0.0.0.0:{TPROXY_PORT}"), "max_connections": N}),
     );
     let (cpu0, _, _) = cpu_rss(proxy.pid());
-    let server = l.dst.run_bg(|| {
+    // Listening before the clients start: a SYN that comes first would be refused, and
+    // the proxy would rightly reset its client.
+    let listener = l.dst.run(|| {
+        let sock =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        sock.set_reuse_address(true).unwrap();
+        sock.bind(&addr(5003).into()).unwrap();
+        sock.listen(4096).unwrap();
+        sock.set_nonblocking(true).unwrap();
+        std::net::TcpListener::from(sock)
+    });
+    let server = l.dst.run_bg(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
         rt.block_on(async {
             use tokio::io::{AsyncReadExt, AsyncWriteExt};
-            let sock = tokio::net::TcpSocket::new_v4().unwrap();
-            sock.set_reuseaddr(true).unwrap();
-            sock.bind(addr(5003)).unwrap();
-            let listener = sock.listen(4096).unwrap();
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
             let mut set = tokio::task::JoinSet::new();
             for _ in 0..N {
                 let (mut s, _) = listener.accept().await.unwrap();

@@ -108,15 +108,14 @@ fn tcp_transfer_through_delay_completes_intact() {
     const LEN: usize = 4 << 20;
     let data: Vec<u8> = (0..LEN).map(|i| (i * 7 % 251) as u8).collect();
     let expect = data.clone();
+    let ln = l.dst.run(|| TcpListener::bind("10.0.2.2:7000").unwrap());
     let sink = l.dst.run_bg(move || {
-        let ln = TcpListener::bind("10.0.2.2:7000").unwrap();
         let (mut c, _) = ln.accept().unwrap();
         let mut got = Vec::with_capacity(LEN);
         c.read_to_end(&mut got).unwrap();
         c.write_all(b"done").unwrap();
         got
     });
-    std::thread::sleep(Duration::from_millis(100));
     let t = Instant::now();
     let reply = l.src.run(move || {
         let mut c = TcpStream::connect("10.0.2.2:7000").unwrap();
