@@ -5,6 +5,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use relay_core::ratelimit::RateLimit;
 use relay_core::wire::Ipv4Packet;
 use relay_core::{Context, Counter, Counters, IpVersion, Packet};
 
@@ -16,7 +17,8 @@ use crate::RawSender;
 /// - `reinjected`: handed to the kernel;
 /// - `reinject_queue_full`: the egress qdisc dropped it or the socket buffer was full
 ///   (congestion, as a tail drop of a forwarded packet would be);
-/// - `reinject_failed`: any other error (no route, a malformed packet);
+/// - `reinject_failed`: any other error (no route, a malformed packet), also logged at
+///   most once a second;
 /// - `dropped_hop_limit`: a forwarded packet whose TTL or hop limit ran out.
 ///
 /// One per service instance (queue thread); sockets open on first use.
@@ -26,6 +28,7 @@ pub struct Resender {
     queue_full: Counter,
     failed: Counter,
     hop_limit: Counter,
+    log: RateLimit,
 }
 
 impl Resender {
@@ -37,6 +40,7 @@ impl Resender {
             queue_full: counters.counter("reinject_queue_full"),
             failed: counters.counter("reinject_failed"),
             hop_limit: counters.counter("dropped_hop_limit"),
+            log: RateLimit::new(1),
         }
     }
 
@@ -69,7 +73,12 @@ impl Resender {
         match self.raw.send(pkt.data(), to, mark) {
             Ok(()) => self.reinjected.inc(),
             Err(e) if e.is_queue_full() => self.queue_full.inc(),
-            Err(_) => self.failed.inc(),
+            Err(e) => {
+                self.failed.inc();
+                if let Some(suppressed) = self.log.allow(cx.now) {
+                    tracing::warn!(queue = cx.queue, suppressed, "re-sending a packet: {e}");
+                }
+            }
         }
     }
 }
