@@ -372,7 +372,10 @@ fn ipv6_sites_through_an_ipv4_tunnel() {
     );
 
     for (side, r) in [("A", &a), ("B", &b)] {
-        let (e, d) = (r.counters("enc"), r.counters("dec"));
+        let (e, d) = (
+            r.resent_counters("enc", "encrypted"),
+            r.resent_counters("dec", "decrypted"),
+        );
         eprintln!("relay {side}: enc {e:?}\ndec {d:?}");
         assert!(e["encrypted"] > 1000, "relay {side}: {e:?}");
         assert_eq!(

@@ -408,7 +408,10 @@ fn ipv6_crosses_the_ipv4_core_by_reinjection() {
         "TCP over IPv6 over the MPLS core"
     );
     for (edge, r) in [("A", &a), ("B", &b)] {
-        let (i, o) = (r.counters("edge-in"), r.counters("edge-out"));
+        let (i, o) = (
+            r.resent_counters("edge-in", "encapsulated"),
+            r.resent_counters("edge-out", "decapsulated"),
+        );
         eprintln!("edge {edge}: in {i:?}\nout {o:?}");
         assert!(
             i["reinjected"] > 100

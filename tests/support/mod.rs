@@ -103,6 +103,23 @@ impl Relayd {
             .counters
     }
 
+    /// The counters of a service that re-sends packets (`relay_inject::Resender`), once
+    /// every packet counted in `handled` is counted as re-sent, lost to a full queue, or
+    /// failed: a packet in flight may sit between the two increments. Gives the last
+    /// reading after 2 s, for the caller's assertions to report.
+    pub fn resent_counters(
+        &self,
+        name: &str,
+        handled: &str,
+    ) -> std::collections::BTreeMap<String, u64> {
+        let mut c = self.counters(name);
+        wait_for(Duration::from_secs(2), || {
+            c = self.counters(name);
+            c["reinjected"] + c["reinject_queue_full"] + c["reinject_failed"] == c[handled]
+        });
+        c
+    }
+
     pub fn log(&self) -> String {
         self.proc.stderr_text()
     }
