@@ -277,13 +277,25 @@ fn esp_tunnel_mode_hides_the_inner_addresses() {
     assert!(udp_in_order(&l, 5001), "UDP through the tunnel");
     assert_tcp_intact(&l, 6001, 10 << 20, "tunnel");
     assert_only_esp(&l, "tunnel");
+    let encrypted = assert_all_decrypted(&a, &b);
     let outer = read_count(&l.decomp, "outer");
-    let ac = a.counters("enc");
     assert!(
-        outer >= ac["encrypted"] && ac["encrypted"] > 1000,
-        "outer {outer} {ac:?}"
+        outer >= encrypted && encrypted > 1000,
+        "outer {outer}, encrypted {encrypted}"
     );
-    assert_eq!(b.counters("dec")["decrypted"], ac["encrypted"]);
+}
+
+/// Waits (up to 2 s: the last packets may still be on the wire) until B has decrypted
+/// everything A encrypted, and returns that number; panics with both counts otherwise.
+fn assert_all_decrypted(a: &Relayd, b: &Relayd) -> u64 {
+    let (mut enc, mut dec) = (0, 0);
+    let settled = wait_for(Duration::from_secs(2), || {
+        enc = a.counters("enc")["encrypted"];
+        dec = b.counters("dec")["decrypted"];
+        enc == dec
+    });
+    assert!(settled, "A encrypted {enc}, B decrypted {dec}");
+    enc
 }
 
 /// Relay configuration for IPv6 sites joined by an IPv4 ESP tunnel (6in4): the encrypt
@@ -394,11 +406,8 @@ fn ipv6_sites_through_an_ipv4_tunnel() {
             "relay {side}"
         );
     }
-    assert_eq!(
-        b.counters("dec")["decrypted"],
-        a.counters("enc")["encrypted"]
-    );
-    assert!(read_count(&l.decomp, "outer") >= a.counters("enc")["encrypted"]);
+    let encrypted = assert_all_decrypted(&a, &b);
+    assert!(read_count(&l.decomp, "outer") >= encrypted);
     let v6 = l.decomp.exec(&[
         "ip6tables",
         "-t",
