@@ -407,27 +407,12 @@ fn ipv6_crosses_the_ipv4_core_by_reinjection() {
         (got, 4 << 20),
         "TCP over IPv6 over the MPLS core"
     );
-    for (edge, r) in [("A", &a), ("B", &b)] {
-        let (i, o) = (
-            r.resent_counters("edge-in", "encapsulated"),
-            r.resent_counters("edge-out", "decapsulated"),
-        );
-        eprintln!("edge {edge}: in {i:?}\nout {o:?}");
+    for r in [&a, &b] {
+        let i = r.assert_all_resent("edge-in", "encapsulated");
+        let o = r.assert_all_resent("edge-out", "decapsulated");
         assert!(
-            i["reinjected"] > 100
-                && i["reinjected"] + i["reinject_queue_full"] == i["encapsulated"],
-            "edge {edge} in: {i:?}\n{}",
-            r.log()
-        );
-        assert!(
-            o["reinjected"] > 100
-                && o["reinjected"] + o["reinject_queue_full"] == o["decapsulated"],
-            "edge {edge} out: {o:?}"
-        );
-        assert_eq!(
-            (i["reinject_failed"], o["reinject_failed"]),
-            (0, 0),
-            "edge {edge}"
+            i["reinjected"] > 100 && o["reinjected"] > 100,
+            "{i:?}\n{o:?}"
         );
     }
     // The re-sent packets keep their VCAN's class although they carry the bypass bit.

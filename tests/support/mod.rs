@@ -103,11 +103,11 @@ impl Relayd {
             .counters
     }
 
-    /// The counters of a service that re-sends packets (`relay_inject::Resender`), once
-    /// every packet counted in `handled` is counted as re-sent, lost to a full queue, or
-    /// failed: a packet in flight may sit between the two increments. Gives the last
-    /// reading after 2 s, for the caller's assertions to report.
-    pub fn resent_counters(
+    /// The counters of a service that re-sends packets (`relay_inject::Resender`), after
+    /// asserting that every packet counted in `handled` was re-sent or met a full queue,
+    /// none failed. Waits up to 2 s for that: a packet in flight may sit between the
+    /// service's two increments.
+    pub fn assert_all_resent(
         &self,
         name: &str,
         handled: &str,
@@ -117,6 +117,13 @@ impl Relayd {
             c = self.counters(name);
             c["reinjected"] + c["reinject_queue_full"] + c["reinject_failed"] == c[handled]
         });
+        eprintln!("{name}: {c:?}");
+        assert_eq!(c["reinject_failed"], 0, "{name}: {c:?}\n{}", self.log());
+        assert_eq!(
+            c["reinjected"] + c["reinject_queue_full"],
+            c[handled],
+            "{name}: {c:?}"
+        );
         c
     }
 
