@@ -109,26 +109,6 @@ fn status_counter(tag: &str, service: &str, key: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Parses ping's summary: (avg RTT ms, mdev ms).
-fn ping_summary(out: &str) -> (f64, f64) {
-    let line = out
-        .lines()
-        .find(|l| l.contains("min/avg/max"))
-        .unwrap_or("");
-    // "rtt min/avg/max/mdev = 0.041/0.052/0.070/0.010 ms[, pipe 2]"
-    let values = line.split('=').nth(1).unwrap_or("");
-    let values = values.split(" ms").next().unwrap_or("");
-    let nums: Vec<f64> = values
-        .trim()
-        .split('/')
-        .filter_map(|x| x.trim().parse().ok())
-        .collect();
-    (
-        nums.get(1).copied().unwrap_or(f64::NAN),
-        nums.get(3).copied().unwrap_or(f64::NAN),
-    )
-}
-
 fn run_one(l: &Line4, ratio: f64, mbit: u64, secs: f64) -> (f64, f64, f64, f64) {
     let dst: SocketAddr = "10.0.3.2:9000".parse().unwrap();
     let sock = l.dst.run(move || UdpSocket::bind(dst).unwrap());
@@ -155,7 +135,8 @@ fn run_one(l: &Line4, ratio: f64, mbit: u64, secs: f64) -> (f64, f64, f64, f64) 
     let sent = l.src.run(move || relay_traffic::udp_send(&cfg).unwrap());
     let got = sink.join().unwrap();
     let ping = ping.wait_with_output().unwrap();
-    let (rtt, jitter) = ping_summary(&String::from_utf8_lossy(&ping.stdout));
+    let (rtt, jitter) = relay_testbed::ping_rtt_ms(&String::from_utf8_lossy(&ping.stdout))
+        .unwrap_or((f64::NAN, f64::NAN));
     // Over the time packets arrived: a full queue drains for a while after the sender stops.
     let throughput =
         got.packets as f64 * PACKET as f64 * 8.0 / got.duration().as_secs_f64().max(1e-3) / 1e6;

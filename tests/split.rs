@@ -73,9 +73,7 @@ fn split_connection_goes_through_the_proxy_and_others_pass() {
     assert_eq!(tp.stats.accepted, 0);
 
     // A split port: SYN queued, marked, diverted, relayed; bytes intact.
-    let (sent, got, n) = tcp_transfer_digest(&l.src, &l.dst, addr("10.0.2.2:5201"), 8 << 20);
-    assert_eq!(n, 8 << 20);
-    assert_eq!(sent, got, "payload changed through the proxy");
+    assert_tcp_intact(&l.src, &l.dst, addr("10.0.2.2:5201"), 8 << 20, "the proxy");
     let st = r.status();
     let tp = listener(&st, "tproxy");
     assert_eq!(tp.stats.accepted, 1, "{:?}", tp.stats);
@@ -85,8 +83,7 @@ fn split_connection_goes_through_the_proxy_and_others_pass() {
     assert_eq!(c.get("passed").copied().unwrap_or(0), 0, "{c:?}");
 
     // Another port: the SYN crosses the queue but the connection passes natively.
-    let (sent, got, n) = tcp_transfer_digest(&l.src, &l.dst, addr("10.0.2.2:5202"), 1 << 20);
-    assert_eq!((sent, n), (got, 1 << 20));
+    assert_tcp_intact(&l.src, &l.dst, addr("10.0.2.2:5202"), 1 << 20, "native");
     let c = r.counters("split");
     assert_eq!(
         (c["split"], c["passed"], c["passed_port"]),
@@ -122,8 +119,7 @@ fn adaptive_split_follows_the_egress_queue() {
         ),
     );
     let transfer = || {
-        let (s, g, n) = tcp_transfer_digest(&l.src, &l.dst, addr("10.0.2.2:5201"), 256 << 10);
-        assert_eq!((s, n), (g, 256 << 10), "payload changed");
+        assert_tcp_intact(&l.src, &l.dst, addr("10.0.2.2:5201"), 256 << 10, "5201");
     };
 
     // An idle egress queue: the connection passes natively.
@@ -240,8 +236,7 @@ fn no_trace_after_sigterm_nor_after_sigkill_and_cleanup() {
     assert!(during.contains("lookup 233"), "{during}");
     assert!(during.contains("local default dev lo"), "{during}");
     // A split connection in flight does not keep the daemon from stopping.
-    let (s, g, _) = tcp_transfer_digest(&l.src, &l.dst, addr("10.0.2.2:5201"), 1 << 20);
-    assert_eq!(s, g);
+    assert_tcp_intact(&l.src, &l.dst, addr("10.0.2.2:5201"), 1 << 20, "the proxy");
     assert!(r.stop(libc::SIGTERM), "{}", r.log());
     assert_eq!(
         trace(&l.relay),
@@ -264,19 +259,10 @@ fn no_trace_after_sigterm_nor_after_sigkill_and_cleanup() {
     assert_eq!(trace(&l.relay), before, "cleanup left a trace");
 }
 
-/// The average RTT of `count` pings from `node` to `dst`, in ms.
-fn ping_avg(node: &Node, dst: &str, count: u32) -> f64 {
-    let out = node.exec(&["ping", "-q", "-c", &count.to_string(), "-i", "0.2", dst]);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "ping: {text}");
-    let stats = text.rsplit("= ").next().unwrap();
-    stats.split('/').nth(1).unwrap().parse().unwrap()
-}
-
 #[test]
 fn delay_service_adds_its_delay_to_ping() {
     let l = line3("split_delay");
-    let base = ping_avg(&l.src, "10.0.2.2", 5);
+    let base = l.src.ping_avg_ms("10.0.2.2", 5, "0.2");
     let r = Relayd::start(
         &l.relay,
         r#"
@@ -293,7 +279,7 @@ delay = "40ms"
     );
     // One direction delayed (packets in from the src side): +40 ms on the RTT.
     measure_with_retries("delayed ping", 3, |_| {
-        let delayed = ping_avg(&l.src, "10.0.2.2", 10);
+        let delayed = l.src.ping_avg_ms("10.0.2.2", 10, "0.2");
         if delayed >= base + 39.0 && delayed < base + 55.0 {
             Ok(())
         } else {
@@ -309,8 +295,7 @@ delay = "40ms"
 fn sighup_restarts_only_changed_listeners() {
     let l = line3("split_reload");
     let r = Relayd::start(&l.relay, &format!("{SPLIT}{SOCKS}"));
-    let (s, g, _) = tcp_transfer_digest(&l.src, &l.dst, addr("10.0.2.2:5201"), 1 << 20);
-    assert_eq!(s, g);
+    assert_tcp_intact(&l.src, &l.dst, addr("10.0.2.2:5201"), 1 << 20, "the proxy");
     r.rewrite(&format!("{SPLIT}{}", SOCKS.replace(":1080", ":1081")));
     reload(&r, 1);
     // The new listener may take a moment to bind (the old one releases its socket).
@@ -328,8 +313,7 @@ fn sighup_restarts_only_changed_listeners() {
     // The transparent listener was not touched: same counters, still diverting.
     let st = r.status();
     assert_eq!(listener(&st, "tproxy").stats.accepted, 1);
-    let (s, g, _) = tcp_transfer_digest(&l.src, &l.dst, addr("10.0.2.2:5201"), 1 << 20);
-    assert_eq!(s, g);
+    assert_tcp_intact(&l.src, &l.dst, addr("10.0.2.2:5201"), 1 << 20, "the proxy");
     assert_eq!(listener(&r.status(), "tproxy").stats.accepted, 2);
     // A bad listener key is refused with its line; the running configuration stays.
     r.rewrite(&format!("{SPLIT}{SOCKS}bogus = 1\n"));

@@ -259,6 +259,14 @@ pub fn tcp_exchange(src: &Node, dst: &Node, dst_addr: SocketAddr, secs: f64) -> 
     (sent, sink.join().unwrap())
 }
 
+/// Sends `bytes` over one TCP connection from `src` to `dst` ([`tcp_transfer_digest`])
+/// and asserts that all of them arrived unchanged; `what` names the path in the message.
+pub fn assert_tcp_intact(src: &Node, dst: &Node, dst_addr: SocketAddr, bytes: u64, what: &str) {
+    let (sent, got, n) = tcp_transfer_digest(src, dst, dst_addr, bytes);
+    assert_eq!(n, bytes, "{what}: TCP bytes");
+    assert_eq!(sent, got, "{what}: TCP content differs");
+}
+
 /// Sends `bytes` of pseudo-random data over one TCP connection from `src` to `dst` and
 /// returns the SHA-256 of what was sent and of what arrived, and the bytes that arrived.
 pub fn tcp_transfer_digest(

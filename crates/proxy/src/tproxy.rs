@@ -213,26 +213,47 @@ impl TproxySpec {
     /// The `ip` commands [`TproxySpec::install_routing`] runs for `family`, as argument
     /// lists (without `ip -n NS`), for documentation and for users who script it.
     pub fn routing_commands(&self, family: IpFamily) -> Vec<Vec<String>> {
-        let f = family.ip_flag();
+        vec![
+            self.rule_args(family, "add"),
+            self.route_args(family, "replace"),
+        ]
+    }
+
+    /// `ip -4|-6 rule VERB` for the fwmark rule that sends diverted packets to our table.
+    fn rule_args(&self, family: IpFamily, verb: &str) -> Vec<String> {
         let mark = format!("0x{:x}/0x{:x}", self.tproxy_mark, self.tproxy_mask);
         let (table, pref) = (self.table.to_string(), self.rule_pref.to_string());
-        let owned = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
-        vec![
-            owned(&[
-                f, "rule", "add", "pref", &pref, "fwmark", &mark, "lookup", &table,
-            ]),
-            owned(&[
-                f,
-                "route",
-                "replace",
-                "local",
-                family.default_route(),
-                "dev",
-                "lo",
-                "table",
-                &table,
-            ]),
+        [
+            family.ip_flag(),
+            "rule",
+            verb,
+            "pref",
+            &pref,
+            "fwmark",
+            &mark,
+            "lookup",
+            &table,
         ]
+        .map(str::to_owned)
+        .to_vec()
+    }
+
+    /// `ip -4|-6 route VERB` for the local default route in our table.
+    fn route_args(&self, family: IpFamily, verb: &str) -> Vec<String> {
+        let table = self.table.to_string();
+        [
+            family.ip_flag(),
+            "route",
+            verb,
+            "local",
+            family.default_route(),
+            "dev",
+            "lo",
+            "table",
+            &table,
+        ]
+        .map(str::to_owned)
+        .to_vec()
     }
 
     /// Adds the fwmark rule and the local route in `netns` (`None`: the current
@@ -254,32 +275,14 @@ impl TproxySpec {
     /// missing rules and routes are not errors; duplicate rules are all removed.
     pub fn remove_routing(&self, netns: Option<&str>) -> Result<(), ProxyError> {
         for family in IpFamily::BOTH {
-            let f = family.ip_flag();
-            let mark = format!("0x{:x}/0x{:x}", self.tproxy_mark, self.tproxy_mask);
-            let (table, pref) = (self.table.to_string(), self.rule_pref.to_string());
             // Bounded: each pass removes one copy; a kernel keeps at most a handful.
             for _ in 0..64 {
                 if !self.rule_present(netns, family)? {
                     break;
                 }
-                ip(
-                    netns,
-                    &[
-                        f, "rule", "del", "pref", &pref, "fwmark", &mark, "lookup", &table,
-                    ],
-                )?;
+                ip(netns, &self.rule_args(family, "del"))?;
             }
-            let del = [
-                f,
-                "route",
-                "del",
-                "local",
-                family.default_route(),
-                "dev",
-                "lo",
-                "table",
-                &table,
-            ];
+            let del = self.route_args(family, "del");
             if let Err(e) = ip(netns, &del) {
                 let missing = matches!(&e, ProxyError::Tool { stderr, .. }
                     if stderr.contains("No such process") || stderr.contains("not found")

@@ -225,6 +225,19 @@ pub fn cleanup_stale() -> Vec<String> {
     deleted
 }
 
+/// (average, mdev) RTT in ms from ping's summary line
+/// (`rtt min/avg/max/mdev = 0.041/0.052/0.070/0.010 ms[, pipe 2]`), if it has one.
+pub fn ping_rtt_ms(output: &str) -> Option<(f64, f64)> {
+    let line = output.lines().find(|l| l.contains("min/avg/max"))?;
+    let values = line.split('=').nth(1)?.split(" ms").next()?;
+    let nums: Vec<f64> = values
+        .trim()
+        .split('/')
+        .map(|x| x.trim().parse().ok())
+        .collect::<Option<_>>()?;
+    Some((*nums.get(1)?, *nums.get(3)?))
+}
+
 /// Runs a measurement of rates or delays up to `attempts` times, until `attempt` accepts
 /// one, and returns it; panics with every attempt's complaint if none is accepted.
 ///
@@ -263,6 +276,14 @@ fn stale_owner(ns: &str) -> Option<libc::pid_t> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn ping_summary_is_parsed() {
+        let out = "5 packets transmitted, 5 received, 0% packet loss, time 804ms\n\
+                   rtt min/avg/max/mdev = 0.041/0.052/0.070/0.010 ms, pipe 2\n";
+        assert_eq!(super::ping_rtt_ms(out), Some((0.052, 0.010)));
+        assert_eq!(super::ping_rtt_ms("100% packet loss\n"), None);
+    }
+
     use super::*;
 
     #[test]

@@ -122,6 +122,17 @@ impl Node {
         self.exec(&["ping", "-c1", "-W1", dst]).status.success()
     }
 
+    /// The average RTT in ms of `count` pings from this node to `dst`, `interval` apart
+    /// (ping's `-i`, e.g. `"0.2"`); panics with ping's output if any went unanswered.
+    pub fn ping_avg_ms(&self, dst: &str, count: u32, interval: &str) -> f64 {
+        let out = self.exec(&["ping", "-q", "-c", &count.to_string(), "-i", interval, dst]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "ping {dst} failed:\n{text}");
+        crate::ping_rtt_ms(&text)
+            .unwrap_or_else(|| panic!("no RTT summary from ping:\n{text}"))
+            .0
+    }
+
     /// Spawns `cmd` (usually built with [`Node::cmd`]) and wraps the child in a [`Proc`],
     /// which SIGKILLs and reaps it on drop. Piped stdout/stderr are captured in the
     /// background so the child never blocks on a full pipe. Panics if spawning fails.

@@ -11,25 +11,6 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-/// The average RTT in ms of `count` pings from src to dst.
-fn ping_avg_ms(l: &relay_testbed::Line3, count: u32) -> f64 {
-    let out = l.src.exec(&[
-        "ping",
-        "-q",
-        "-c",
-        &count.to_string(),
-        "-i",
-        "0.05",
-        "10.0.2.2",
-    ]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "ping failed:\n{text}");
-    // rtt min/avg/max/mdev = 0.041/0.052/0.070/0.010 ms
-    let line = text.lines().find(|l| l.contains("min/avg/max")).unwrap();
-    let nums = line.split('=').nth(1).unwrap().trim();
-    nums.split('/').nth(1).unwrap().parse().unwrap()
-}
-
 fn start_delay_queue(l: &relay_testbed::Line3, cfg_text: &str) -> (Queue, Counters) {
     let cfg: DelayConfig = toml::from_str(cfg_text).unwrap();
     let factory = cfg.into_factory("wan").unwrap();
@@ -72,12 +53,12 @@ fn count(c: &Counters, name: &str) -> u64 {
 #[test]
 fn ping_rtt_rises_by_twice_the_delay() {
     let l = relay_testbed::line3("delay-ping");
-    let base = ping_avg_ms(&l, 10);
+    let base = l.src.ping_avg_ms("10.0.2.2", 10, "0.05");
     assert!(base < 5.0, "baseline RTT {base} ms");
     let (q, counters) = start_delay_queue(&l, "delay = \"20ms\"\nlimit = 1000");
     // Both directions cross the relay's FORWARD hook: 2 x 20 ms on top of the baseline.
     measure_with_retries("delayed ping", 3, |_| {
-        let delayed = ping_avg_ms(&l, 20);
+        let delayed = l.src.ping_avg_ms("10.0.2.2", 20, "0.05");
         if (40.0..50.0).contains(&(delayed - base)) {
             Ok(())
         } else {
