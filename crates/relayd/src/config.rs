@@ -378,6 +378,20 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
     (line, col)
 }
 
+/// Records the error of deserializing the options of section `field` (`service.NAME`):
+/// the key it is about appended to `field` where it can be told, at the error's position
+/// or else at the section's `body` span.
+fn section_error(cx: &mut Ctx<'_>, field: &str, e: &toml::de::Error, body: Range<usize>) {
+    let msg = e.message().trim().to_string();
+    let sub = guess_field(&msg, cx.text, e.span());
+    let f = if sub == "(syntax)" {
+        field.to_string()
+    } else {
+        format!("{field}.{sub}")
+    };
+    cx.err(e.span().or(Some(body)), f, msg);
+}
+
 /// Turns a toml error into ours, keeping its position; `field` names what was being read.
 fn toml_error(cx: &Ctx<'_>, e: &toml::de::Error, field: &str) -> ConfigError {
     let msg = e.message().trim().to_string();
@@ -659,17 +673,7 @@ fn read_services<'a>(cx: &mut Ctx<'a>, registry: &Registry) -> BTreeMap<String, 
                     ),
                 );
             }
-            Some(Err(BuildError::Options(e))) => {
-                let msg = e.message().trim().to_string();
-                let sub = guess_field(&msg, cx.text, e.span());
-                let f = if sub == "(syntax)" {
-                    field.clone()
-                } else {
-                    format!("{field}.{sub}")
-                };
-                let span = e.span().or(Some(body.span()));
-                cx.err(span, f, msg);
-            }
+            Some(Err(BuildError::Options(e))) => section_error(cx, &field, &e, body.span()),
             Some(Err(BuildError::Invalid(msg))) => cx.err(Some(body.span()), field, msg),
             Some(Ok(factory)) => {
                 out.insert(
@@ -1161,15 +1165,7 @@ fn check_listeners(
             ))
         };
         let deser_err = |cx: &mut Ctx<'_>, e: toml::de::Error| {
-            let msg = e.message().trim().to_string();
-            let sub = guess_field(&msg, cx.text, e.span());
-            let f = if sub == "(syntax)" {
-                field.clone()
-            } else {
-                format!("{field}.{sub}")
-            };
-            let span = e.span().or(Some(l.body_span.clone()));
-            cx.err(span, f, msg);
+            section_error(cx, &field, &e, l.body_span.clone())
         };
         let kind = if l.kind == "socks5" {
             match <Socks5Config as serde::Deserialize>::deserialize(de()) {
