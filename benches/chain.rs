@@ -27,7 +27,8 @@ fn udp_packet(len: usize) -> Vec<u8> {
 fn chain_of(services: Vec<(&str, std::sync::Arc<dyn relay_core::ServiceFactory>)>) -> Chain {
     let mut chain = Chain::new(ChainSettings {
         malformed: Verdict::Accept,
-        bypass_mark: 0x4000_0000,
+        hook: relay_core::Hook::Forward,
+        stages: relay_core::StageMark::DEFAULT,
     });
     for (name, f) in services {
         chain.push(name, f.build(&Counters::new()), Counter::new());

@@ -24,6 +24,12 @@ pub enum MatchError {
          and target (-j NFQUEUE) itself"
     )]
     Forbidden(String),
+    /// The option names a program for iptables to run (`--modprobe=PROG`, `-M PROG`):
+    /// iptables-restore runs as root, so a match must never choose what it executes.
+    #[error(
+        "option `{0}` is not allowed in a match: it names a program iptables would run as root"
+    )]
+    RunsProgram(String),
 }
 
 /// Long options a match must not use. Checked exactly and as getopt abbreviations,
@@ -55,6 +61,10 @@ const FORBIDDEN_LONG_EXACT: &[&str] = &["policy"];
 /// Short options a match must not use. `-4`/`-6` matter most: iptables-restore silently
 /// skips a rule marked for the other family, so the queue would just not exist.
 const FORBIDDEN_SHORT: &str = "ACDEFILNPRSXZgjt46";
+
+/// Options that name a program iptables executes (`--modprobe`, its short form `-M`).
+const RUNS_PROGRAM_LONG: &str = "modprobe";
+const RUNS_PROGRAM_SHORT: char = 'M';
 
 /// Short options without an argument, which getopt lets a user bundle (`-fj X`).
 const SHORT_NO_ARG: &str = "fvnxhVb";
@@ -149,11 +159,18 @@ fn check_arg(arg: &str) -> Result<(), MatchError> {
         }
         let reserved = FORBIDDEN_LONG.iter().any(|f| f.starts_with(name))
             || FORBIDDEN_LONG_EXACT.contains(&name);
+        // getopt_long takes any unambiguous prefix: `--mod=PROG` is `--modprobe=PROG`.
+        if RUNS_PROGRAM_LONG.starts_with(name) {
+            return Err(MatchError::RunsProgram(arg.to_owned()));
+        }
         if reserved {
             return Err(MatchError::Forbidden(arg.to_owned()));
         }
     } else if let Some(cluster) = arg.strip_prefix('-') {
         for c in cluster.chars() {
+            if c == RUNS_PROGRAM_SHORT {
+                return Err(MatchError::RunsProgram(arg.to_owned()));
+            }
             if FORBIDDEN_SHORT.contains(c) {
                 return Err(MatchError::Forbidden(format!("-{c}")));
             }
@@ -164,6 +181,31 @@ fn check_arg(arg: &str) -> Result<(), MatchError> {
         }
     }
     Ok(())
+}
+
+/// `args` without input-interface matches (`[!] -i IF`, `[!] --in-interface IF`, its getopt
+/// abbreviations down to `--in-`, and the `=IF` forms): for a copy of a FORWARD rule that
+/// must also match packets without an input interface.
+pub(crate) fn without_input_interface(args: Vec<String>) -> Vec<String> {
+    let is_in = |a: &str| {
+        let name = a.split('=').next().unwrap_or_default();
+        a == "-i" || (name.len() >= 5 && "--in-interface".starts_with(name))
+    };
+    let mut out: Vec<String> = Vec::with_capacity(args.len());
+    let mut it = args.into_iter().peekable();
+    while let Some(a) = it.next() {
+        if a == "!" && it.peek().is_some_and(|n| is_in(n)) {
+            continue;
+        }
+        if is_in(&a) {
+            if !a.contains('=') {
+                it.next();
+            }
+            continue;
+        }
+        out.push(a);
+    }
+    out
 }
 
 /// Quotes one argument for an iptables-restore line if it needs it.
@@ -330,6 +372,41 @@ mod tests {
                 "{bad} should be refused"
             );
         }
+    }
+
+    #[test]
+    fn input_interface_matches_are_left_out() {
+        let strip = |s: &str| without_input_interface(split(s)).join(" ");
+        assert_eq!(
+            strip("-i eth0 -p udp ! -i lo --dport 1"),
+            "-p udp --dport 1"
+        );
+        assert_eq!(strip("--in-interface=eth0 -o eth1"), "-o eth1");
+        assert_eq!(strip("! --in-int eth+ -p tcp"), "-p tcp");
+        assert_eq!(strip("-p tcp ! --syn"), "-p tcp ! --syn");
+        assert_eq!(strip("-m comment --comment x -i"), "-m comment --comment x");
+    }
+
+    #[test]
+    fn refuses_options_that_run_a_program() {
+        for bad in [
+            "--modprobe=/tmp/x",
+            "--modprobe /tmp/x",
+            "-p udp --modp=/tmp/x",
+            "--mod /tmp/x",
+            "-M /tmp/x",
+            "-M/tmp/x",
+            "-vM /tmp/x",
+            "-p tcp -m comment --comment -M",
+        ] {
+            assert!(
+                matches!(split_matches(bad), Err(MatchError::RunsProgram(_))),
+                "{bad} should be refused as running a program: {:?}",
+                split_matches(bad)
+            );
+        }
+        // `--mode` (the statistic match) is not an abbreviation of `--modprobe`.
+        assert!(split_matches("-m statistic --mode random --probability 0.5").is_ok());
     }
 
     #[test]

@@ -299,8 +299,9 @@ impl OwnedRule {
 pub struct RuleSet {
     /// Chain name prefix; chains are named `{prefix}-{HOOK}` (e.g. `RELAYD-FORWARD`).
     pub prefix: String,
-    /// The mark (used as value and mask) that relayd puts on packets it injects or
-    /// re-queues; packets carrying it skip relayd's chains.
+    /// The two mark bits in which packets relayd repeats or sends itself carry the stage of
+    /// the hook that handled them ([`relay_core::StageMark`]); relayd's chain at each hook
+    /// skips packets whose stage is at least the hook's.
     pub bypass_mark: u32,
     /// Queue rules in configuration order, which is also their order in each chain.
     pub rules: Vec<QueueRule>,
@@ -311,8 +312,8 @@ pub struct RuleSet {
 impl RuleSet {
     /// The default chain prefix.
     pub const DEFAULT_PREFIX: &'static str = "RELAYD";
-    /// The default bypass mark (bit 30), value and mask.
-    pub const DEFAULT_BYPASS_MARK: u32 = 0x4000_0000;
+    /// The default stage bits (30 and 31).
+    pub const DEFAULT_BYPASS_MARK: u32 = relay_core::StageMark::DEFAULT_MASK;
     /// Longest chain name iptables accepts (`XT_EXTENSION_MAXNAMELEN` minus the NUL).
     pub const MAX_CHAIN_NAME: usize = 28;
 
@@ -326,6 +327,12 @@ impl RuleSet {
         }
     }
 
+    /// The stage bits of [`RuleSet::bypass_mark`].
+    pub fn stages(&self) -> Result<relay_core::StageMark, ControlError> {
+        relay_core::StageMark::from_mask(self.bypass_mark)
+            .map_err(|e| ControlError::InvalidRuleSet(format!("bypass_mark {e}")))
+    }
+
     /// The name of relayd's chain for `hook`: `{prefix}-{HOOK}`.
     pub fn chain_name(&self, hook: Hook) -> String {
         chain_name(&self.prefix, hook)
@@ -334,11 +341,7 @@ impl RuleSet {
     /// Checks the whole set without iptables: prefix, mark and every rule.
     pub fn check(&self) -> Result<(), ControlError> {
         check_prefix(&self.prefix)?;
-        if self.bypass_mark == 0 {
-            return Err(ControlError::InvalidRuleSet(
-                "bypass_mark must not be 0 (a zero mark/mask would exempt every packet)".to_owned(),
-            ));
-        }
+        self.stages()?;
         for (index, rule) in self.rules.iter().enumerate() {
             rule.check(index)?;
         }

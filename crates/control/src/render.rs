@@ -8,7 +8,7 @@
 
 use std::fmt::Write as _;
 
-use crate::args::join_args;
+use crate::args::{join_args, without_input_interface};
 use crate::error::ControlError;
 use crate::model::{Family, Hook, RuleSet, Table, chain_name};
 use crate::saved::{Saved, SavedTable};
@@ -53,8 +53,20 @@ pub(crate) struct ChainPlan {
 }
 
 /// The chains a rule set needs for `family`, in table then hook order.
+///
+/// A chain with queue rules starts (after the owned rules) with the stage skip: packets
+/// that relayd repeated or sent itself from this hook or a later one return at once
+/// ([`relay_core::StageMark`]). A packet a PREROUTING queue re-sends from a socket (a
+/// decapsulated inner packet of another family) is walked through OUTPUT, not FORWARD,
+/// although it is passing through the router; so relayd's OUTPUT chain of a table with
+/// FORWARD queues gives such stage-1 packets to copies of those queues' rules first, and
+/// returns them before its own queue rules, which are for locally generated traffic. The
+/// copies leave out `-i`/`--in-interface`: the re-sent packet has no input interface, and a
+/// FORWARD queue (an IDS) must rather see too much than nothing.
 pub(crate) fn plan_chains(rs: &RuleSet, family: Family) -> Result<Vec<ChainPlan>, ControlError> {
     rs.check()?;
+    let stages = rs.stages()?;
+    let resends_from_prerouting = rs.rules.iter().any(|r| r.hook == Hook::Prerouting);
     let mut plans = Vec::new();
     for table in Table::ALL {
         for &hook in table.hooks() {
@@ -65,25 +77,25 @@ pub(crate) fn plan_chains(rs: &RuleSet, family: Family) -> Result<Vec<ChainPlan>
                     lines.push(format!("-A {name} {}", join_args(&owned.args)));
                 }
             }
-            let mut bypass_done = false;
-            for (index, rule) in rs.rules.iter().enumerate() {
-                if rule.table != table || rule.hook != hook || !rule.applies_to(family) {
-                    continue;
+            let own = queue_lines(rs, family, table, hook, &name, None)?;
+            let (stage1, mask) = stages.prerouting_match();
+            let guard = format!("-m mark --mark {stage1:#x}/{mask:#x}");
+            let twins = if hook == Hook::Output && resends_from_prerouting {
+                queue_lines(rs, family, table, Hook::Forward, &name, Some(&guard))?
+            } else {
+                Vec::new()
+            };
+            if !own.is_empty() || !twins.is_empty() {
+                let (negated, value, mask) = stages.skip_match(hook);
+                let not = if negated { "! " } else { "" };
+                lines.push(format!(
+                    "-A {name} -m mark {not}--mark {value:#x}/{mask:#x} -j RETURN"
+                ));
+                if !twins.is_empty() {
+                    lines.extend(twins);
+                    lines.push(format!("-A {name} {guard} -j RETURN"));
                 }
-                if !bypass_done {
-                    bypass_done = true;
-                    let m = rs.bypass_mark;
-                    lines.push(format!("-A {name} -m mark --mark {m:#x}/{m:#x} -j RETURN"));
-                }
-                let args = rule
-                    .rule_args()
-                    .map_err(|error| ControlError::BadMatch { index, error })?;
-                for pre in &rule.pre {
-                    if pre.family.is_none_or(|f| f == family) {
-                        lines.push(format!("-A {name} {}", join_args(&pre.args)));
-                    }
-                }
-                lines.push(format!("-A {name} {}", join_args(&args)));
+                lines.extend(own);
             }
             if !lines.is_empty() {
                 plans.push(ChainPlan {
@@ -96,6 +108,42 @@ pub(crate) fn plan_chains(rs: &RuleSet, family: Family) -> Result<Vec<ChainPlan>
         }
     }
     Ok(plans)
+}
+
+/// The `-A` lines of the queue rules (each after its pre rules) of `table` and `hook` for
+/// `family`, in chain `name`. With a `guard`, as copies for stage-1 packets in OUTPUT:
+/// each line starts with the guard match, and input-interface matches are left out.
+fn queue_lines(
+    rs: &RuleSet,
+    family: Family,
+    table: Table,
+    hook: Hook,
+    name: &str,
+    guard: Option<&str>,
+) -> Result<Vec<String>, ControlError> {
+    let line = |args: Vec<String>| match guard {
+        Some(g) => format!(
+            "-A {name} {g} {}",
+            join_args(&without_input_interface(args))
+        ),
+        None => format!("-A {name} {}", join_args(&args)),
+    };
+    let mut lines = Vec::new();
+    for (index, rule) in rs.rules.iter().enumerate() {
+        if rule.table != table || rule.hook != hook || !rule.applies_to(family) {
+            continue;
+        }
+        let args = rule
+            .rule_args()
+            .map_err(|error| ControlError::BadMatch { index, error })?;
+        for pre in &rule.pre {
+            if pre.family.is_none_or(|f| f == family) {
+                lines.push(line(pre.args.clone()));
+            }
+        }
+        lines.push(line(args));
+    }
+    Ok(lines)
 }
 
 /// Whether `chain` is one install() creates for `prefix`: exactly `{prefix}-{HOOK}`.
@@ -314,11 +362,11 @@ mod tests {
              :RELAYD-FORWARD - [0:0]\n\
              :RELAYD-POSTROUTING - [0:0]\n\
              -I FORWARD 1 -j RELAYD-FORWARD\n\
-             -A RELAYD-FORWARD -m mark --mark 0x40000000/0x40000000 -j RETURN\n\
+             -A RELAYD-FORWARD -m mark --mark 0x80000000/0x80000000 -j RETURN\n\
              -A RELAYD-FORWARD -i eth0 -p udp --dport 5000 -j NFQUEUE --queue-num 3 --queue-bypass\n\
              -A RELAYD-FORWARD -p tcp -j NFQUEUE --queue-balance 4:7 --queue-bypass --queue-cpu-fanout\n\
              -I POSTROUTING 1 -j RELAYD-POSTROUTING\n\
-             -A RELAYD-POSTROUTING -m mark --mark 0x40000000/0x40000000 -j RETURN\n\
+             -A RELAYD-POSTROUTING -m mark --mark 0xc0000000/0xc0000000 -j RETURN\n\
              -A RELAYD-POSTROUTING -j NFQUEUE --queue-num 9\n\
              COMMIT\n"
         );
@@ -392,7 +440,7 @@ mod tests {
              *raw\n\
              :RELAYD-PREROUTING - [0:0]\n\
              -I PREROUTING 1 -j RELAYD-PREROUTING\n\
-             -A RELAYD-PREROUTING -m mark --mark 0x40000000/0x40000000 -j RETURN\n\
+             -A RELAYD-PREROUTING -m mark ! --mark 0x0/0xc0000000 -j RETURN\n\
              -A RELAYD-PREROUTING -p tcp --syn -j NFQUEUE --queue-num 0 --queue-bypass\n\
              COMMIT\n"
         );
@@ -413,7 +461,7 @@ mod tests {
             "*mangle\n\
              :RELAYD-POSTROUTING - [0:0]\n\
              -I POSTROUTING 1 -j RELAYD-POSTROUTING\n\
-             -A RELAYD-POSTROUTING -m mark --mark 0x40000000/0x40000000 -j RETURN\n\
+             -A RELAYD-POSTROUTING -m mark --mark 0xc0000000/0xc0000000 -j RETURN\n\
              -A RELAYD-POSTROUTING -j NFQUEUE --queue-num 9\n\
              COMMIT\n"
         );
@@ -421,16 +469,46 @@ mod tests {
         assert_eq!(rs.restore_text(Family::Ipv6).unwrap(), "");
         rs.rules = vec![rule(Table::Raw, Hook::Prerouting, Some("-p udp"), (0, 1))];
         rs.prefix = "R2".into();
-        rs.bypass_mark = 0x1;
+        rs.bypass_mark = 0x3;
         assert_eq!(
             rs.restore_text(Family::Ipv4).unwrap(),
             "*raw\n\
              :R2-PREROUTING - [0:0]\n\
              -I PREROUTING 1 -j R2-PREROUTING\n\
-             -A R2-PREROUTING -m mark --mark 0x1/0x1 -j RETURN\n\
+             -A R2-PREROUTING -m mark ! --mark 0x0/0x3 -j RETURN\n\
              -A R2-PREROUTING -p udp -j NFQUEUE --queue-balance 0:1 --queue-bypass\n\
              COMMIT\n"
         );
+    }
+
+    #[test]
+    fn forward_queues_see_what_a_prerouting_queue_resends() {
+        let mut ids = rule(Table::Mangle, Hook::Forward, Some("-i eth0 -p udp"), (3, 3));
+        ids.families = vec![Family::Ipv6];
+        let mut local = rule(Table::Mangle, Hook::Output, Some("-p tcp"), (4, 4));
+        local.families = vec![Family::Ipv6];
+        let decap = rule(Table::Raw, Hook::Prerouting, Some("-p 137"), (1, 1));
+        let rs = RuleSet::new(vec![decap, ids.clone(), local]);
+        let v6 = rs.restore_text(Family::Ipv6).unwrap();
+        assert_eq!(
+            v6,
+            "*mangle\n\
+             :RELAYD-FORWARD - [0:0]\n\
+             :RELAYD-OUTPUT - [0:0]\n\
+             -I FORWARD 1 -j RELAYD-FORWARD\n\
+             -A RELAYD-FORWARD -m mark --mark 0x80000000/0x80000000 -j RETURN\n\
+             -A RELAYD-FORWARD -i eth0 -p udp -j NFQUEUE --queue-num 3 --queue-bypass\n\
+             -I OUTPUT 1 -j RELAYD-OUTPUT\n\
+             -A RELAYD-OUTPUT -m mark --mark 0x80000000/0x80000000 -j RETURN\n\
+             -A RELAYD-OUTPUT -m mark --mark 0x40000000/0xc0000000 -p udp -j NFQUEUE --queue-num 3 --queue-bypass\n\
+             -A RELAYD-OUTPUT -m mark --mark 0x40000000/0xc0000000 -j RETURN\n\
+             -A RELAYD-OUTPUT -p tcp -j NFQUEUE --queue-num 4 --queue-bypass\n\
+             COMMIT\n",
+            "{v6}"
+        );
+        // Without a PREROUTING queue nothing is re-sent from there: no copies.
+        let rs = RuleSet::new(vec![ids]);
+        assert!(!rs.restore_text(Family::Ipv6).unwrap().contains("OUTPUT"));
     }
 
     #[test]
@@ -488,6 +566,8 @@ mod tests {
         let mut rs = sample();
         rs.bypass_mark = 0;
         assert!(matches!(rs.check(), Err(ControlError::InvalidRuleSet(_))));
+        rs.bypass_mark = 0x4000_0000;
+        assert!(matches!(rs.check(), Err(ControlError::InvalidRuleSet(_))));
     }
 
     const STATE: &str = "\
@@ -523,7 +603,7 @@ COMMIT
              -D FORWARD -j RELAYD-FORWARD\n\
              -F RELAYD-INPUT\n\
              -X RELAYD-INPUT\n\
-             -A RELAYD-FORWARD -m mark --mark 0x40000000/0x40000000 -j RETURN\n\
+             -A RELAYD-FORWARD -m mark --mark 0x80000000/0x80000000 -j RETURN\n\
              -A RELAYD-FORWARD -j NFQUEUE --queue-num 2 --queue-bypass\n\
              COMMIT\n"
         );

@@ -151,7 +151,7 @@ fn forward_set() -> RuleSet {
 }
 
 const FORWARD_CHAIN: [&str; 3] = [
-    "-A RELAYD-FORWARD -m mark --mark 0x40000000/0x40000000 -j RETURN",
+    "-A RELAYD-FORWARD -m mark --mark 0x80000000/0x80000000 -j RETURN",
     "-A RELAYD-FORWARD -i lo -p udp -m udp --dport 5000 -j NFQUEUE --queue-num 3 --queue-bypass",
     "-A RELAYD-FORWARD -p tcp -j NFQUEUE --queue-balance 4:7 --queue-bypass --queue-cpu-fanout",
 ];

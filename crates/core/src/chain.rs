@@ -2,6 +2,7 @@
 //! (the configuration's order is the priority; a drop ends the chain).
 
 use crate::counters::{Counter, QueueCounters};
+use crate::hook::{Hook, StageMark};
 use crate::packet::{IpVersion, Packet};
 use crate::ratelimit::RateLimit;
 use crate::service::{Action, Context, Service};
@@ -55,8 +56,18 @@ impl Decision {
 pub struct ChainSettings {
     /// What happens to a packet that cannot be parsed.
     pub malformed: Verdict,
-    /// The mark bit(s) relayd's own rules skip; added to every repeat verdict's mark.
-    pub bypass_mark: u32,
+    /// The hook the queue's rule hangs from: a repeat verdict's mark, and packets services
+    /// send themselves, carry its stage bits.
+    pub hook: Hook,
+    /// Where the stage bits sit in the mark.
+    pub stages: StageMark,
+}
+
+impl ChainSettings {
+    /// The stage bits of the queue's hook.
+    pub fn stage_bits(&self) -> u32 {
+        self.stages.for_hook(self.hook)
+    }
 }
 
 struct Entry {
@@ -101,9 +112,15 @@ impl Chain {
         });
     }
 
-    /// The mark bit(s) relayd's own rules skip (see [`ChainSettings::bypass_mark`]).
+    /// The stage bits packets this queue repeats or sends carry
+    /// ([`ChainSettings::stage_bits`]).
     pub fn bypass_mark(&self) -> u32 {
-        self.settings.bypass_mark
+        self.settings.stage_bits()
+    }
+
+    /// Where the stage bits sit in the mark.
+    pub fn stages(&self) -> StageMark {
+        self.settings.stages
     }
 
     /// The verdict given to packets that cannot be parsed (also used when a service fails).
@@ -140,7 +157,7 @@ impl Chain {
                 Action::Accept => break,
                 Action::Drop => return self.count(q, Verdict::Drop, None, false),
                 Action::Repeat { mark } => {
-                    let mark = Some(mark | self.settings.bypass_mark);
+                    let mark = Some(self.settings.stages.with(mark, self.bypass_mark()));
                     let Some(payload) = self.payload(pkt, cx, q) else {
                         return self.count(q, Verdict::Drop, None, false);
                     };
@@ -158,7 +175,7 @@ impl Chain {
                     }
                     return Decision {
                         verdict: Verdict::Accept,
-                        mark: pkt.verdict_mark(),
+                        mark: self.verdict_mark(pkt),
                         payload,
                         hold: Some(until),
                     };
@@ -168,7 +185,14 @@ impl Chain {
         let Some(payload) = self.payload(pkt, cx, q) else {
             return self.count(q, Verdict::Drop, None, false);
         };
-        self.count(q, Verdict::Accept, pkt.verdict_mark(), payload)
+        self.count(q, Verdict::Accept, self.verdict_mark(pkt), payload)
+    }
+
+    /// The mark a service set, keeping the stage bits the packet came with: a service
+    /// that sets a mark must not make relayd queue a packet again at a hook it has crossed.
+    fn verdict_mark(&self, pkt: &Packet) -> Option<u32> {
+        pkt.verdict_mark()
+            .map(|m| self.settings.stages.with(m, pkt.meta.mark))
     }
 
     /// Whether the verdict carries the packet's bytes: only if modified, and never for a
@@ -252,7 +276,8 @@ mod tests {
         let until = now + Duration::from_millis(40);
         let mut chain = Chain::new(ChainSettings {
             malformed: Verdict::Drop,
-            bypass_mark: 0x8000_0000,
+            hook: Hook::Forward,
+            stages: StageMark::DEFAULT,
         });
         let later = Counter::new();
         chain.push(
@@ -277,6 +302,44 @@ mod tests {
         assert_eq!((q.held.get(), q.accepted.get(), q.dropped.get()), (1, 0, 0));
     }
 
+    #[test]
+    fn repeats_carry_the_hooks_stage_and_marks_keep_the_incoming_one() {
+        let q = QueueCounters::default();
+        let cx = Context::new(0, Instant::now());
+        let settings = |hook| ChainSettings {
+            malformed: Verdict::Drop,
+            hook,
+            stages: StageMark::DEFAULT,
+        };
+        // A repeat at PREROUTING gets stage 1 (bit 30), replacing any stage bits in the
+        // service's mark; at POSTROUTING stage 3.
+        for (hook, want) in [
+            (Hook::Prerouting, 0x4000_0005),
+            (Hook::Forward, 0x8000_0005),
+            (Hook::Postrouting, 0xc000_0005),
+        ] {
+            let mut chain = Chain::new(settings(hook));
+            chain.push(
+                "m",
+                Box::new(Fixed(Action::Repeat { mark: 0xc000_0005 }, None)),
+                Counter::new(),
+            );
+            let mut pkt = Packet::from_bytes(&udp4(b"x"));
+            assert_eq!(chain.run(&mut pkt, &cx, &q).mark, Some(want), "{hook}");
+        }
+        // A packet a PREROUTING queue sent (stage 1) keeps its stage when a later queue's
+        // service sets a mark, so no relayd rule at a hook it crossed queues it again.
+        let mut chain = Chain::new(settings(Hook::Forward));
+        chain.push(
+            "m",
+            Box::new(Fixed(Action::Continue, Some(7))),
+            Counter::new(),
+        );
+        let mut pkt = Packet::from_bytes(&udp4(b"x"));
+        pkt.meta.mark = 0x4000_0000;
+        assert_eq!(chain.run(&mut pkt, &cx, &q).mark, Some(0x4000_0007));
+    }
+
     /// Turns the packet into a 40-byte IPv6 header.
     struct ToV6;
     impl Service for ToV6 {
@@ -295,7 +358,8 @@ mod tests {
     fn a_packet_of_the_wrong_family_is_dropped_not_handed_to_the_kernel() {
         let settings = ChainSettings {
             malformed: Verdict::Accept,
-            bypass_mark: 0,
+            hook: Hook::Forward,
+            stages: StageMark::DEFAULT,
         };
         let cx = Context::new(0, Instant::now());
         for (hw_protocol, verdict, errors) in [

@@ -82,6 +82,114 @@ impl FromStr for Hook {
     }
 }
 
+/// The two nfmark bits through which relayd's own rules learn how far along the packet
+/// path a packet relayd handled has come, so that it skips only the hooks it has already
+/// crossed.
+///
+/// A packet relayd gives back to its hook (a repeat verdict) or sends itself (a
+/// family-changing re-send, an ICMP error, a TCP reset) carries the *stage* of the queue
+/// that handled it, and relayd's chain at each hook returns early for packets whose stage
+/// is at least that hook's:
+///
+/// | hook | stage | a packet carrying it |
+/// |---|---|---|
+/// | PREROUTING | 1 | skips relayd's PREROUTING queues, still meets INPUT, FORWARD, POSTROUTING |
+/// | INPUT, FORWARD, OUTPUT | 2 | skips those three, still meets POSTROUTING |
+/// | POSTROUTING | 3 | skips every relayd queue |
+///
+/// A packet sent from a socket is locally generated: the kernel walks it through OUTPUT and
+/// POSTROUTING only. One that a PREROUTING queue re-sends (a decapsulated inner packet) is
+/// still on its way through the router, so relayd's OUTPUT chain hands stage-1 packets to
+/// the FORWARD queues' rules as well, which an IDS on FORWARD therefore still sees.
+///
+/// Stages only grow, so no packet can loop between relayd's queues. The lower of the two
+/// bits is stage 1, the higher stage 2, both stage 3; the default is bits 30 and 31.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StageMark {
+    low: u32,
+    high: u32,
+}
+
+impl StageMark {
+    /// Bits 30 and 31 (`0xc0000000`), which the tc classifiers relayd installs ignore.
+    pub const DEFAULT_MASK: u32 = 0xc000_0000;
+
+    /// The default bits.
+    pub const DEFAULT: StageMark = StageMark {
+        low: 0x4000_0000,
+        high: 0x8000_0000,
+    };
+
+    /// The stage field made of the two bits of `mask`; an error unless exactly two bits
+    /// are set.
+    pub fn from_mask(mask: u32) -> Result<StageMark, String> {
+        if mask.count_ones() != 2 {
+            return Err(format!(
+                "{mask:#x} must have exactly two bits set: relayd keeps in them how far a \
+                 packet it handled has come (default 0xc0000000)"
+            ));
+        }
+        let low = mask & mask.wrapping_neg();
+        Ok(StageMark {
+            low,
+            high: mask & !low,
+        })
+    }
+
+    /// Both bits.
+    pub fn mask(self) -> u32 {
+        self.low | self.high
+    }
+
+    /// The stage of `hook` (see the table above).
+    pub fn stage(hook: Hook) -> u8 {
+        match hook {
+            Hook::Prerouting => 1,
+            Hook::Input | Hook::Forward | Hook::Output => 2,
+            Hook::Postrouting => 3,
+        }
+    }
+
+    /// The bits of `stage` (0 to 3).
+    pub fn bits(self, stage: u8) -> u32 {
+        (if stage & 1 != 0 { self.low } else { 0 }) | (if stage & 2 != 0 { self.high } else { 0 })
+    }
+
+    /// The bits a packet handled by a queue on `hook` carries when it is repeated or sent.
+    pub fn for_hook(self, hook: Hook) -> u32 {
+        self.bits(Self::stage(hook))
+    }
+
+    /// The stage `mark` carries.
+    pub fn stage_of(self, mark: u32) -> u8 {
+        u8::from(mark & self.low != 0) | (u8::from(mark & self.high != 0) << 1)
+    }
+
+    /// `mark` with its stage bits replaced by `bits`.
+    pub fn with(self, mark: u32, bits: u32) -> u32 {
+        (mark & !self.mask()) | (bits & self.mask())
+    }
+
+    /// The iptables `mark` match of the packets relayd's chain at `hook` skips (those whose
+    /// stage is at least the hook's): `(negated, value, mask)` for `-m mark [!] --mark
+    /// value/mask`.
+    pub fn skip_match(self, hook: Hook) -> (bool, u32, u32) {
+        match Self::stage(hook) {
+            // Any stage: not zero.
+            1 => (true, 0, self.mask()),
+            // Stage 2 or 3: the high bit.
+            2 => (false, self.high, self.high),
+            _ => (false, self.mask(), self.mask()),
+        }
+    }
+
+    /// The iptables `mark` match of stage-1 packets (sent by a PREROUTING queue):
+    /// `(value, mask)`.
+    pub fn prerouting_match(self) -> (u32, u32) {
+        (self.low, self.mask())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,5 +202,41 @@ mod tests {
         assert_eq!("FORWARD".parse::<Hook>().unwrap().as_str(), "forward");
         assert_eq!(Hook::Output.chain(), "OUTPUT");
         assert!("sideways".parse::<Hook>().is_err());
+    }
+
+    #[test]
+    fn stages_only_grow_along_the_path_and_skip_what_was_crossed() {
+        let m = StageMark::DEFAULT;
+        assert_eq!(StageMark::from_mask(0xc000_0000), Ok(m));
+        assert!(StageMark::from_mask(0x4000_0000).is_err());
+        assert!(StageMark::from_mask(0).is_err());
+        assert!(StageMark::from_mask(0x7).is_err());
+        let odd = StageMark::from_mask(0x0100_0010).unwrap();
+        assert_eq!(odd.bits(1), 0x10);
+        assert_eq!(odd.bits(2), 0x0100_0000);
+        assert_eq!(odd.stage_of(0xff), 1);
+        // Does the chain at `at` skip a packet handled at `from`? Evaluate the iptables match.
+        let skips = |from: Hook, at: Hook| {
+            let mark = 0x1234 | m.for_hook(from);
+            let (neg, value, mask) = m.skip_match(at);
+            (mark & mask == value) != neg
+        };
+        use Hook::*;
+        for from in Hook::ALL {
+            assert!(skips(from, from), "{from} must skip its own hook");
+            assert!(
+                from == Postrouting || !skips(from, Postrouting),
+                "{from} must still meet POSTROUTING"
+            );
+        }
+        assert!(!skips(Prerouting, Forward) && !skips(Prerouting, Output));
+        assert!(!skips(Prerouting, Input));
+        assert!(skips(Forward, Output) && skips(Output, Forward));
+        // A packet nobody handled is never skipped.
+        for at in Hook::ALL {
+            let (neg, value, mask) = m.skip_match(at);
+            assert!((0x1234 & mask == value) == neg);
+        }
+        assert_eq!(m.with(0xc000_0001, m.for_hook(Prerouting)), 0x4000_0001);
     }
 }

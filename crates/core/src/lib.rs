@@ -19,7 +19,7 @@ pub mod wire;
 
 pub use chain::{Chain, ChainSettings, Decision, Verdict};
 pub use counters::{Counter, CounterKind, Counters, QueueCounters};
-pub use hook::Hook;
+pub use hook::{Hook, StageMark};
 pub use packet::{CtInfo, CtMarkBits, CtState, IpVersion, Layout, Packet, PacketMeta};
 pub use qos::{QosClass, QosPlan};
 pub use service::{Action, Context, FailPolicy, MssClamp, Service, ServiceConfig, ServiceFactory};

@@ -6,6 +6,7 @@
 //! queues by accident. `process` is synchronous and must not allocate in steady state.
 
 use crate::counters::Counters;
+use crate::hook::StageMark;
 use crate::packet::Packet;
 use serde::de::DeserializeOwned;
 use std::sync::Arc;
@@ -22,7 +23,9 @@ pub enum Action {
     /// Drop now; later services are skipped (PacketCloud 3.3).
     Drop,
     /// Give the packet back to the hook with this nfmark, to traverse it again.
-    /// relayd adds its bypass bit so that its own rules do not queue it again.
+    /// relayd puts its stage bits for the queue's hook on it (see
+    /// [`StageMark`](crate::StageMark)) so that its own rules at this hook do not queue it
+    /// again, while those at later hooks still do.
     Repeat {
         /// The mark the packet carries afterwards.
         mark: u32,
@@ -56,19 +59,30 @@ pub struct Context {
     pub queue: u16,
     /// The time the current batch of packets was received.
     pub now: Instant,
-    /// The mark bit(s) relayd's own rules skip: a packet a service sends itself (an ICMP
-    /// error, a TCP reset) carries it (`SO_MARK`), so that relayd does not queue it again.
+    /// The stage bits of this queue's hook ([`StageMark::for_hook`]): a packet a service
+    /// sends itself (an ICMP error, a TCP reset, a re-sent packet) carries them
+    /// (`SO_MARK`), so that relayd's rules at the hooks it has already crossed skip it and
+    /// later ones still see it. Use [`Context::sent_mark`] to put them on a mark.
     pub bypass_mark: u32,
+    /// Where the stage bits sit in the mark.
+    pub stages: StageMark,
 }
 
 impl Context {
-    /// The context of a batch on queue `queue` received at `now`, with no bypass mark.
+    /// The context of a batch on queue `queue` received at `now`, with no stage bits.
     pub fn new(queue: u16, now: Instant) -> Context {
         Context {
             queue,
             now,
             bypass_mark: 0,
+            stages: StageMark::DEFAULT,
         }
+    }
+
+    /// `mark` with its stage bits replaced by this queue's: the mark a packet a service
+    /// sends itself must carry.
+    pub fn sent_mark(&self, mark: u32) -> u32 {
+        self.stages.with(mark, self.bypass_mark)
     }
 }
 

@@ -4,8 +4,10 @@
 //! their verdict therefore cannot carry ([`Resender`]), and the raw sockets they leave
 //! through ([`RawSender`]).
 //!
-//! Everything sent carries the mark the caller passes (normally [`Context::bypass_mark`]),
-//! so relayd's own iptables rules do not queue it again (DESIGN.md, "Leave no trace").
+//! Everything sent carries the mark the caller passes (normally [`Context::bypass_mark`],
+//! the stage bits of the sending queue's hook), so relayd's own iptables rules at the hooks
+//! the packet has already crossed do not queue it again, while later ones still see it
+//! ([`relay_core::StageMark`]).
 //! Sockets are opened on first use, on the queue thread that sends, and sends never block:
 //! a full socket buffer is an error the caller counts, not a stalled queue.
 //!

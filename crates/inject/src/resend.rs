@@ -12,7 +12,8 @@ use relay_core::{Context, Counter, Counters, IpVersion, Packet};
 use crate::RawSender;
 
 /// Sends packets anew from raw sockets ([`RawSender::forwarding`]), with the mark a service
-/// gave the packet plus relayd's bypass bit, and counts what became of them:
+/// gave the packet and the stage bits of the sending queue's hook ([`Context::sent_mark`]),
+/// and counts what became of them:
 ///
 /// - `reinjected`: handed to the kernel;
 /// - `reinject_queue_full`: the egress qdisc dropped it or the socket buffer was full
@@ -69,7 +70,7 @@ impl Resender {
     }
 
     fn send_to(&mut self, pkt: &Packet, to: IpAddr, cx: &Context) {
-        let mark = pkt.verdict_mark().unwrap_or(0) | cx.bypass_mark;
+        let mark = cx.sent_mark(pkt.verdict_mark().unwrap_or(0));
         match self.raw.send(pkt.data(), to, mark) {
             Ok(()) => self.reinjected.inc(),
             Err(e) if e.is_queue_full() => self.queue_full.inc(),

@@ -157,15 +157,15 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 /// Held packets answered per sendmsg at most.
 const RELEASE_CHUNK: usize = 64;
 
-fn check_config(cfg: &QueueConfig, bypass_mark: u32) -> Result<(), NfqError> {
+fn check_config(cfg: &QueueConfig, stage_mask: u32) -> Result<(), NfqError> {
     let invalid = |what: String| Err(NfqError::Invalid(format!("queue {}: {what}", cfg.num)));
     if let Some(bits) = cfg.ct_mark_bits {
         if let Err(e) = bits.validate() {
             return invalid(e);
         }
-        if bits.mask() & bypass_mark != 0 {
+        if bits.mask() & stage_mask != 0 {
             return invalid(format!(
-                "conntrack mark bits {:#x} overlap the bypass mark {bypass_mark:#x}",
+                "conntrack mark bits {:#x} overlap the stage bits {stage_mask:#x}",
                 bits.mask()
             ));
         }
@@ -210,7 +210,7 @@ impl Queue {
         chain: Chain,
         counters: QueueCounters,
     ) -> Result<Queue, NfqError> {
-        check_config(cfg, chain.bypass_mark())?;
+        check_config(cfg, chain.stages().mask())?;
         let mut sock = Socket::open(cfg.rcvbuf, sndbuf_for(cfg), RECV_TIMEOUT_MS)?;
         let kernel_conntrack = sock.bind_queue(cfg.num, &cfg.params())?;
         let rcvbuf = sock.rcvbuf();
@@ -274,7 +274,7 @@ impl Queue {
     /// Packets held when the update is applied get their verdicts first (accept), so none
     /// is lost.
     pub fn update(&self, chain: Chain, cfg: &QueueConfig) -> Result<(), NfqError> {
-        check_config(cfg, chain.bypass_mark())?;
+        check_config(cfg, chain.stages().mask())?;
         *self.shared.update.lock().unwrap_or_else(|e| e.into_inner()) = Some((chain, cfg.clone()));
         self.shared.has_update.store(true, Ordering::Release);
         Ok(())
@@ -588,6 +588,7 @@ impl Worker {
         self.counters.batches.inc();
         let cx = Context {
             bypass_mark: self.chain.bypass_mark(),
+            stages: self.chain.stages(),
             ..Context::new(self.cfg.num, Instant::now())
         };
         self.pending.clear();

@@ -104,7 +104,8 @@ fn flows_are_new_then_established_with_replies_flagged() {
     let q = l.relay.run(move || {
         let mut chain = Chain::new(ChainSettings {
             malformed: Verdict::Accept,
-            bypass_mark: 0x4000_0000,
+            hook: relay_core::Hook::Forward,
+            stages: relay_core::StageMark::DEFAULT,
         });
         chain.push("record", Box::new(rec), Counter::new());
         let cfg = QueueConfig {

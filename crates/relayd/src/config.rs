@@ -70,7 +70,9 @@ pub struct DaemonConfig {
     pub socket: PathBuf,
     /// Prefix of relayd's iptables chains.
     pub chain_prefix: String,
-    /// Mark bit(s) that exempt a packet from relayd's rules (added to repeat verdicts).
+    /// The two mark bits in which packets relayd repeats or sends itself carry the stage of
+    /// the hook they were handled at, so that relayd's rules at hooks they have crossed skip
+    /// them (see [`relay_core::StageMark`]).
     pub bypass_mark: u32,
     /// Which iptables to drive: the system's default (`auto`) or `legacy`.
     pub iptables: IptablesFlavor,
@@ -470,7 +472,7 @@ fn check_daemon(cx: &mut Ctx<'_>, d: RawDaemon) -> DaemonConfig {
     let mut out = DaemonConfig {
         socket: d.socket.unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET)),
         chain_prefix: "RELAYD".into(),
-        bypass_mark: relay_control::RuleSet::DEFAULT_BYPASS_MARK,
+        bypass_mark: relay_core::StageMark::DEFAULT_MASK,
         iptables: d.iptables.unwrap_or(IptablesFlavor::Auto),
         ct_mark_bits: ct_bits_from_mask(DEFAULT_CT_MARK_BITS).expect("four bits"),
     };
@@ -492,11 +494,12 @@ fn check_daemon(cx: &mut Ctx<'_>, d: RawDaemon) -> DaemonConfig {
     }
     if let Some(m) = d.bypass_mark {
         match parse_u32(m.get_ref()) {
-            Some(v) if v != 0 => out.bypass_mark = v,
+            Some(v) if v.count_ones() == 2 => out.bypass_mark = v,
             _ => cx.err(
                 Some(m.span()),
                 "daemon.bypass_mark",
-                "must be a non-zero 32-bit mark, e.g. \"0x40000000\"",
+                "must be a 32-bit mask with exactly two bits set, e.g. \"0xc0000000\": relayd \
+                 keeps in them which hooks a packet it sent or repeated has crossed",
             ),
         }
     }
@@ -1584,7 +1587,7 @@ rate = 5
             "daemon.ct_mark_bits",
         );
         let e = errs(
-            "[daemon]\nbypass_mark = \"0x01000000\"\n[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"accept\"]\n",
+            "[daemon]\nbypass_mark = \"0x03000000\"\n[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"accept\"]\n",
         );
         assert_eq!(e[0].field, "daemon.ct_mark_bits", "{e:?}");
         // A delaying queue holds packets: its kernel queue is made long enough, or refused.

@@ -11,8 +11,8 @@ use crate::status::{KernelStatus, QueueStatus, ServiceStatus, Status};
 use anyhow::{Context as _, bail};
 use relay_control::Family;
 use relay_control::tc::Tc;
-use relay_core::CtMarkBits;
 use relay_core::{Chain, ChainSettings, Counter, CounterKind, Counters, QueueCounters};
+use relay_core::{CtMarkBits, StageMark};
 use relay_nfq::{Queue, QueueConfig};
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -81,10 +81,12 @@ fn queue_config(spec: &QueueSpec, num: u16, ct_bits: CtMarkBits) -> QueueConfig 
 
 impl CounterStore {
     /// The chain of `spec` for queue `num`, its services counting into this store.
-    pub(crate) fn chain(&mut self, spec: &QueueSpec, num: u16, bypass_mark: u32) -> Chain {
+    /// `stage_mask` is `daemon.bypass_mark`, checked to hold two bits.
+    pub(crate) fn chain(&mut self, spec: &QueueSpec, num: u16, stage_mask: u32) -> Chain {
         let mut chain = Chain::new(ChainSettings {
             malformed: spec.malformed,
-            bypass_mark,
+            hook: spec.hook,
+            stages: StageMark::from_mask(stage_mask).unwrap_or(StageMark::DEFAULT),
         });
         for (name, factory) in &spec.services {
             let (packets, counters) = self

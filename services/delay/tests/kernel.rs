@@ -30,7 +30,8 @@ fn start_delay_queue(l: &relay_testbed::Line3, cfg_text: &str) -> (Queue, Counte
     let q = l.relay.run(move || {
         let mut chain = Chain::new(ChainSettings {
             malformed: Verdict::Accept,
-            bypass_mark: 0x4000_0000,
+            hook: relay_core::Hook::Forward,
+            stages: relay_core::StageMark::DEFAULT,
         });
         chain.push("wan", service, Counter::new());
         Queue::start(&qcfg, chain, QueueCounters::default()).unwrap()
