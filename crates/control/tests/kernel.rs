@@ -289,9 +289,22 @@ fn remove_leaves_no_trace() {
         "{save}"
     );
 
+    // A PREROUTING queue may re-send packets from a socket: the kernel walks them through
+    // OUTPUT, where copies of the FORWARD queue rules see them.
+    assert!(
+        save.contains(
+            "-A RELAYD-OUTPUT -p tcp -m mark --mark 0x40000000/0xc0000000 -j NFQUEUE --queue-balance 4:7"
+        ),
+        "{save}"
+    );
+    assert!(
+        save.contains("-A RELAYD-PREROUTING -m mark ! --mark 0x0/0xc0000000 -j RETURN"),
+        "{save}"
+    );
+
     let report = rs.remove(&b).unwrap();
-    assert_eq!(report.chains.len(), 3);
-    assert_eq!(report.rules, 3);
+    assert_eq!(report.chains.len(), 4);
+    assert_eq!(report.rules, 4);
     let save = ns.save(Family::Ipv4);
     assert!(!save.contains("RELAYD"), "{save}");
     let mangle = ns.exec(&["iptables-save", "-t", "mangle"]);
