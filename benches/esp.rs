@@ -71,10 +71,10 @@ fn benches(c: &mut Criterion) {
         g.bench_function("seal", |b| {
             b.iter(|| {
                 seq += 1;
-                sa.seal(seq, false, black_box(&mut esp));
+                sa.seal(seq, false, black_box(&mut esp)).unwrap();
             })
         });
-        sa.seal(1, false, &mut esp);
+        sa.seal(1, false, &mut esp).unwrap();
         let sealed = esp.clone();
         g.bench_function("open", |b| {
             b.iter(|| {

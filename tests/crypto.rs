@@ -46,7 +46,8 @@ fn side_b(cipher: &str, out: (u32, &str), ins: &[(u32, &str)], tunnel: Option<()
 }
 
 /// One relay's configuration: encrypt what goes from site `home` to site `to`, decrypt
-/// ESP arriving for it. `tunnel` = (this relay, the peer) selects tunnel mode.
+/// ESP arriving for it. `tunnel` = (this relay, the peer) selects tunnel mode, in which
+/// the decrypting SAs accept only the peer as outer source.
 fn relay_config(
     cipher: &str,
     (out_spi, out_key): (u32, &str),
@@ -55,11 +56,15 @@ fn relay_config(
     home: &str,
     tunnel: Option<(&str, &str)>,
 ) -> String {
+    let sa_mode = match tunnel {
+        Some((_, remote)) => format!("mode = \"tunnel\"\npeer = \"{remote}\"\n"),
+        None => String::new(),
+    };
     let sas: String = ins
         .iter()
         .map(|(spi, key)| {
             format!(
-                "[[service.dec.sa]]\nspi = {spi}\ncipher = \"{cipher}\"\nkey_file = \"{key}\"\n"
+                "[[service.dec.sa]]\nspi = {spi}\ncipher = \"{cipher}\"\nkey_file = \"{key}\"\n{sa_mode}"
             )
         })
         .collect();
@@ -288,6 +293,34 @@ fn esp_tunnel_mode_hides_the_inner_addresses() {
         outer >= encrypted && encrypted > 1000,
         "outer {outer}, encrypted {encrypted}"
     );
+    // ESP for B's SA, with a valid ICV, but from host A rather than relay A: B drops it
+    // before any cryptographic work.
+    let key = relay_svc_crypto::load_key(std::path::Path::new(&a2b), Cipher::Aes256Gcm).unwrap();
+    let sa = SaCrypto::new(Cipher::Aes256Gcm, &key);
+    let mut p = vec![
+        0x45, 0, 0, 0, 0, 9, 0, 0, 64, 50, 0, 0, 10, 0, 1, 1, 10, 0, 2, 2,
+    ];
+    let mut esp = vec![0u8; 8 + 8 + 12 + 16];
+    esp[..4].copy_from_slice(&0x1001u32.to_be_bytes());
+    esp[4..8].copy_from_slice(&1_000_000u32.to_be_bytes());
+    esp[27] = 4;
+    sa.seal(1_000_000, false, &mut esp).unwrap();
+    p.extend_from_slice(&esp);
+    send_raw(&l.src, vec![p]);
+    assert!(
+        wait_for(
+            Duration::from_secs(5),
+            || b.counters("dec")["dropped_unknown_peer"] == 1
+        ),
+        "{:?}",
+        b.counters("dec")
+    );
+    let bc = b.counters("dec");
+    assert_eq!(
+        bc["dropped_auth_failed"] + bc["dropped_malformed"],
+        0,
+        "{bc:?}"
+    );
 }
 
 /// Waits (up to 2 s: the last packets may still be on the wire) until B has decrypted
@@ -493,7 +526,7 @@ fn tampered_and_replayed_esp_is_dropped_and_counted() {
         esp[16..26].copy_from_slice(b"0123456789");
         esp[26] = 0; // pad length
         esp[27] = 17;
-        sa.seal(seq as u64, false, &mut esp);
+        sa.seal(seq as u64, false, &mut esp).unwrap();
         if tamper {
             esp[20] ^= 1;
         }

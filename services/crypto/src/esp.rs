@@ -15,6 +15,7 @@
 //! ([`relay_inject::Resender`]) and drop the queued original.
 
 use crate::keys::{Cipher, ICV_LEN, load_key};
+use crate::peer::Peer;
 use crate::sa::SaCrypto;
 use crate::state::{Registry, SaId};
 use crate::window::{Replay, ReplayWindow};
@@ -93,6 +94,16 @@ pub struct SaConfig {
     /// Extended sequence numbers, as the sender's SA.
     #[serde(default)]
     pub esn: bool,
+    /// transport (default) or tunnel, as the sender's SA: a packet of the other mode is
+    /// dropped, so that a transport SA never decapsulates.
+    #[serde(default = "transport")]
+    pub mode: EspMode,
+    /// The outer source addresses this SA accepts, an address or a prefix: ESP from
+    /// anywhere else is dropped (`dropped_unknown_peer`) before any cryptographic work.
+    /// Required in tunnel mode (the peer relay's `local`); in transport mode, optional
+    /// (the sending site's prefix).
+    #[serde(default)]
+    pub peer: Option<Peer>,
 }
 
 /// `[service.NAME]` with `kind = "decrypt"`.
@@ -402,7 +413,16 @@ impl Service for Encrypt {
         }
         d[trailer + pad] = pad as u8;
         d[trailer + pad + 1] = next;
-        self.sa.crypto.seal(seq, self.sa.esn, &mut d[esp_at..total]);
+        if self
+            .sa
+            .crypto
+            .seal(seq, self.sa.esn, &mut d[esp_at..total])
+            .is_err()
+        {
+            // Cannot happen (the lengths are the suite's); never send what is not sealed.
+            self.dropped_unfit.inc();
+            return Action::Drop;
+        }
         match self.wrap {
             Wrap::Transport => fix_ip_header(d, l.version, total, proto::ESP),
             Wrap::Tunnel { local, remote } => {
@@ -445,8 +465,17 @@ fn write_outer(d: &mut [u8], local: IpAddr, remote: IpAddr, tos: u8, df: bool, i
     }
 }
 
+/// An inbound SA as one `decrypt` service configures it: the shared state, and what this
+/// configuration says about the SA's mode and peer (not part of the state kept across
+/// reloads, so that a reload may change them).
+struct InboundSa {
+    state: Arc<Inbound>,
+    mode: EspMode,
+    peer: Option<Peer>,
+}
+
 struct DecryptFactory {
-    sas: Arc<Vec<Arc<Inbound>>>,
+    sas: Arc<Vec<InboundSa>>,
 }
 
 impl ServiceConfig for DecryptConfig {
@@ -462,11 +491,18 @@ impl ServiceConfig for DecryptConfig {
         if self.sa.is_empty() {
             return Err("no [[service.NAME.sa]]: decrypt needs at least one SA".into());
         }
-        let mut sas: Vec<Arc<Inbound>> = Vec::new();
+        let mut sas: Vec<InboundSa> = Vec::new();
         for s in &self.sa {
             check_spi(s.spi)?;
-            if sas.iter().any(|x| x.spi == s.spi) {
+            if sas.iter().any(|x| x.state.spi == s.spi) {
                 return Err(format!("spi = {:#x} appears twice", s.spi));
+            }
+            if s.mode == EspMode::Tunnel && s.peer.is_none() {
+                return Err(format!(
+                    "the SA with spi = {:#x} is in mode = \"tunnel\" and needs peer: the \
+                     peer relay's address (its encrypt's local), the only outer source accepted",
+                    s.spi
+                ));
             }
             let key = load_key(&s.key_file, s.cipher)?;
             let id = SaId::new(s.spi, s.cipher, s.esn, &key);
@@ -482,7 +518,11 @@ impl ServiceConfig for DecryptConfig {
                 *w = w.resized(self.replay_window);
             }
             drop(w);
-            sas.push(sa);
+            sas.push(InboundSa {
+                state: sa,
+                mode: s.mode,
+                peer: s.peer,
+            });
         }
         Ok(Arc::new(DecryptFactory { sas: Arc::new(sas) }))
     }
@@ -506,6 +546,8 @@ impl ServiceFactory for DecryptFactory {
             decrypted: c("decrypted"),
             passed: c("passed_not_esp"),
             dropped_unknown_spi: c("dropped_unknown_spi"),
+            dropped_unknown_peer: c("dropped_unknown_peer"),
+            dropped_wrong_mode: c("dropped_wrong_mode"),
             dropped_replayed: c("dropped_replayed"),
             dropped_too_old: c("dropped_too_old"),
             dropped_auth: c("dropped_auth_failed"),
@@ -517,12 +559,16 @@ impl ServiceFactory for DecryptFactory {
 }
 
 struct Decrypt {
-    sas: Arc<Vec<Arc<Inbound>>>,
+    sas: Arc<Vec<InboundSa>>,
     /// Sends inner packets whose family differs from the hook's.
     resend: Resender,
     decrypted: Counter,
     passed: Counter,
     dropped_unknown_spi: Counter,
+    /// The outer source is not the SA's peer.
+    dropped_unknown_peer: Counter,
+    /// A tunnel packet on a transport SA, or the reverse.
+    dropped_wrong_mode: Counter,
     dropped_replayed: Counter,
     dropped_too_old: Counter,
     dropped_auth: Counter,
@@ -574,12 +620,58 @@ fn is_whole_packet(inner: &[u8], next: u8) -> bool {
     }
 }
 
+/// The outer source address of an IP packet whose layout parsed (so its header is whole).
+fn source(d: &[u8], version: IpVersion) -> Option<IpAddr> {
+    match version {
+        IpVersion::V4 => {
+            let a: [u8; 4] = d.get(12..16)?.try_into().ok()?;
+            Some(IpAddr::from(a))
+        }
+        IpVersion::V6 => {
+            let a: [u8; 16] = d.get(8..24)?.try_into().ok()?;
+            Some(IpAddr::from(a))
+        }
+    }
+}
+
+/// Why the length of an ESP packet (SPI to ICV, `len` bytes) cannot be one of `cipher`'s,
+/// or `None` if it can: room for SPI, sequence number, IV and ICV, and a body of whole
+/// blocks with room for the trailer (pad length and next header).
+fn bad_length(cipher: Cipher, len: usize) -> Option<&'static str> {
+    let Some(body) = len.checked_sub(8 + cipher.iv_len() + ICV_LEN) else {
+        return Some("shorter than ESP header, IV and ICV");
+    };
+    if body < 2 {
+        return Some("no room for the ESP trailer");
+    }
+    if !body.is_multiple_of(cipher.block()) {
+        return Some("body not a whole number of cipher blocks");
+    }
+    None
+}
+
+/// The ESP trailer of a decrypted `body`: the length of the payload before the padding and
+/// the next header, or `None` if the pad length does not fit the body or the padding is
+/// not 1, 2, 3, ... (RFC 4303 2.4).
+fn trailer(body: &[u8]) -> Option<(usize, u8)> {
+    let [rest @ .., pad, next] = body else {
+        return None;
+    };
+    let plain = rest.len().checked_sub(*pad as usize)?;
+    let padding = rest.get(plain..)?;
+    padding
+        .iter()
+        .enumerate()
+        .all(|(k, &b)| b == (k as u8).wrapping_add(1))
+        .then_some((plain, *next))
+}
+
 impl Service for Decrypt {
     fn process(&mut self, pkt: &mut Packet, cx: &Context) -> Action {
         let Ok(l) = pkt.layout() else {
-            return Action::Drop;
+            return self.drop(|d| &d.dropped_malformed, "not an IP packet", 0, cx);
         };
-        let direct = l.version == IpVersion::V4 || pkt.data()[6] == proto::ESP;
+        let direct = l.version == IpVersion::V4 || pkt.data().get(6) == Some(&proto::ESP);
         if l.proto != proto::ESP || !direct {
             self.passed.inc();
             return Action::Continue;
@@ -587,20 +679,40 @@ impl Service for Decrypt {
         let Some(off) = l.l4.filter(|_| !l.fragment && !pkt.is_partial()) else {
             return self.drop(|d| &d.dropped_malformed, "fragment or partial copy", 0, cx);
         };
-        let esp = &pkt.data()[off..l.len];
-        if esp.len() < 8 {
+        let d = pkt.data();
+        let Some(esp) = d.get(off..l.len).filter(|e| e.len() >= 8) else {
             return self.drop(
                 |d| &d.dropped_malformed,
                 "shorter than an ESP header",
                 0,
                 cx,
             );
-        }
+        };
         let spi = u32::from_be_bytes([esp[0], esp[1], esp[2], esp[3]]);
         let low = u32::from_be_bytes([esp[4], esp[5], esp[6], esp[7]]);
-        let Some(sa) = self.sas.iter().find(|s| s.spi == spi).cloned() else {
+        let esp_len = esp.len();
+        let Some(i) = self.sas.iter().position(|s| s.state.spi == spi) else {
             return self.drop(|d| &d.dropped_unknown_spi, "unknown SPI", spi, cx);
         };
+        let (sa, mode, peer) = {
+            let s = &self.sas[i];
+            (s.state.clone(), s.mode, s.peer)
+        };
+        // Only the SA's peer may use it: checked before any cryptographic work.
+        if let Some(peer) = peer
+            && !source(d, l.version).is_some_and(|a| peer.contains(a))
+        {
+            return self.drop(
+                |d| &d.dropped_unknown_peer,
+                "outer source is not the SA's peer",
+                spi,
+                cx,
+            );
+        }
+        let cipher = sa.crypto.cipher();
+        if let Some(why) = bad_length(cipher, esp_len) {
+            return self.drop(|d| &d.dropped_malformed, why, spi, cx);
+        }
         // RFC 4303 3.4.3: a cheap replay check first, the ICV next, the window last.
         let seq = {
             let w = sa.window.lock().unwrap_or_else(|e| e.into_inner());
@@ -611,9 +723,13 @@ impl Service for Decrypt {
             }
             seq
         };
-        let hdr = 8 + sa.crypto.cipher().iv_len();
+        let hdr = 8 + cipher.iv_len();
         let hi = sa.esn.then_some((seq >> 32) as u32);
-        if sa.crypto.open(hi, &mut pkt.data_mut()[off..l.len]).is_err() {
+        let opened = match pkt.data_mut().get_mut(off..l.len) {
+            Some(esp) => sa.crypto.open(hi, esp).is_ok(),
+            None => false,
+        };
+        if !opened {
             return self.drop(|d| &d.dropped_auth, "integrity check failed", spi, cx);
         }
         {
@@ -625,22 +741,27 @@ impl Service for Decrypt {
             }
             w.update(seq);
         }
-        let d = pkt.data();
-        let body = &d[off + hdr..l.len - ICV_LEN];
-        let (pad, next) = (body[body.len() - 2] as usize, body[body.len() - 1]);
-        let valid_pad = pad + 2 <= body.len()
-            && body[body.len() - 2 - pad..body.len() - 2]
-                .iter()
-                .enumerate()
-                .all(|(k, &b)| b == k as u8 + 1);
-        if !valid_pad {
+        // The lengths were checked above; `get` keeps a mistake from becoming a panic.
+        let body = pkt
+            .data()
+            .get(off + hdr..l.len.saturating_sub(ICV_LEN))
+            .unwrap_or_default();
+        let Some((plain, next)) = trailer(body) else {
             return self.drop(|d| &d.dropped_malformed, "bad padding", spi, cx);
+        };
+        let tunnel = matches!(next, proto::IPV4 | proto::IPV6);
+        if next != proto::NO_NEXT_HEADER && tunnel != (mode == EspMode::Tunnel) {
+            let why = if tunnel {
+                "a tunnel-mode packet on a transport SA (set mode = \"tunnel\" and peer)"
+            } else {
+                "a transport-mode packet on a tunnel SA"
+            };
+            return self.drop(|d| &d.dropped_wrong_mode, why, spi, cx);
         }
-        let plain = body.len() - 2 - pad;
         match next {
             proto::IPV4 | proto::IPV6 => {
                 // Tunnel mode: the inner packet replaces the whole packet.
-                if !is_whole_packet(&body[..plain], next) {
+                if !body.get(..plain).is_some_and(|b| is_whole_packet(b, next)) {
                     return self.drop(|d| &d.dropped_malformed, "bad inner packet", spi, cx);
                 }
                 pkt.remove(0, off + hdr);

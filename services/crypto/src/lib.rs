@@ -6,13 +6,15 @@
 
 mod esp;
 mod keys;
+mod peer;
 mod sa;
 mod state;
 mod window;
 
 pub use esp::{DecryptConfig, EncryptConfig, EspMode, SaConfig};
 pub use keys::{Cipher, ICV_LEN, keygen, load_key};
-pub use sa::{AuthFailed, SaCrypto};
+pub use peer::Peer;
+pub use sa::{AuthFailed, BadLength, SaCrypto};
 pub use window::{Replay, ReplayWindow};
 
 #[cfg(test)]
@@ -70,6 +72,8 @@ mod tests {
                 cipher,
                 key_file,
                 esn,
+                mode: EspMode::Transport,
+                peer: None,
             }],
         }
     }
@@ -79,7 +83,10 @@ mod tests {
         e: EncryptConfig,
         esn: bool,
     ) -> (Box<dyn Service>, Box<dyn Service>, Counters, Counters) {
-        let d = dec_config(e.cipher, e.key_file.clone(), esn);
+        let mut d = dec_config(e.cipher, e.key_file.clone(), esn);
+        // The receiving SA knows the sender's mode, and in tunnel mode its address.
+        d.sa[0].mode = e.mode;
+        d.sa[0].peer = e.local.map(|a| a.to_string().parse().unwrap());
         let (ec, dc) = (Counters::new(), Counters::new());
         (
             e.into_factory("e").unwrap().build(&ec),
@@ -344,6 +351,184 @@ mod tests {
                 assert_eq!(count(&dc, "decrypted"), 4);
                 assert_eq!(count(&ec, "dropped_seq_exhausted"), 6);
             }
+        }
+    }
+
+    /// An IPv4 ESP packet from 10.0.1.1 to 10.0.2.2 for SPI 0x1001 and `seq`, whose
+    /// encrypted body is `body` exactly (no padding added), sealed with the SA's real key:
+    /// its ICV verifies whatever the body holds.
+    fn forged(sa: &SaCrypto, seq: u32, body: &[u8]) -> Vec<u8> {
+        let c = sa.cipher();
+        let mut p = vec![
+            0x45, 0, 0, 0, 0, 9, 0, 0, 64, 50, 0, 0, 10, 0, 1, 1, 10, 0, 2, 2,
+        ];
+        let mut esp = vec![0u8; 8 + c.iv_len() + body.len() + ICV_LEN];
+        esp[..4].copy_from_slice(&0x1001u32.to_be_bytes());
+        esp[4..8].copy_from_slice(&seq.to_be_bytes());
+        esp[8 + c.iv_len()..8 + c.iv_len() + body.len()].copy_from_slice(body);
+        sa.seal_unchecked(seq as u64, false, &mut esp);
+        p.extend_from_slice(&esp);
+        let len = p.len() as u16;
+        p[2..4].copy_from_slice(&len.to_be_bytes());
+        Ipv4Packet::new_unchecked(&mut p[..]).fill_checksum();
+        p
+    }
+
+    #[test]
+    fn authenticated_but_malformed_bodies_are_dropped_and_counted() {
+        for (name, cipher) in Cipher::ALL {
+            let k = key_file(&format!("malformed-{name}"), cipher);
+            let sa = SaCrypto::new(cipher, &load_key(&k, cipher).unwrap());
+            let (_, mut dec, _, dc) = pair_with(enc_config(cipher, k), false);
+            let b = cipher.block();
+            // A body too large for its pad length: pad length 200 in a one-block body.
+            let mut big_pad = vec![0u8; b];
+            big_pad[b - 2] = 200;
+            big_pad[b - 1] = 17;
+            let mut cases: Vec<(&str, Vec<u8>)> = vec![
+                ("empty body", vec![]),
+                ("one byte", vec![17]),
+                ("pad length beyond the body", big_pad),
+                ("one byte short of a block", vec![0; b - 1]),
+            ];
+            if !cipher.is_gcm() {
+                cases.push(("CBC body of 20 bytes", vec![0; 20]));
+            }
+            let mut seq = 0;
+            for (what, body) in &cases {
+                seq += 1;
+                let before = count(&dc, "dropped_malformed");
+                let mut p = Packet::from_bytes(&forged(&sa, seq, body));
+                assert_eq!(dec.process(&mut p, &cx()), Action::Drop, "{name}: {what}");
+                assert_eq!(
+                    count(&dc, "dropped_malformed"),
+                    before + 1,
+                    "{name}: {what} counted as malformed"
+                );
+            }
+            assert_eq!(count(&dc, "dropped_auth_failed"), 0, "{name}");
+            assert_eq!(count(&dc, "decrypted"), 0, "{name}");
+            // A well-formed body sealed the same way (all padding, next header 17) passes:
+            // the forging itself is right.
+            let mut ok = vec![0u8; b];
+            for (i, x) in ok[..b - 2].iter_mut().enumerate() {
+                *x = i as u8 + 1;
+            }
+            ok[b - 2] = (b - 2) as u8;
+            ok[b - 1] = 17;
+            let mut p = Packet::from_bytes(&forged(&sa, 100, &ok));
+            assert_eq!(dec.process(&mut p, &cx()), Action::Continue, "{name}");
+            assert_eq!(p.len(), 20, "{name}: nothing but the IP header left");
+        }
+    }
+
+    #[test]
+    fn only_the_sa_peer_may_use_it_and_modes_do_not_mix() {
+        let cipher = Cipher::Aes128CbcHmac;
+        let k = key_file("peer", cipher);
+        let tunnel = EncryptConfig {
+            mode: EspMode::Tunnel,
+            local: Some("192.0.2.1".parse().unwrap()),
+            remote: Some("192.0.2.2".parse().unwrap()),
+            ..enc_config(cipher, k.clone())
+        };
+        let (mut enc, mut dec, _, dc) = pair_with(tunnel, false);
+        let mut p = Packet::from_bytes(&udp_packet(100));
+        assert_eq!(enc.process(&mut p, &cx()), Action::Continue);
+        let good = p.data().to_vec();
+        // The same packet from another source: dropped before the ICV is even computed,
+        // so a corrupt ICV makes no difference, and the window does not move.
+        let mut stranger = good.clone();
+        stranger[12..16].copy_from_slice(&[203, 0, 113, 9]);
+        let last = stranger.len() - 1;
+        stranger[last] ^= 1;
+        Ipv4Packet::new_unchecked(&mut stranger[..]).fill_checksum();
+        assert_eq!(
+            dec.process(&mut Packet::from_bytes(&stranger), &cx()),
+            Action::Drop
+        );
+        assert_eq!(count(&dc, "dropped_unknown_peer"), 1);
+        assert_eq!(
+            count(&dc, "dropped_auth_failed"),
+            0,
+            "no ICV work for strangers"
+        );
+        let mut q = Packet::from_bytes(&good);
+        assert_eq!(dec.process(&mut q, &cx()), Action::Continue);
+        assert_eq!(q.data(), &udp_packet(100)[..]);
+
+        // A tunnel SA needs its peer.
+        let mut no_peer = dec_config(cipher, k.clone(), false);
+        no_peer.sa[0].mode = EspMode::Tunnel;
+        let e = no_peer.into_factory("d").err().unwrap();
+        assert!(e.contains("needs peer"), "{e}");
+
+        // A transport SA does not decapsulate a tunnel packet, even an authentic one
+        // from its peer; a tunnel SA does not take a transport packet.
+        let k2 = key_file("mode", cipher);
+        let (mut enc_t, _, _, _) = pair_with(
+            EncryptConfig {
+                mode: EspMode::Tunnel,
+                local: Some("10.0.1.1".parse().unwrap()),
+                remote: Some("10.0.2.2".parse().unwrap()),
+                ..enc_config(cipher, k2.clone())
+            },
+            false,
+        );
+        let mut transport_sa = dec_config(cipher, k2.clone(), false);
+        transport_sa.sa[0].peer = Some("10.0.1.0/24".parse().unwrap());
+        let dc2 = Counters::new();
+        let mut dec_t = transport_sa.into_factory("d").unwrap().build(&dc2);
+        let mut p = Packet::from_bytes(&udp_packet(10));
+        assert_eq!(enc_t.process(&mut p, &cx()), Action::Continue);
+        assert_eq!(dec_t.process(&mut p, &cx()), Action::Drop);
+        assert_eq!(count(&dc2, "dropped_wrong_mode"), 1);
+        assert_eq!(
+            count(&dc2, "dropped_unknown_peer"),
+            0,
+            "10.0.1.1 is in 10.0.1.0/24"
+        );
+
+        let k3 = key_file("mode3", cipher);
+        let (mut enc_p, _, _, _) = pair_with(enc_config(cipher, k3.clone()), false);
+        let mut tunnel_sa = dec_config(cipher, k3, false);
+        tunnel_sa.sa[0].mode = EspMode::Tunnel;
+        tunnel_sa.sa[0].peer = Some("10.0.1.1".parse().unwrap());
+        let dc3 = Counters::new();
+        let mut dec_p = tunnel_sa.into_factory("d").unwrap().build(&dc3);
+        let mut p = Packet::from_bytes(&udp_packet(10));
+        assert_eq!(enc_p.process(&mut p, &cx()), Action::Continue);
+        assert_eq!(dec_p.process(&mut p, &cx()), Action::Drop);
+        assert_eq!(count(&dc3, "dropped_wrong_mode"), 1);
+
+        // In configuration: an address or a prefix.
+        let cfg: DecryptConfig = toml::from_str(&format!(
+            "[[sa]]\nspi = 4097\ncipher = \"aes-128-cbc-hmac-sha256\"\nkey_file = \"{}\"\n\
+             mode = \"tunnel\"\npeer = \"2001:db8::1\"",
+            k.display()
+        ))
+        .unwrap();
+        assert!(cfg.into_factory("d").is_ok());
+        let bad: Result<DecryptConfig, _> = toml::from_str(&format!(
+            "[[sa]]\nspi = 4097\ncipher = \"aes-128-gcm\"\nkey_file = \"{}\"\npeer = \"b\"",
+            k.display()
+        ));
+        assert!(bad.unwrap_err().to_string().contains("not an address"));
+    }
+
+    #[test]
+    fn seal_refuses_what_cannot_be_an_esp_packet() {
+        for (name, cipher) in Cipher::ALL {
+            let sa = SaCrypto::new(cipher, &vec![7u8; cipher.key_len()]);
+            let min = 8 + cipher.iv_len() + ICV_LEN;
+            for len in [0, min - 1, min + 1, min + cipher.block() + 1] {
+                let mut b = vec![0u8; len];
+                assert_eq!(sa.seal(1, false, &mut b), Err(BadLength), "{name} {len}");
+                assert!(b.iter().all(|&x| x == 0), "{name}: left as it was");
+            }
+            let mut b = vec![0u8; min + cipher.block()];
+            assert_eq!(sa.seal(1, false, &mut b), Ok(()));
+            assert_eq!(sa.open(None, &mut b), Ok(()));
         }
     }
 

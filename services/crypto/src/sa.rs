@@ -44,6 +44,12 @@ impl std::fmt::Debug for SaCrypto {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AuthFailed;
 
+/// [`SaCrypto::seal`] was given a buffer that cannot be an ESP packet of its suite: shorter
+/// than SPI, sequence number, IV and ICV, or whose body is not a whole number of cipher
+/// blocks (CBC would leave the tail in clear).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BadLength;
+
 impl SaCrypto {
     /// Keys the SA from a key of `cipher.key_len()` bytes (checked by the caller).
     pub fn new(cipher: Cipher, key: &[u8]) -> SaCrypto {
@@ -89,8 +95,26 @@ impl SaCrypto {
     /// Encrypts `esp[8 + iv ..len - ICV]` in place (already padded), writes the IV after
     /// the SPI and sequence number, and the ICV at the end. `esp` starts at the SPI.
     /// With extended sequence numbers (`esn`), the high 32 bits of `seq`, which are not
-    /// sent, are covered by the ICV (RFC 4303 2.2.1, RFC 4106 5).
-    pub fn seal(&self, seq: u64, esn: bool, esp: &mut [u8]) {
+    /// sent, are covered by the ICV (RFC 4303 2.2.1, RFC 4106 5). A buffer that cannot be
+    /// such a packet ([`BadLength`]) is left as it is.
+    pub fn seal(&self, seq: u64, esn: bool, esp: &mut [u8]) -> Result<(), BadLength> {
+        if !self.body_fits(esp.len()) {
+            return Err(BadLength);
+        }
+        self.seal_unchecked(seq, esn, esp);
+        Ok(())
+    }
+
+    /// Whether an ESP packet of `len` bytes (SPI to ICV) has room for the header, IV and
+    /// ICV, and a body of whole cipher blocks (possibly none).
+    fn body_fits(&self, len: usize) -> bool {
+        len.checked_sub(8 + self.cipher.iv_len() + ICV_LEN)
+            .is_some_and(|body| body.is_multiple_of(self.cipher.block()))
+    }
+
+    /// [`seal`](Self::seal) without its length checks, for tests that forge malformed
+    /// packets with a valid ICV (the caller guarantees room for header, IV and ICV).
+    pub(crate) fn seal_unchecked(&self, seq: u64, esn: bool, esp: &mut [u8]) {
         let hi = esn.then_some((seq >> 32) as u32);
         let iv_len = self.cipher.iv_len();
         let (head, rest) = esp.split_at_mut(8 + iv_len);
@@ -112,9 +136,7 @@ impl SaCrypto {
     /// sequence number (`None` without ESN).
     pub fn open(&self, seq_hi: Option<u32>, esp: &mut [u8]) -> Result<(), AuthFailed> {
         let iv_len = self.cipher.iv_len();
-        if esp.len() < 8 + iv_len + ICV_LEN
-            || !(esp.len() - 8 - iv_len - ICV_LEN).is_multiple_of(self.cipher.block())
-        {
+        if !self.body_fits(esp.len()) {
             return Err(AuthFailed);
         }
         let (head, rest) = esp.split_at_mut(8 + iv_len);
@@ -322,7 +344,7 @@ mod tests {
                 *b = i as u8;
             }
             let plain = esp.clone();
-            sa.seal(7, false, &mut esp);
+            sa.seal(7, false, &mut esp).unwrap();
             assert_ne!(esp[8 + c.iv_len()..], plain[8 + c.iv_len()..], "{c:?}");
             let mut ok = esp.clone();
             sa.open(None, &mut ok).unwrap();
@@ -342,7 +364,7 @@ mod tests {
             }
             // With ESN the unsent high half is authenticated: the wrong one fails.
             let mut e = plain.clone();
-            sa.seal((5 << 32) | 7, true, &mut e);
+            sa.seal((5 << 32) | 7, true, &mut e).unwrap();
             assert_eq!(sa.open(Some(4), &mut e.clone()), Err(AuthFailed), "{c:?}");
             assert_eq!(sa.open(None, &mut e.clone()), Err(AuthFailed), "{c:?}");
             sa.open(Some(5), &mut e).unwrap();
