@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::ProxyError;
+use crate::{DestRule, ProxyError};
 
 /// How the proxy connects to the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -162,11 +162,20 @@ impl std::fmt::Debug for Socks5User {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Socks5Config {
-    /// Where the listener binds.
+    /// Where the listener binds: loopback (`127.0.0.1:1080`) unless given, so that a
+    /// listener nobody configured for the network is not an open proxy.
     pub listen: SocketAddr,
     /// With users, clients must authenticate with RFC 1929 user/password and "no
     /// authentication" is refused; without, only "no authentication" is offered.
     pub users: Vec<Socks5User>,
+    /// Destinations clients may CONNECT to. Empty: any destination that is not special
+    /// (loopback, link-local, unspecified, multicast, broadcast) nor the relay's own
+    /// address. Not empty: only destinations an entry matches; an entry lying wholly
+    /// inside a special range (`127.0.0.1:8080`), or naming one of the relay's
+    /// addresses exactly, re-allows it. See [`DestRule`] for the grammar.
+    pub allow: Vec<DestRule>,
+    /// Destinations refused whatever `allow` says (evaluated first).
+    pub deny: Vec<DestRule>,
     /// Upstream, relay and limits.
     #[serde(flatten)]
     pub options: ProxyOptions,
@@ -175,8 +184,10 @@ pub struct Socks5Config {
 impl Default for Socks5Config {
     fn default() -> Self {
         Socks5Config {
-            listen: SocketAddr::from(([0, 0, 0, 0], 1080)),
+            listen: SocketAddr::from(([127, 0, 0, 1], 1080)),
             users: Vec::new(),
+            allow: Vec::new(),
+            deny: Vec::new(),
             options: ProxyOptions::default(),
         }
     }
@@ -217,9 +228,25 @@ mod tests {
         assert_eq!(c.options.relay, RelayMode::Splice);
         assert!(c.check().is_ok());
         assert!(!format!("{:?}", c.users[0]).contains("\"p\""));
+        assert!(c.allow.is_empty() && c.deny.is_empty());
+        let c: Socks5Config = serde_json::from_str(
+            r#"{"allow":["127.0.0.1:8080","10.0.0.0/8"],"deny":["[2001:db8::]/32:80-90"]}"#,
+        )
+        .unwrap();
+        assert_eq!(c.allow.len(), 2);
+        assert!(c.deny[0].matches("[2001:db8::5]:85".parse().unwrap()));
+        assert!(serde_json::from_str::<Socks5Config>(r#"{"allow":["10.0.0.1/8"]}"#).is_err());
         let t: TransparentConfig = serde_json::from_str(r#"{"transparent_source":true}"#).unwrap();
         assert_eq!(t.listen.port(), 9040);
         assert!(t.transparent_source);
+    }
+
+    #[test]
+    fn socks5_listens_on_loopback_by_default() {
+        let c: Socks5Config = serde_json::from_str("{}").unwrap();
+        assert_eq!(c.listen, SocketAddr::from(([127, 0, 0, 1], 1080)));
+        assert_eq!(Socks5Config::default().listen, c.listen);
+        assert!(c.listen.ip().is_loopback());
     }
 
     #[test]

@@ -27,6 +27,10 @@ pub enum ProxyError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The addresses of the local interfaces could not be read (`getifaddrs`), so the
+    /// SOCKS5 destination policy could not tell the relay's own addresses.
+    #[error("reading the local interface addresses: {0}")]
+    LocalAddresses(#[source] std::io::Error),
     /// A tool (`ip`, `iptables-restore`) could not be started.
     #[error("running `{command}`: {source}")]
     Spawn {

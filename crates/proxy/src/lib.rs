@@ -24,6 +24,7 @@
 
 mod config;
 mod error;
+mod policy;
 mod relay;
 mod server;
 mod sock;
@@ -34,6 +35,7 @@ mod transparent;
 
 pub use config::{ProxyOptions, RelayMode, Socks5Config, Socks5User, TransparentConfig, Upstream};
 pub use error::ProxyError;
+pub use policy::DestRule;
 pub use server::ProxyHandle;
 pub use sock::raise_fd_limit;
 pub use socks5::Socks5Proxy;

@@ -11,6 +11,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 use crate::config::ProxyOptions;
+use crate::policy::DestPolicy;
 use crate::relay::{RelayParams, flag_set};
 use crate::sock::rst_on_close;
 use crate::stats::{Stats, StatsSnapshot};
@@ -66,6 +67,9 @@ pub struct ProxyHandle {
     abort: watch::Sender<bool>,
     task: Option<JoinHandle<()>>,
     drain_timeout: Duration,
+    /// The SOCKS5 destination policy, whose snapshot of local addresses
+    /// [`ProxyHandle::refresh_local_addresses`] renews.
+    pub(crate) policy: Option<Arc<DestPolicy>>,
 }
 
 impl ProxyHandle {
@@ -82,6 +86,16 @@ impl ProxyHandle {
     /// The live counters, for a status task that outlives this handle's borrow.
     pub fn stats_handle(&self) -> Arc<Stats> {
         Arc::clone(&self.stats)
+    }
+
+    /// Reads the relay's interface addresses again for the SOCKS5 destination policy
+    /// (which refuses them unless allowed); the daemon calls it on reload. Returns how
+    /// many addresses there are; `Ok(0)` for a listener without a policy (transparent).
+    pub fn refresh_local_addresses(&self) -> std::io::Result<usize> {
+        match &self.policy {
+            Some(p) => p.refresh(),
+            None => Ok(0),
+        }
     }
 
     /// Graceful drain with the configured `drain_timeout_secs`; see
@@ -174,6 +188,7 @@ where
         abort: abort_tx,
         task: Some(task),
         drain_timeout,
+        policy: None,
     })
 }
 

@@ -1,5 +1,6 @@
 //! SOCKS5 (RFC 1928) CONNECT with optional user/password authentication (RFC 1929), for
-//! clients configured with a proxy. BIND and UDP ASSOCIATE are refused with reply 7.
+//! clients configured with a proxy. BIND and UDP ASSOCIATE are refused with reply 7; a
+//! destination the listener's policy ([`crate::policy`]) refuses gets reply 2.
 //!
 //! The handshake is generic over the stream so the unit tests below run whole exchanges
 //! in memory; the listener then relays the connection with the same core as the
@@ -15,6 +16,7 @@ use tokio::net::TcpStream;
 
 use crate::ProxyError;
 use crate::config::{Socks5Config, Socks5User};
+use crate::policy::{DestPolicy, LogLimit, Refusal};
 use crate::relay::relay;
 use crate::server::{self, ConnCtx, ProxyHandle};
 use crate::sock;
@@ -43,6 +45,8 @@ mod wire {
 pub(crate) enum Reply {
     Succeeded = 0,
     GeneralFailure = 1,
+    /// "Connection not allowed by ruleset": the destination policy refused it.
+    NotAllowed = 2,
     NetworkUnreachable = 3,
     HostUnreachable = 4,
     ConnectionRefused = 5,
@@ -233,19 +237,31 @@ where
 pub struct Socks5Proxy {
     cfg: Socks5Config,
     listener: tokio::net::TcpListener,
+    policy: Arc<DestPolicy>,
 }
 
 impl Socks5Proxy {
-    /// Checks the configuration and binds the listener in the calling thread's network
+    /// Checks the configuration, reads the relay's interface addresses for the
+    /// destination policy and binds the listener, all in the calling thread's network
     /// namespace. Must run inside a tokio runtime.
     pub fn bind(cfg: Socks5Config) -> Result<Socks5Proxy, ProxyError> {
         cfg.check()?;
+        let policy = DestPolicy::new(
+            cfg.allow.clone(),
+            cfg.deny.clone(),
+            cfg.options.upstream_mark,
+        )
+        .map_err(ProxyError::LocalAddresses)?;
         let listener = sock::listener(cfg.listen, false).map_err(|source| ProxyError::Bind {
             what: "socks5",
             addr: cfg.listen,
             source,
         })?;
-        Ok(Socks5Proxy { cfg, listener })
+        Ok(Socks5Proxy {
+            cfg,
+            listener,
+            policy: Arc::new(policy),
+        })
     }
 
     /// The bound address.
@@ -257,20 +273,39 @@ impl Socks5Proxy {
     pub fn spawn(self) -> Result<ProxyHandle, ProxyError> {
         let listen = self.cfg.listen;
         let users: Arc<[Socks5User]> = self.cfg.users.into();
-        server::spawn(self.listener, self.cfg.options, move |client, peer, ctx| {
-            serve(client, peer, ctx, Arc::clone(&users))
-        })
-        .map_err(|source| ProxyError::Bind {
-            what: "socks5",
-            addr: listen,
-            source,
-        })
+        let policy = Arc::clone(&self.policy);
+        let log = Arc::new(LogLimit::default());
+        let mut handle =
+            server::spawn(self.listener, self.cfg.options, move |client, peer, ctx| {
+                let conn = Conn {
+                    users: Arc::clone(&users),
+                    policy: Arc::clone(&policy),
+                    log: Arc::clone(&log),
+                };
+                serve(client, peer, ctx, conn)
+            })
+            .map_err(|source| ProxyError::Bind {
+                what: "socks5",
+                addr: listen,
+                source,
+            })?;
+        handle.policy = Some(self.policy);
+        Ok(handle)
     }
 }
 
-async fn serve(mut client: TcpStream, peer: SocketAddr, ctx: ConnCtx, users: Arc<[Socks5User]>) {
+/// What a SOCKS5 connection task shares with its listener.
+struct Conn {
+    users: Arc<[Socks5User]>,
+    policy: Arc<DestPolicy>,
+    /// Rate limit of the "refused by the policy" warning.
+    log: Arc<LogLimit>,
+}
+
+async fn serve(mut client: TcpStream, peer: SocketAddr, ctx: ConnCtx, conn: Conn) {
+    let users = &conn.users;
     let stats: &Stats = &ctx.stats;
-    let target = match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(&mut client, &users)).await
+    let target = match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(&mut client, users)).await
     {
         Ok(Ok(t)) => t,
         Ok(Err(HandshakeError::AuthFailed)) => {
@@ -295,9 +330,24 @@ async fn serve(mut client: TcpStream, peer: SocketAddr, ctx: ConnCtx, users: Arc
     if let Err(e) = sock::tune_accepted(&client, &ctx.opts) {
         tracing::debug!(error = %e, "tuning accepted socket");
     }
-    let server = match connect_target(&target, &ctx).await {
+    let server = match connect_target(&target, &ctx, &conn.policy).await {
         Ok(s) => s,
-        Err(e) => {
+        Err(ConnectFailure::Refused(dst, why)) => {
+            Stats::inc(&stats.refused_policy);
+            if let Some(suppressed) = conn.log.ready() {
+                tracing::warn!(
+                    %peer,
+                    ?target,
+                    %dst,
+                    reason = %why,
+                    suppressed,
+                    "SOCKS5 CONNECT refused by the destination policy"
+                );
+            }
+            let _ = send_reply(&mut client, Reply::NotAllowed, None).await;
+            return;
+        }
+        Err(ConnectFailure::Io(e)) => {
             tracing::debug!(%peer, ?target, error = %e, "upstream connect failed");
             Stats::inc(&stats.upstream_failed);
             let _ = send_reply(&mut client, Reply::for_error(&e), None).await;
@@ -313,24 +363,51 @@ async fn serve(mut client: TcpStream, peer: SocketAddr, ctx: ConnCtx, users: Arc
     relay(client, server, ctx.relay_params(), stats, ctx.abort.clone()).await;
 }
 
-/// Connects to the target, trying each resolved address of a name in turn.
-async fn connect_target(target: &Target, ctx: &ConnCtx) -> io::Result<TcpStream> {
-    match target {
-        Target::Addr(a) => sock::connect_upstream(*a, None, &ctx.opts, &ctx.stats).await,
-        Target::Domain(name, port) => {
-            let addrs = tokio::net::lookup_host((name.as_str(), *port))
-                .await
-                .map_err(|e| io::Error::new(io::ErrorKind::HostUnreachable, e))?;
-            let mut last = io::Error::new(io::ErrorKind::HostUnreachable, "name has no address");
-            for a in addrs {
-                match sock::connect_upstream(a, None, &ctx.opts, &ctx.stats).await {
-                    Ok(s) => return Ok(s),
-                    Err(e) => last = e,
-                }
-            }
-            Err(last)
+/// Why no upstream connection was made.
+#[derive(Debug)]
+enum ConnectFailure {
+    /// The policy refused every address there was (this one first); none was tried.
+    Refused(SocketAddr, Refusal),
+    /// Resolution failed, or the last address tried failed.
+    Io(io::Error),
+}
+
+/// Connects to the target, trying each resolved address of a name in turn. The policy
+/// is checked on every address before it is tried, so a name that resolves to a refused
+/// address (`localhost`) is refused like the address itself; allowed addresses of the
+/// same name are still tried.
+async fn connect_target(
+    target: &Target,
+    ctx: &ConnCtx,
+    policy: &DestPolicy,
+) -> Result<TcpStream, ConnectFailure> {
+    let addrs: Vec<SocketAddr> = match target {
+        Target::Addr(a) => vec![*a],
+        Target::Domain(name, port) => tokio::net::lookup_host((name.as_str(), *port))
+            .await
+            .map_err(|e| ConnectFailure::Io(io::Error::new(io::ErrorKind::HostUnreachable, e)))?
+            .collect(),
+    };
+    let mut refused = None;
+    let mut last = None;
+    for a in addrs {
+        if let Err(why) = policy.check(a) {
+            refused.get_or_insert((a, why));
+            continue;
+        }
+        match sock::connect_upstream(a, None, &ctx.opts, &ctx.stats).await {
+            Ok(s) => return Ok(s),
+            Err(e) => last = Some(e),
         }
     }
+    Err(match (last, refused) {
+        (Some(e), _) => ConnectFailure::Io(e),
+        (None, Some((a, why))) => ConnectFailure::Refused(a, why),
+        (None, None) => ConnectFailure::Io(io::Error::new(
+            io::ErrorKind::HostUnreachable,
+            "name has no address",
+        )),
+    })
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ pub struct Stats {
     pub(crate) mptcp_fallbacks: AtomicU64,
     pub(crate) socks_auth_failed: AtomicU64,
     pub(crate) socks_rejected: AtomicU64,
+    pub(crate) refused_policy: AtomicU64,
     pub(crate) accept_errors: AtomicU64,
 }
 
@@ -60,6 +61,11 @@ pub struct StatsSnapshot {
     pub socks_auth_failed: u64,
     /// SOCKS5 requests refused (bad version, unsupported command or address type).
     pub socks_rejected: u64,
+    /// SOCKS5 CONNECTs refused by the destination policy (reply 2, "connection not
+    /// allowed by ruleset"): a special or own address not allowed, a `deny` entry, or
+    /// no `allow` entry matching.
+    #[serde(default)]
+    pub refused_policy: u64,
     /// `accept(2)` errors (e.g. out of file descriptors), survived.
     pub accept_errors: u64,
 }
@@ -83,6 +89,7 @@ impl Stats {
             mptcp_fallbacks: self.mptcp_fallbacks.load(Relaxed),
             socks_auth_failed: self.socks_auth_failed.load(Relaxed),
             socks_rejected: self.socks_rejected.load(Relaxed),
+            refused_policy: self.refused_policy.load(Relaxed),
             accept_errors: self.accept_errors.load(Relaxed),
         }
     }
