@@ -3,7 +3,7 @@
 
 use crate::engine::{Detector, LoadOptions, Outcome, RuleSet};
 use crate::eve::EveWriter;
-use crate::reject::Rejecter;
+use crate::reject::{RejectCounters, RejectLimits, Rejecter};
 use relay_core::builtin::de_u32;
 use relay_core::{
     Action, Context, Counters, FailPolicy, Packet, Service, ServiceConfig, ServiceFactory,
@@ -46,6 +46,27 @@ pub struct IdsConfig {
     /// dropped and counted (`eve_dropped`), never waited for.
     #[serde(default = "default_eve_queue")]
     pub eve_queue: usize,
+    /// Answers (resets, unreachables) `reject` may send per second, all destinations
+    /// together, per queue thread (default 1000, the kernel's `icmp_msgs_per_sec`). At
+    /// least 1. Answers beyond it are counted (`reject_suppressed`), not sent; the packet
+    /// is dropped either way.
+    #[serde(default = "default_reject_rate", deserialize_with = "de_at_least_1")]
+    pub reject_rate: u32,
+    /// Answers that may leave at once before `reject_rate` applies (default 50, the
+    /// kernel's `icmp_msgs_burst`). At least 1.
+    #[serde(default = "default_reject_burst", deserialize_with = "de_at_least_1")]
+    pub reject_burst: u32,
+    /// Answers per second to any one address (default 10; 0: no per-destination limit),
+    /// like the kernel's per-destination `icmp_ratelimit`: the address a spoofed flood
+    /// names as its source gets at most this many.
+    #[serde(default = "default_reject_dest_rate")]
+    pub reject_dest_rate: u32,
+    /// Answers that may leave at once to any one address (default 10). At least 1.
+    #[serde(
+        default = "default_reject_dest_burst",
+        deserialize_with = "de_at_least_1"
+    )]
+    pub reject_dest_burst: u32,
 }
 
 /// The bypass mark relayd uses unless configured otherwise.
@@ -53,6 +74,30 @@ const DEFAULT_BYPASS_MARK: u32 = 0x4000_0000;
 
 fn de_opt_u32<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
     de_u32(d).map(Some)
+}
+
+/// A count that must be at least 1, refused at its own key (`file:line:field`) otherwise.
+fn de_at_least_1<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    match u32::deserialize(d)? {
+        0 => Err(serde::de::Error::custom("must be at least 1")),
+        n => Ok(n),
+    }
+}
+
+fn default_reject_rate() -> u32 {
+    1000
+}
+
+fn default_reject_burst() -> u32 {
+    50
+}
+
+fn default_reject_dest_rate() -> u32 {
+    10
+}
+
+fn default_reject_dest_burst() -> u32 {
+    10
 }
 
 fn default_track_max() -> usize {
@@ -114,6 +159,12 @@ impl ServiceConfig for IdsConfig {
             set,
             eve,
             reject_mark: self.reject_mark,
+            reject_limits: RejectLimits {
+                rate: self.reject_rate,
+                burst: self.reject_burst,
+                dest_rate: self.reject_dest_rate,
+                dest_burst: self.reject_dest_burst,
+            },
             track_max: self.track_max,
         }))
     }
@@ -123,6 +174,7 @@ struct IdsFactory {
     set: Arc<RuleSet>,
     eve: Option<Arc<EveWriter>>,
     reject_mark: Option<u32>,
+    reject_limits: RejectLimits,
     track_max: usize,
 }
 
@@ -156,8 +208,12 @@ impl ServiceFactory for IdsFactory {
     fn build(&self, counters: &Counters) -> Box<dyn Service> {
         let rejecter = Rejecter::new(
             self.reject_mark,
-            counters.counter("reject_sent"),
-            counters.counter("reject_errors"),
+            self.reject_limits,
+            RejectCounters {
+                sent: counters.counter("reject_sent"),
+                errors: counters.counter("reject_errors"),
+                suppressed: counters.counter("reject_suppressed"),
+            },
         );
         let det = Detector::new(self.set.clone(), counters, self.eve.clone(), self.track_max);
         Box::new(Ids { det, rejecter })
