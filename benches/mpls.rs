@@ -88,10 +88,13 @@ fn benches(c: &mut Criterion) {
         let mut p = Packet::from_bytes(&bytes);
         e.process(&mut p, &cx);
         let enc = p.data().to_vec();
-        let mut d = DecapConfig { labels: vec![16] }
-            .into_factory("d")
-            .unwrap()
-            .build(&Counters::new());
+        let mut d = DecapConfig {
+            labels: vec![16],
+            peers: vec![[192, 0, 2, 1].into()],
+        }
+        .into_factory("d")
+        .unwrap()
+        .build(&Counters::new());
         g.bench_function(format!("decap_{encap}_1500B"), |b| {
             b.iter(|| {
                 let mut p = Packet::from_bytes(black_box(&enc));

@@ -5,6 +5,7 @@
 mod support;
 
 use relay_testbed::{Link, Node, Testbed, measure_with_retries};
+use std::net::SocketAddr;
 use std::time::Duration;
 use support::*;
 
@@ -127,6 +128,7 @@ services = ["edge-out"]
 [service.edge-out]
 kind = "mpls-decap"
 labels = [100, 101, 102]
+peers = ["10.0.2.1"]
 "#
     )
 }
@@ -355,6 +357,7 @@ ceil = "40mbit"
 [service.edge-out]
 kind = "mpls-decap"
 labels = [{in_label}]
+peers = ["{remote}"]
 "#
     )
 }
@@ -460,5 +463,145 @@ fn ipv6_crosses_the_ipv4_core_by_reinjection() {
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// UDP to `dst`, checksummed, in IPv4 (TTL 64) or IPv6 (hop limit 64) after the addresses.
+fn udp_packet(src: std::net::IpAddr, dst: SocketAddr, payload: &[u8]) -> Vec<u8> {
+    use relay_core::wire::{Ipv4Packet, UdpPacket, checksum};
+    use std::net::IpAddr;
+    let ulen = 8 + payload.len();
+    let mut u = Vec::with_capacity(ulen);
+    u.extend_from_slice(&4000u16.to_be_bytes());
+    u.extend_from_slice(&dst.port().to_be_bytes());
+    u.extend_from_slice(&(ulen as u16).to_be_bytes());
+    u.extend_from_slice(&[0, 0]);
+    u.extend_from_slice(payload);
+    match (src, dst.ip()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let pseudo = checksum::pseudo_v4(s, d, 17, ulen as u32);
+            UdpPacket::new_unchecked(&mut u[..]).fill_checksum(pseudo);
+            let mut b = vec![0x45, 0, 0, 0, 0, 1, 0, 0, 64, 17, 0, 0];
+            b[2..4].copy_from_slice(&((20 + ulen) as u16).to_be_bytes());
+            b.extend_from_slice(&s.octets());
+            b.extend_from_slice(&d.octets());
+            Ipv4Packet::new_unchecked(&mut b[..]).fill_checksum();
+            b.extend_from_slice(&u);
+            b
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            let pseudo = checksum::pseudo_v6(s, d, 17, ulen as u32);
+            UdpPacket::new_unchecked(&mut u[..]).fill_checksum(pseudo);
+            let mut b = vec![0x60, 0, 0, 0];
+            b.extend_from_slice(&(ulen as u16).to_be_bytes());
+            b.extend_from_slice(&[17, 64]);
+            b.extend_from_slice(&s.octets());
+            b.extend_from_slice(&d.octets());
+            b.extend_from_slice(&u);
+            b
+        }
+        _ => panic!("{src} and {dst} are of different families"),
+    }
+}
+
+/// `inner` in MPLS-in-IP (RFC 4023) from `src` to `dst` with `label` (S set, TTL 64).
+fn mpls_in_ip(src: [u8; 4], dst: [u8; 4], label: u32, inner: &[u8]) -> Vec<u8> {
+    let mut p = vec![0x45, 0, 0, 0, 0, 1, 0, 0, 64, 137, 0, 0];
+    p.extend_from_slice(&src);
+    p.extend_from_slice(&dst);
+    p.extend_from_slice(&((label << 12) | (1 << 8) | 64).to_be_bytes());
+    p.extend_from_slice(inner);
+    let len = p.len() as u16;
+    p[2..4].copy_from_slice(&len.to_be_bytes());
+    p
+}
+
+/// The datagrams waiting on `sock` (none within `quiet` ends the count).
+fn drain(sock: &std::net::UdpSocket, quiet: Duration) -> usize {
+    sock.set_read_timeout(Some(quiet)).unwrap();
+    let mut buf = [0u8; 2048];
+    let mut n = 0;
+    while sock.recv(&mut buf).is_ok() {
+        n += 1;
+    }
+    n
+}
+
+/// Issue 12, defect 7: MPLS-in-IPv4 from a host that is not a configured peer is not
+/// decapsulated (so never re-sent past the queues its inner packet would meet), only
+/// counted; the same packets from the peer's address are.
+#[test]
+fn mpls_from_a_host_that_is_not_a_peer_is_dropped_and_counted() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let m = mane("mane-peer");
+    // IPv6 behind edge B, as in the probe: the decap re-sends it from a raw socket.
+    m.links[3].addr_a("fd00:4::1/64");
+    m.links[3].addr_b("fd00:4::2/64");
+    let b = Relayd::start(&m.edge_b, &edge_b_config("ip"));
+    let (to4, to6) = (addr("10.0.4.2:5555"), addr("[fd00:4::2]:5556"));
+    let sock4 = m
+        .home_b
+        .run(move || std::net::UdpSocket::bind(to4).unwrap());
+    let sock6 = m
+        .home_b
+        .run(move || std::net::UdpSocket::bind(to6).unwrap());
+    let n = 50;
+    let packets = |outer_src: [u8; 4]| -> Vec<Vec<u8>> {
+        (0..n)
+            .flat_map(|i| {
+                let payload = format!("datagram {i}");
+                [
+                    udp_packet("10.0.1.1".parse().unwrap(), to4, payload.as_bytes()),
+                    udp_packet("fd00:1::1".parse().unwrap(), to6, payload.as_bytes()),
+                ]
+            })
+            .map(|inner| mpls_in_ip(outer_src, [10, 0, 3, 2], 100, &inner))
+            .collect()
+    };
+
+    // Home A (10.0.1.1) is a host, not edge A: its MPLS reaches edge B's queue and stops.
+    send_raw(&m.home_a, packets([10, 0, 1, 1]));
+    assert!(
+        wait_for(
+            Duration::from_secs(3),
+            || b.counters("edge-out")["dropped_unknown_peer"] == 2 * n
+        ),
+        "{:?}\n{}",
+        b.counters("edge-out"),
+        b.log()
+    );
+    let (got4, got6) = (
+        drain(&sock4, Duration::from_millis(500)),
+        drain(&sock6, Duration::from_millis(100)),
+    );
+    assert_eq!(
+        (got4, got6),
+        (0, 0),
+        "delivered from a host that is no peer"
+    );
+    let c = b.counters("edge-out");
+    assert_eq!((c["decapsulated"], c["reinjected"]), (0, 0), "{c:?}");
+
+    // The same packets from edge A's address (sent by the core: edge B routes 10.0.2.1
+    // through it) are decapsulated and delivered, IPv6 re-sent.
+    send_raw(&m.core, packets([10, 0, 2, 1]));
+    assert!(
+        wait_for(
+            Duration::from_secs(3),
+            || b.counters("edge-out")["decapsulated"] == 2 * n
+        ),
+        "{:?}",
+        b.counters("edge-out")
+    );
+    let (got4, got6) = (
+        drain(&sock4, Duration::from_millis(500)),
+        drain(&sock6, Duration::from_millis(100)),
+    );
+    assert_eq!((got4, got6), (n as usize, n as usize), "from the peer");
+    let c = b.counters("edge-out");
+    assert_eq!(
+        (c["dropped_unknown_peer"], c["reinjected"]),
+        (2 * n, n),
+        "{c:?}"
     );
 }

@@ -10,6 +10,7 @@ pub mod builtin;
 pub mod chain;
 pub mod counters;
 pub mod hook;
+pub mod ifname;
 pub mod packet;
 pub mod qos;
 pub mod ratelimit;

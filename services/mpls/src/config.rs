@@ -150,6 +150,14 @@ pub struct EncapConfig {
 pub struct DecapConfig {
     /// The labels this edge serves; any other top label is counted and dropped.
     pub labels: Vec<u32>,
+    /// The outer IPv4 sources this edge decapsulates from: the `local` address of every
+    /// edge that encapsulates towards this one. MPLS from any other source is counted
+    /// (`dropped_unknown_peer`) and dropped before anything past its outer header is
+    /// read: decapsulating for anyone would let any host hand this edge a packet to
+    /// re-send past the queues and rules it was never seen by. Required: a decap with no
+    /// peers is refused.
+    #[serde(default)]
+    pub peers: Vec<Ipv4Addr>,
 }
 
 fn default_mtu() -> u16 {
@@ -200,6 +208,21 @@ fn int(v: &IntOrStr, what: &str) -> Result<i64, String> {
             r.map_err(|_| format!("{what}: \"{s}\" is not a number"))
         }
     }
+}
+
+/// The least rate tc can shape: it counts in bytes per second, and refuses 0.
+const MIN_TC_RATE: u64 = 8;
+
+/// A rate that becomes an HTB class: [`parse_rate`], and at least [`MIN_TC_RATE`], as
+/// relayd's tc plan validation and tc itself require.
+fn tc_rate(s: &str) -> Result<u64, String> {
+    let r = parse_rate(s)?;
+    if r < MIN_TC_RATE {
+        return Err(format!(
+            "\"{s}\" is below {MIN_TC_RATE} bit/s, the least tc can shape (one byte a second)"
+        ));
+    }
+    Ok(r)
 }
 
 fn port(s: &str, field: &str) -> Result<u16, String> {
@@ -304,15 +327,8 @@ impl EncapConfig {
     }
 
     pub(crate) fn check(&self) -> Result<Checked, String> {
-        if self.interface.is_empty()
-            || self.interface.len() > 15
-            || self.interface.contains(['/', ' '])
-        {
-            return Err(format!(
-                "interface: \"{}\" is not an interface name",
-                self.interface
-            ));
-        }
+        // The same rule relayd's tc plan applies before the name reaches `tc -batch`.
+        relay_core::ifname::check_msg(&self.interface).map_err(|e| format!("interface: {e}"))?;
         if self.local.is_unspecified() || self.local.is_multicast() || self.local.is_broadcast() {
             return Err(format!("local: {} is not a unicast address", self.local));
         }
@@ -362,9 +378,9 @@ impl EncapConfig {
             if v.prio > 7 {
                 return Err(at(format!("prio: {} is not 0..=7", v.prio)));
             }
-            let rate = parse_rate(&v.rate).map_err(|e| at(format!("rate: {e}")))?;
+            let rate = tc_rate(&v.rate).map_err(|e| at(format!("rate: {e}")))?;
             let ceil = match &v.ceil {
-                Some(c) => parse_rate(c).map_err(|e| at(format!("ceil: {e}")))?,
+                Some(c) => tc_rate(c).map_err(|e| at(format!("ceil: {e}")))?,
                 None => rate,
             };
             if ceil < rate {
@@ -414,12 +430,12 @@ impl EncapConfig {
             });
         }
         let default_rate_bps = match &self.default_rate {
-            Some(r) => parse_rate(r).map_err(|e| format!("default_rate: {e}"))?,
+            Some(r) => tc_rate(r).map_err(|e| format!("default_rate: {e}"))?,
             None => 1_000_000,
         };
         let link_rate_bps = match &self.link_rate {
             Some(r) => {
-                let l = parse_rate(r).map_err(|e| format!("link_rate: {e}"))?;
+                let l = tc_rate(r).map_err(|e| format!("link_rate: {e}"))?;
                 if let Some(c) = classes.iter().find(|c| c.ceil_bps > l) {
                     return Err(format!(
                         "link_rate: {l} bit/s is below vcan \"{}\"'s ceil {} bit/s",
@@ -447,8 +463,15 @@ impl EncapConfig {
     }
 }
 
+/// A checked `DecapConfig`: labels and peers sorted, without duplicates.
+#[derive(Debug, Clone)]
+pub(crate) struct DecapChecked {
+    pub(crate) labels: Vec<u32>,
+    pub(crate) peers: Vec<Ipv4Addr>,
+}
+
 impl DecapConfig {
-    pub(crate) fn check(&self) -> Result<Vec<u32>, String> {
+    pub(crate) fn check(&self) -> Result<DecapChecked, String> {
         if self.labels.is_empty() {
             return Err("labels: empty; list the labels this edge serves".into());
         }
@@ -462,6 +485,23 @@ impl DecapConfig {
         }
         v.sort_unstable();
         v.dedup();
-        Ok(v)
+        if self.peers.is_empty() {
+            return Err(
+                "peers: missing or empty; list the outer source address (`local`) of \
+                 every edge that encapsulates towards this one: MPLS from any other source \
+                 is dropped"
+                    .into(),
+            );
+        }
+        let mut peers = self.peers.clone();
+        if let Some(p) = peers
+            .iter()
+            .find(|p| p.is_unspecified() || p.is_multicast() || p.is_broadcast())
+        {
+            return Err(format!("peers: {p} is not a unicast address"));
+        }
+        peers.sort_unstable();
+        peers.dedup();
+        Ok(DecapChecked { labels: v, peers })
     }
 }

@@ -1,9 +1,13 @@
 //! `mpls-decap`: at the far edge, check the outer header (IPv4 protocol 137, or UDP to
-//! port 6635), check the top label is one this edge serves, strip outer IP, UDP and the
-//! label stack, and hand the inner packet to routing.
+//! port 6635) and that its source is a configured peer, check the top label is one this
+//! edge serves, strip outer IP, UDP and the label stack, and hand the inner packet to
+//! routing.
 //!
 //! Packets that are not MPLS-in-IP/UDP pass untouched (the queue's rule should select only
-//! those). Unknown labels are counted and dropped; a malformed encapsulation (short label
+//! those). MPLS from a source that is not a peer is counted and dropped before anything
+//! past the outer header is read: decapsulating for any host would let it hand this edge
+//! packets to re-send past the queues and rules the inner packet never met (an IDS on
+//! the path, for one). Unknown labels are counted and dropped; a malformed encapsulation (short label
 //! stack, bad UDP length or checksum, an inner packet that is neither well-formed IPv4
 //! nor IPv6) is counted and dropped. An outer fragment cannot be decapsulated (the label
 //! and inner header may be in another fragment): it is counted and dropped; on a decap
@@ -15,13 +19,14 @@
 //! from a raw socket marked with relayd's bypass bit, and the outer packet dropped
 //! (`reinjected`). One whose hop limit runs out is dropped (`dropped_hop_limit`).
 
-use crate::config::DecapConfig;
+use crate::config::{DecapChecked, DecapConfig};
 use crate::lse::{self, Lse, PROTO_MPLS_IN_IP, UDP_PORT};
 use relay_core::wire::{Ipv4Packet, Ipv6Packet, UdpPacket, checksum, proto, udp};
 use relay_core::{
     Action, Context, Counter, Counters, IpVersion, Packet, Service, ServiceConfig, ServiceFactory,
 };
 use relay_inject::Resender;
+use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 /// The most label stack entries walked before the stack is called malformed.
@@ -32,6 +37,8 @@ const MAX_STACK: usize = 8;
 pub enum DecapError {
     /// Not MPLS-in-IP or MPLS-in-UDP: left alone.
     NotMpls,
+    /// MPLS whose outer source is not a configured peer.
+    UnknownPeer(Ipv4Addr),
     /// An outer fragment.
     Fragment,
     /// The top label is not in the configured set.
@@ -41,9 +48,29 @@ pub enum DecapError {
 }
 
 /// Where the inner packet of an MPLS-in-IP/UDP packet is: `(offset, length, version,
-/// top label)`. Pure, for tests and offline tools.
+/// top label)`, for MPLS from any source. Pure, for tests and offline tools; the service
+/// uses [`locate_inner_from`], which accepts only its peers.
 pub fn locate_inner(
     data: &[u8],
+    labels: &[u32],
+) -> Result<(usize, usize, IpVersion, u32), DecapError> {
+    locate(data, None, labels)
+}
+
+/// [`locate_inner`] for MPLS whose outer source is one of `peers` (sorted ascending, as
+/// `labels` is); MPLS from any other source is [`DecapError::UnknownPeer`], found from
+/// the outer IPv4 header (and, for MPLS-in-UDP, the UDP ports) alone.
+pub fn locate_inner_from(
+    data: &[u8],
+    peers: &[Ipv4Addr],
+    labels: &[u32],
+) -> Result<(usize, usize, IpVersion, u32), DecapError> {
+    locate(data, Some(peers), labels)
+}
+
+fn locate(
+    data: &[u8],
+    peers: Option<&[Ipv4Addr]>,
     labels: &[u32],
 ) -> Result<(usize, usize, IpVersion, u32), DecapError> {
     if data.first().map(|b| b >> 4) != Some(4) {
@@ -52,18 +79,29 @@ pub fn locate_inner(
     let ip = Ipv4Packet::new_checked(data).map_err(|_| DecapError::NotMpls)?;
     let hl = ip.header_len();
     let end = ip.packet_len().min(data.len());
+    // Called once the outer header says MPLS, before anything else is read.
+    let from_peer = || match peers {
+        Some(p) if p.binary_search(&ip.src_addr()).is_err() => {
+            Err(DecapError::UnknownPeer(ip.src_addr()))
+        }
+        _ => Ok(()),
+    };
     let mut off = match ip.protocol() {
-        PROTO_MPLS_IN_IP => hl,
+        PROTO_MPLS_IN_IP => {
+            from_peer()?;
+            hl
+        }
         proto::UDP => {
             if ip.frag_offset() != 0 {
                 return Err(DecapError::NotMpls);
             }
-            let Ok(u) = UdpPacket::new_checked(&data[hl..end]) else {
+            let Some(Ok(u)) = data.get(hl..end).map(UdpPacket::new_checked) else {
                 return Err(DecapError::NotMpls);
             };
             if u.dst_port() != UDP_PORT {
                 return Err(DecapError::NotMpls);
             }
+            from_peer()?;
             if ip.is_fragment() {
                 return Err(DecapError::Fragment);
             }
@@ -118,8 +156,9 @@ pub fn locate_inner(
 }
 
 struct DecapService {
-    labels: Arc<Vec<u32>>,
+    checked: Arc<DecapChecked>,
     decapsulated: Counter,
+    unknown_peer: Counter,
     passed: Counter,
     unknown: Counter,
     malformed: Counter,
@@ -134,7 +173,8 @@ impl Service for DecapService {
             self.passed.inc();
             return Action::Continue;
         }
-        match locate_inner(pkt.data(), &self.labels) {
+        let c = &*self.checked;
+        match locate_inner_from(pkt.data(), &c.peers, &c.labels) {
             Ok((off, len, v, _)) => {
                 pkt.remove(0, off);
                 pkt.resize(len);
@@ -149,6 +189,10 @@ impl Service for DecapService {
             Err(DecapError::NotMpls) => {
                 self.passed.inc();
                 Action::Continue
+            }
+            Err(DecapError::UnknownPeer(_)) => {
+                self.unknown_peer.inc();
+                Action::Drop
             }
             Err(DecapError::UnknownLabel(_)) => {
                 self.unknown.inc();
@@ -167,7 +211,7 @@ impl Service for DecapService {
 }
 
 struct DecapFactory {
-    labels: Arc<Vec<u32>>,
+    checked: Arc<DecapChecked>,
 }
 
 impl ServiceFactory for DecapFactory {
@@ -181,8 +225,9 @@ impl ServiceFactory for DecapFactory {
 
     fn build(&self, counters: &Counters) -> Box<dyn Service> {
         Box::new(DecapService {
-            labels: Arc::clone(&self.labels),
+            checked: Arc::clone(&self.checked),
             decapsulated: counters.counter("decapsulated"),
+            unknown_peer: counters.counter("dropped_unknown_peer"),
             passed: counters.counter("passed_not_mpls"),
             unknown: counters.counter("dropped_unknown_label"),
             malformed: counters.counter("dropped_malformed"),
@@ -197,7 +242,7 @@ impl ServiceConfig for DecapConfig {
 
     fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, String> {
         Ok(Arc::new(DecapFactory {
-            labels: Arc::new(self.check()?),
+            checked: Arc::new(self.check()?),
         }))
     }
 }

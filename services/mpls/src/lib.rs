@@ -5,8 +5,8 @@
 //!   IPv4 header towards the VCAN's remote edge, as MPLS-in-IP (RFC 4023, protocol 137) or
 //!   MPLS-in-UDP (RFC 7510, port 6635), and sets the verdict mark to the VCAN's tc class
 //!   so that an O(1) classifier on the egress qdisc finds it ([`QosTable`]).
-//! - `mpls-decap` checks the label against the ones it serves and restores the inner
-//!   packet for routing.
+//! - `mpls-decap` accepts MPLS only from its configured peers (the outer source), checks
+//!   the label against the ones it serves and restores the inner packet for routing.
 //!
 //! Both run before routing (raw or mangle PREROUTING): the encap changes the destination,
 //! the decap hands routing a new packet. See docs/mpls.md.
@@ -21,7 +21,7 @@ pub use config::{
     DEFAULT_MINOR, DEFAULT_QDISC_HANDLE, DecapConfig, Encap, EncapConfig, IntOrStr, MatchConfig,
     QosClass, QosTable, ROOT_MINOR, Unclassified, VcanConfig,
 };
-pub use decap::{DecapError, locate_inner};
+pub use decap::{DecapError, locate_inner, locate_inner_from};
 pub use encap::{flow_port, overhead};
 pub use relay_core::units::parse_rate;
 

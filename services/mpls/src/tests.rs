@@ -88,6 +88,17 @@ fn cfg(encap: &str) -> EncapConfig {
     toml::from_str(&CONFIG.replace("ENCAP", encap)).unwrap()
 }
 
+/// The encapsulating edge of [`CONFIG`]: the outer source of what it sends.
+const PEER: std::net::Ipv4Addr = std::net::Ipv4Addr::new(192, 0, 2, 1);
+
+/// A decap serving `labels` from [`PEER`].
+fn decap(labels: &[u32]) -> DecapConfig {
+    DecapConfig {
+        labels: labels.to_vec(),
+        peers: vec![PEER],
+    }
+}
+
 fn cx() -> Context {
     Context::new(0, Instant::now())
 }
@@ -212,12 +223,10 @@ fn decap_restores_every_byte_both_encaps_and_families() {
                 .unwrap()
                 .build(&Counters::new());
             let counters = Counters::new();
-            let mut d = DecapConfig {
-                labels: vec![101, 100],
-            }
-            .into_factory("d")
-            .unwrap()
-            .build(&counters);
+            let mut d = decap(&[101, 100])
+                .into_factory("d")
+                .unwrap()
+                .build(&counters);
             let mut p = Packet::from_bytes(&inner);
             e.process(&mut p, &cx());
             let mut q = Packet::from_bytes(p.data());
@@ -239,19 +248,13 @@ fn decap_drops_unknown_labels_and_malformed_and_passes_the_rest() {
     e.process(&mut p, &cx());
     let good = p.data().to_vec();
     let counters = Counters::new();
-    let mut d = DecapConfig { labels: vec![200] }
-        .into_factory("d")
-        .unwrap()
-        .build(&counters);
+    let mut d = decap(&[200]).into_factory("d").unwrap().build(&counters);
     assert_eq!(
         d.process(&mut Packet::from_bytes(&good), &cx()),
         Action::Drop
     );
     assert_eq!(counters_map(&counters)["dropped_unknown_label"], 1);
-    let mut d = DecapConfig { labels: vec![100] }
-        .into_factory("d")
-        .unwrap()
-        .build(&counters);
+    let mut d = decap(&[100]).into_factory("d").unwrap().build(&counters);
     // Plain traffic passes untouched.
     let mut plain = Packet::from_bytes(&inner);
     assert_eq!(d.process(&mut plain, &cx()), Action::Continue);
@@ -531,14 +534,8 @@ fn qos_table_and_config_errors_name_the_field() {
             .to_string()
             .contains("local")
     );
-    assert!(DecapConfig { labels: vec![] }.into_factory("d").is_err());
-    assert!(
-        DecapConfig {
-            labels: vec![1 << 20]
-        }
-        .into_factory("d")
-        .is_err()
-    );
+    assert!(decap(&[]).into_factory("d").is_err());
+    assert!(decap(&[1 << 20]).into_factory("d").is_err());
 }
 
 #[test]
@@ -561,4 +558,182 @@ fn ten_thousand_vcans_classify_to_the_right_one() {
     let mut p = Packet::from_bytes(&last);
     s.process(&mut p, &cx());
     assert_eq!(p.verdict_mark(), Some(0x01d0_0000 | (16 + 9999)));
+}
+
+/// The encapsulation of `inner` by [`CONFIG`]'s edge (outer source [`PEER`]).
+fn encapsulated(encap: &str, inner: &[u8]) -> Vec<u8> {
+    let mut e = cfg(encap)
+        .into_factory("e")
+        .unwrap()
+        .build(&Counters::new());
+    let mut p = Packet::from_bytes(inner);
+    assert_eq!(e.process(&mut p, &cx()), Action::Continue);
+    p.data().to_vec()
+}
+
+#[test]
+fn decap_takes_mpls_only_from_its_peers() {
+    let other: std::net::Ipv4Addr = [192, 0, 2, 9].into();
+    for encap in ["ip", "udp"] {
+        for inner in [udp4(b"from whom"), udp6(b"from whom")] {
+            let good = encapsulated(encap, &inner);
+            // Not a peer: dropped and counted, nothing else looked at.
+            let counters = Counters::new();
+            let mut d = DecapConfig {
+                labels: vec![100, 101],
+                peers: vec![other],
+            }
+            .into_factory("d")
+            .unwrap()
+            .build(&counters);
+            let mut p = Packet::from_bytes(&good);
+            assert_eq!(d.process(&mut p, &cx()), Action::Drop, "{encap}");
+            assert!(!p.is_modified());
+            // A broken label stack or UDP checksum from a stranger is still a stranger:
+            // the source is checked before anything past the outer header.
+            let mut broken = good.clone();
+            let last = broken.len() - 1;
+            broken[last] ^= 0xff; // UDP checksum (udp), the inner payload (ip)
+            broken[if encap == "udp" { 30 } else { 22 }] &= !1; // no bottom of stack
+            assert_eq!(
+                d.process(&mut Packet::from_bytes(&broken), &cx()),
+                Action::Drop
+            );
+            let snap = counters_map(&counters);
+            assert_eq!(snap["dropped_unknown_peer"], 2, "{encap}: {snap:?}");
+            assert_eq!(
+                (
+                    snap["decapsulated"],
+                    snap["dropped_malformed"],
+                    snap["dropped_unknown_label"]
+                ),
+                (0, 0, 0),
+                "{encap}: {snap:?}"
+            );
+            assert_eq!(
+                locate_inner_from(&good, &[other], &[100, 101]),
+                Err(DecapError::UnknownPeer(PEER))
+            );
+            // Plain traffic from a stranger is not MPLS: it passes as before.
+            let mut plain = Packet::from_bytes(&inner);
+            assert_eq!(d.process(&mut plain, &cx()), Action::Continue);
+            assert!(!plain.is_modified());
+            assert_eq!(counters_map(&counters)["passed_not_mpls"], 1);
+
+            // The peer among others: decapsulated to the very bytes sent.
+            let counters = Counters::new();
+            let mut d = DecapConfig {
+                labels: vec![100, 101],
+                peers: vec![other, PEER, [10, 0, 0, 1].into()],
+            }
+            .into_factory("d")
+            .unwrap()
+            .build(&counters);
+            let mut p = Packet::from_bytes(&good);
+            assert_eq!(d.process(&mut p, &cx()), Action::Continue, "{encap}");
+            assert_eq!(p.data(), &inner[..]);
+            let snap = counters_map(&counters);
+            assert_eq!(
+                (snap["decapsulated"], snap["dropped_unknown_peer"]),
+                (1, 0),
+                "{snap:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn decap_without_peers_is_refused() {
+    let err = |text: &str| {
+        toml::from_str::<DecapConfig>(text)
+            .map_err(|e| e.to_string())
+            .and_then(|c| c.into_factory("d").map(drop))
+            .unwrap_err()
+    };
+    let e = err("labels = [100]");
+    assert!(e.contains("peers: missing or empty"), "{e}");
+    let e = err("labels = [100]\npeers = []");
+    assert!(e.contains("peers: missing or empty"), "{e}");
+    for bad in ["0.0.0.0", "224.0.0.1", "255.255.255.255"] {
+        let e = err(&format!("labels = [100]\npeers = [\"{bad}\"]"));
+        assert!(e.contains(&format!("peers: {bad} is not a unicast")), "{e}");
+    }
+    let e = err("labels = [100]\npeers = [\"fd00::1\"]");
+    assert!(e.contains("IPv4"), "{e}");
+    assert!(
+        toml::from_str::<DecapConfig>("labels = [100]\npeers = [\"192.0.2.1\", \"192.0.2.1\"]")
+            .unwrap()
+            .into_factory("d")
+            .is_ok()
+    );
+}
+
+/// Every name and rate `relayd run` refuses on its way to tc must be refused here, where
+/// `relayd check` sees it (issue 12, defect 6).
+#[test]
+fn check_refuses_what_tc_would() {
+    let with = |from: &str, to: &str| {
+        let text = CONFIG.replace("ENCAP", "ip").replace(from, to);
+        toml::from_str::<EncapConfig>(&text)
+            .unwrap()
+            .into_factory("e")
+            .err()
+    };
+    for bad in [
+        "eth\\n1",
+        "eth\\t1",
+        "eth1\\n",
+        "eth\\r1",
+        "eth\\u000b1",
+        "eth 1",
+        "eth\\u00a01",
+        "eth\\u20281",
+        "eth#1",
+        "eth\\\"1",
+        "eth\\\\1",
+        "eth:1",
+        "a/b",
+        ".",
+        "..",
+        "",
+        "abcdefghijklmnop",
+    ] {
+        let e = with("interface = \"eth1\"", &format!("interface = \"{bad}\""))
+            .unwrap_or_else(|| panic!("interface {bad:?} accepted"));
+        assert!(
+            e.starts_with("interface: ") && e.contains("is not an interface name"),
+            "{bad:?}: {e}"
+        );
+        assert!(!e.contains(['\n', '\t', '\r']), "{bad:?}: {e:?}");
+    }
+    let e = with("interface = \"eth1\"", "interface = \"eth\\n1\"").unwrap();
+    assert!(e.contains(r#""eth\n1""#), "{e}");
+    assert!(with("interface = \"eth1\"", "interface = \"veth-a.100\"").is_none());
+    // tc shapes in bytes per second: less than 8 bit/s is 0, which it refuses.
+    for (from, to, want) in [
+        (
+            "rate = \"20mbit\"",
+            "rate = \"7bit\"",
+            "vcan[0] (\"video\"): rate: \"7bit\" is below 8 bit/s",
+        ),
+        (
+            "ceil = \"50mbit\"",
+            "ceil = \"1bit\"",
+            "ceil: \"1bit\" is below 8 bit/s",
+        ),
+        (
+            "interface = \"eth1\"",
+            "interface = \"eth1\"\ndefault_rate = \"4bit\"",
+            "default_rate: \"4bit\" is below",
+        ),
+        (
+            "interface = \"eth1\"",
+            "interface = \"eth1\"\nlink_rate = \"1bit\"",
+            "link_rate: \"1bit\" is below",
+        ),
+    ] {
+        let e = with(from, to).unwrap_or_else(|| panic!("{to} accepted"));
+        assert!(e.contains(want), "{to}: {e}");
+    }
+    assert!(with("rate = \"20mbit\"", "rate = \"8bit\"").is_none());
 }
