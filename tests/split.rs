@@ -217,12 +217,51 @@ fn socks5_listener_serves_curl() {
         );
     }
     server.join().unwrap();
+    // Issue 12: the relay's own loopback is not reachable through it (reply 2, "not
+    // allowed by ruleset"), by address or by a name that resolves to it.
+    for url in ["http://127.0.0.1:8080/file", "http://localhost:8080/file"] {
+        let res = l
+            .src
+            .cmd("curl")
+            .args([
+                "-sS",
+                "--max-time",
+                "20",
+                "--socks5-hostname",
+                "10.0.1.2:1080",
+                url,
+            ])
+            .output()
+            .unwrap();
+        let msg = String::from_utf8_lossy(&res.stderr).to_lowercase();
+        assert!(
+            !res.status.success() && (msg.contains("(2)") || msg.contains("not allowed")),
+            "curl {url}: {msg}"
+        );
+    }
     let st = r.status();
     let s = listener(&st, "socks5");
     assert_eq!(s.name, "socks");
-    assert_eq!(s.stats.accepted, 2, "{:?}", s.stats);
+    assert_eq!(s.stats.accepted, 4, "{:?}", s.stats);
+    assert_eq!(s.stats.refused_policy, 2, "{:?}", s.stats);
     assert!(s.stats.bytes_down >= 2 * 300_000, "{:?}", s.stats);
     assert!(st.queues.is_empty());
+    // Logged, at most once a second.
+    assert!(
+        r.log().contains("refused by the destination policy"),
+        "{}",
+        r.log()
+    );
+    // The listener is open to the network without users: `check` warns (exit 0), `run`
+    // logged the same warning at start.
+    let (code, out, err) = relayd_cmd(&l.relay, &["check", "-c", r.config.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        err.starts_with("warning: ") && err.contains(":7:") && err.contains("service.socks.listen"),
+        "{err}"
+    );
+    assert!(err.contains("without authentication"), "{err}");
+    assert!(r.log().contains("service.socks.listen"), "{}", r.log());
 }
 
 #[test]

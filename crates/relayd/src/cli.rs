@@ -116,6 +116,7 @@ pub fn main_with(registry: Registry) -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
+            cfg.warnings.iter().for_each(|w| tracing::warn!("{w}"));
             match run(cfg, registry) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -130,6 +131,7 @@ pub fn main_with(registry: Registry) -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
+            cfg.warnings.iter().for_each(|w| eprintln!("warning: {w}"));
             match rules::validate(&cfg) {
                 Err(e) => {
                     eprintln!("{e}");
@@ -485,6 +487,7 @@ fn reload_queues(daemon: &Mutex<Option<Daemon>>, registry: &Registry) -> daemon:
             return Default::default();
         }
     };
+    new.warnings.iter().for_each(|w| tracing::warn!("{w}"));
     match d.reload(new) {
         Ok(changes) => {
             tracing::info!("reloaded");

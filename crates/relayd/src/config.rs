@@ -190,6 +190,9 @@ pub struct Config {
     pub listeners: Vec<ListenerSpec>,
     /// The transparent diversion relayd installs for its split proxy, if any.
     pub tproxy: Option<TproxySetup>,
+    /// What is valid but probably unwise (a SOCKS5 listener open to the network without
+    /// authentication), in the errors' form; `relayd check` prints them, `run` logs them.
+    pub warnings: Vec<ConfigError>,
 }
 
 /// A proxy listener the daemon runs on its tokio runtime: a `[service.NAME]` of kind
@@ -339,6 +342,7 @@ struct Ctx<'a> {
     path: &'a Path,
     text: &'a str,
     errors: Vec<ConfigError>,
+    warnings: Vec<ConfigError>,
 }
 
 impl Ctx<'_> {
@@ -366,6 +370,17 @@ impl Ctx<'_> {
     ) {
         let e = self.at(span, field, message);
         self.errors.push(e);
+    }
+
+    /// Records a warning: valid, but probably not what is wanted.
+    fn warn(
+        &mut self,
+        span: Option<Range<usize>>,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) {
+        let w = self.at(span, field, message);
+        self.warnings.push(w);
     }
 }
 
@@ -431,6 +446,7 @@ pub fn parse(text: &str, path: &Path, registry: &Registry) -> Result<Config, Con
         path,
         text,
         errors: Vec::new(),
+        warnings: Vec::new(),
     };
     if let Err(e) = toml::de::DeTable::parse(text) {
         return Err(ConfigErrors(vec![toml_error(&cx, &e, "(syntax)")]));
@@ -465,6 +481,7 @@ pub fn parse(text: &str, path: &Path, registry: &Registry) -> Result<Config, Con
         queues,
         listeners,
         tproxy,
+        warnings: cx.warnings,
     })
 }
 
@@ -1148,6 +1165,9 @@ fn check_listeners(
                 );
             }
         }
+        if l.kind == "socks5" {
+            check_dest_lists(cx, &field, l);
+        }
         if cx.errors.len() > errors_before {
             continue;
         }
@@ -1419,6 +1439,40 @@ fn check_listeners(
     (listeners, tproxy)
 }
 
+/// A `socks5` section's `allow` and `deny` lists, each entry parsed here so that an error
+/// names its line and index (deserializing would refuse it too, less precisely).
+fn check_dest_lists(cx: &mut Ctx<'_>, field: &str, l: &ListenerSection<'_>) {
+    use toml::de::DeValue;
+    for key in ["allow", "deny"] {
+        let Some((_, v)) = l.options.iter().find(|(k, _)| k.get_ref().as_ref() == key) else {
+            continue;
+        };
+        let DeValue::Array(items) = v.get_ref() else {
+            cx.err(
+                Some(v.span()),
+                format!("{field}.{key}"),
+                "must be a list of strings, e.g. [\"10.0.0.0/8\", \"192.0.2.1:443\"]",
+            );
+            continue;
+        };
+        for (i, item) in items.iter().enumerate() {
+            let f = format!("{field}.{key}[{i}]");
+            match item.get_ref() {
+                DeValue::String(s) => {
+                    if let Err(e) = s.parse::<relay_proxy::DestRule>() {
+                        cx.err(Some(item.span()), f, e);
+                    }
+                }
+                _ => cx.err(
+                    Some(item.span()),
+                    f,
+                    "must be a string: ADDR[/LEN][:PORT[-PORT]], \"[IPV6]/LEN:PORTS\" or \"*:PORTS\"",
+                ),
+            }
+        }
+    }
+}
+
 /// The proxy crate's own limits, checked here so that they name the line.
 fn check_proxy_options(
     cx: &mut Ctx<'_>,
@@ -1449,6 +1503,24 @@ fn check_proxy_options(
             span_of("buffer_size"),
             format!("{field}.buffer_size"),
             "must be 4096 bytes to 64 MiB",
+        );
+    }
+    if let ListenerKind::Socks5(c) = kind
+        && c.users.is_empty()
+        && !c.listen.ip().to_canonical().is_loopback()
+    {
+        let listen = l
+            .options
+            .iter()
+            .find(|(k, _)| k.get_ref().as_ref() == "listen")
+            .map_or(l.kind_span.clone(), |(_, v)| v.span());
+        cx.warn(
+            Some(listen),
+            format!("{field}.listen"),
+            format!(
+                "{} is not a loopback address and `users` is empty: any host that reaches it may use the proxy without authentication (add `users`, or listen on 127.0.0.1)",
+                c.listen
+            ),
         );
     }
     if let ListenerKind::Socks5(c) = kind {
@@ -1655,6 +1727,77 @@ rate = 5
         assert!(e.iter().any(|e| e.field.ends_with(".listen")), "{e:?}");
         // A socks5 listener alone is a whole configuration.
         parsed(socks);
+    }
+
+    #[test]
+    fn socks5_defaults_lists_and_open_listener_warning() {
+        // No `listen`: loopback, and nothing to warn about.
+        let c = parsed("[service.s]\nkind = \"socks5\"\n");
+        match &c.listeners[0].kind {
+            ListenerKind::Socks5(s) => {
+                assert_eq!(s.listen, "127.0.0.1:1080".parse().unwrap());
+                assert!(s.allow.is_empty() && s.deny.is_empty());
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        // Open to the network without users: a warning at the `listen` line, no error.
+        let c = parsed("[service.s]\nkind = \"socks5\"\nlisten = \"0.0.0.0:1080\"\n");
+        assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+        let w = &c.warnings[0];
+        assert_eq!((w.line, w.field.as_str()), (3, "service.s.listen"), "{w:?}");
+        assert!(w.to_string().starts_with("t.toml:3:"), "{w}");
+        assert!(w.message.contains("without authentication"), "{w}");
+        for quiet in [
+            "listen = \"[::1]:1080\"\n",
+            "listen = \"[::ffff:127.0.0.1]:1080\"\n",
+            "listen = \"10.0.1.2:1080\"\nusers = [{ username = \"a\", password = \"b\" }]\n",
+        ] {
+            let c = parsed(&format!("[service.s]\nkind = \"socks5\"\n{quiet}"));
+            assert!(c.warnings.is_empty(), "{quiet}: {:?}", c.warnings);
+        }
+        // allow and deny: read, and every bad entry named by file, line, field and index.
+        let c = parsed(
+            "[service.s]\nkind = \"socks5\"\nallow = [\"127.0.0.1:8080\", \"10.0.0.0/8\"]\ndeny = [\"[2001:db8::]/32:80-90\"]\n",
+        );
+        match &c.listeners[0].kind {
+            ListenerKind::Socks5(s) => {
+                assert_eq!(s.allow.len(), 2);
+                assert_eq!(s.deny[0].to_string(), "[2001:db8::]/32:80-90");
+            }
+            other => panic!("{other:?}"),
+        }
+        let e = first_err(
+            "[service.s]\nkind = \"socks5\"\nallow = [\n  \"10.0.0.0/8\",\n  \"10.0.0.1/8\",\n]\ndeny = [\"2001:db8::/32:80\", 5]\n",
+            5,
+            "service.s.allow[1]",
+        );
+        assert!(e[0].message.contains("host bits"), "{e:?}");
+        assert!(
+            e[0].to_string()
+                .starts_with("t.toml:5:3: service.s.allow[1]:"),
+            "{}",
+            e[0]
+        );
+        assert_eq!(
+            (e[1].line, e[1].field.as_str()),
+            (7, "service.s.deny[0]"),
+            "{e:?}"
+        );
+        assert!(e[1].message.contains("brackets"), "{e:?}");
+        assert_eq!(e[2].field, "service.s.deny[1]", "{e:?}");
+        assert_eq!(e.len(), 3, "{e:?}");
+        first_err(
+            "[service.s]\nkind = \"socks5\"\ndeny = \"10.0.0.0/8\"\n",
+            3,
+            "service.s.deny",
+        );
+        // The transparent listener has no destination lists.
+        first_err(
+            "[service.t]\nkind = \"tproxy\"\nports = [80]\nallow = [\"10.0.0.0/8\"]\n",
+            4,
+            "service.t.allow",
+        );
     }
 
     #[test]

@@ -112,6 +112,13 @@ impl Listeners {
                 stop.push((r.spec, r.handle));
             }
         }
+        // Listeners kept renew their snapshot of the relay's addresses, which the SOCKS5
+        // destination policy refuses (new ones read it when they bind).
+        for (name, r) in &self.running {
+            if let Err(e) = r.handle.refresh_local_addresses() {
+                tracing::warn!(listener = %name, "re-reading the local addresses: {e}");
+            }
+        }
         let start = new
             .iter()
             .filter(|n| !self.running.contains_key(&n.name))
