@@ -1,6 +1,7 @@
 //! The IDS/IPS service on the real kernel: src -- relay (ids) -- dst, with an HTTP server
 //! on dst. Forbidden requests are dropped, alerts are written as EVE JSON, a `ratelimit`
-//! rule lets only its rate through, and `reject` resets the connection. Needs root.
+//! rule lets only its rate through, and `reject` resets the connection, but answers a
+//! flood with a spoofed source only at its configured rate. Needs root.
 
 mod support;
 
@@ -179,4 +180,220 @@ fn ids_drops_alerts_rate_limits_and_rejects() {
     assert!(c["sid:1000001"] >= 1, "{c:?}");
     assert_eq!(c["sid:1000002"], 1, "{c:?}");
     assert!(c["sid:1000004"] >= 800, "{c:?}");
+}
+
+/// A flood naming a victim as its source, matching a `reject` rule.
+const REFLECT_RULES: &str =
+    "reject udp any any -> $HOME_NET 7000 (msg:\"reflect\"; sid:1000010;)\n";
+
+/// The address the flood names as its source: on src's link, so the answers aimed at it
+/// arrive there and are counted.
+const VICTIM: &str = "10.0.1.99";
+
+fn reject_config(rules: &str, options: &str) -> String {
+    format!(
+        r#"
+[[queue]]
+num = 0
+hook = "forward"
+services = ["ids"]
+
+[service.ids]
+kind = "ids"
+rules = ["{rules}"]
+{options}
+[service.ids.vars]
+HOME_NET = "[10.0.2.0/24]"
+"#
+    )
+}
+
+/// An IPv4/UDP datagram for a raw socket with IP_HDRINCL (the kernel fills in the total
+/// length and header checksum; UDP checksum 0, none).
+fn udp_raw(src: &str, dst: &str, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let src: std::net::Ipv4Addr = src.parse().unwrap();
+    let dst: std::net::Ipv4Addr = dst.parse().unwrap();
+    let total = 28 + payload.len();
+    let mut b = vec![0u8; total];
+    b[0] = 0x45;
+    b[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+    b[8] = 64;
+    b[9] = 17;
+    b[12..16].copy_from_slice(&src.octets());
+    b[16..20].copy_from_slice(&dst.octets());
+    b[20..22].copy_from_slice(&40000u16.to_be_bytes());
+    b[22..24].copy_from_slice(&dport.to_be_bytes());
+    b[24..26].copy_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    b[28..].copy_from_slice(payload);
+    b
+}
+
+/// Sends `n` copies of `packet` from `node` through a raw socket at `pps`; returns the
+/// time from the first send to the last.
+fn send_raw_paced(node: &relay_testbed::Node, packet: Vec<u8>, n: u64, pps: u64) -> Duration {
+    node.run(move || {
+        // SAFETY: plain socket/sendto/close calls on a buffer and an address that outlive them.
+        unsafe {
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_RAW);
+            assert!(fd >= 0, "raw socket: {}", std::io::Error::last_os_error());
+            let mut sa: libc::sockaddr_in = std::mem::zeroed();
+            sa.sin_family = libc::AF_INET as u16;
+            sa.sin_addr.s_addr =
+                u32::from_ne_bytes([packet[16], packet[17], packet[18], packet[19]]);
+            let start = Instant::now();
+            for i in 0..n {
+                let due = start + Duration::from_secs_f64(i as f64 / pps as f64);
+                let now = Instant::now();
+                if due > now {
+                    std::thread::sleep(due - now);
+                }
+                let r = libc::sendto(
+                    fd,
+                    packet.as_ptr() as *const libc::c_void,
+                    packet.len(),
+                    0,
+                    &sa as *const libc::sockaddr_in as *const libc::sockaddr,
+                    std::mem::size_of::<libc::sockaddr_in>() as u32,
+                );
+                assert!(r >= 0, "sendto: {}", std::io::Error::last_os_error());
+            }
+            let took = start.elapsed();
+            libc::close(fd);
+            took
+        }
+    })
+}
+
+/// Counts packets arriving on `node`'s `ifname` that match `what` (iptables match words)
+/// in a rule named `tag`.
+fn count_arrivals(node: &relay_testbed::Node, ifname: &str, what: &[&str], tag: &str) {
+    let mut args = vec!["iptables", "-t", "raw", "-I", "PREROUTING", "-i", ifname];
+    args.extend_from_slice(what);
+    args.extend_from_slice(&["-m", "comment", "--comment", tag]);
+    let out = node.exec(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The packet count of the counting rule named `tag`.
+fn read_count(node: &relay_testbed::Node, tag: &str) -> u64 {
+    let out = node.exec(&[
+        "iptables",
+        "-t",
+        "raw",
+        "-L",
+        "PREROUTING",
+        "-v",
+        "-n",
+        "-x",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let needle = format!("/* {tag} */");
+    text.lines()
+        .find(|l| l.contains(&needle))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no rule with {needle}:\n{text}"))
+}
+
+/// One flood of `n` spoofed datagrams at `pps` against a relayd running `options`: every
+/// datagram is rejected (none reaches dst), every answer relayd sends reaches the victim,
+/// and the victim gets at most `burst + rate * duration` of them (the rest counted as
+/// `reject_suppressed`). Returns the answers the victim got.
+fn reflect(
+    l: &relay_testbed::Line3,
+    options: &str,
+    n: u64,
+    pps: u64,
+    rate: u64,
+    burst: u64,
+) -> u64 {
+    let dir = TempDir::new("ids-reflect");
+    let rules = dir.file("reflect.rules", REFLECT_RULES);
+    let mut r = Relayd::start(
+        &l.relay,
+        &reject_config(&rules.display().to_string(), options),
+    );
+    let (answers0, leaked0) = (read_count(&l.src, "answers"), read_count(&l.dst, "leaked"));
+    let took = send_raw_paced(
+        &l.src,
+        udp_raw(VICTIM, "10.0.2.2", 7000, b"reflect"),
+        n,
+        pps,
+    );
+    assert!(
+        wait_for(Duration::from_secs(5), || r.counters("ids")["rejected"]
+            == n),
+        "not all rejected: {:?}\n{}",
+        r.counters("ids"),
+        r.log()
+    );
+    let c = r.counters("ids");
+    let answers = read_count(&l.src, "answers") - answers0;
+    let bound = burst + (rate as f64 * (took.as_secs_f64() + 0.5)) as u64;
+    eprintln!(
+        "{options:?}: {n} in {took:?}, {answers} answers at the victim (bound {bound}): {c:?}"
+    );
+    assert_eq!(
+        read_count(&l.dst, "leaked") - leaked0,
+        0,
+        "a rejected datagram got through"
+    );
+    assert_eq!(c["sid:1000010"], n);
+    assert_eq!(c["reject_errors"], 0, "{c:?}");
+    assert_eq!(c["reject_sent"] + c["reject_suppressed"], n, "{c:?}");
+    assert_eq!(
+        answers, c["reject_sent"],
+        "every answer sent reaches the victim"
+    );
+    assert!(
+        answers <= bound,
+        "{answers} answers to a spoofed flood, bound {bound}"
+    );
+    assert!(
+        answers >= burst,
+        "at least the burst is answered: {answers}"
+    );
+    assert!(r.stop(libc::SIGTERM), "{}", r.log());
+    answers
+}
+
+#[test]
+fn reject_answers_to_a_spoofed_flood_are_rate_limited() {
+    let l = line3("ids-reflect");
+    l.src_link.addr_a(&format!("{VICTIM}/24"));
+    // Resolve the victim's neighbour entry first: no answer waits for ARP.
+    assert!(l.relay.ping(VICTIM));
+    count_arrivals(
+        &l.src,
+        &l.src_link.a_if,
+        &[
+            "-d",
+            VICTIM,
+            "-p",
+            "icmp",
+            "--icmp-type",
+            "port-unreachable",
+        ],
+        "answers",
+    );
+    count_arrivals(
+        &l.dst,
+        &l.dst_link.b_if,
+        &["-p", "udp", "--dport", "7000"],
+        "leaked",
+    );
+    // The queue's bucket alone: 5,000 datagrams at 2,500/s through 300/s, burst 30.
+    reflect(
+        &l,
+        "reject_rate = 300\nreject_burst = 30\nreject_dest_rate = 0\n",
+        5000,
+        2500,
+        300,
+        30,
+    );
+    // The defaults: one address gets 10/s, burst 10, of 2,500 datagrams in 1 s.
+    reflect(&l, "", 2500, 2500, 10, 10);
 }
