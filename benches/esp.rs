@@ -31,7 +31,9 @@ fn udp_packet() -> Vec<u8> {
 fn benches(c: &mut Criterion) {
     let cx = Context::new(0, Instant::now());
     let plain = udp_packet();
-    let dir = std::env::temp_dir().join(format!("relayd-bench-esp-{}", std::process::id()));
+    // Not the shared temporary directory: relayd refuses keys that others could replace.
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("relayd-bench-esp-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for (name, cipher) in Cipher::ALL {
         let key_file = dir.join(name);

@@ -9,6 +9,31 @@ use std::net::UdpSocket;
 use std::time::Duration;
 use support::*;
 
+/// A directory for key files, removed when dropped, on a path that only root can write:
+/// relayd refuses keys that anyone else could replace, so the shared temporary directory
+/// (where [`TempDir::new`] puts its directories) will not do.
+fn key_dir(tag: &str) -> TempDir {
+    use std::os::unix::fs::DirBuilderExt;
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = format!("relayd-keys-{}-{n}-{tag}", std::process::id());
+    for base in [env!("CARGO_TARGET_TMPDIR"), "/run", "/root"] {
+        let dir = std::path::Path::new(base).join(&name);
+        let _ = std::fs::remove_dir_all(&dir);
+        if std::fs::DirBuilder::new().mode(0o700).create(&dir).is_err() {
+            continue;
+        }
+        let probe = dir.join("probe");
+        let ok = relay_svc_crypto::keygen(Cipher::Aes128Gcm, &probe).is_ok()
+            && relay_svc_crypto::load_key(&probe, Cipher::Aes128Gcm).is_ok();
+        if ok && std::fs::remove_file(&probe).is_ok() {
+            return TempDir(dir);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    panic!("no directory on a path only root can write, for key files");
+}
+
 fn keys(dir: &TempDir, cipher: Cipher) -> (String, String) {
     let a2b = dir.0.join("a2b.key");
     let b2a = dir.0.join("b2a.key");
@@ -215,7 +240,7 @@ fn assert_sites_tcp_intact(l: &relay_testbed::Line4, port: u16, bytes: u64, what
 fn esp_between_two_relays_for_every_cipher() {
     for (cipher, mb) in [("aes-128-gcm", 100), ("aes-256-cbc-hmac-sha256", 20)] {
         let l = line4(&format!("esp-{}", &cipher[..7]));
-        let dir = TempDir::new("esp-keys");
+        let dir = key_dir("esp-keys");
         let (a2b, b2a) = keys(&dir, Cipher::from_name(cipher).unwrap());
         // The middle link keeps its 1500 bytes: relayd clamps the TCP MSS so that the
         // ESP packets fit it, as a router in front of a tunnel does.
@@ -260,7 +285,7 @@ fn esp_tunnel_mode_hides_the_inner_addresses() {
     for n in [&l.comp, &l.decomp] {
         n.sysctl("net.ipv4.conf.all.accept_local", "1");
     }
-    let dir = TempDir::new("esp-tunnel");
+    let dir = key_dir("esp-tunnel");
     let (a2b, b2a) = keys(&dir, Cipher::from_name(cipher).unwrap());
     let a = Relayd::start(
         &l.comp,
@@ -357,7 +382,7 @@ fn six_in_four(
 fn ipv6_sites_through_an_ipv4_tunnel() {
     let cipher = "aes-128-gcm";
     let l = line4("esp-6in4");
-    let dir = TempDir::new("esp-6in4");
+    let dir = key_dir("esp-6in4");
     let (a2b, b2a) = keys(&dir, Cipher::Aes128Gcm);
     let a = Relayd::start(
         &l.comp,
@@ -421,7 +446,7 @@ fn ipv6_sites_through_an_ipv4_tunnel() {
 #[test]
 fn packets_too_big_for_the_path_get_icmp_and_tcp_is_clamped() {
     let l = line4("esp-mtu");
-    let dir = TempDir::new("esp-mtu");
+    let dir = key_dir("esp-mtu");
     let (a2b, b2a) = keys(&dir, Cipher::Aes128Gcm);
     let (a, _b) = start_pair(&l, "aes-128-gcm", &a2b, &b2a);
     // A full-size DF packet cannot fit once encrypted: the sender learns the size that
@@ -445,7 +470,7 @@ fn packets_too_big_for_the_path_get_icmp_and_tcp_is_clamped() {
 fn key_rotation_by_sighup_loses_no_packet() {
     let cipher = "aes-128-gcm";
     let l = line4("esp-rotate");
-    let dir = TempDir::new("esp-rotate");
+    let dir = key_dir("esp-rotate");
     let (a2b, b2a) = keys(&dir, Cipher::Aes128Gcm);
     let new_key = dir.0.join("a2b-new.key").display().to_string();
     relay_svc_crypto::keygen(Cipher::Aes128Gcm, std::path::Path::new(&new_key)).unwrap();
@@ -508,7 +533,7 @@ fn key_rotation_by_sighup_loses_no_packet() {
 #[test]
 fn tampered_and_replayed_esp_is_dropped_and_counted() {
     let l = line4("esp-attack");
-    let dir = TempDir::new("esp-attack");
+    let dir = key_dir("esp-attack");
     let (a2b, b2a) = keys(&dir, Cipher::Aes128Gcm);
     let (_a, b) = start_pair(&l, "aes-128-gcm", &a2b, &b2a);
     assert!(l.src.ping("10.0.3.2"));

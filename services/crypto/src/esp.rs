@@ -221,7 +221,7 @@ impl ServiceConfig for EncryptConfig {
         if self.mtu < 576 {
             return Err(format!("mtu = {} is below 576", self.mtu));
         }
-        let key = load_key(&self.key_file, self.cipher)?;
+        let key = load_key(&self.key_file, self.cipher).map_err(|e| e.to_string())?;
         let id = SaId::new(self.spi, self.cipher, self.esn, &key);
         let sa = OUTBOUND.get_or_make(id, || Outbound {
             spi: self.spi,
@@ -504,7 +504,7 @@ impl ServiceConfig for DecryptConfig {
                     s.spi
                 ));
             }
-            let key = load_key(&s.key_file, s.cipher)?;
+            let key = load_key(&s.key_file, s.cipher).map_err(|e| e.to_string())?;
             let id = SaId::new(s.spi, s.cipher, s.esn, &key);
             let sa = INBOUND.get_or_make(id, || Inbound {
                 spi: s.spi,

@@ -1,11 +1,12 @@
 //! Ciphers and their key files. Keys are laid out as Linux `ip xfrm` takes them: for GCM
 //! the AES key followed by its 4-byte salt (RFC 4106), for CBC+HMAC the AES key followed by
-//! the 32-byte HMAC-SHA-256 key. Files hold hex and must not be readable by group or others.
+//! the 32-byte HMAC-SHA-256 key. Files hold hex, and only root and relayd's user may be
+//! able to read or replace them ([`load_key`]).
 
 use serde::Deserialize;
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::Path;
+use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
 
 /// An ESP cipher suite.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -73,41 +74,368 @@ impl Cipher {
 /// ICV bytes (both suites: 16).
 pub const ICV_LEN: usize = 16;
 
-/// Reads a key file for `cipher`, refusing one that others may read.
-pub fn load_key(path: &Path, cipher: Cipher) -> Result<Vec<u8>, String> {
-    let meta = std::fs::metadata(path).map_err(|e| format!("key file {}: {e}", path.display()))?;
-    if meta.permissions().mode() & 0o077 != 0 {
-        return Err(format!(
-            "key file {} is readable by group or others (mode {:o}): chmod 600 it",
-            path.display(),
-            meta.permissions().mode() & 0o777
-        ));
-    }
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("key file {}: {e}", path.display()))?;
+/// Why a key file was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyFileError {
+    /// It could not be opened or read.
+    #[error("key file {path}: {source}")]
+    Io {
+        /// The file as configured.
+        path: PathBuf,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// Someone other than root or relayd's user could replace or read it: the file, or a
+    /// directory on its way from `/`, has another owner or is open to group or others.
+    #[error("key file {path}: {problem}: {fix}")]
+    Insecure {
+        /// The file as configured.
+        path: PathBuf,
+        /// What is wrong, naming the file or directory at fault.
+        problem: String,
+        /// The command (or move) that puts it right.
+        fix: String,
+    },
+    /// Its text is not hex.
+    #[error("key file {path}: not a hex string")]
+    NotHex {
+        /// The file as configured.
+        path: PathBuf,
+    },
+    /// It holds a key of another length than the cipher's.
+    #[error("key file {path}: {got} bytes, but this cipher takes {want} ({layout})")]
+    WrongLength {
+        /// The file as configured.
+        path: PathBuf,
+        /// Bytes in the file.
+        got: usize,
+        /// Bytes the cipher takes.
+        want: usize,
+        /// How those bytes are laid out.
+        layout: &'static str,
+    },
+}
+
+/// Reads a key file for `cipher`. Whoever can replace a key file chooses the key at the
+/// next reload, so the file must be owned by the user relayd runs as (its effective uid)
+/// or root and be neither readable nor writable by group or others, and every directory
+/// from `/` to it owned by that user or root and writable by no one else (OpenSSH's
+/// `StrictModes` rule; a sticky world-writable directory such as /tmp does not qualify).
+/// The path is walked from `/` one component at a time, each opened relative to the one
+/// checked before it and without following symbolic links, which are followed only by
+/// hand, from a directory already checked; the file's own checks are made on the opened
+/// descriptor: nothing can be swapped between check and read.
+pub fn load_key(path: &Path, cipher: Cipher) -> Result<Vec<u8>, KeyFileError> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    load_key_as(path, cipher, uid)
+}
+
+/// [`load_key`] for a relayd running as `uid`.
+pub(crate) fn load_key_as(path: &Path, cipher: Cipher, uid: u32) -> Result<Vec<u8>, KeyFileError> {
+    let io = |source| KeyFileError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut file = secure::open(path, uid)?;
+    // A key file is a line of hex: anything much longer is not one.
+    let mut text = String::new();
+    (&mut file)
+        .take(64 << 10)
+        .read_to_string(&mut text)
+        .map_err(io)?;
     let hex: String = text.split_whitespace().collect::<String>();
     let hex = hex.strip_prefix("0x").unwrap_or(&hex);
     if !hex.len().is_multiple_of(2) || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(format!("key file {}: not a hex string", path.display()));
+        return Err(KeyFileError::NotHex {
+            path: path.to_path_buf(),
+        });
     }
     let key: Vec<u8> = (0..hex.len())
         .step_by(2)
-        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap_or(0))
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2).unwrap_or("00"), 16).unwrap_or(0))
         .collect();
     if key.len() != cipher.key_len() {
-        return Err(format!(
-            "key file {}: {} bytes, but this cipher takes {} ({})",
-            path.display(),
-            key.len(),
-            cipher.key_len(),
-            if cipher.is_gcm() {
+        return Err(KeyFileError::WrongLength {
+            path: path.to_path_buf(),
+            got: key.len(),
+            want: cipher.key_len(),
+            layout: if cipher.is_gcm() {
                 "AES key then 4-byte salt"
             } else {
                 "AES key then 32-byte HMAC key"
-            }
-        ));
+            },
+        });
     }
     Ok(key)
+}
+
+/// Opening a file through a path that only root and one user can change.
+mod secure {
+    use super::KeyFileError;
+    use std::collections::VecDeque;
+    use std::ffi::{CString, OsStr, OsString};
+    use std::fs::File;
+    use std::io;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    use std::path::{Component, Path, PathBuf};
+
+    /// Symbolic links followed at most (as the kernel's own limit).
+    const MAX_LINKS: usize = 40;
+
+    /// A directory opened and checked, and the path it was reached by.
+    struct Dir {
+        fd: OwnedFd,
+        path: PathBuf,
+    }
+
+    /// Opens `path` for reading if the file and every directory on its way are safe for a
+    /// relayd running as `uid` (see [`super::load_key`]).
+    pub(super) fn open(path: &Path, uid: u32) -> Result<File, KeyFileError> {
+        let io = |source| KeyFileError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let abs = if path.is_absolute() {
+            path.to_path_buf()
+        } else {
+            std::env::current_dir().map_err(io)?.join(path)
+        };
+        let mut todo: VecDeque<OsString> = VecDeque::new();
+        push_front(&mut todo, &abs);
+        let root = Dir {
+            fd: open_at(None, OsStr::new("/"), libc::O_PATH | libc::O_DIRECTORY).map_err(io)?,
+            path: PathBuf::from("/"),
+        };
+        check_dir(&root, uid, path)?;
+        let mut dirs = vec![root];
+        let mut links = 0;
+        while let Some(name) = todo.pop_front() {
+            if name == "." {
+                continue;
+            }
+            if name == ".." {
+                // Back to a directory checked already ("/.." is "/").
+                if dirs.len() > 1 {
+                    dirs.pop();
+                }
+                continue;
+            }
+            let Some(here) = dirs.last() else {
+                return Err(io(io::Error::from(io::ErrorKind::NotFound)));
+            };
+            let last = todo.is_empty();
+            let flags = if last {
+                // O_NONBLOCK: a FIFO put in the key's place must not hang the reload.
+                libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY
+            } else {
+                libc::O_PATH
+            };
+            let opened = open_at(Some(&here.fd), &name, flags | libc::O_NOFOLLOW);
+            let fd = match opened {
+                Ok(fd) => fd,
+                // The last component is a symbolic link (O_NOFOLLOW refuses to open it).
+                Err(e) if last && e.raw_os_error() == Some(libc::ELOOP) => {
+                    links += 1;
+                    if follow(here, &name, links, &mut todo).map_err(io)? {
+                        dirs.truncate(1);
+                    }
+                    continue;
+                }
+                Err(e) => return Err(io(e)),
+            };
+            let st = fstat(&fd).map_err(io)?;
+            let kind = st.st_mode & libc::S_IFMT;
+            let at = here.path.join(&name);
+            if kind == libc::S_IFLNK {
+                // Only an O_PATH open gets here: a link inside a directory checked already,
+                // so no one else can have put it there.
+                links += 1;
+                if follow(here, &name, links, &mut todo).map_err(io)? {
+                    dirs.truncate(1);
+                }
+            } else if last {
+                check_file(&st, &at, uid, path)?;
+                return Ok(File::from(fd));
+            } else if kind == libc::S_IFDIR {
+                let dir = Dir { fd, path: at };
+                check_dir(&dir, uid, path)?;
+                dirs.push(dir);
+            } else {
+                return Err(io(io::Error::from_raw_os_error(libc::ENOTDIR)));
+            }
+        }
+        // The path ended in "/", "." or "..": a directory, not a key file.
+        Err(io(io::Error::from_raw_os_error(libc::EISDIR)))
+    }
+
+    /// Puts the components of `path` in front of `todo`; an absolute path starts again
+    /// from "/" (the caller resets the directories).
+    fn push_front(todo: &mut VecDeque<OsString>, path: &Path) {
+        for c in path.components().rev() {
+            match c {
+                Component::Normal(n) => todo.push_front(n.to_os_string()),
+                Component::ParentDir => todo.push_front("..".into()),
+                Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
+            }
+        }
+    }
+
+    /// Follows the symbolic link `name` in `here`: its target's components come next.
+    /// True if the target is absolute: the walk goes on from "/".
+    fn follow(
+        here: &Dir,
+        name: &OsStr,
+        links: usize,
+        todo: &mut VecDeque<OsString>,
+    ) -> io::Result<bool> {
+        if links > MAX_LINKS {
+            return Err(io::Error::from_raw_os_error(libc::ELOOP));
+        }
+        let target = read_link_at(&here.fd, name)?;
+        push_front(todo, &target);
+        Ok(target.is_absolute())
+    }
+
+    /// The fix for a directory open to others: a shared (sticky) one such as /tmp cannot
+    /// be closed, the key has to move.
+    fn dir_fix(dir: &Path, mode: u32) -> String {
+        if mode & libc::S_ISVTX != 0 {
+            format!(
+                "{} is a shared directory: move the key to a directory only root or relayd's \
+                 user can write, such as /etc/relayd/keys (chmod 700)",
+                dir.display()
+            )
+        } else {
+            format!("chmod go-w {}", dir.display())
+        }
+    }
+
+    fn check_dir(dir: &Dir, uid: u32, file: &Path) -> Result<(), KeyFileError> {
+        let st = fstat(&dir.fd).map_err(|source| KeyFileError::Io {
+            path: file.to_path_buf(),
+            source,
+        })?;
+        let d = dir.path.display();
+        let insecure = |problem: String, fix: String| KeyFileError::Insecure {
+            path: file.to_path_buf(),
+            problem,
+            fix,
+        };
+        if st.st_uid != 0 && st.st_uid != uid {
+            return Err(insecure(
+                format!(
+                    "directory {d} is owned by uid {}, not by root or relayd's user \
+                     (uid {uid}), so its owner can replace the key",
+                    st.st_uid
+                ),
+                format!("chown root {d}"),
+            ));
+        }
+        if st.st_mode & 0o022 != 0 {
+            let who = if st.st_mode & 0o002 != 0 {
+                "anyone"
+            } else {
+                "its group"
+            };
+            return Err(insecure(
+                format!(
+                    "directory {d} is writable by {who} (mode {:o}), who can replace the key",
+                    st.st_mode & 0o7777
+                ),
+                dir_fix(&dir.path, st.st_mode),
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_file(st: &libc::stat, at: &Path, uid: u32, file: &Path) -> Result<(), KeyFileError> {
+        let insecure = |problem: String, fix: String| KeyFileError::Insecure {
+            path: file.to_path_buf(),
+            problem,
+            fix,
+        };
+        // Name the file as reached when a link led elsewhere.
+        let it = if at == file {
+            "it".to_string()
+        } else {
+            at.display().to_string()
+        };
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Err(insecure(
+                format!("{it} is not a regular file"),
+                "put the key in a plain file (relayd keygen CIPHER FILE)".into(),
+            ));
+        }
+        if st.st_uid != 0 && st.st_uid != uid {
+            return Err(insecure(
+                format!(
+                    "{it} is owned by uid {}, not by root or relayd's user (uid {uid}), so its \
+                     owner chooses the key",
+                    st.st_uid
+                ),
+                format!("chown {uid} {}", at.display()),
+            ));
+        }
+        if st.st_mode & 0o077 != 0 {
+            return Err(insecure(
+                format!(
+                    "{it} is readable or writable by group or others (mode {:o})",
+                    st.st_mode & 0o777
+                ),
+                format!("chmod 600 {}", at.display()),
+            ));
+        }
+        Ok(())
+    }
+
+    fn c_name(name: &OsStr) -> io::Result<CString> {
+        CString::new(name.as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+    }
+
+    /// `openat(dir, name, flags | O_CLOEXEC)`; `None` for `dir` opens an absolute name.
+    fn open_at(dir: Option<&OwnedFd>, name: &OsStr, flags: i32) -> io::Result<OwnedFd> {
+        let c = c_name(name)?;
+        let dirfd = dir.map_or(libc::AT_FDCWD, |d| d.as_raw_fd());
+        // SAFETY: `c` is a NUL-terminated string that outlives the call; `dirfd` is open.
+        let fd = unsafe { libc::openat(dirfd, c.as_ptr(), flags | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just opened and is owned by nothing else.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    fn fstat(fd: &OwnedFd) -> io::Result<libc::stat> {
+        // SAFETY: an all-zero stat is a valid value of this plain C struct.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: `fd` is open and `st` is a valid, writable stat.
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(st)
+    }
+
+    fn read_link_at(dir: &OwnedFd, name: &OsStr) -> io::Result<PathBuf> {
+        let c = c_name(name)?;
+        let mut buf = vec![0u8; libc::PATH_MAX as usize];
+        // SAFETY: `buf` is writable for its length; `c` is NUL-terminated; `dir` is open.
+        let n = unsafe {
+            libc::readlinkat(
+                dir.as_raw_fd(),
+                c.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        let n = usize::try_from(n).map_err(|_| io::Error::last_os_error())?;
+        if n >= buf.len() {
+            return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
+        }
+        buf.truncate(n);
+        Ok(PathBuf::from(OsString::from_vec(buf)))
+    }
 }
 
 /// Writes a fresh random key for `cipher` to `path` (a new file, mode 0600).
@@ -124,37 +452,247 @@ pub fn keygen(cipher: Cipher, path: &Path) -> Result<(), String> {
     writeln!(f, "{hex}").map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// A fresh directory for test keys, `tag`ged, on a path the key file rule accepts for the
+/// user running the tests (the system's temporary directory is shared, so never that): the
+/// first of the test binary's own directory, /run and the home directory that qualifies.
+#[cfg(test)]
+pub(crate) fn test_key_dir(tag: &str) -> PathBuf {
+    use std::os::unix::fs::DirBuilderExt;
+    let exe = std::env::current_exe().ok();
+    let bases = [
+        exe.as_deref().and_then(Path::parent).map(Path::to_path_buf),
+        Some(PathBuf::from("/run")),
+        std::env::var_os("HOME").map(PathBuf::from),
+    ];
+    for base in bases.into_iter().flatten() {
+        // What earlier runs left behind (a test that failed keeps its keys).
+        for e in std::fs::read_dir(&base).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let pid = name
+                .strip_prefix("relayd-test-keys-")
+                .and_then(|r| r.split('-').next())
+                .and_then(|p| p.parse::<u32>().ok());
+            if pid.is_some_and(|p| !Path::new(&format!("/proc/{p}")).exists()) {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+        let dir = base.join(format!("relayd-test-keys-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        if std::fs::DirBuilder::new().mode(0o700).create(&dir).is_err() {
+            continue;
+        }
+        let probe = dir.join("probe");
+        if keygen(Cipher::Aes128Gcm, &probe).is_ok() && load_key(&probe, Cipher::Aes128Gcm).is_ok()
+        {
+            let _ = std::fs::remove_file(&probe);
+            return dir;
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    panic!("no directory on a path that only root or this user can write, for test keys");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::{PermissionsExt, symlink};
+
+    const NOBODY: u32 = 65534;
+
+    fn chmod(p: &Path, mode: u32) {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    fn chown(p: &Path, uid: u32) {
+        std::os::unix::fs::lchown(p, Some(uid), None).unwrap();
+    }
+
+    fn mkdir(p: &Path, mode: u32) -> PathBuf {
+        std::fs::create_dir(p).unwrap();
+        chmod(p, mode);
+        p.to_path_buf()
+    }
+
+    /// The (problem, fix) of an insecure key file; panics on any other outcome.
+    fn refused(r: Result<Vec<u8>, KeyFileError>) -> (String, String) {
+        match r {
+            Err(KeyFileError::Insecure { problem, fix, .. }) => (problem, fix),
+            other => panic!("not refused as insecure: {other:?}"),
+        }
+    }
+
+    fn is_root() -> bool {
+        // SAFETY: geteuid has no preconditions.
+        unsafe { libc::geteuid() == 0 }
+    }
 
     #[test]
     fn keygen_then_load_and_permissions() {
-        let dir = std::env::temp_dir().join(format!("relayd-keys-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = test_key_dir("keygen");
         let p = dir.join("k");
-        let _ = std::fs::remove_file(&p);
         keygen(Cipher::Aes128Gcm, &p).unwrap();
         assert_eq!(
             std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
             0o600
         );
         assert_eq!(load_key(&p, Cipher::Aes128Gcm).unwrap().len(), 20);
-        assert!(
-            load_key(&p, Cipher::Aes256CbcHmac)
-                .unwrap_err()
-                .contains("takes 64")
-        );
+        let e = load_key(&p, Cipher::Aes256CbcHmac).unwrap_err();
+        assert!(e.to_string().contains("takes 64"), "{e}");
         assert!(
             keygen(Cipher::Aes128Gcm, &p).is_err(),
             "never overwrites a key"
         );
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        for mode in [0o644, 0o640, 0o620, 0o602] {
+            chmod(&p, mode);
+            let (problem, fix) = refused(load_key(&p, Cipher::Aes128Gcm));
+            assert!(problem.contains("group or others"), "{mode:o}: {problem}");
+            assert_eq!(fix, format!("chmod 600 {}", p.display()));
+        }
+        chmod(&p, 0o400);
+        assert!(load_key(&p, Cipher::Aes128Gcm).is_ok(), "read-only is fine");
+        // Not hex, a directory, a FIFO (which must not hang the load), nothing at all.
+        std::fs::write(dir.join("text"), "not a key").unwrap();
+        chmod(&dir.join("text"), 0o600);
+        assert!(matches!(
+            load_key(&dir.join("text"), Cipher::Aes128Gcm),
+            Err(KeyFileError::NotHex { .. })
+        ));
+        let sub = mkdir(&dir.join("sub"), 0o700);
+        let (problem, _) = refused(load_key(&sub, Cipher::Aes128Gcm));
+        assert!(problem.contains("not a regular file"), "{problem}");
+        let fifo =
+            std::ffi::CString::new(dir.join("fifo").into_os_string().into_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let (problem, _) = refused(load_key(&dir.join("fifo"), Cipher::Aes128Gcm));
+        assert!(problem.contains("not a regular file"), "{problem}");
+        let e = load_key(&dir.join("absent"), Cipher::Aes128Gcm).unwrap_err();
         assert!(
-            load_key(&p, Cipher::Aes128Gcm)
-                .unwrap_err()
-                .contains("chmod 600")
+            matches!(&e, KeyFileError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound),
+            "{e}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn owners_and_directories_on_the_way_are_checked() {
+        if !is_root() {
+            eprintln!("SKIPPED: needs root to give files to another user");
+            return;
+        }
+        let top = test_key_dir("owners");
+        let c = Cipher::Aes128Gcm;
+        let good = mkdir(&top.join("good"), 0o755);
+        let key = good.join("k");
+        keygen(c, &key).unwrap();
+        assert!(
+            load_key(&key, c).is_ok(),
+            "root's key in root's directories"
+        );
+        // The same through "." and "..".
+        let odd = good.join("..").join("good").join(".").join("k");
+        assert!(load_key(&odd, c).is_ok());
+
+        // A key owned by another user: that user chooses the key.
+        chown(&key, NOBODY);
+        let (problem, fix) = refused(load_key(&key, c));
+        assert!(problem.contains("owned by uid 65534"), "{problem}");
+        assert_eq!(fix, format!("chown 0 {}", key.display()));
+        let e = load_key(&key, c).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("key file {}: ", key.display())),
+            "{e}"
+        );
+        // ... but it is right for a relayd running as that user (root's directories are).
+        assert!(load_key_as(&key, c, NOBODY).is_ok());
+        chown(&key, 0);
+
+        // The key's directory owned by another user, or writable by group or anyone.
+        chown(&good, NOBODY);
+        let (problem, fix) = refused(load_key(&key, c));
+        assert!(
+            problem.contains(&format!(
+                "directory {} is owned by uid 65534",
+                good.display()
+            )),
+            "{problem}"
+        );
+        assert_eq!(fix, format!("chown root {}", good.display()));
+        assert!(
+            load_key_as(&key, c, NOBODY).is_ok(),
+            "its own user's directory"
+        );
+        chown(&good, 0);
+        for (mode, who) in [(0o775, "its group"), (0o757, "anyone"), (0o777, "anyone")] {
+            chmod(&good, mode);
+            let (problem, fix) = refused(load_key(&key, c));
+            assert!(
+                problem.contains(&format!(
+                    "directory {} is writable by {who}",
+                    good.display()
+                )),
+                "{mode:o}: {problem}"
+            );
+            assert_eq!(fix, format!("chmod go-w {}", good.display()));
+        }
+        // A shared directory like /tmp (sticky) is no better: the key has to move.
+        chmod(&good, 0o1777);
+        let (problem, fix) = refused(load_key(&key, c));
+        assert!(
+            problem.contains("writable by anyone (mode 1777)"),
+            "{problem}"
+        );
+        assert!(fix.contains("move the key"), "{fix}");
+        chmod(&good, 0o755);
+        assert!(load_key(&key, c).is_ok());
+
+        // Any directory on the way counts, not only the last.
+        let deep = mkdir(&good.join("a"), 0o700);
+        let deep = mkdir(&deep.join("b"), 0o700);
+        keygen(c, &deep.join("k")).unwrap();
+        assert!(load_key(&deep.join("k"), c).is_ok());
+        chmod(&good, 0o770);
+        let (problem, _) = refused(load_key(&deep.join("k"), c));
+        assert!(problem.contains(&good.display().to_string()), "{problem}");
+        chmod(&good, 0o755);
+
+        // Symbolic links are followed only from directories checked already, and what
+        // they lead to is checked as well.
+        symlink(&key, good.join("link")).unwrap();
+        assert!(load_key(&good.join("link"), c).is_ok());
+        symlink("a/b", good.join("dirlink")).unwrap();
+        assert!(load_key(&good.join("dirlink").join("k"), c).is_ok());
+        let open = mkdir(&top.join("open"), 0o777);
+        keygen(c, &open.join("k")).unwrap();
+        symlink(open.join("k"), good.join("to-open")).unwrap();
+        let (problem, _) = refused(load_key(&good.join("to-open"), c));
+        assert!(problem.contains(&open.display().to_string()), "{problem}");
+        // A link in a directory anyone can write is refused before it is read.
+        symlink(&key, open.join("link")).unwrap();
+        let (problem, _) = refused(load_key(&open.join("link"), c));
+        assert!(problem.contains(&open.display().to_string()), "{problem}");
+        symlink("loop", good.join("loop")).unwrap();
+        assert!(matches!(
+            load_key(&good.join("loop"), c),
+            Err(KeyFileError::Io { .. })
+        ));
+
+        // The system's shared temporary directory is never acceptable.
+        let tmp = Path::new("/tmp");
+        let tmp_mode = std::fs::metadata(tmp).map(|m| m.permissions().mode());
+        if tmp_mode.is_ok_and(|m| m & 0o002 != 0) {
+            let d = tmp.join(format!("relayd-keys-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&d);
+            mkdir(&d, 0o700);
+            keygen(c, &d.join("k")).unwrap();
+            let (problem, fix) = refused(load_key(&d.join("k"), c));
+            std::fs::remove_dir_all(&d).unwrap();
+            assert!(
+                problem.contains("directory /tmp is writable by anyone"),
+                "{problem}"
+            );
+            assert!(fix.contains("/etc/relayd/keys"), "{fix}");
+        }
+        std::fs::remove_dir_all(&top).unwrap();
     }
 }

@@ -12,7 +12,7 @@ mod state;
 mod window;
 
 pub use esp::{DecryptConfig, EncryptConfig, EspMode, SaConfig};
-pub use keys::{Cipher, ICV_LEN, keygen, load_key};
+pub use keys::{Cipher, ICV_LEN, KeyFileError, keygen, load_key};
 pub use peer::Peer;
 pub use sa::{AuthFailed, BadLength, SaCrypto};
 pub use window::{Replay, ReplayWindow};
@@ -26,7 +26,9 @@ mod tests {
     use std::time::Instant;
 
     fn key_file(tag: &str, cipher: Cipher) -> std::path::PathBuf {
-        let p = std::env::temp_dir().join(format!("relayd-esp-{}-{tag}.key", std::process::id()));
+        static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+        let dir = DIR.get_or_init(|| keys::test_key_dir("esp"));
+        let p = dir.join(format!("{tag}.key"));
         // Each test its own key: SAs with one SPI and key share state (as across reloads).
         let salt: usize = tag.bytes().map(usize::from).sum();
         let hex: String = (0..cipher.key_len())
