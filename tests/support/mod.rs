@@ -36,6 +36,33 @@ impl TempDir {
     }
 }
 
+/// A directory for key files, removed when dropped, on a path that only root can write:
+/// relayd refuses keys that anyone else could replace, so the shared temporary directory
+/// (where [`TempDir::new`] puts its directories) will not do. Tries the target's
+/// temporary directory, `/run` and `/root`, and keeps the first where a key is accepted.
+pub fn key_dir(tag: &str) -> TempDir {
+    use relay_svc_crypto::Cipher;
+    use std::os::unix::fs::DirBuilderExt;
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = format!("relayd-keys-{}-{n}-{tag}", std::process::id());
+    for base in [env!("CARGO_TARGET_TMPDIR"), "/run", "/root"] {
+        let dir = Path::new(base).join(&name);
+        let _ = std::fs::remove_dir_all(&dir);
+        if std::fs::DirBuilder::new().mode(0o700).create(&dir).is_err() {
+            continue;
+        }
+        let probe = dir.join("probe");
+        let ok = relay_svc_crypto::keygen(Cipher::Aes128Gcm, &probe).is_ok()
+            && relay_svc_crypto::load_key(&probe, Cipher::Aes128Gcm).is_ok();
+        if ok && std::fs::remove_file(&probe).is_ok() {
+            return TempDir(dir);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    panic!("no directory on a path only root can write, for key files");
+}
+
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
@@ -55,31 +82,51 @@ impl Relayd {
     /// Writes `body` (the configuration minus `[daemon]`) and starts `relayd run` in
     /// `node`; waits until it says it is running (panics with its log otherwise).
     pub fn start(node: &Node, body: &str) -> Relayd {
+        let r = Relayd::spawn(node, body);
+        r.wait_running();
+        r
+    }
+
+    /// Like [`Relayd::start`] but returns at once, while relayd is still starting (the
+    /// fault tests kill it at chosen moments of its start-up).
+    pub fn spawn(node: &Node, body: &str) -> Relayd {
         let dir = TempDir::new(node.label());
         let socket = dir.0.join("relayd.sock");
         let text = format!("[daemon]\nsocket = \"{}\"\n\n{body}", socket.display());
         let config = dir.file("relayd.toml", &text);
-        let mut cmd = node.cmd(RELAYD);
-        cmd.args(["run", "-c"])
-            .arg(&config)
-            .args(["--log", "debug"]);
-        cmd.stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        let proc = node.spawn(cmd);
-        let r = Relayd {
+        let proc = Relayd::spawn_proc(node, &config);
+        Relayd {
             proc,
             dir,
             config,
             socket,
             node: node.clone(),
-        };
-        if !r
+        }
+    }
+
+    fn spawn_proc(node: &Node, config: &Path) -> Proc {
+        let mut cmd = node.cmd(RELAYD);
+        cmd.args(["run", "-c"]).arg(config).args(["--log", "debug"]);
+        cmd.stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        node.spawn(cmd)
+    }
+
+    /// Starts a new `relayd run` on the same configuration file, without waiting, after
+    /// the previous process has exited (or been killed: its `Proc` is reaped here).
+    pub fn respawn(&mut self) {
+        self.proc.kill();
+        self.proc = Relayd::spawn_proc(&self.node, &self.config);
+    }
+
+    /// Waits until relayd says it is running; panics with its log otherwise.
+    pub fn wait_running(&self) {
+        if !self
             .proc
             .wait_stderr_contains("relayd running", Duration::from_secs(10))
         {
-            panic!("relayd did not start:\n{}", r.proc.stderr_text());
+            panic!("relayd did not start:\n{}", self.proc.stderr_text());
         }
-        r
     }
 
     /// Replaces the configuration file (the daemon section is kept) without signalling.
@@ -125,6 +172,11 @@ impl Relayd {
             "{name}: {c:?}"
         );
         c
+    }
+
+    /// Whether the relayd process is still running (not exited, not killed).
+    pub fn alive(&mut self) -> bool {
+        self.proc.try_wait().is_none()
     }
 
     pub fn log(&self) -> String {
@@ -372,4 +424,287 @@ pub fn send_raw(node: &Node, packets: Vec<Vec<u8>>) {
             libc::close(fd);
         }
     });
+}
+
+/// A count from the environment (`RELAYD_FAULT_CYCLES=1000`), or `default` when unset or
+/// unreadable: how `make soak` runs the fault suite's long versions.
+pub fn env_count(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().replace('_', "").parse().ok())
+        .unwrap_or(default)
+}
+
+/// (lost, duplicated) datagrams of a [`UdpFlow`]: sequence numbers the sender sent and
+/// the sink never saw, and datagrams the sink saw more than once.
+pub fn loss_and_duplicates(
+    sent: &relay_traffic::SendStats,
+    got: &relay_traffic::UdpSinkStats,
+) -> (u64, u64) {
+    let unique = if got.first.is_some() {
+        got.max_seq + 1 - got.lost
+    } else {
+        0
+    };
+    (
+        sent.packets.saturating_sub(unique),
+        (got.packets - got.short).saturating_sub(unique),
+    )
+}
+
+/// One line of `/proc/net/netfilter/nfnetlink_queue`: the kernel's own view of a bound
+/// queue in a namespace, whatever relayd reports.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KernelQueue {
+    /// Queue number.
+    pub num: u16,
+    /// Netlink port id of the bound socket.
+    pub portid: u32,
+    /// Packets waiting for a verdict.
+    pub waiting: u64,
+    /// Packets dropped because the queue was full (`max_len`), fail-closed queues only.
+    pub queue_dropped: u64,
+    /// Packets dropped because they could not be delivered to the socket (ENOBUFS).
+    pub user_dropped: u64,
+}
+
+/// The queues bound in `node`, as the kernel lists them.
+pub fn kernel_queues(node: &Node) -> Vec<KernelQueue> {
+    let out = node.exec(&["cat", "/proc/net/netfilter/nfnetlink_queue"]);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<u64> = l
+                .split_whitespace()
+                .map(|w| w.parse().ok())
+                .collect::<Option<_>>()?;
+            Some(KernelQueue {
+                num: u16::try_from(*f.first()?).ok()?,
+                portid: u32::try_from(*f.get(1)?).ok()?,
+                waiting: *f.get(2)?,
+                queue_dropped: *f.get(5)?,
+                user_dropped: *f.get(6)?,
+            })
+        })
+        .collect()
+}
+
+/// Everything relayd can leave in a namespace, one named section per kind of trace, each
+/// normalised so that two captures of the same state compare equal: iptables and
+/// ip6tables (nf_tables and legacy) rules and user chains, tc qdiscs, ip rules, routes of
+/// every table, and the queues the kernel has bound.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostState {
+    /// (kind, normalised text), in a fixed order.
+    pub sections: Vec<(&'static str, String)>,
+}
+
+impl HostState {
+    /// Captures `node`'s state now.
+    pub fn capture(node: &Node) -> HostState {
+        let mut sections = Vec::new();
+        for (kind, prog) in [
+            ("iptables-nft", "iptables-nft-save"),
+            ("ip6tables-nft", "ip6tables-nft-save"),
+            ("iptables-legacy", "iptables-legacy-save"),
+            ("ip6tables-legacy", "ip6tables-legacy-save"),
+        ] {
+            let out = node.exec(&[prog]);
+            assert!(
+                out.status.success(),
+                "{prog} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            sections.push((kind, rules_only(&String::from_utf8_lossy(&out.stdout))));
+        }
+        let tc = node.exec(&["tc", "qdisc", "show"]);
+        sections.push((
+            "tc qdisc",
+            without_counts(&String::from_utf8_lossy(&tc.stdout)),
+        ));
+        sections.push(("ip rule", node.ip(&["-4", "rule"])));
+        sections.push(("ip -6 rule", node.ip(&["-6", "rule"])));
+        sections.push((
+            "ip route",
+            node.ip(&["-4", "route", "show", "table", "all"]),
+        ));
+        sections.push((
+            "ip -6 route",
+            node.ip(&["-6", "route", "show", "table", "all"]),
+        ));
+        let queues: Vec<String> = kernel_queues(node)
+            .iter()
+            .map(|q| q.num.to_string())
+            .collect();
+        sections.push(("bound queues", queues.join(" ")));
+        HostState { sections }
+    }
+
+    /// The kinds in which `self` and `other` differ.
+    pub fn differing(&self, other: &HostState) -> Vec<&'static str> {
+        self.sections
+            .iter()
+            .zip(&other.sections)
+            .filter(|(a, b)| a.1 != b.1)
+            .map(|(a, _)| a.0)
+            .collect()
+    }
+
+    /// The sections in which `self` differs from `expected`, both sides, for a message.
+    pub fn diff(&self, expected: &HostState) -> String {
+        let mut s = String::new();
+        for ((kind, now), (_, want)) in self.sections.iter().zip(&expected.sections) {
+            if now != want {
+                s.push_str(&format!(
+                    "--- {kind}, expected:\n{want}\n--- {kind}, found:\n{now}\n"
+                ));
+            }
+        }
+        s
+    }
+}
+
+/// `tc qdisc show` output without the one statistic it prints (htb's
+/// `direct_packets_stat`).
+fn without_counts(text: &str) -> String {
+    let mut out = String::new();
+    for line in text.lines() {
+        let mut skip = false;
+        for w in line.split_whitespace() {
+            if !std::mem::take(&mut skip) {
+                out.push_str(w);
+                out.push(' ');
+            }
+            skip = w == "direct_packets_stat";
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// The rules and user chains of an iptables-save text, each line prefixed by its table;
+/// without comments, built-in chain policies and counters (an empty built-in table that
+/// iptables-nft creates on first use, and packet counts, are not a trace).
+fn rules_only(save: &str) -> String {
+    const BUILTIN: [&str; 5] = ["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"];
+    let mut out = String::new();
+    let mut table = "";
+    for line in save.lines() {
+        if let Some(t) = line.strip_prefix('*') {
+            table = t;
+        } else if line.starts_with("-A") {
+            out.push_str(&format!("{table}: {line}\n"));
+        } else if let Some(chain) = line.strip_prefix(':').and_then(|c| c.split(' ').next())
+            && !BUILTIN.contains(&chain)
+        {
+            out.push_str(&format!("{table}: chain {chain}\n"));
+        }
+    }
+    out
+}
+
+/// The processes left in `node`'s namespace (`ip netns pids`).
+pub fn netns_pids(node: &Node) -> Vec<u32> {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "pids", node.name()])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect()
+}
+
+/// The MAC address of interface `ifname` in `node`.
+pub fn mac_of(node: &Node, ifname: &str) -> [u8; 6] {
+    let text = node.ip(&["-br", "link", "show", "dev", ifname]);
+    let word = text
+        .split_whitespace()
+        .nth(2)
+        .unwrap_or_else(|| panic!("no MAC in {text:?}"));
+    let mut mac = [0u8; 6];
+    for (i, b) in word.split(':').enumerate() {
+        mac[i] = u8::from_str_radix(b, 16).unwrap();
+    }
+    mac
+}
+
+/// Sends each `(ethertype, network-layer bytes)` from `node`'s interface `ifname` to
+/// `dst_mac` through a packet socket, paced to `pps`, untouched by the sender's IP stack:
+/// unlike [`send_raw`], any header can be wrong (length, IHL, checksum, version).
+/// Returns the frames sent (a frame the driver refuses is not counted).
+pub fn send_frames(
+    node: &Node,
+    ifname: &str,
+    dst_mac: [u8; 6],
+    frames: Vec<(u16, Vec<u8>)>,
+    pps: u64,
+) -> u64 {
+    let ifname = std::ffi::CString::new(ifname).unwrap();
+    node.run(move || {
+        // SAFETY: plain socket/sendto calls on buffers that outlive them.
+        unsafe {
+            let fd = libc::socket(libc::AF_PACKET, libc::SOCK_DGRAM, 0);
+            assert!(
+                fd >= 0,
+                "packet socket: {}",
+                std::io::Error::last_os_error()
+            );
+            let index = libc::if_nametoindex(ifname.as_ptr());
+            assert!(index > 0, "no interface {ifname:?}");
+            let start = Instant::now();
+            let mut sent = 0u64;
+            for (i, (ethertype, p)) in frames.iter().enumerate() {
+                let due = start + Duration::from_secs_f64(i as f64 / pps as f64);
+                if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
+                }
+                let mut sa: libc::sockaddr_ll = std::mem::zeroed();
+                sa.sll_family = libc::AF_PACKET as u16;
+                sa.sll_protocol = ethertype.to_be();
+                sa.sll_ifindex = index as i32;
+                sa.sll_halen = 6;
+                sa.sll_addr[..6].copy_from_slice(&dst_mac);
+                let r = libc::sendto(
+                    fd,
+                    p.as_ptr() as *const libc::c_void,
+                    p.len(),
+                    0,
+                    &sa as *const libc::sockaddr_ll as *const libc::sockaddr,
+                    std::mem::size_of::<libc::sockaddr_ll>() as u32,
+                );
+                if r >= 0 {
+                    sent += 1;
+                }
+            }
+            libc::close(fd);
+            sent
+        }
+    })
+}
+
+/// Inserts, at the top of raw PREROUTING in `node`, a rule without a target that counts
+/// packets arriving on `ifname` matching `what` (iptables match words), named `tag`
+/// ([`read_count_with`]). `tool` is `iptables` or `ip6tables`.
+pub fn count_arrivals_with(tool: &str, node: &Node, ifname: &str, what: &[&str], tag: &str) {
+    let mut args = vec![tool, "-t", "raw", "-I", "PREROUTING", "-i", ifname];
+    args.extend_from_slice(what);
+    args.extend_from_slice(&["-m", "comment", "--comment", tag]);
+    let out = node.exec(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The packet count of the counting rule named `tag` ([`count_arrivals_with`]).
+pub fn read_count_with(tool: &str, node: &Node, tag: &str) -> u64 {
+    let out = node.exec(&[tool, "-t", "raw", "-L", "PREROUTING", "-v", "-n", "-x"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let needle = format!("/* {tag} */");
+    text.lines()
+        .find(|l| l.contains(&needle))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no rule with {needle}:\n{text}"))
 }
