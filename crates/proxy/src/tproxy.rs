@@ -9,7 +9,10 @@
 //! 2. `CONNMARK --save-mark` stores the decision in conntrack; later packets of the
 //!    connection get it back with `CONNMARK --restore-mark`, so only the SYN is decided.
 //! 3. `TPROXY --on-port P --tproxy-mark T` assigns the packet to the transparent listener
-//!    on port P (without changing its addresses) and sets the *tproxy mark*.
+//!    on port P (without changing its addresses) and sets the *tproxy mark*. Both this
+//!    and the save skip destinations that are the relay's own (`-m addrtype ! --dst-type
+//!    LOCAL`): those connections are delivered natively, never proxied to the relay
+//!    itself from the relay's address.
 //! 4. `ip rule fwmark T lookup TABLE` + `ip route add local 0.0.0.0/0 dev lo table TABLE`
 //!    make the routing decision "deliver locally" for packets with the tproxy mark, though
 //!    their destination is another host.
@@ -189,14 +192,17 @@ impl TproxySpec {
                 "-A {chain} -p tcp --syn -m multiport --dports {list} -j MARK --set-xmark {dv}"
             ));
         }
+        // A connection to one of the relay's own addresses is never diverted: the kernel
+        // delivers it as it would without the proxy, so the relay's own services see the
+        // client, not the proxy connecting to them from the relay (issue 12).
         v.push(format!(
-            "-A {chain} -p tcp -m mark --mark {dv} -j CONNMARK --save-mark --nfmask {dmask} --ctmask {dmask}"
+            "-A {chain} -p tcp -m mark --mark {dv} -m addrtype ! --dst-type LOCAL -j CONNMARK --save-mark --nfmask {dmask} --ctmask {dmask}"
         ));
         v.push(format!(
             "-A {chain} -p tcp -m connmark --mark {dv} -j CONNMARK --restore-mark --nfmask {dmask} --ctmask {dmask}"
         ));
         let mut tproxy = format!(
-            "-A {chain} -p tcp -m mark --mark {dv} -j TPROXY --on-port {}",
+            "-A {chain} -p tcp -m mark --mark {dv} -m addrtype ! --dst-type LOCAL -j TPROXY --on-port {}",
             self.port
         );
         match (self.on_ip, family) {
@@ -420,9 +426,9 @@ mod tests {
             [
                 "-A RELAYD-TPROXY -p tcp -m socket --transparent -j MARK --set-xmark 0x10000000/0x10000000",
                 "-A RELAYD-TPROXY -p tcp -m mark --mark 0x10000000/0x10000000 -j ACCEPT",
-                "-A RELAYD-TPROXY -p tcp -m mark --mark 0x20000000/0x20000000 -j CONNMARK --save-mark --nfmask 0x20000000 --ctmask 0x20000000",
+                "-A RELAYD-TPROXY -p tcp -m mark --mark 0x20000000/0x20000000 -m addrtype ! --dst-type LOCAL -j CONNMARK --save-mark --nfmask 0x20000000 --ctmask 0x20000000",
                 "-A RELAYD-TPROXY -p tcp -m connmark --mark 0x20000000/0x20000000 -j CONNMARK --restore-mark --nfmask 0x20000000 --ctmask 0x20000000",
-                "-A RELAYD-TPROXY -p tcp -m mark --mark 0x20000000/0x20000000 -j TPROXY --on-port 9040 --tproxy-mark 0x10000000/0x10000000",
+                "-A RELAYD-TPROXY -p tcp -m mark --mark 0x20000000/0x20000000 -m addrtype ! --dst-type LOCAL -j TPROXY --on-port 9040 --tproxy-mark 0x10000000/0x10000000",
             ]
         );
     }

@@ -172,6 +172,70 @@ fn half_close_rst_and_transparent_source() {
     assert_eq!(st["completed"], 1);
 }
 
+/// Issue 12: a connection to one of the relay's own addresses on a diverted port is not
+/// diverted: the relay's service sees the client itself, never the proxy connecting to it
+/// from the relay's address; connections through the relay still are.
+#[test]
+fn connections_to_the_relay_itself_are_not_diverted() {
+    let l = line3("proxy_self");
+    let _spec = divert(&l.relay, vec![5006]);
+    let proxy = start_proxy(
+        &l.relay,
+        "transparent",
+        &json!({"listen": format!("[::]:{TPROXY_PORT}")}),
+    );
+    let own = l.relay.run(|| TcpListener::bind("[::]:5006").unwrap());
+    let far = l.dst.run(|| TcpListener::bind(addr(5006)).unwrap());
+    let serve = |listener: TcpListener, n: usize| {
+        move || {
+            (0..n)
+                .map(|_| {
+                    let (mut s, peer) = listener.accept().unwrap();
+                    let mut b = [0u8; 4];
+                    s.read_exact(&mut b).unwrap();
+                    s.write_all(&b).unwrap();
+                    peer_ip(peer)
+                })
+                .collect::<Vec<_>>()
+        }
+    };
+    let own_peers = l.relay.run_bg(serve(own, 3));
+    let far_peers = l.dst.run_bg(serve(far, 1));
+    l.src.run(|| {
+        for to in [
+            "10.0.1.2:5006",
+            "10.0.2.1:5006",
+            "[fd00:1::2]:5006",
+            "10.0.2.2:5006",
+        ] {
+            let mut s = TcpStream::connect(to).unwrap();
+            s.write_all(b"ping").unwrap();
+            let mut b = [0u8; 4];
+            s.read_exact(&mut b).unwrap();
+            assert_eq!(&b, b"ping", "{to}");
+        }
+    });
+    let own_peers = own_peers.join().unwrap();
+    assert_eq!(
+        own_peers,
+        ["10.0.1.1", "10.0.1.1", "fd00:1::1"],
+        "the relay's service sees the client"
+    );
+    assert_eq!(far_peers.join().unwrap(), ["10.0.2.1"], "through the proxy");
+    let st = stats(&proxy);
+    assert_eq!(st["accepted"], 1, "{st}");
+}
+
+/// A peer address as text, an IPv4-mapped one as IPv4.
+fn peer_ip(a: SocketAddr) -> String {
+    match a.ip() {
+        std::net::IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map_or(v6.to_string(), |v4| v4.to_string()),
+        v4 => v4.to_string(),
+    }
+}
+
 #[test]
 fn two_thousand_concurrent_connections_and_the_cap() {
     const N: usize = 2000;

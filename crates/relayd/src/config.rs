@@ -1690,7 +1690,7 @@ rate = 5
         let rules = crate::rules::restore_text(&c).unwrap();
         assert!(
             rules.contains(
-                "-A RELAYD-PREROUTING -p tcp -m mark --mark 0x1/0x1 -j TPROXY --on-port 9040"
+                "-A RELAYD-PREROUTING -p tcp -m mark --mark 0x1/0x1 -m addrtype ! --dst-type LOCAL -j TPROXY --on-port 9040"
             ),
             "{rules}"
         );
