@@ -10,7 +10,6 @@ use clap::{Parser, Subcommand};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::signal::unix::{SignalKind, signal};
 
 /// relayd: run chains of packet services on NFQUEUE queues.
@@ -401,7 +400,7 @@ async fn serve(cfg: Config, registry: Registry) -> anyhow::Result<()> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let socket_path = cfg.daemon.socket.clone();
-    let listener = bind_status(&socket_path)?;
+    let listener = status::bind(&socket_path)?;
     let daemon = match Daemon::start(cfg) {
         Ok(d) => Arc::new(Mutex::new(Some(d))),
         Err(e) => {
@@ -410,7 +409,12 @@ async fn serve(cfg: Config, registry: Registry) -> anyhow::Result<()> {
         }
     };
     tracing::info!(socket = %socket_path.display(), "relayd running");
-    let server = tokio::spawn(status_server(listener, daemon.clone()));
+    let for_status = daemon.clone();
+    let server = tokio::spawn(status::serve(
+        listener,
+        status::ServerLimits::default(),
+        move || lock(&for_status).as_ref().map(Daemon::status),
+    ));
     let mut watchdog = tokio::time::interval(std::time::Duration::from_secs(1));
     let mut reported_dead = Vec::new();
     loop {
@@ -497,53 +501,5 @@ fn reload_queues(daemon: &Mutex<Option<Daemon>>, registry: &Registry) -> daemon:
             tracing::error!("reload refused, keeping the running configuration: {e:#}");
             Default::default()
         }
-    }
-}
-
-/// Binds the status socket, replacing a stale file but refusing to steal a live one.
-fn bind_status(path: &Path) -> anyhow::Result<tokio::net::UnixListener> {
-    if path.exists() {
-        if std::os::unix::net::UnixStream::connect(path).is_ok() {
-            anyhow::bail!("another relayd is answering on {}", path.display());
-        }
-        std::fs::remove_file(path)
-            .with_context(|| format!("removing stale socket {}", path.display()))?;
-    }
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).ok();
-    }
-    tokio::net::UnixListener::bind(path)
-        .with_context(|| format!("binding status socket {}", path.display()))
-}
-
-async fn status_server(listener: tokio::net::UnixListener, daemon: Arc<Mutex<Option<Daemon>>>) {
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
-        };
-        let daemon = daemon.clone();
-        tokio::spawn(async move {
-            let (r, mut w) = stream.into_split();
-            let mut line = String::new();
-            let mut reader = BufReader::new(r);
-            let read = tokio::time::timeout(
-                std::time::Duration::from_secs(5),
-                reader.read_line(&mut line),
-            );
-            if read.await.is_err() {
-                return;
-            }
-            let body = match line.trim() {
-                "status" | "" => {
-                    let s = lock(&daemon).as_ref().map(Daemon::status);
-                    serde_json::to_string(&s).unwrap_or_default()
-                }
-                other => {
-                    serde_json::json!({ "error": format!("unknown request `{other}`") }).to_string()
-                }
-            };
-            let _ = w.write_all(body.as_bytes()).await;
-            let _ = w.shutdown().await;
-        });
     }
 }

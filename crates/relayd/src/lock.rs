@@ -7,7 +7,7 @@ use std::fs::File;
 use std::io::{Read, Seek, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Why the lock could not be taken.
 #[derive(Debug, thiserror::Error)]
@@ -69,5 +69,265 @@ impl InstanceLock {
         file.rewind().context("writing the lock file")?;
         write!(file, "{}", std::process::id()).context("writing the lock file")?;
         Ok(InstanceLock { _file: file })
+    }
+}
+
+/// Why the status socket path could not be claimed at start-up.
+#[derive(Debug, thiserror::Error)]
+pub enum SocketError {
+    /// A process accepts connections on the socket: a running relayd, most likely.
+    #[error("another relayd is answering on {}", path.display())]
+    Live {
+        /// The socket path.
+        path: PathBuf,
+    },
+    /// A process listens on the socket but its backlog is full (a stopped or busy daemon).
+    #[error(
+        "a process listens on {} (its backlog is full): not replacing it",
+        path.display()
+    )]
+    Busy {
+        /// The socket path.
+        path: PathBuf,
+    },
+    /// Something other than a socket is at the path: relayd never deletes it.
+    #[error(
+        "{} is {what}, not a socket: relayd replaces only a stale socket; remove it or set daemon.socket",
+        path.display()
+    )]
+    NotSocket {
+        /// The socket path.
+        path: PathBuf,
+        /// What is there ("a regular file", "a directory", "a symbolic link", ...).
+        what: &'static str,
+    },
+    /// A system call on the path failed (permissions, a missing directory, ...).
+    #[error("{action} {}: {source}", path.display())]
+    Io {
+        /// What relayd was doing ("binding status socket", ...).
+        action: &'static str,
+        /// The socket path.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+/// What kind of file `t` is, for [`SocketError::NotSocket`].
+fn describe(t: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_file() {
+        "a regular file"
+    } else if t.is_dir() {
+        "a directory"
+    } else if t.is_symlink() {
+        "a symbolic link"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "a file of unknown type"
+    }
+}
+
+/// Connects to the socket at `path` without blocking: Ok if a process accepted (or
+/// queued) the connection, the error otherwise (ECONNREFUSED: nobody listens; EAGAIN: a
+/// listener whose backlog is full). A blocking connect would hang start-up on a stopped
+/// daemon's full backlog.
+fn probe(path: &Path) -> std::io::Result<()> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = path.as_os_str().as_bytes();
+    // SAFETY: sockaddr_un is plain data; all zeroes is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    if bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "path too long for a unix socket",
+        ));
+    }
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    // SAFETY: plain socket call; the result is checked before use.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh socket nobody else owns; OwnedFd closes it.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
+    // SAFETY: addr outlives the call and len does not exceed its size (checked above).
+    let r = unsafe {
+        libc::connect(
+            fd.as_raw_fd(),
+            (&raw const addr).cast::<libc::sockaddr>(),
+            len as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Binds the status socket at `path`. Whatever is there is looked at without following
+/// symbolic links: nothing is bound over; a socket no process listens on (left by a
+/// relayd that was killed) is replaced; a socket a process answers on is refused
+/// ([`SocketError::Live`]), and so is anything that is not a socket (a regular file, a
+/// directory, a symbolic link, a FIFO, a device: [`SocketError::NotSocket`]), which
+/// stays untouched.
+pub fn claim_socket(path: &Path) -> Result<std::os::unix::net::UnixListener, SocketError> {
+    use std::os::unix::fs::FileTypeExt;
+    let io = |action, source| SocketError::Io {
+        action,
+        path: path.to_path_buf(),
+        source,
+    };
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io("looking at", e)),
+        Ok(m) if !m.file_type().is_socket() => {
+            return Err(SocketError::NotSocket {
+                path: path.to_path_buf(),
+                what: describe(m.file_type()),
+            });
+        }
+        Ok(_) => match probe(path) {
+            Ok(()) => {
+                return Err(SocketError::Live {
+                    path: path.to_path_buf(),
+                });
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
+                return Err(SocketError::Busy {
+                    path: path.to_path_buf(),
+                });
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
+                tracing::info!(socket = %path.display(), "replacing a stale status socket");
+                match std::fs::remove_file(path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(io("removing stale socket", e)),
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            // EACCES and the like: relayd cannot tell whether it is stale, so it stays.
+            Err(e) => return Err(io("probing the socket at", e)),
+        },
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).ok();
+    }
+    std::os::unix::net::UnixListener::bind(path).map_err(|e| io("binding status socket", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(tag: &str) -> PathBuf {
+        let p = std::env::temp_dir().join(format!("relayd-lock-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        p
+    }
+
+    /// A socket left behind by a process that died: bound, never unlinked, closed.
+    fn stale_socket(path: &Path) {
+        drop(std::os::unix::net::UnixListener::bind(path).unwrap());
+        assert!(path.exists());
+    }
+
+    #[test]
+    fn a_missing_or_stale_socket_is_bound() {
+        let d = dir("stale");
+        let p = d.join("s.sock");
+        // Dropping the listener leaves the file: a stale socket, as after a SIGKILL.
+        drop(claim_socket(&p).unwrap());
+        let l = claim_socket(&p).unwrap();
+        std::os::unix::net::UnixStream::connect(&p).unwrap();
+        drop(l);
+        let q = d.join("t.sock");
+        stale_socket(&q);
+        let l = claim_socket(&q).unwrap();
+        std::os::unix::net::UnixStream::connect(&q).unwrap();
+        drop(l);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_live_socket_is_refused_and_kept() {
+        let d = dir("live");
+        let p = d.join("s.sock");
+        let _l = std::os::unix::net::UnixListener::bind(&p).unwrap();
+        let e = claim_socket(&p).unwrap_err();
+        assert!(matches!(e, SocketError::Live { .. }), "{e}");
+        assert_eq!(
+            e.to_string(),
+            format!("another relayd is answering on {}", p.display())
+        );
+        std::os::unix::net::UnixStream::connect(&p).unwrap();
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn anything_but_a_socket_is_refused_and_left_alone() {
+        let d = dir("other");
+        let file = d.join("file");
+        std::fs::write(&file, b"precious").unwrap();
+        let e = claim_socket(&file).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "{} is a regular file, not a socket: relayd replaces only a stale socket; remove it or set daemon.socket",
+                file.display()
+            )
+        );
+        assert_eq!(std::fs::read(&file).unwrap(), b"precious");
+
+        let sub = d.join("dir");
+        std::fs::create_dir(&sub).unwrap();
+        let e = claim_socket(&sub).unwrap_err();
+        assert!(e.to_string().contains("is a directory"), "{e}");
+        assert!(sub.is_dir());
+
+        // A symbolic link, even to a stale socket, is not followed nor removed.
+        let target = d.join("stale.sock");
+        stale_socket(&target);
+        let link = d.join("link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let e = claim_socket(&link).unwrap_err();
+        assert!(e.to_string().contains("is a symbolic link"), "{e}");
+        assert!(
+            std::fs::symlink_metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        assert!(target.exists());
+
+        let fifo = d.join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = claim_socket(&fifo).unwrap_err();
+        assert!(e.to_string().contains("is a FIFO"), "{e}");
+        assert!(fifo.exists());
+        std::fs::remove_dir_all(&d).unwrap();
     }
 }

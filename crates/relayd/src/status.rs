@@ -1,10 +1,15 @@
 //! What `relayd status` shows, the wire format of the status socket (one JSON document per
-//! connection), and its human rendering.
+//! connection), its human rendering, and the daemon's side of the socket: a server whose
+//! clients cannot starve or exhaust the daemon ([`serve`], [`ServerLimits`]).
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The daemon's state as the status socket reports it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -143,14 +148,310 @@ pub struct ServiceStatus {
     pub counters: BTreeMap<String, u64>,
 }
 
-/// Asks the daemon behind `socket` for its status.
+/// The largest reply [`query`] reads (a status of thousands of queues and services is a
+/// few MiB).
+const MAX_REPLY: u64 = 64 << 20;
+
+/// Asks the daemon behind `socket` for its status. A reply `{"error": "..."}` (the
+/// daemon is busy, say) is returned as an error with that message.
 pub fn query(socket: &Path) -> std::io::Result<Status> {
     let mut s = std::os::unix::net::UnixStream::connect(socket)?;
-    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))?;
-    s.write_all(b"status\n")?;
-    let mut body = String::new();
-    s.read_to_string(&mut body)?;
-    serde_json::from_str(&body).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.set_write_timeout(Some(Duration::from_secs(5)))?;
+    // A daemon that refuses the connection may close it before reading the request:
+    // its reply still says why, so read it whatever the write did.
+    let sent = s.write_all(b"status\n");
+    let mut body = Vec::new();
+    let read = (&mut s).take(MAX_REPLY).read_to_end(&mut body);
+    if body.is_empty() {
+        sent?;
+        read?;
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "the daemon closed the connection without a reply",
+        ));
+    }
+    let invalid = |e| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+    let v: serde_json::Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        // A reply cut short by an error: report the error, not the JSON.
+        Err(e) => return Err(read.err().unwrap_or_else(|| invalid(e))),
+    };
+    if let Some(msg) = v.get("error").and_then(serde_json::Value::as_str) {
+        return Err(std::io::Error::other(msg.to_string()));
+    }
+    serde_json::from_value(v).map_err(invalid)
+}
+
+/// Binds the status socket at `path` for [`serve`] (see [`crate::lock::claim_socket`]:
+/// only a stale socket is replaced). Needs a tokio runtime.
+pub fn bind(path: &Path) -> anyhow::Result<tokio::net::UnixListener> {
+    let l = crate::lock::claim_socket(path)?;
+    l.set_nonblocking(true)?;
+    Ok(tokio::net::UnixListener::from_std(l)?)
+}
+
+/// What the status server allows its clients, so that a local client can neither grow
+/// the daemon's memory, hold its file descriptors, nor make it spin. The defaults are
+/// what `relayd run` uses (documented in docs/cli.md, "The status socket").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// The longest request line, newline included; a longer one is answered with an
+    /// error and the connection closed. Requests are one word (`status`).
+    pub max_request: usize,
+    /// Time a client has, from the connection being accepted, to send its request line.
+    pub request_timeout: Duration,
+    /// Time a client has to read the whole reply (a client that does not read is dropped).
+    pub reply_timeout: Duration,
+    /// Clients served at once; beyond, a connection is answered `busy` and closed at once.
+    pub max_clients: usize,
+    /// File descriptors kept free for the rest of relayd (a reload opens the
+    /// configuration, iptables-restore pipes, netlink sockets): a connection accepted
+    /// with fewer free than this below the soft RLIMIT_NOFILE is answered `busy` and
+    /// closed at once.
+    pub fd_reserve: u64,
+    /// How long accepting pauses after an error such as EMFILE or ENFILE (the connection
+    /// stays in the listen backlog), instead of retrying at once.
+    pub accept_backoff: Duration,
+    /// The shortest interval between two log lines about refused connections or failed
+    /// accepts (the lines carry the counts in between).
+    pub log_interval: Duration,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        ServerLimits {
+            max_request: 4096,
+            request_timeout: Duration::from_secs(5),
+            reply_timeout: Duration::from_secs(5),
+            max_clients: 64,
+            fd_reserve: 32,
+            accept_backoff: Duration::from_millis(100),
+            log_interval: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Counts events and says when to log them: at most once per interval, with the count
+/// since the last line.
+#[derive(Debug)]
+struct LogEvery {
+    interval: Duration,
+    last: Option<Instant>,
+    since: u64,
+    total: u64,
+}
+
+impl LogEvery {
+    fn new(interval: Duration) -> LogEvery {
+        LogEvery {
+            interval,
+            last: None,
+            since: 0,
+            total: 0,
+        }
+    }
+
+    /// Counts one event; `Some((since the last line, total))` if a line is due.
+    fn hit(&mut self) -> Option<(u64, u64)> {
+        self.since += 1;
+        self.total += 1;
+        let now = Instant::now();
+        if self
+            .last
+            .is_some_and(|t| now.duration_since(t) < self.interval)
+        {
+            return None;
+        }
+        self.last = Some(now);
+        Some((std::mem::take(&mut self.since), self.total))
+    }
+}
+
+/// One client being served: decrements the count when its task ends, however it ends.
+struct Slot(Arc<AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// True if `fd` is so close to the soft RLIMIT_NOFILE that fewer than `reserve`
+/// descriptors are left: the kernel hands out the lowest free number, so every
+/// descriptor below `fd` is in use.
+fn short_of_fds(fd: std::os::fd::RawFd, reserve: u64) -> bool {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return false;
+    }
+    let used = u64::try_from(fd).unwrap_or(0).saturating_add(1);
+    lim.rlim_cur != libc::RLIM_INFINITY && used.saturating_add(reserve) > lim.rlim_cur
+}
+
+/// An error reply, as the socket's clients expect it: `{"error": "..."}`.
+fn error_reply(msg: &str) -> String {
+    serde_json::json!({ "error": msg }).to_string()
+}
+
+/// Serves the status socket until the task is dropped: each connection sends one request
+/// line (`status`, or nothing) and gets one JSON document, `status()` serialized (`null`
+/// while the daemon is stopping). `status` runs on tokio's blocking pool, so a daemon
+/// busy reloading does not hold up the runtime. Within `limits`: bounded request lines,
+/// timeouts for the request and the reply, a cap on concurrent clients and a reserve of
+/// file descriptors (a connection beyond either is answered `busy` and closed), and a
+/// pause after a failed accept (EMFILE) instead of a busy loop.
+pub async fn serve<F>(listener: tokio::net::UnixListener, limits: ServerLimits, status: F)
+where
+    F: Fn() -> Option<Status> + Send + Sync + 'static,
+{
+    use std::os::fd::AsRawFd;
+    let status = Arc::new(status);
+    let active = Arc::new(AtomicUsize::new(0));
+    let mut refused = LogEvery::new(limits.log_interval);
+    let mut failed = LogEvery::new(limits.log_interval);
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            // The client gave up before it was accepted: nothing wrong here.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ECONNABORTED | libc::EINTR)) => {
+                continue;
+            }
+            Err(e) => {
+                // EMFILE, ENFILE, ENOBUFS, ENOMEM: the connection stays in the backlog
+                // and the listener stays readable; retrying at once would spin.
+                if let Some((n, total)) = failed.hit() {
+                    tracing::warn!(
+                        errors = n,
+                        total,
+                        "status socket: accept failed: {e}; pausing {} ms",
+                        limits.accept_backoff.as_millis()
+                    );
+                }
+                tokio::time::sleep(limits.accept_backoff).await;
+                continue;
+            }
+        };
+        let busy = active.load(Ordering::Relaxed) >= limits.max_clients;
+        if busy || short_of_fds(stream.as_raw_fd(), limits.fd_reserve) {
+            // The reply fits in an empty socket buffer; never wait for this client.
+            let why = if busy {
+                format!("busy: {} clients are being served", limits.max_clients)
+            } else {
+                "busy: relayd is short of file descriptors".to_string()
+            };
+            let _ = stream.try_write(error_reply(&why).as_bytes());
+            drop(stream);
+            if let Some((n, total)) = refused.hit() {
+                tracing::warn!(
+                    refused = n,
+                    total,
+                    "status socket: connections refused ({why})"
+                );
+            }
+            continue;
+        }
+        active.fetch_add(1, Ordering::Relaxed);
+        let slot = Slot(active.clone());
+        let status = status.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            serve_one(stream, limits, status).await;
+        });
+    }
+}
+
+/// What a client asked.
+#[derive(Debug, PartialEq, Eq)]
+enum Request {
+    /// The line, without its newline (at end of file, what came before it).
+    Line(Vec<u8>),
+    /// No newline within the limit.
+    TooLong,
+}
+
+/// Reads one request line of at most `max` bytes (newline included) from `r`.
+async fn read_request<R: tokio::io::AsyncRead + Unpin>(
+    r: &mut R,
+    max: usize,
+) -> std::io::Result<Request> {
+    let mut buf = vec![0u8; max];
+    let mut len = 0;
+    while len < buf.len() {
+        let Some(free) = buf.get_mut(len..) else {
+            break;
+        };
+        let n = r.read(free).await?;
+        if n == 0 {
+            buf.truncate(len);
+            return Ok(Request::Line(buf));
+        }
+        let new = buf.get(len..len + n).unwrap_or_default();
+        if let Some(i) = new.iter().position(|&b| b == b'\n') {
+            buf.truncate(len + i);
+            return Ok(Request::Line(buf));
+        }
+        len += n;
+    }
+    Ok(Request::TooLong)
+}
+
+/// Serves one connection: its request within `request_timeout`, its reply within
+/// `reply_timeout`; the connection is closed on return either way.
+async fn serve_one<F>(mut stream: tokio::net::UnixStream, limits: ServerLimits, status: Arc<F>)
+where
+    F: Fn() -> Option<Status> + Send + Sync + 'static,
+{
+    let req = tokio::time::timeout(
+        limits.request_timeout,
+        read_request(&mut stream, limits.max_request),
+    )
+    .await;
+    let body = match req {
+        Err(_) => {
+            tracing::debug!(
+                "status socket: no request within {:?}; closed",
+                limits.request_timeout
+            );
+            return;
+        }
+        Ok(Err(e)) => {
+            tracing::debug!("status socket: reading the request: {e}");
+            return;
+        }
+        Ok(Ok(Request::TooLong)) => {
+            tracing::debug!(
+                "status socket: request longer than {} bytes; closed",
+                limits.max_request
+            );
+            error_reply(&format!("request longer than {} bytes", limits.max_request))
+        }
+        Ok(Ok(Request::Line(line))) => match String::from_utf8_lossy(&line).trim() {
+            "status" | "" => {
+                let s = tokio::task::spawn_blocking(move || status())
+                    .await
+                    .ok()
+                    .flatten();
+                serde_json::to_string(&s).unwrap_or_default()
+            }
+            other => error_reply(&format!("unknown request `{other}`")),
+        },
+    };
+    let reply = async {
+        stream.write_all(body.as_bytes()).await?;
+        stream.shutdown().await
+    };
+    match tokio::time::timeout(limits.reply_timeout, reply).await {
+        Ok(_) => {}
+        Err(_) => tracing::debug!(
+            "status socket: reply not read within {:?}; closed",
+            limits.reply_timeout
+        ),
+    }
 }
 
 impl Status {
@@ -268,5 +569,235 @@ impl Status {
             }
         }
         o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::ErrorKind;
+    use std::os::unix::net::UnixStream;
+    use std::path::PathBuf;
+
+    /// A directory of its own under the system's temporary directory, removed on drop.
+    struct Dir(PathBuf);
+
+    impl Dir {
+        fn new(tag: &str) -> Dir {
+            static N: AtomicUsize = AtomicUsize::new(0);
+            let n = N.fetch_add(1, Ordering::Relaxed);
+            let p = std::env::temp_dir()
+                .join(format!("relayd-status-{}-{n}-{tag}", std::process::id()));
+            std::fs::create_dir_all(&p).unwrap();
+            Dir(p)
+        }
+    }
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn sample(services: usize) -> Status {
+        Status {
+            version: "test".into(),
+            uptime_s: 1.0,
+            config: "/etc/relayd.toml".into(),
+            reloads: 0,
+            queues: Vec::new(),
+            services: (0..services)
+                .map(|i| ServiceStatus {
+                    name: format!("service-with-a-rather-long-name-{i:08}"),
+                    kind: "accept".into(),
+                    queues: vec![0, 1, 2],
+                    packets: i as u64,
+                    counters: BTreeMap::new(),
+                })
+                .collect(),
+            listeners: Vec::new(),
+            qos: Vec::new(),
+        }
+    }
+
+    /// A status server on its own runtime, answering `sample(services)`.
+    struct Server {
+        _rt: tokio::runtime::Runtime,
+        dir: Dir,
+        path: PathBuf,
+    }
+
+    impl Server {
+        fn start(tag: &str, limits: ServerLimits, services: usize) -> Server {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            let dir = Dir::new(tag);
+            let path = dir.0.join("s.sock");
+            let listener = {
+                let _g = rt.enter();
+                bind(&path).unwrap()
+            };
+            let st = sample(services);
+            rt.spawn(serve(listener, limits, move || Some(st.clone())));
+            Server { _rt: rt, dir, path }
+        }
+    }
+
+    fn limits() -> ServerLimits {
+        ServerLimits {
+            request_timeout: Duration::from_millis(300),
+            reply_timeout: Duration::from_millis(300),
+            ..ServerLimits::default()
+        }
+    }
+
+    #[test]
+    fn answers_status_and_refuses_unknown_requests() {
+        let s = Server::start("ok", limits(), 3);
+        assert_eq!(query(&s.path).unwrap(), sample(3));
+        let mut c = UnixStream::connect(&s.path).unwrap();
+        c.write_all(b"shutdown\n").unwrap();
+        let mut body = String::new();
+        c.read_to_string(&mut body).unwrap();
+        assert_eq!(body, r#"{"error":"unknown request `shutdown`"}"#);
+        assert!(s.dir.0.exists());
+    }
+
+    #[test]
+    fn a_request_without_newline_is_cut_off_at_the_limit() {
+        let s = Server::start("long", limits(), 1);
+        let mut c = UnixStream::connect(&s.path).unwrap();
+        c.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+        let chunk = [b'x'; 64 << 10];
+        let mut sent = 0usize;
+        let err = loop {
+            match c.write(&chunk) {
+                Ok(n) => sent += n,
+                Err(e) => break e,
+            }
+            // The server reads 4 KiB; what fits in the socket buffers (a few hundred
+            // KiB) may be accepted on top, no more.
+            assert!(sent < 1 << 20, "the server read 1 MiB without a newline");
+        };
+        // Cut off: the server closed after 4 KiB (EPIPE or ECONNRESET), not a timeout.
+        assert!(
+            matches!(
+                err.kind(),
+                ErrorKind::BrokenPipe | ErrorKind::ConnectionReset
+            ),
+            "{err} after {sent} bytes"
+        );
+        // And it still serves others.
+        assert_eq!(query(&s.path).unwrap(), sample(1));
+    }
+
+    #[test]
+    fn an_idle_client_is_dropped_after_the_request_timeout() {
+        let s = Server::start("idle", limits(), 1);
+        let mut c = UnixStream::connect(&s.path).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let t = Instant::now();
+        let mut buf = [0u8; 16];
+        assert_eq!(c.read(&mut buf).unwrap(), 0);
+        let took = t.elapsed();
+        assert!(
+            took >= Duration::from_millis(250) && took < Duration::from_secs(3),
+            "{took:?}"
+        );
+    }
+
+    #[test]
+    fn clients_beyond_the_cap_are_told_busy_until_a_slot_frees() {
+        let s = Server::start(
+            "cap",
+            ServerLimits {
+                max_clients: 2,
+                request_timeout: Duration::from_millis(600),
+                ..limits()
+            },
+            1,
+        );
+        let idle: Vec<UnixStream> = (0..2)
+            .map(|_| UnixStream::connect(&s.path).unwrap())
+            .collect();
+        std::thread::sleep(Duration::from_millis(100));
+        let e = query(&s.path).unwrap_err();
+        assert!(e.to_string().contains("busy: 2 clients"), "{e}");
+        std::thread::sleep(Duration::from_millis(800));
+        assert_eq!(query(&s.path).unwrap(), sample(1));
+        drop(idle);
+    }
+
+    #[test]
+    fn a_client_that_does_not_read_the_reply_is_dropped_after_the_reply_timeout() {
+        // A reply far larger than a socket buffer, one client at a time: without the
+        // reply timeout the slow client would hold the only slot for ever.
+        let s = Server::start(
+            "slow",
+            ServerLimits {
+                max_clients: 1,
+                ..limits()
+            },
+            12_000,
+        );
+        let full = serde_json::to_string(&Some(sample(12_000))).unwrap().len();
+        assert!(full > 1 << 20, "{full}");
+        let mut slow = UnixStream::connect(&s.path).unwrap();
+        slow.write_all(b"status\n").unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(query(&s.path).unwrap_err().to_string().contains("busy"));
+        // Its slot frees once the reply timeout has passed (after the reply was built).
+        let t = Instant::now();
+        let served = loop {
+            match query(&s.path) {
+                Ok(st) => break st,
+                Err(e) if t.elapsed() < Duration::from_secs(10) => {
+                    assert!(e.to_string().contains("busy"), "{e}");
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => panic!("the slow client still holds the only slot: {e}"),
+            }
+        };
+        assert_eq!(served, sample(12_000));
+        // What the slow client gets is the reply cut short.
+        slow.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut got = Vec::new();
+        let _ = slow.read_to_end(&mut got);
+        assert!(got.len() < full, "{} of {full}", got.len());
+    }
+
+    #[test]
+    fn read_request_stops_at_newline_eof_or_limit() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let read = |input: &'static [u8], max| {
+            rt.block_on(async {
+                let mut r = input;
+                read_request(&mut r, max).await.unwrap()
+            })
+        };
+        assert_eq!(read(b"status\nmore", 16), Request::Line(b"status".to_vec()));
+        assert_eq!(read(b"status", 16), Request::Line(b"status".to_vec()));
+        assert_eq!(read(b"", 16), Request::Line(Vec::new()));
+        assert_eq!(read(b"0123456789abcdef\n", 16), Request::TooLong);
+        assert_eq!(
+            read(b"0123456789abcde\n", 16),
+            Request::Line(b"0123456789abcde".to_vec())
+        );
+        assert_eq!(read(b"x\n", 0), Request::TooLong);
+    }
+
+    #[test]
+    fn log_every_counts_between_lines() {
+        let mut l = LogEvery::new(Duration::from_secs(3600));
+        assert_eq!(l.hit(), Some((1, 1)));
+        assert_eq!(l.hit(), None);
+        assert_eq!(l.hit(), None);
+        l.last = Some(Instant::now() - Duration::from_secs(7200));
+        assert_eq!(l.hit(), Some((3, 4)));
     }
 }
