@@ -200,6 +200,8 @@ struct KillTally {
     nothing: u64,
     /// Kills after which every kind of trace a full start installs was there.
     everything: u64,
+    /// Kills in between: some kinds of trace there, others not yet.
+    partial: u64,
     /// Cycles per kind of trace left.
     by_kind: std::collections::BTreeMap<&'static str, u64>,
     /// Kills that left children of relayd (iptables-restore, tc, ip) running.
@@ -349,6 +351,8 @@ fn kill_9_at_any_moment_then_cleanup_or_restart_leaves_no_trace() {
         }
         if full.iter().all(|k| kinds.contains(k)) {
             t.everything += 1;
+        } else if !kinds.is_empty() {
+            t.partial += 1;
         }
         for k in &kinds {
             *t.by_kind.entry(k).or_default() += 1;
