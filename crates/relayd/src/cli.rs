@@ -404,7 +404,7 @@ async fn serve(cfg: Config, registry: Registry) -> anyhow::Result<()> {
     let daemon = match Daemon::start(cfg) {
         Ok(d) => Arc::new(Mutex::new(Some(d))),
         Err(e) => {
-            let _ = std::fs::remove_file(&socket_path);
+            status::remove_socket(&socket_path);
             return Err(e);
         }
     };
@@ -434,7 +434,7 @@ async fn serve(cfg: Config, registry: Registry) -> anyhow::Result<()> {
         }
     }
     server.abort();
-    let _ = std::fs::remove_file(&socket_path);
+    status::remove_socket(&socket_path);
     let d = lock(&daemon).take();
     match d {
         Some(mut d) => {

@@ -191,6 +191,15 @@ pub fn bind(path: &Path) -> anyhow::Result<tokio::net::UnixListener> {
     Ok(tokio::net::UnixListener::from_std(l)?)
 }
 
+/// Removes the status socket at `path` on the way out, if a socket is still there: a
+/// file that replaced it meanwhile is not relayd's to delete.
+pub fn remove_socket(path: &Path) {
+    use std::os::unix::fs::FileTypeExt;
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
 /// What the status server allows its clients, so that a local client can neither grow
 /// the daemon's memory, hold its file descriptors, nor make it spin. The defaults are
 /// what `relayd run` uses (documented in docs/cli.md, "The status socket").
@@ -767,6 +776,19 @@ mod tests {
         let mut got = Vec::new();
         let _ = slow.read_to_end(&mut got);
         assert!(got.len() < full, "{} of {full}", got.len());
+    }
+
+    #[test]
+    fn remove_socket_removes_only_a_socket() {
+        let d = Dir::new("rm");
+        let file = d.0.join("file");
+        std::fs::write(&file, b"x").unwrap();
+        remove_socket(&file);
+        assert!(file.exists());
+        let sock = d.0.join("s.sock");
+        drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+        remove_socket(&sock);
+        assert!(!sock.exists());
     }
 
     #[test]
