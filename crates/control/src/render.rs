@@ -112,7 +112,8 @@ pub(crate) fn plan_chains(rs: &RuleSet, family: Family) -> Result<Vec<ChainPlan>
 
 /// The `-A` lines of the queue rules (each after its pre rules) of `table` and `hook` for
 /// `family`, in chain `name`. With a `guard`, as copies for stage-1 packets in OUTPUT:
-/// each line starts with the guard match, and input-interface matches are left out.
+/// each line gets the guard match before its target, and input-interface matches are left
+/// out.
 fn queue_lines(
     rs: &RuleSet,
     family: Family,
@@ -121,11 +122,15 @@ fn queue_lines(
     name: &str,
     guard: Option<&str>,
 ) -> Result<Vec<String>, ControlError> {
+    // The guard goes right before the target, where iptables-save prints it too (it puts
+    // `-p` and the other built-in matches first), so `relayd rules` shows what is installed.
     let line = |args: Vec<String>| match guard {
-        Some(g) => format!(
-            "-A {name} {g} {}",
-            join_args(&without_input_interface(args))
-        ),
+        Some(g) => {
+            let mut args = without_input_interface(args);
+            let at = args.iter().position(|a| a == "-j").unwrap_or(args.len());
+            args.splice(at..at, g.split(' ').map(String::from));
+            format!("-A {name} {}", join_args(&args))
+        }
         None => format!("-A {name} {}", join_args(&args)),
     };
     let mut lines = Vec::new();
@@ -500,7 +505,7 @@ mod tests {
              -A RELAYD-FORWARD -i eth0 -p udp -j NFQUEUE --queue-num 3 --queue-bypass\n\
              -I OUTPUT 1 -j RELAYD-OUTPUT\n\
              -A RELAYD-OUTPUT -m mark --mark 0x80000000/0x80000000 -j RETURN\n\
-             -A RELAYD-OUTPUT -m mark --mark 0x40000000/0xc0000000 -p udp -j NFQUEUE --queue-num 3 --queue-bypass\n\
+             -A RELAYD-OUTPUT -p udp -m mark --mark 0x40000000/0xc0000000 -j NFQUEUE --queue-num 3 --queue-bypass\n\
              -A RELAYD-OUTPUT -m mark --mark 0x40000000/0xc0000000 -j RETURN\n\
              -A RELAYD-OUTPUT -p tcp -j NFQUEUE --queue-num 4 --queue-bypass\n\
              COMMIT\n",
