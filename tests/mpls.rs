@@ -296,12 +296,23 @@ fn vcans_get_their_rates_arrive_intact_and_unknown_labels_are_dropped() {
 fn mpls_in_udp_between_the_edges_decodes_in_tcpdump() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let m = mane("mane-udp");
-    let _a = Relayd::start(&m.edge_a, &edge_a_config(&m, "udp", "20mbit"));
+    let a = Relayd::start(&m.edge_a, &edge_a_config(&m, "udp", "20mbit"));
     let b = Relayd::start(&m.edge_b, &edge_b_config("udp"));
     let cap = capture(&m, "udp port 6635");
     let (sent, got) = udp_exchange(&m.home_a, &m.home_b, addr("10.0.4.2:6000"), 200, 400, 500);
-    assert_eq!(got, sent);
-    assert_eq!(b.counters("edge-out")["decapsulated"], 200);
+    assert_eq!(
+        got,
+        sent,
+        "edge A {:?} {:?}\nedge B {:?} {:?}",
+        a.counters("edge-in"),
+        a.status().queues,
+        b.counters("edge-out"),
+        b.status().queues
+    );
+    // Every datagram sent was decapsulated (a paced sender on a loaded machine may send
+    // fewer than the 200 asked for in its time: 175 and 198 seen here under load).
+    assert!(sent > 100, "sent {sent}");
+    assert_eq!(b.counters("edge-out")["decapsulated"], sent);
     // tcpdump decodes UDP port 6635 as MPLS (RFC 7510).
     let decoded = cap.decode(&m, &[]);
     assert!(
