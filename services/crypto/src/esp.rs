@@ -15,10 +15,10 @@
 //! ([`relay_inject::Resender`]) and drop the queued original.
 
 use crate::keys::{Cipher, ICV_LEN, load_key};
-use crate::peer::Peer;
 use crate::sa::SaCrypto;
 use crate::state::{Registry, SaId};
 use crate::window::{Replay, ReplayWindow};
+use relay_core::Prefix;
 use relay_core::builtin::de_u32;
 use relay_core::ratelimit::RateLimit;
 use relay_core::wire::{fix_ip_header, proto};
@@ -103,7 +103,7 @@ pub struct SaConfig {
     /// Required in tunnel mode (the peer relay's `local`); in transport mode, optional
     /// (the sending site's prefix).
     #[serde(default)]
-    pub peer: Option<Peer>,
+    pub peer: Option<Prefix>,
 }
 
 /// `[service.NAME]` with `kind = "decrypt"`.
@@ -471,7 +471,7 @@ fn write_outer(d: &mut [u8], local: IpAddr, remote: IpAddr, tos: u8, df: bool, i
 struct InboundSa {
     state: Arc<Inbound>,
     mode: EspMode,
-    peer: Option<Peer>,
+    peer: Option<Prefix>,
 }
 
 struct DecryptFactory {

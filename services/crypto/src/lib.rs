@@ -6,14 +6,13 @@
 
 mod esp;
 mod keys;
-mod peer;
 mod sa;
 mod state;
 mod window;
 
 pub use esp::{DecryptConfig, EncryptConfig, EspMode, SaConfig};
 pub use keys::{Cipher, ICV_LEN, KeyFileError, keygen, load_key};
-pub use peer::Peer;
+pub use relay_core::Prefix;
 pub use sa::{AuthFailed, BadLength, SaCrypto};
 pub use window::{Replay, ReplayWindow};
 

@@ -26,9 +26,7 @@
 //! Packets that are not a TCP SYN (without ACK) pass untouched and are counted: the queue
 //! should only carry SYNs (`match = "-p tcp --syn"`, `ct state new`).
 
-mod prefix;
-
-pub use prefix::Prefix;
+pub use relay_core::Prefix;
 
 use relay_core::builtin::{HEADER_BYTES, de_u32};
 use relay_core::wire::{proto, tcp};

@@ -1,9 +1,13 @@
-//! Address prefixes (`10.0.0.0/8`, `2001:db8::/32`) and membership.
+//! IP address prefixes from the configuration (`10.0.1.0/24`, `2001:db8::/32`, or a bare
+//! address as a host prefix): which traffic a split policy covers, which outer sources a
+//! decapsulating service accepts.
 
+use serde::{Deserialize, Deserializer};
 use std::net::IpAddr;
 use std::str::FromStr;
 
-/// An IPv4 or IPv6 prefix; a bare address is a host prefix (/32, /128).
+/// An IPv4 or IPv6 address prefix; a bare address is a host prefix (/32, /128). Host bits
+/// below the length are ignored when matching.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Prefix {
     addr: IpAddr,
@@ -11,7 +15,8 @@ pub struct Prefix {
 }
 
 impl Prefix {
-    /// True if `a` is inside the prefix (never across address families).
+    /// True if `a` is inside the prefix (never across address families: an IPv4-mapped
+    /// IPv6 address is not inside an IPv4 prefix).
     pub fn contains(&self, a: IpAddr) -> bool {
         match (self.addr, a) {
             (IpAddr::V4(p), IpAddr::V4(a)) => {
@@ -29,15 +34,25 @@ impl Prefix {
     }
 }
 
+impl std::fmt::Display for Prefix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let full = if self.addr.is_ipv4() { 32 } else { 128 };
+        if self.len == full {
+            write!(f, "{}", self.addr)
+        } else {
+            write!(f, "{}/{}", self.addr, self.len)
+        }
+    }
+}
+
 impl FromStr for Prefix {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Prefix, String> {
         let (a, l) = s.split_once('/').unwrap_or((s, ""));
-        let addr: IpAddr = a
-            .trim()
-            .parse()
-            .map_err(|_| format!("`{s}` is not an address prefix such as \"10.0.0.0/8\""))?;
+        let addr: IpAddr = a.trim().parse().map_err(|_| {
+            format!("`{s}` is not an address (\"192.0.2.2\") or prefix (\"10.0.1.0/24\")")
+        })?;
         let max = if addr.is_ipv4() { 32 } else { 128 };
         let len = if l.is_empty() {
             max
@@ -52,24 +67,34 @@ impl FromStr for Prefix {
     }
 }
 
+impl<'de> Deserialize<'de> for Prefix {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Prefix, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn membership() {
+    fn membership_and_text() {
         let p: Prefix = "10.0.2.0/24".parse().unwrap();
         assert!(p.contains("10.0.2.200".parse().unwrap()));
         assert!(!p.contains("10.0.3.1".parse().unwrap()));
         assert!(!p.contains("::ffff:10.0.2.1".parse().unwrap()));
+        assert_eq!(p.to_string(), "10.0.2.0/24");
         let all: Prefix = "0.0.0.0/0".parse().unwrap();
         assert!(all.contains("192.0.2.1".parse().unwrap()));
         let host: Prefix = "192.0.2.1".parse().unwrap();
         assert!(host.contains("192.0.2.1".parse().unwrap()));
         assert!(!host.contains("192.0.2.2".parse().unwrap()));
+        assert_eq!(host.to_string(), "192.0.2.1");
         let v6: Prefix = "2001:db8::/32".parse().unwrap();
         assert!(v6.contains("2001:db8:1::1".parse().unwrap()));
         assert!(!v6.contains("2001:db9::1".parse().unwrap()));
+        assert!(!v6.contains("10.0.1.1".parse().unwrap()));
         assert!(
             "::/0"
                 .parse::<Prefix>()
@@ -79,5 +104,6 @@ mod tests {
         assert!("10.0.0.0/33".parse::<Prefix>().is_err());
         assert!("2001:db8::/129".parse::<Prefix>().is_err());
         assert!("nonsense/8".parse::<Prefix>().is_err());
+        assert!("relay-b".parse::<Prefix>().is_err());
     }
 }
