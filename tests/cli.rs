@@ -66,6 +66,26 @@ fn check_accepts_a_good_config_and_names_file_line_field_otherwise() {
             ":1:",
             "missing field `hook`",
         ),
+        // `check` refuses every name `run` refuses (issue 12, defect 6).
+        (
+            "ifname.toml",
+            "[[queue]]\nnum = 0\nhook = \"prerouting\"\ntable = \"raw\"\nservices = [\"e\"]\n[service.e]\nkind = \"mpls-encap\"\ninterface = \"eth\\n1\"\nlocal = \"192.0.2.1\"\n",
+            ":6:",
+            r#"service.e: interface: "eth\n1" is not an interface name"#,
+        ),
+        (
+            "peers.toml",
+            "[[queue]]\nnum = 0\nhook = \"prerouting\"\ntable = \"raw\"\nservices = [\"d\"]\n[service.d]\nkind = \"mpls-decap\"\nlabels = [100]\n",
+            ":6:",
+            "service.d: peers: missing or empty",
+        ),
+        // A match may not name a program for iptables to run as root (defect 5).
+        (
+            "modprobe.toml",
+            "[[queue]]\nnum = 0\nhook = \"forward\"\nmatch = \"-p udp --modprobe=/tmp/x\"\nservices = [\"accept\"]\n",
+            ":4:",
+            "names a program iptables would run as root",
+        ),
     ];
     for (name, text, line, needle) in cases {
         let (code, out) = check(&n, &dir, name, text);

@@ -274,9 +274,7 @@ impl HtbPlan {
             dev: self.dev.clone(),
             reason,
         };
-        if self.dev.is_empty() || self.dev.len() > 15 || self.dev.contains(char::is_whitespace) {
-            return Err(bad(format!("\"{}\" is not an interface name", self.dev)));
-        }
+        relay_core::ifname::check_msg(&self.dev).map_err(bad)?;
         if !(1..0x4000).contains(&self.handle) {
             return Err(bad(format!(
                 "handle {:#x} is not 0x1..=0x3fff",

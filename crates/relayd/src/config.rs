@@ -475,14 +475,20 @@ pub fn parse(text: &str, path: &Path, registry: &Registry) -> Result<Config, Con
     if !cx.errors.is_empty() {
         return Err(ConfigErrors(cx.errors));
     }
-    Ok(Config {
+    let config = Config {
         path: path.to_path_buf(),
         daemon,
         queues,
         listeners,
         tproxy,
-        warnings: cx.warnings,
-    })
+        warnings: std::mem::take(&mut cx.warnings),
+    };
+    // The tc trees `run` installs: two services that want different trees on one
+    // interface, or a tree tc would refuse, are errors `check` reports too.
+    if let Err(e) = crate::qos::plans(&config) {
+        return Err(ConfigErrors(vec![cx.at(None, "service", e)]));
+    }
+    Ok(config)
 }
 
 fn check_daemon(cx: &mut Ctx<'_>, d: RawDaemon) -> DaemonConfig {
@@ -1572,6 +1578,31 @@ mod tests {
         let e = errs(text);
         assert_eq!((e[0].line, e[0].field.as_str()), (line, field), "{e:?}");
         e
+    }
+
+    #[test]
+    fn check_refuses_tc_trees_run_would_refuse() {
+        let encap = |name: &str, rate: &str| {
+            format!(
+                "[service.{name}]\nkind = \"mpls-encap\"\ninterface = \"core0\"\nlocal = \"192.0.2.1\"\nlink_rate = \"{rate}\"\n"
+            )
+        };
+        let queue = "[[queue]]\nnum = 0\nhook = \"prerouting\"\ntable = \"raw\"\nservices = [\"a\", \"b\"]\n";
+        let e = errs(&format!(
+            "{queue}{}{}",
+            encap("a", "10mbit"),
+            encap("b", "20mbit")
+        ));
+        assert!(
+            e[0].message.contains("both want the tc tree of core0"),
+            "{e:?}"
+        );
+        // The same tree twice is one tree.
+        parsed(&format!(
+            "{queue}{}{}",
+            encap("a", "10mbit"),
+            encap("b", "10mbit")
+        ));
     }
 
     #[test]

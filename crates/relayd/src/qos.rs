@@ -65,6 +65,8 @@ pub fn plans(config: &Config) -> Result<Vec<HtbPlan>, String> {
         });
     for (name, plan) in services {
         let plan = htb(&plan);
+        plan.validate()
+            .map_err(|e| format!("service `{name}`: {e}"))?;
         match out.iter().find(|(_, p)| p.dev == plan.dev) {
             Some((_, p)) if *p == plan => {}
             Some((other, _)) => {
