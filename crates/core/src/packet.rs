@@ -439,6 +439,11 @@ fn parse_layout(data: &[u8], partial: bool) -> Result<Layout, Malformed> {
                 if p.header_len() > data.len() {
                     return Err(Malformed::Truncated);
                 }
+                // A total length shorter than the header (0 is GSO's "see the buffer")
+                // would put the payload's end before its start.
+                if p.total_len() != 0 && (p.total_len() as usize) < p.header_len() {
+                    return Err(Malformed::BadHeaderLen);
+                }
                 p
             } else {
                 Ipv4Packet::new_checked(data)?
@@ -594,6 +599,17 @@ pub(crate) mod tests {
         assert_eq!(p.ipv4().unwrap().payload().len(), 44);
         let u = p.udp().unwrap();
         assert_eq!((u.dst_port(), u.len(), u.payload().len()), (5000, 208, 36));
+    }
+
+    #[test]
+    fn partial_copy_with_total_length_below_header_is_malformed() {
+        // Found by the `packet` fuzz target: the views of such a packet sliced 20..2.
+        let mut b = udp4(&[7u8; 200]);
+        b[2..4].copy_from_slice(&2u16.to_be_bytes());
+        let mut p = Packet::from_bytes(&b[..64]);
+        p.meta.orig_len = Some(b.len() as u32);
+        assert_eq!(p.layout().unwrap_err(), Malformed::BadHeaderLen);
+        assert!(p.ipv4().is_none() && p.udp().is_none() && p.l4().is_none());
     }
 
     #[test]
