@@ -8,6 +8,8 @@
 
 mod rtnl;
 
+#[doc(hidden)]
+pub use rtnl::fuzz_parse_dump;
 pub use rtnl::{QdiscStats, RtnlSocket};
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};

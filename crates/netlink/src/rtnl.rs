@@ -113,36 +113,57 @@ impl RtnlSocket {
             if from.nl_pid != 0 {
                 continue; // only the kernel speaks for the kernel's qdiscs
             }
-            let mut off = 0;
-            while off + 16 <= n {
-                let b = &self.buf[off..n];
-                let len = u32::from_ne_bytes([b[0], b[1], b[2], b[3]]) as usize;
-                if len < 16 || len > b.len() {
-                    break;
-                }
-                let ty = u16::from_ne_bytes([b[4], b[5]]);
-                let seq = u32::from_ne_bytes([b[8], b[9], b[10], b[11]]);
-                if seq == self.seq {
-                    match ty {
-                        NLMSG_DONE => return Ok(()),
-                        NLMSG_ERROR if len >= 20 => {
-                            let e = i32::from_ne_bytes([b[16], b[17], b[18], b[19]]);
-                            if e != 0 {
-                                return Err(io::Error::from_raw_os_error(-e));
-                            }
-                        }
-                        RTM_NEWQDISC => {
-                            if let Some(q) = parse_qdisc(&b[16..len]) {
-                                f(q);
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-                off += (len + 3) & !3;
+            if let Some(done) = parse_dump(&self.buf[..n], self.seq, &mut f) {
+                return done;
             }
         }
     }
+}
+
+/// Reads one datagram of an RTM_GETQDISC dump answering request `seq`: calls `f` for each
+/// root qdisc, and returns `Some` once the dump is over (`NLMSG_DONE`, or the kernel's
+/// error), `None` if more datagrams follow. Stops at the first inconsistent length.
+fn parse_dump(dgram: &[u8], seq: u32, f: &mut impl FnMut(QdiscStats)) -> Option<io::Result<()>> {
+    let mut off = 0;
+    while off + 16 <= dgram.len() {
+        let b = &dgram[off..];
+        let len = u32::from_ne_bytes([b[0], b[1], b[2], b[3]]) as usize;
+        if len < 16 || len > b.len() {
+            break;
+        }
+        let ty = u16::from_ne_bytes([b[4], b[5]]);
+        if u32::from_ne_bytes([b[8], b[9], b[10], b[11]]) == seq {
+            match ty {
+                NLMSG_DONE => return Some(Ok(())),
+                NLMSG_ERROR if len >= 20 => {
+                    let e = i32::from_ne_bytes([b[16], b[17], b[18], b[19]]);
+                    if e != 0 {
+                        // i32::MIN has no negation: any error code will do.
+                        return Some(Err(io::Error::from_raw_os_error(e.saturating_neg())));
+                    }
+                }
+                RTM_NEWQDISC => {
+                    if let Some(q) = parse_qdisc(&b[16..len]) {
+                        f(q);
+                    }
+                }
+                _ => {}
+            }
+        }
+        off += (len + 3) & !3;
+    }
+    None
+}
+
+/// For the fuzz targets in `fuzz/` only (not an API; may change at any time): runs the
+/// qdisc dump parser on one datagram as if it answered request `seq`.
+#[doc(hidden)]
+pub fn fuzz_parse_dump(
+    dgram: &[u8],
+    seq: u32,
+    mut f: impl FnMut(QdiscStats),
+) -> Option<io::Result<()>> {
+    parse_dump(dgram, seq, &mut f)
 }
 
 /// Iterates netlink attributes (type without the nested/byte-order flags, payload).
@@ -207,4 +228,92 @@ fn parse_qdisc(body: &[u8]) -> Option<QdiscStats> {
         }
     }
     Some(q)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attr(out: &mut Vec<u8>, ty: u16, data: &[u8]) {
+        out.extend_from_slice(&((4 + data.len()) as u16).to_ne_bytes());
+        out.extend_from_slice(&ty.to_ne_bytes());
+        out.extend_from_slice(data);
+        out.resize(out.len().next_multiple_of(4), 0);
+    }
+
+    fn nlmsg(ty: u16, seq: u32, body: &[u8]) -> Vec<u8> {
+        let mut m = ((16 + body.len()) as u32).to_ne_bytes().to_vec();
+        m.extend_from_slice(&ty.to_ne_bytes());
+        m.extend_from_slice(&[0, 0]);
+        m.extend_from_slice(&seq.to_ne_bytes());
+        m.extend_from_slice(&[0; 4]);
+        m.extend_from_slice(body);
+        m
+    }
+
+    fn qdisc(ifindex: i32, parent: u32, kind: &[u8], rate: Option<u32>) -> Vec<u8> {
+        let mut b = vec![0u8; 4];
+        b.extend_from_slice(&ifindex.to_ne_bytes());
+        b.extend_from_slice(&0x10000u32.to_ne_bytes());
+        b.extend_from_slice(&parent.to_ne_bytes());
+        b.extend_from_slice(&[0; 4]);
+        attr(&mut b, TCA_KIND, kind);
+        if let Some(r) = rate {
+            let mut parms = vec![0u8; 36];
+            parms[8..12].copy_from_slice(&r.to_ne_bytes());
+            let mut opts = Vec::new();
+            attr(&mut opts, TCA_TBF_PARMS, &parms);
+            attr(&mut b, TCA_OPTIONS, &opts);
+        }
+        let mut q = Vec::new();
+        for v in [3u32, 4500, 17, 0, 0] {
+            q.extend_from_slice(&v.to_ne_bytes());
+        }
+        let mut stats = Vec::new();
+        attr(&mut stats, TCA_STATS_QUEUE, &q);
+        attr(&mut b, TCA_STATS2, &stats);
+        b
+    }
+
+    #[test]
+    fn dump_datagram_reports_root_qdiscs_until_done() {
+        let mut d = nlmsg(
+            RTM_NEWQDISC,
+            7,
+            &qdisc(2, TC_H_ROOT, b"tbf\0", Some(125_000)),
+        );
+        d.extend(nlmsg(RTM_NEWQDISC, 7, &qdisc(3, 0x10001, b"pfifo\0", None)));
+        d.extend(nlmsg(RTM_NEWQDISC, 6, &qdisc(4, TC_H_ROOT, b"fq\0", None)));
+        let mut seen = Vec::new();
+        assert!(
+            parse_dump(&d, 7, &mut |q| seen.push(q)).is_none(),
+            "more to come"
+        );
+        assert_eq!(
+            seen,
+            [QdiscStats {
+                ifindex: 2,
+                backlog_bytes: 4500,
+                qlen: 3,
+                drops: 17,
+                rate_bytes: 125_000,
+            }],
+            "only the root qdisc of this dump"
+        );
+        let done = nlmsg(NLMSG_DONE, 7, &0i32.to_ne_bytes());
+        assert!(matches!(parse_dump(&done, 7, &mut |_| {}), Some(Ok(()))));
+        let err = nlmsg(NLMSG_ERROR, 7, &(-libc::EPERM).to_ne_bytes());
+        let e = parse_dump(&err, 7, &mut |_| {}).unwrap().unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EPERM));
+        // Every truncation and a bad length stop quietly.
+        for n in 0..d.len() {
+            let _ = parse_dump(&d[..n], 7, &mut |_| {});
+        }
+        // Found by the `rtnl_qdisc` fuzz target: -i32::MIN overflowed.
+        let min = nlmsg(NLMSG_ERROR, 7, &i32::MIN.to_ne_bytes());
+        assert!(matches!(parse_dump(&min, 7, &mut |_| {}), Some(Err(_))));
+        let mut bad = d.clone();
+        bad[0..4].copy_from_slice(&u32::MAX.to_ne_bytes());
+        assert!(parse_dump(&bad, 7, &mut |_| panic!("nothing to report")).is_none());
+    }
 }

@@ -13,6 +13,8 @@ mod netlink;
 pub mod procfs;
 mod queue;
 
+#[doc(hidden)]
+pub use netlink::fuzz_decode_datagram;
 pub use procfs::KernelQueueStats;
 pub use queue::{HoldConfig, Queue, QueueConfig};
 

@@ -296,7 +296,7 @@ impl Socket {
                     return if err == 0 {
                         Ok(())
                     } else {
-                        Err(io::Error::from_raw_os_error(-err))
+                        Err(io::Error::from_raw_os_error(err.saturating_neg()))
                     };
                 }
             }
@@ -645,9 +645,90 @@ pub(crate) fn packet_id_of_damaged(dgram: &[u8]) -> Option<u32> {
         .flatten()
 }
 
+/// For the fuzz targets in `fuzz/` only (not an API; may change at any time): decodes a
+/// received datagram the way the queue thread does (`Queue::handle_datagram`): its netlink
+/// messages, the packet message's attributes, conntrack state from `NFQA_CT_INFO` or from
+/// the mark bits `ct_bits`, and the packet placed in the datagram's own buffer. Returns
+/// the id the packet would be answered by (also for a damaged message) and the packet.
+#[doc(hidden)]
+pub fn fuzz_decode_datagram(
+    dgram: &[u8],
+    ct_bits: Option<relay_core::CtMarkBits>,
+) -> (Option<u32>, Option<relay_core::Packet>) {
+    let packet_type = (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_PACKET;
+    let mut found: Option<(PacketMsg, usize)> = None;
+    for m in Messages::new(dgram) {
+        if m.ty == packet_type {
+            if let Some(p) = parse_packet(m.payload)
+                && found.is_none()
+            {
+                found = Some((p, m.offset));
+            }
+        } else if m.ty == NLMSG_ERROR && m.payload.len() >= 4 {
+            let err = i32::from_ne_bytes([m.payload[0], m.payload[1], m.payload[2], m.payload[3]]);
+            let _ = io::Error::from_raw_os_error(err.saturating_neg());
+        }
+    }
+    let data = found.and_then(|(p, base)| p.payload.map(|(s, e)| (p, base + s, base + e)));
+    let Some((p, start, end)) = data else {
+        let id = found
+            .map(|(p, _)| p.id)
+            .or_else(|| packet_id_of_damaged(dgram));
+        return (id, None);
+    };
+    let mut meta = relay_core::PacketMeta {
+        id: p.id,
+        queue: 0,
+        hw_protocol: p.hw_protocol,
+        hook: relay_core::Hook::from_kernel(p.hook),
+        mark: p.mark,
+        indev: p.indev,
+        outdev: p.outdev,
+        orig_len: p.cap_len,
+        gso: p.gso,
+        ct: None,
+    };
+    if let Some(bits) = ct_bits {
+        (meta.ct, meta.mark) = bits.decode(p.mark);
+    }
+    if let Some(info) = p.ct_info {
+        meta.ct = ct_from_kernel(info);
+    }
+    let pkt = relay_core::Packet::in_buffer(dgram.to_vec(), start, end, meta);
+    (Some(p.id), Some(pkt))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fuzz_entry_decodes_like_the_queue_thread() {
+        let mut m = MsgBuilder::new(NFQNL_MSG_PACKET, 0, 0, 1);
+        m.attr(NFQA_PACKET_HDR, &[0, 0, 1, 2, 0x08, 0x00, 2]);
+        m.attr(NFQA_MARK, &0x805u32.to_be_bytes());
+        m.attr(NFQA_PAYLOAD, &[0x45; 40]);
+        let packet = m.finish().to_vec();
+        // An error message whose code has no negation comes first.
+        let mut dgram = vec![0u8; 20];
+        dgram[0..4].copy_from_slice(&20u32.to_ne_bytes());
+        dgram[4..6].copy_from_slice(&NLMSG_ERROR.to_ne_bytes());
+        dgram[16..20].copy_from_slice(&i32::MIN.to_ne_bytes());
+        dgram.extend_from_slice(&packet);
+        let bits = relay_core::CtMarkBits {
+            established: 0x100,
+            related: 0x200,
+            reply: 0x400,
+            tracked: 0x800,
+        };
+        let (id, pkt) = fuzz_decode_datagram(&dgram, Some(bits));
+        let pkt = pkt.unwrap();
+        assert_eq!((id, pkt.len(), pkt.meta.mark), (Some(0x0102), 40, 0x5));
+        assert_eq!(pkt.meta.ct, Some(CtInfo::NEW));
+        assert_eq!(pkt.data(), &[0x45; 40]);
+        let (id, pkt) = fuzz_decode_datagram(&packet[..60], None);
+        assert_eq!((id, pkt.is_none()), (Some(0x0102), true));
+    }
 
     #[test]
     fn recovers_the_id_of_a_cut_datagram() {

@@ -632,10 +632,10 @@ impl Worker {
                             Err(e) => config_refused = Some(e),
                         }
                     } else if err != 0 {
-                        config_refused = Some(io::Error::from_raw_os_error(-err));
+                        config_refused = Some(io::Error::from_raw_os_error(err.saturating_neg()));
                     }
                 } else if err != 0 {
-                    refused = Some(io::Error::from_raw_os_error(-err));
+                    refused = Some(io::Error::from_raw_os_error(err.saturating_neg()));
                 }
             }
         }
