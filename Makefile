@@ -37,6 +37,7 @@ lint:
 # Every test: unit tests, kernel tests on namespace testbeds, CLI tests. Needs root.
 test: deps lint
 	$(CARGO) test --workspace --locked
+	$(MAKE) fuzz-smoke
 
 demo: deps release
 	$(SUDO) bash examples/demo/demo.sh
@@ -75,6 +76,20 @@ bench-proxy: deps
 soak: deps
 	RELAYD_FAULT_CYCLES=1000 RELAYD_FAULT_RELOADS=300 RELAYD_FAULT_SECS=30 \
 	  $(CARGO) test -p relayd --locked --test faults -- --nocapture
+
+# Fuzzing (fuzz/, docs/reliability.md): every cargo-fuzz target, one at a time, for
+# FUZZ_SECONDS each, from the committed seeds; installs cargo-fuzz if missing and needs
+# the nightly toolchain. A crash fails it and prints the input's path under fuzz/artifacts/.
+# `fuzz-smoke` (in `make test`) runs each for 30 s and only warns if nightly is missing.
+# `fuzz-corpus` regenerates the committed seeds in fuzz/seeds/.
+FUZZ_SECONDS ?= 300
+.PHONY: fuzz fuzz-smoke fuzz-corpus
+fuzz:
+	FUZZ_SECONDS=$(FUZZ_SECONDS) bash fuzz/run.sh
+fuzz-smoke:
+	FUZZ_SECONDS=30 bash fuzz/run.sh --smoke
+fuzz-corpus:
+	cargo +nightly run --release --manifest-path fuzz/Cargo.toml --example build_corpus
 
 clean:
 	$(CARGO) clean
