@@ -16,8 +16,12 @@ const LABEL: u32 = 100;
 
 /// A UDP/IPv6 packet fd00:1::1:4000 -> fd00:2::2:9000 carrying `payload`.
 fn udp6(payload: &[u8]) -> Vec<u8> {
-    let (src, dst): (Ipv6Addr, Ipv6Addr) =
-        ("fd00:1::1".parse().unwrap(), "fd00:2::2".parse().unwrap());
+    udp6_to("fd00:2::2".parse().unwrap(), payload)
+}
+
+/// A UDP/IPv6 packet fd00:1::1:4000 -> `dst`:9000 carrying `payload`.
+fn udp6_to(dst: Ipv6Addr, payload: &[u8]) -> Vec<u8> {
+    let src: Ipv6Addr = "fd00:1::1".parse().unwrap();
     let len = 8 + payload.len();
     let mut b = vec![0x60, 0, 0, 0];
     b.extend_from_slice(&(len as u16).to_be_bytes());
@@ -73,7 +77,17 @@ fn count(got: &[Vec<u8>], prefix: &[u8]) -> usize {
 
 #[test]
 fn decapsulated_packets_still_meet_the_ids_on_forward() {
-    let l = line3("resend-ids");
+    decap_meets_the_ids("raw", "prerouting");
+}
+
+#[test]
+fn packets_an_input_queue_decapsulates_still_meet_the_ids_on_forward() {
+    decap_meets_the_ids("mangle", "input");
+}
+
+/// The decapsulating queue in `table` at `hook`, the IDS on FORWARD.
+fn decap_meets_the_ids(table: &str, hook: &str) {
+    let l = line3(&format!("resend-ids-{hook}"));
     let dir = TempDir::new("resend-ids");
     let rules = dir.file(
         "local.rules",
@@ -86,8 +100,8 @@ fn decapsulated_packets_still_meet_the_ids_on_forward() {
 [[queue]]
 num = 1
 family = "ipv4"
-table = "raw"
-hook = "prerouting"
+table = "{table}"
+hook = "{hook}"
 match = "-d 10.0.1.2 -p 137"
 services = ["decap"]
 
@@ -192,4 +206,55 @@ repeat = true
         "FORWARD must still see repeated packets: {:?}",
         q(1)
     );
+}
+
+#[test]
+fn decapsulated_packets_never_reach_the_relay_itself() {
+    // A peer (or whoever forges its address) wraps packets for the relay's loopback and
+    // for the relay's own address: re-sent from a raw socket they would arrive from `lo`.
+    let l = line3("resend-local");
+    let r = Relayd::start(
+        &l.relay,
+        &format!(
+            r#"
+[[queue]]
+num = 1
+family = "ipv4"
+table = "raw"
+hook = "prerouting"
+match = "-d 10.0.1.2 -p 137"
+services = ["decap"]
+
+[service.decap]
+kind = "mpls-decap"
+labels = [{LABEL}]
+peers = ["10.0.1.1"]
+"#
+        ),
+    );
+    let sock = l.relay.run(|| UdpSocket::bind("[::]:9000").unwrap());
+    let mut packets = Vec::new();
+    for dst in ["::1", "fd00:2::1", "fd00:1::2"] {
+        for i in 0..20 {
+            packets.push(mpls_in_ip(&udp6_to(
+                dst.parse().unwrap(),
+                format!("LOCAL {i}").as_bytes(),
+            )));
+        }
+    }
+    // One good one, to know the decap works and to wait for it.
+    let rx = sink(&l.dst);
+    packets.push(mpls_in_ip(&udp6(b"GOOD")));
+    send_raw(&l.src, packets);
+    let got = rx.join().unwrap();
+    assert_eq!(count(&got, b"GOOD"), 1, "{}", r.log());
+    sock.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 64];
+    assert!(
+        sock.recv(&mut buf).is_err(),
+        "a decapsulated packet reached a socket on the relay"
+    );
+    let c = r.counters("decap");
+    assert_eq!(c["dropped_local_destination"], 60, "{c:?}");
+    assert_eq!(c["reinjected"], 1, "{c:?}");
 }

@@ -183,27 +183,102 @@ fn check_arg(arg: &str) -> Result<(), MatchError> {
     Ok(())
 }
 
-/// `args` without input-interface matches (`[!] -i IF`, `[!] --in-interface IF`, its getopt
-/// abbreviations down to `--in-`, and the `=IF` forms): for a copy of a FORWARD rule that
-/// must also match packets without an input interface.
-pub(crate) fn without_input_interface(args: Vec<String>) -> Vec<String> {
+/// `args` (a rule's match and target) made fit for relayd's OUTPUT chain, for a copy of a
+/// FORWARD rule that must also match packets relayd re-sent from a socket: such a packet
+/// has no input interface and came from no MAC, so matches that only exist on the input
+/// side are left out (which widens the copy; a FORWARD queue, an IDS above all, must rather
+/// see too much than nothing):
+///
+/// - `[!] -i IF`, `[!] --in-interface IF` (getopt abbreviations down to `--in-`, and the
+///   `=IF` forms);
+/// - the whole `-m mac` match;
+/// - `--physdev-in` and `--physdev-is-in` of `-m physdev`;
+/// - a whole `-m policy` match that says `--dir in`.
+pub(crate) fn for_output_copy(args: Vec<String>) -> Vec<String> {
     let is_in = |a: &str| {
         let name = a.split('=').next().unwrap_or_default();
         a == "-i" || (name.len() >= 5 && "--in-interface".starts_with(name))
     };
     let mut out: Vec<String> = Vec::with_capacity(args.len());
-    let mut it = args.into_iter().peekable();
-    while let Some(a) = it.next() {
-        if a == "!" && it.peek().is_some_and(|n| is_in(n)) {
-            continue;
-        }
-        if is_in(&a) {
-            if !a.contains('=') {
-                it.next();
+    let mut blocks = match_blocks(&args).into_iter().peekable();
+    let mut i = 0;
+    while i < args.len() {
+        // A whole module block to leave out?
+        if let Some(&(start, end, drop)) = blocks.peek()
+            && i == start
+        {
+            blocks.next();
+            if drop {
+                i = end;
+                continue;
             }
+        }
+        let a = &args[i];
+        let next_is = |f: &dyn Fn(&str) -> bool| args.get(i + 1).is_some_and(|n| f(n));
+        if a == "!" && next_is(&|n| is_in(n) || n == "--physdev-in" || n == "--physdev-is-in") {
+            i += 1;
             continue;
         }
-        out.push(a);
+        if is_in(a) || a == "--physdev-in" {
+            i += if a.contains('=') { 1 } else { 2 };
+            continue;
+        }
+        if a == "--physdev-is-in" {
+            i += 1;
+            continue;
+        }
+        out.push(a.clone());
+        i += 1;
+    }
+    out
+}
+
+/// The `-m NAME ...` blocks of `args` as `(start, end, leave_out)`: from the `-m` to the
+/// next `-m`, target or built-in match, and whether a copy for OUTPUT leaves the block out
+/// (`mac`, or `policy` with `--dir in`).
+fn match_blocks(args: &[String]) -> Vec<(usize, usize, bool)> {
+    let builtin = |a: &str| {
+        matches!(
+            a,
+            "-m" | "--match"
+                | "-j"
+                | "-p"
+                | "--protocol"
+                | "-s"
+                | "--source"
+                | "--src"
+                | "-d"
+                | "--destination"
+                | "--dst"
+                | "-o"
+                | "--out-interface"
+                | "-i"
+                | "--in-interface"
+                | "-f"
+                | "--fragment"
+        )
+    };
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        if args[i] == "-m" || args[i] == "--match" {
+            let name = args.get(i + 1).map(String::as_str).unwrap_or_default();
+            let mut end = (i + 2).min(args.len());
+            while end < args.len() && !builtin(&args[end]) {
+                // `! -p` belongs to the next match.
+                if args[end] == "!" && args.get(end + 1).is_some_and(|n| builtin(n)) {
+                    break;
+                }
+                end += 1;
+            }
+            let body = &args[i..end];
+            let leave_out = name == "mac"
+                || (name == "policy" && body.windows(2).any(|w| w[0] == "--dir" && w[1] == "in"));
+            out.push((i, end, leave_out));
+            i = end;
+        } else {
+            i += 1;
+        }
     }
     out
 }
@@ -375,8 +450,11 @@ mod tests {
     }
 
     #[test]
-    fn input_interface_matches_are_left_out() {
-        let strip = |s: &str| without_input_interface(split(s)).join(" ");
+    fn input_only_matches_are_left_out_of_output_copies() {
+        let strip = |s: &str| {
+            let args: Vec<String> = s.split(' ').map(String::from).collect();
+            for_output_copy(args).join(" ")
+        };
         assert_eq!(
             strip("-i eth0 -p udp ! -i lo --dport 1"),
             "-p udp --dport 1"
@@ -385,6 +463,30 @@ mod tests {
         assert_eq!(strip("! --in-int eth+ -p tcp"), "-p tcp");
         assert_eq!(strip("-p tcp ! --syn"), "-p tcp ! --syn");
         assert_eq!(strip("-m comment --comment x -i"), "-m comment --comment x");
+        assert_eq!(
+            strip("-m mac --mac-source 00:11:22:33:44:55 -p udp -j NFQUEUE"),
+            "-p udp -j NFQUEUE"
+        );
+        assert_eq!(
+            strip("-m mac ! --mac-source 00:11:22:33:44:55 ! -p udp"),
+            "! -p udp"
+        );
+        assert_eq!(
+            strip("-m physdev --physdev-in veth0 --physdev-out br0 -j X"),
+            "-m physdev --physdev-out br0 -j X"
+        );
+        assert_eq!(
+            strip("-m physdev ! --physdev-is-in -p tcp"),
+            "-m physdev -p tcp"
+        );
+        assert_eq!(
+            strip("-m policy --dir in --pol ipsec -m udp --dport 5 -j X"),
+            "-m udp --dport 5 -j X"
+        );
+        assert_eq!(
+            strip("-m policy --dir out --pol none -j X"),
+            "-m policy --dir out --pol none -j X"
+        );
     }
 
     #[test]

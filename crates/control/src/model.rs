@@ -333,6 +333,15 @@ impl RuleSet {
             .map_err(|e| ControlError::InvalidRuleSet(format!("bypass_mark {e}")))
     }
 
+    /// Whether a queue here may send packets from a socket before they reach FORWARD (a
+    /// PREROUTING or INPUT queue): then relayd's OUTPUT chain gets copies of the FORWARD
+    /// queue rules for them ([`relay_core::StageMark`]).
+    pub fn resends_before_forward(&self) -> bool {
+        self.rules
+            .iter()
+            .any(|r| matches!(r.hook, Hook::Prerouting | Hook::Input))
+    }
+
     /// The name of relayd's chain for `hook`: `{prefix}-{HOOK}`.
     pub fn chain_name(&self, hook: Hook) -> String {
         chain_name(&self.prefix, hook)

@@ -8,7 +8,7 @@ use crate::backend::Backend;
 use crate::error::ControlError;
 use crate::model::{Family, RuleSet, check_prefix};
 use crate::render::{
-    CleanupReport, InstallReport, is_install_chain, plan_install, plan_removal, test_text,
+    CleanupReport, InstallReport, is_install_chain, plan_install, plan_removal, test_texts,
 };
 use crate::saved::Saved;
 
@@ -42,21 +42,22 @@ impl RuleSet {
             if !rule.applies_to(backend.family) {
                 continue;
             }
-            let (text, line) = test_text(self, index)?;
-            match backend.run_restore(&text, true) {
-                Ok(()) => {}
-                Err(ControlError::ToolFailed {
-                    program, stderr, ..
-                }) => {
-                    return Err(ControlError::RuleRejected {
-                        index,
-                        family: backend.family,
-                        program,
-                        line,
-                        stderr,
-                    });
+            for (text, line) in test_texts(self, index)? {
+                match backend.run_restore(&text, true) {
+                    Ok(()) => {}
+                    Err(ControlError::ToolFailed {
+                        program, stderr, ..
+                    }) => {
+                        return Err(ControlError::RuleRejected {
+                            index,
+                            family: backend.family,
+                            program,
+                            line,
+                            stderr,
+                        });
+                    }
+                    Err(e) => return Err(e),
                 }
-                Err(e) => return Err(e),
             }
         }
         Ok(())

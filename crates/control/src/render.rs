@@ -8,7 +8,7 @@
 
 use std::fmt::Write as _;
 
-use crate::args::{join_args, without_input_interface};
+use crate::args::{for_output_copy, join_args};
 use crate::error::ControlError;
 use crate::model::{Family, Hook, RuleSet, Table, chain_name};
 use crate::saved::{Saved, SavedTable};
@@ -66,7 +66,7 @@ pub(crate) struct ChainPlan {
 pub(crate) fn plan_chains(rs: &RuleSet, family: Family) -> Result<Vec<ChainPlan>, ControlError> {
     rs.check()?;
     let stages = rs.stages()?;
-    let resends_from_prerouting = rs.rules.iter().any(|r| r.hook == Hook::Prerouting);
+    let copies = rs.resends_before_forward();
     let mut plans = Vec::new();
     for table in Table::ALL {
         for &hook in table.hooks() {
@@ -80,7 +80,7 @@ pub(crate) fn plan_chains(rs: &RuleSet, family: Family) -> Result<Vec<ChainPlan>
             let own = queue_lines(rs, family, table, hook, &name, None)?;
             let (stage1, mask) = stages.prerouting_match();
             let guard = format!("-m mark --mark {stage1:#x}/{mask:#x}");
-            let twins = if hook == Hook::Output && resends_from_prerouting {
+            let twins = if hook == Hook::Output && copies {
                 queue_lines(rs, family, table, Hook::Forward, &name, Some(&guard))?
             } else {
                 Vec::new()
@@ -122,15 +122,8 @@ fn queue_lines(
     name: &str,
     guard: Option<&str>,
 ) -> Result<Vec<String>, ControlError> {
-    // The guard goes right before the target, where iptables-save prints it too (it puts
-    // `-p` and the other built-in matches first), so `relayd rules` shows what is installed.
     let line = |args: Vec<String>| match guard {
-        Some(g) => {
-            let mut args = without_input_interface(args);
-            let at = args.iter().position(|a| a == "-j").unwrap_or(args.len());
-            args.splice(at..at, g.split(' ').map(String::from));
-            format!("-A {name} {}", join_args(&args))
-        }
+        Some(g) => format!("-A {name} {}", join_args(&output_copy(args, g))),
         None => format!("-A {name} {}", join_args(&args)),
     };
     let mut lines = Vec::new();
@@ -309,16 +302,40 @@ pub(crate) fn plan_removal(saved: &Saved, owned: impl Fn(&str) -> bool) -> (Stri
     (text, report)
 }
 
-/// The text `iptables-restore --test` checks for one rule: the rule placed directly in the
-/// built-in chain, so that hook-specific errors (`-o` in PREROUTING) show up too.
-pub(crate) fn test_text(rs: &RuleSet, index: usize) -> Result<(String, String), ControlError> {
+/// A FORWARD rule's `args` as its copy in OUTPUT for stage-1 packets: input-only matches
+/// left out ([`for_output_copy`]) and the `guard` match right before the target, where
+/// iptables-save prints it too (it puts `-p` and the other built-in matches first), so
+/// `relayd rules` shows what is installed.
+fn output_copy(args: Vec<String>, guard: &str) -> Vec<String> {
+    let mut args = for_output_copy(args);
+    let at = args.iter().position(|a| a == "-j").unwrap_or(args.len());
+    args.splice(at..at, guard.split(' ').map(String::from));
+    args
+}
+
+/// The texts `iptables-restore --test` checks for one rule: the rule placed directly in
+/// the built-in chain, so that hook-specific errors (`-o` in PREROUTING) show up too, and,
+/// for a FORWARD rule that gets a copy in OUTPUT, that copy in OUTPUT. Each with its line.
+pub(crate) fn test_texts(
+    rs: &RuleSet,
+    index: usize,
+) -> Result<Vec<(String, String)>, ControlError> {
     let rule = &rs.rules[index];
     let args = rule
         .rule_args()
         .map_err(|error| ControlError::BadMatch { index, error })?;
-    let line = format!("-A {} {}", rule.hook.chain(), join_args(&args));
-    let text = format!("*{}\n{line}\nCOMMIT\n", rule.table);
-    Ok((text, line))
+    let mut lines = Vec::new();
+    if rule.hook == Hook::Forward && rs.resends_before_forward() {
+        let (stage1, mask) = rs.stages()?.prerouting_match();
+        let guard = format!("-m mark --mark {stage1:#x}/{mask:#x}");
+        let copy = output_copy(args.clone(), &guard);
+        lines.push(format!("-A {} {}", Hook::Output.chain(), join_args(&copy)));
+    }
+    lines.insert(0, format!("-A {} {}", rule.hook.chain(), join_args(&args)));
+    Ok(lines
+        .into_iter()
+        .map(|line| (format!("*{}\n{line}\nCOMMIT\n", rule.table), line))
+        .collect())
 }
 
 #[cfg(test)]

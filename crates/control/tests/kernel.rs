@@ -246,14 +246,20 @@ fn install_repairs_duplicate_jumps_and_drops_stale_chains() {
     ]);
     assert!(ns.save(Family::Ipv4).contains(":RELAYD-INPUT"));
 
-    // A reload drops the input hook and changes the forward queue.
+    // The input queue may re-send packets that FORWARD queues must see: copies in OUTPUT.
+    assert!(ns.save(Family::Ipv4).contains(":RELAYD-OUTPUT"));
+
+    // A reload drops the input hook (and so the copies) and changes the forward queue.
     rs.rules = vec![rule(Hook::Forward, None, 2, 2)];
     let report = rs.install(&b).unwrap();
     assert_eq!(
         report.removed.chains,
-        [(Table::Mangle, "RELAYD-INPUT".into())]
+        [
+            (Table::Mangle, "RELAYD-INPUT".into()),
+            (Table::Mangle, "RELAYD-OUTPUT".into())
+        ]
     );
-    assert_eq!(report.removed.rules, 1);
+    assert_eq!(report.removed.rules, 2);
     let rules = ns.rules(Family::Ipv4, "mangle");
     assert_eq!(
         rules,
@@ -446,6 +452,36 @@ fn legacy_backend_works() {
     let report = cleanup("RELAYD", &b).unwrap();
     assert_eq!(report.chains.len(), 1);
     assert!(!ns.exec(&["iptables-legacy-save"]).contains("RELAYD"));
+}
+
+#[test]
+fn output_copies_of_input_only_matches_install_on_both_backends() {
+    // A FORWARD queue matching on the input side (`-m mac`, `-i`, `-m policy --dir in`)
+    // beside a PREROUTING queue: its copy in OUTPUT leaves those matches out, so validation
+    // (what `relayd check` runs) and installation both succeed on nft and legacy.
+    let ns = NetNs::new();
+    let mut raw = rule(Hook::Prerouting, Some("-p 137"), 0, 0);
+    raw.table = Table::Raw;
+    let rs = RuleSet::new(vec![
+        raw,
+        rule(
+            Hook::Forward,
+            Some(
+                "-i lo -m mac --mac-source 00:11:22:33:44:55 -p udp -m policy --dir in --pol none",
+            ),
+            1,
+            1,
+        ),
+    ]);
+    for b in [
+        ns.backend(Family::Ipv4),
+        Backend::legacy(Family::Ipv4).in_netns(&ns.name),
+    ] {
+        rs.validate(&b).unwrap();
+        rs.install(&b).unwrap();
+        rs.remove(&b).unwrap();
+    }
+    assert!(!ns.save(Family::Ipv4).contains("RELAYD"));
 }
 
 #[test]

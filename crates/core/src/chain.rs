@@ -64,9 +64,15 @@ pub struct ChainSettings {
 }
 
 impl ChainSettings {
-    /// The stage bits of the queue's hook.
+    /// The stage bits a packet this queue repeats carries.
     pub fn stage_bits(&self) -> u32 {
         self.stages.for_hook(self.hook)
+    }
+
+    /// The stage bits a packet this queue's services send from a socket carries
+    /// ([`StageMark::for_send`]).
+    pub fn send_bits(&self) -> u32 {
+        self.stages.for_send(self.hook)
     }
 }
 
@@ -112,10 +118,11 @@ impl Chain {
         });
     }
 
-    /// The stage bits packets this queue repeats or sends carry
-    /// ([`ChainSettings::stage_bits`]).
+    /// The stage bits packets this queue's services send from a socket carry
+    /// ([`ChainSettings::send_bits`]); the datapath hands them over in
+    /// [`Context::bypass_mark`].
     pub fn bypass_mark(&self) -> u32 {
-        self.settings.stage_bits()
+        self.settings.send_bits()
     }
 
     /// Where the stage bits sit in the mark.
@@ -157,7 +164,7 @@ impl Chain {
                 Action::Accept => break,
                 Action::Drop => return self.count(q, Verdict::Drop, None, false),
                 Action::Repeat { mark } => {
-                    let mark = Some(self.settings.stages.with(mark, self.bypass_mark()));
+                    let mark = Some(self.settings.stages.with(mark, self.settings.stage_bits()));
                     let Some(payload) = self.payload(pkt, cx, q) else {
                         return self.count(q, Verdict::Drop, None, false);
                     };

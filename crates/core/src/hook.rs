@@ -98,9 +98,10 @@ impl FromStr for Hook {
 /// | POSTROUTING | 3 | skips every relayd queue |
 ///
 /// A packet sent from a socket is locally generated: the kernel walks it through OUTPUT and
-/// POSTROUTING only. One that a PREROUTING queue re-sends (a decapsulated inner packet) is
-/// still on its way through the router, so relayd's OUTPUT chain hands stage-1 packets to
-/// the FORWARD queues' rules as well, which an IDS on FORWARD therefore still sees.
+/// POSTROUTING only. One that a PREROUTING or INPUT queue sends (a decapsulated inner packet)
+/// is still on its way through the router, so it carries stage 1 ([`StageMark::for_send`]),
+/// and relayd's OUTPUT chain hands stage-1 packets to the FORWARD queues' rules as well,
+/// which an IDS on FORWARD therefore still sees.
 ///
 /// Stages only grow, so no packet can loop between relayd's queues. The lower of the two
 /// bits is stage 1, the higher stage 2, both stage 3; the default is bits 30 and 31.
@@ -155,9 +156,25 @@ impl StageMark {
         (if stage & 1 != 0 { self.low } else { 0 }) | (if stage & 2 != 0 { self.high } else { 0 })
     }
 
-    /// The bits a packet handled by a queue on `hook` carries when it is repeated or sent.
+    /// The bits a packet a queue on `hook` repeats carries.
     pub fn for_hook(self, hook: Hook) -> u32 {
         self.bits(Self::stage(hook))
+    }
+
+    /// The stage of a packet a queue on `hook` sends from a socket: as [`StageMark::stage`],
+    /// but INPUT counts as PREROUTING. What an INPUT queue sends onwards (a packet it
+    /// decapsulated from a tunnel addressed to this box) has crossed no FORWARD queue yet,
+    /// and must meet them (from relayd's OUTPUT chain).
+    pub fn send_stage(hook: Hook) -> u8 {
+        match hook {
+            Hook::Input => 1,
+            _ => Self::stage(hook),
+        }
+    }
+
+    /// The bits a packet a queue on `hook` sends from a socket carries.
+    pub fn for_send(self, hook: Hook) -> u32 {
+        self.bits(Self::send_stage(hook))
     }
 
     /// The stage `mark` carries.
@@ -238,5 +255,12 @@ mod tests {
             assert!((0x1234 & mask == value) == neg);
         }
         assert_eq!(m.with(0xc000_0001, m.for_hook(Prerouting)), 0x4000_0001);
+        // What an INPUT queue sends onwards meets the FORWARD copies in OUTPUT (stage 1);
+        // what it repeats skips INPUT.
+        assert_eq!(m.for_send(Input), m.bits(1));
+        assert!(skips(Input, Input));
+        for h in [Prerouting, Forward, Output, Postrouting] {
+            assert_eq!(m.for_send(h), m.for_hook(h));
+        }
     }
 }

@@ -113,6 +113,14 @@ pub trait ServiceFactory: Send + Sync {
         FailPolicy::Open
     }
 
+    /// The nfmark bits this service sets to 1 (in a verdict or repeat mark, or on packets
+    /// it sends), so that the configuration check can refuse a mark that overlaps relayd's
+    /// stage bits (`daemon.bypass_mark`, [`StageMark`]); relayd would replace them.
+    /// Default: none.
+    fn mark_bits(&self) -> u32 {
+        0
+    }
+
     /// True if the service rewrites packet bytes; its queue then turns GSO off, so it
     /// sees MTU-sized packets.
     fn rewrites_payload(&self) -> bool {

@@ -14,10 +14,12 @@
 //! [`Context::bypass_mark`]: relay_core::Context::bypass_mark
 
 pub mod build;
+mod local;
 mod raw;
 mod resend;
 mod too_big;
 
+pub use local::{LocalAddrs, forwardable, local_addresses};
 pub use raw::{RawSender, SendError};
 pub use resend::Resender;
 pub use too_big::{Answer, TooBig};

@@ -9,7 +9,7 @@ use relay_core::ratelimit::RateLimit;
 use relay_core::wire::Ipv4Packet;
 use relay_core::{Context, Counter, Counters, IpVersion, Packet};
 
-use crate::RawSender;
+use crate::{LocalAddrs, RawSender, forwardable};
 
 /// Sends packets anew from raw sockets ([`RawSender::forwarding`]), with the mark a service
 /// gave the packet and the stage bits of the sending queue's hook ([`Context::sent_mark`]),
@@ -20,7 +20,11 @@ use crate::RawSender;
 ///   (congestion, as a tail drop of a forwarded packet would be);
 /// - `reinject_failed`: any other error (no route, a malformed packet), also logged at
 ///   most once a second;
-/// - `dropped_hop_limit`: a forwarded packet whose TTL or hop limit ran out.
+/// - `dropped_hop_limit`: a forwarded packet whose TTL or hop limit ran out;
+/// - `dropped_local_destination`: a forwarded packet addressed to this box itself, or to
+///   an address no router forwards to (loopback, multicast, link-local, ...; see
+///   [`forwardable`](crate::forwardable)): sent from a raw socket it would be delivered
+///   locally, as if it came from `lo`.
 ///
 /// One per service instance (queue thread); sockets open on first use.
 pub struct Resender {
@@ -29,6 +33,8 @@ pub struct Resender {
     queue_full: Counter,
     failed: Counter,
     hop_limit: Counter,
+    local_dst: Counter,
+    local: LocalAddrs,
     log: RateLimit,
 }
 
@@ -41,6 +47,8 @@ impl Resender {
             queue_full: counters.counter("reinject_queue_full"),
             failed: counters.counter("reinject_failed"),
             hop_limit: counters.counter("dropped_hop_limit"),
+            local_dst: counters.counter("dropped_local_destination"),
+            local: LocalAddrs::new(),
             log: RateLimit::new(1),
         }
     }
@@ -56,12 +64,17 @@ impl Resender {
 
     /// Like [`Resender::send`] for a packet passing through (a decapsulated inner packet):
     /// its TTL or hop limit is decreased first, as forwarding would, and a packet that
-    /// runs out is dropped and counted.
+    /// runs out is dropped and counted. So is one addressed to this box or to an address
+    /// no router forwards to (`dropped_local_destination`).
     pub fn forward(&mut self, pkt: &mut Packet, cx: &Context) {
         let Some(to) = destination(pkt.data()) else {
             self.failed.inc();
             return;
         };
+        if !forwardable(to) || self.local.contains(to, cx.now) {
+            self.local_dst.inc();
+            return;
+        }
         if !decrement_hop(pkt.data_mut()) {
             self.hop_limit.inc();
             return;

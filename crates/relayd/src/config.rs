@@ -456,7 +456,7 @@ pub fn parse(text: &str, path: &Path, registry: &Registry) -> Result<Config, Con
         Err(e) => return Err(ConfigErrors(vec![toml_error(&cx, &e, "")])),
     };
     let daemon = check_daemon(&mut cx, raw.daemon);
-    let services = read_services(&mut cx, registry);
+    let services = read_services(&mut cx, registry, daemon.bypass_mark);
     let mut queues = Vec::new();
     let mut taken: BTreeMap<u16, usize> = BTreeMap::new();
     for (index, q) in raw.queue.into_iter().enumerate() {
@@ -586,7 +586,11 @@ struct ListenerSection<'a> {
 pub const LISTENER_KINDS: [&str; 2] = ["socks5", "tproxy"];
 
 /// Reads every `[service.NAME]` with positions, builds each factory.
-fn read_services<'a>(cx: &mut Ctx<'a>, registry: &Registry) -> BTreeMap<String, ServiceEntry<'a>> {
+fn read_services<'a>(
+    cx: &mut Ctx<'a>,
+    registry: &Registry,
+    stage_mask: u32,
+) -> BTreeMap<String, ServiceEntry<'a>> {
     use toml::de::{DeTable, DeValue};
     let mut out = BTreeMap::new();
     let doc = match DeTable::parse(cx.text) {
@@ -702,6 +706,17 @@ fn read_services<'a>(cx: &mut Ctx<'a>, registry: &Registry) -> BTreeMap<String, 
             Some(Err(BuildError::Options(e))) => section_error(cx, &field, &e, body.span()),
             Some(Err(BuildError::Invalid(msg))) => cx.err(Some(body.span()), field, msg),
             Some(Ok(factory)) => {
+                let bits = factory.mark_bits() & stage_mask;
+                if bits != 0 {
+                    cx.err(
+                        Some(body.span()),
+                        field.clone(),
+                        format!(
+                            "sets mark bits {bits:#x}, which are relayd's stage bits \
+                             (daemon.bypass_mark {stage_mask:#x}): choose other bits"
+                        ),
+                    );
+                }
                 out.insert(
                     name_s,
                     ServiceEntry {
@@ -1578,6 +1593,19 @@ mod tests {
         let e = errs(text);
         assert_eq!((e[0].line, e[0].field.as_str()), (line, field), "{e:?}");
         e
+    }
+
+    #[test]
+    fn service_marks_may_not_set_the_stage_bits() {
+        let q = "[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"m\"]\n";
+        let e = first_err(
+            &format!("{q}[service.m]\nkind = \"mark\"\nmark = \"0x40000001\"\n"),
+            5,
+            "service.m",
+        );
+        assert!(e[0].message.contains("stage bits"), "{e:?}");
+        // The default mask covers every bit, the stage bits included: only set bits count.
+        parsed(&format!("{q}[service.m]\nkind = \"mark\"\nmark = \"0x1\"\n"));
     }
 
     #[test]

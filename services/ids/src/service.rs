@@ -33,9 +33,11 @@ pub struct IdsConfig {
     /// A Suricata `classification.config` to add to or override the built-in classtypes.
     #[serde(default)]
     pub classification: Option<PathBuf>,
-    /// The mark on the resets and unreachables `reject` sends, so relayd's own rules let
-    /// them through unqueued. Default: the daemon's bypass mark (`daemon.bypass_mark`, as
-    /// the datapath hands it over in [`Context::bypass_mark`]), else 0x40000000.
+    /// A mark for the resets and unreachables `reject` sends (for the user's own rules:
+    /// policy routing, accounting). relayd puts the stage bits of the queue's hook
+    /// ([`Context::sent_mark`]) on top in any case, replacing those bits of this mark, so
+    /// that its own rules at the hooks the answer has crossed let it through unqueued.
+    /// Default: none besides the stage bits.
     #[serde(default, deserialize_with = "de_opt_u32")]
     pub reject_mark: Option<u32>,
     /// Most keys each queue thread tracks for `threshold`, `detection_filter` and `rate`
@@ -68,9 +70,6 @@ pub struct IdsConfig {
     )]
     pub reject_dest_burst: u32,
 }
-
-/// The bypass mark relayd uses unless configured otherwise.
-const DEFAULT_BYPASS_MARK: u32 = 0x4000_0000;
 
 fn de_opt_u32<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
     de_u32(d).map(Some)
@@ -116,7 +115,7 @@ impl ServiceConfig for IdsConfig {
             return Err("rules: list at least one rules file".into());
         }
         if self.reject_mark == Some(0) {
-            return Err("reject_mark must not be 0 (use daemon.bypass_mark)".into());
+            return Err("reject_mark must not be 0 (leave it out for no mark)".into());
         }
         if self.track_max == 0 {
             return Err("track_max must be at least 1".into());
@@ -183,6 +182,10 @@ impl ServiceFactory for IdsFactory {
         "ids"
     }
 
+    fn mark_bits(&self) -> u32 {
+        self.reject_mark.unwrap_or(0)
+    }
+
     fn fail_policy(&self) -> FailPolicy {
         // An IPS that drops must not let a flood bypass it; an IDS that only alerts must
         // not blackhole the router when it is down.
@@ -230,11 +233,9 @@ impl Service for Ids {
         match self.det.inspect(pkt, cx.now) {
             Outcome::Drop => Action::Drop,
             Outcome::Reject => {
-                let mark = match (self.rejecter.mark(), cx.bypass_mark) {
-                    (Some(m), _) => m,
-                    (None, 0) => DEFAULT_BYPASS_MARK,
-                    (None, m) => m,
-                };
+                // The stage bits of this queue's hook always, so that relayd's rules at
+                // the hooks the answer has crossed skip it (relay_core::StageMark).
+                let mark = cx.sent_mark(self.rejecter.mark().unwrap_or(0));
                 self.rejecter.reject(pkt, mark, cx.now);
                 Action::Drop
             }

@@ -49,6 +49,10 @@ impl ServiceFactory for Mark {
     fn kind(&self) -> &'static str {
         "mark"
     }
+    fn mark_bits(&self) -> u32 {
+        self.cfg.mark & self.cfg.mask
+    }
+
     fn needs_bytes(&self) -> Option<u32> {
         Some(0)
     }
