@@ -71,7 +71,7 @@ bench-proxy: deps
 	$(CARGO) test --profile bench -p relay-proxy --locked --test throughput -- --nocapture
 
 # The fault suite's long versions (docs/reliability.md): 1,000 kill -9 cycles, 300 reloads
-# under a 20,000 packets/s flow, 30 s floods; about 25 minutes. `make test` runs the short ones.
+# under a 20,000 packets/s flow, 30 s floods; about 15 minutes. `make test` runs the short ones.
 .PHONY: soak
 soak: deps
 	RELAYD_FAULT_CYCLES=1000 RELAYD_FAULT_RELOADS=300 RELAYD_FAULT_SECS=30 \

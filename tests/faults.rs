@@ -186,10 +186,17 @@ impl Load {
     }
 
     /// Stops; returns (sent, received).
-    fn stop(self) -> (u64, u64) {
+    fn stop(mut self) -> (u64, u64) {
         self.stop.store(true, Ordering::Relaxed);
-        let mut it = self.threads.into_iter().map(|t| t.join().unwrap());
+        let mut it = self.threads.drain(..).map(|t| t.join().unwrap());
         (it.next().unwrap(), it.next().unwrap())
+    }
+}
+
+impl Drop for Load {
+    /// A failing test stops its load too.
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
     }
 }
 

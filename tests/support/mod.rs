@@ -255,7 +255,8 @@ impl UdpFlow {
             relay_traffic::udp_sink_on(
                 sock,
                 Duration::from_millis(800),
-                Duration::from_secs(60),
+                // Longer than the flow: `finish` stops the sink once the sender is done.
+                Duration::from_secs_f64(secs + 60.0),
                 Some(&*stop_sink),
             )
             .unwrap()
