@@ -23,6 +23,17 @@ impl RateLimit {
         }
     }
 
+    /// A bucket for at most one event per `interval` (burst 1), for "log at most every
+    /// 10 s" (an interval below 1 ns is taken as 1 ns). The first event is allowed.
+    pub fn every(interval: std::time::Duration) -> RateLimit {
+        RateLimit {
+            rate: 1.0 / interval.as_secs_f64().max(1e-9),
+            tokens: 1.0,
+            last: None,
+            suppressed: 0,
+        }
+    }
+
     /// Takes a token at time `now`. `Some(n)` allows the event, `n` being how many events
     /// were suppressed since the last allowed one (say so in the log line); `None` suppresses it.
     pub fn allow(&mut self, now: Instant) -> Option<u64> {
@@ -120,6 +131,21 @@ mod tests {
         assert_eq!(r.allow(t0), None);
         assert_eq!(r.allow(t0 + Duration::from_millis(600)), Some(2));
         assert_eq!(RateLimit::new(0).allow(t0), None);
+    }
+
+    #[test]
+    fn every_allows_one_event_per_interval() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut r = RateLimit::every(s(10));
+        assert_eq!(r.allow(t0), Some(0));
+        assert_eq!(r.allow(t0 + s(1)), None);
+        assert_eq!(r.allow(t0 + s(9)), None);
+        assert_eq!(r.allow(t0 + s(10)), Some(2));
+        assert_eq!(r.allow(t0 + s(11)), None);
+        // A long quiet spell does not build up a burst.
+        assert_eq!(r.allow(t0 + s(3600)), Some(1));
+        assert_eq!(r.allow(t0 + s(3601)), None);
     }
 
     #[test]
