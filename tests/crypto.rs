@@ -9,31 +9,6 @@ use std::net::UdpSocket;
 use std::time::Duration;
 use support::*;
 
-/// A directory for key files, removed when dropped, on a path that only root can write:
-/// relayd refuses keys that anyone else could replace, so the shared temporary directory
-/// (where [`TempDir::new`] puts its directories) will not do.
-fn key_dir(tag: &str) -> TempDir {
-    use std::os::unix::fs::DirBuilderExt;
-    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let name = format!("relayd-keys-{}-{n}-{tag}", std::process::id());
-    for base in [env!("CARGO_TARGET_TMPDIR"), "/run", "/root"] {
-        let dir = std::path::Path::new(base).join(&name);
-        let _ = std::fs::remove_dir_all(&dir);
-        if std::fs::DirBuilder::new().mode(0o700).create(&dir).is_err() {
-            continue;
-        }
-        let probe = dir.join("probe");
-        let ok = relay_svc_crypto::keygen(Cipher::Aes128Gcm, &probe).is_ok()
-            && relay_svc_crypto::load_key(&probe, Cipher::Aes128Gcm).is_ok();
-        if ok && std::fs::remove_file(&probe).is_ok() {
-            return TempDir(dir);
-        }
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-    panic!("no directory on a path only root can write, for key files");
-}
-
 fn keys(dir: &TempDir, cipher: Cipher) -> (String, String) {
     let a2b = dir.0.join("a2b.key");
     let b2a = dir.0.join("b2a.key");
@@ -157,39 +132,9 @@ fn count_arrivals(node: &relay_testbed::Node, ifname: &str, what: &[&str], tag: 
     count_arrivals_with("iptables", node, ifname, what, tag);
 }
 
-/// [`count_arrivals`] with `tool`, `iptables` or `ip6tables`.
-fn count_arrivals_with(
-    tool: &str,
-    node: &relay_testbed::Node,
-    ifname: &str,
-    what: &[&str],
-    tag: &str,
-) {
-    let mut args = vec![tool, "-t", "raw", "-I", "PREROUTING", "-i", ifname];
-    args.extend_from_slice(what);
-    args.extend_from_slice(&["-m", "comment", "--comment", tag]);
-    let out = node.exec(&args);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// The packet count of the counting rule named `tag`.
 fn read_count(node: &relay_testbed::Node, tag: &str) -> u64 {
     read_count_with("iptables", node, tag)
-}
-
-/// [`read_count`] with `tool`, `iptables` or `ip6tables`.
-fn read_count_with(tool: &str, node: &relay_testbed::Node, tag: &str) -> u64 {
-    let out = node.exec(&[tool, "-t", "raw", "-L", "PREROUTING", "-v", "-n", "-x"]);
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let needle = format!("/* {tag} */");
-    text.lines()
-        .find(|l| l.contains(&needle))
-        .and_then(|l| l.split_whitespace().next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no rule with {needle}:\n{text}"))
 }
 
 /// Nothing but ESP crossed the middle link into B since [`watch_middle`].
