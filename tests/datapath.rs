@@ -102,7 +102,9 @@ services = ["accept"]
         (dropped_sent, dropped_sent),
         "{q3:?}"
     );
-    assert!(q4.packets >= 202 && q4.dropped == 0, "{q4:?}");
+    // Everything UDP/5000 the paced sender managed to send (fewer than asked for on a
+    // busy machine), and the ping's request and reply.
+    assert!(q4.packets >= sent + 2 && q4.dropped == 0, "sent {sent}: {q4:?}");
 }
 
 #[test]
@@ -181,7 +183,7 @@ fn ipv4(proto: u8, l4: &[u8]) -> Vec<u8> {
 #[test]
 fn malformed_packets_are_counted_and_handled_by_policy() {
     let l = line3("malformed");
-    let r = Relayd::start(
+    let mut r = Relayd::start(
         &l.relay,
         r#"
 [[queue]]
@@ -211,23 +213,12 @@ services = ["dump"]
     let q = r.status().queues[0].clone();
     assert_eq!(q.dropped, n, "malformed = \"drop\" must drop them: {q:?}");
     // relayd is alive and still serving.
-    assert!(r.proc_alive());
+    assert!(r.alive());
     assert!(l.src.ping("10.0.2.2"));
     assert!(
         r.log().contains("malformed packet"),
         "no log line for malformed packets"
     );
-}
-
-trait Alive {
-    fn proc_alive(&self) -> bool;
-}
-
-impl Alive for Relayd {
-    fn proc_alive(&self) -> bool {
-        // SAFETY: kill with signal 0 only checks the process exists.
-        unsafe { libc::kill(self.proc.pid() as i32, 0) == 0 }
-    }
 }
 
 #[test]
@@ -466,7 +457,7 @@ fn sigterm_under_traffic_loses_nothing() {
 fn overload_is_counted_and_survived() {
     let l = line3("overload");
     // A tiny receive buffer and a short queue: a flood overruns both.
-    let r = Relayd::start(
+    let mut r = Relayd::start(
         &l.relay,
         r#"
 [[queue]]
@@ -492,7 +483,7 @@ services = ["accept"]
         "overload left no trace: {q:?}"
     );
     assert_eq!(q.errors, 0, "{q:?}");
-    assert!(r.proc_alive(), "relayd died under overload:\n{}", r.log());
+    assert!(r.alive(), "relayd died under overload:\n{}", r.log());
     assert!(l.src.ping("10.0.2.2"));
     assert!(wait_for(Duration::from_secs(2), || r.status().queues[0]
         .kernel

@@ -37,30 +37,10 @@ fn listener<'a>(st: &'a relayd::status::Status, kind: &str) -> &'a relayd::statu
         .unwrap_or_else(|| panic!("no running {kind} listener in {:?}", st.listeners))
 }
 
-/// What the namespace's routing and iptables look like, without counters and comments.
+/// What the namespace's rules, qdiscs, routing and bound queues look like, without
+/// counters and comments.
 fn trace(node: &Node) -> String {
-    let mut out = String::new();
-    for line in iptables_save(node).lines() {
-        // Rules and user chains only: an empty built-in table that iptables-nft created
-        // on first use, and policy counters, are not relayd's.
-        const BUILTIN: [&str; 5] = ["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"];
-        let chain = line.strip_prefix(':').and_then(|c| c.split(' ').next());
-        let keep = line.starts_with("-A") || chain.is_some_and(|c| !BUILTIN.contains(&c));
-        if !keep {
-            continue;
-        }
-        out.push_str(line);
-        out.push('\n');
-    }
-    for args in [
-        &["-4", "rule"][..],
-        &["-6", "rule"],
-        &["-4", "route", "show", "table", "all"],
-        &["-6", "route", "show", "table", "all"],
-    ] {
-        out.push_str(&node.ip(args));
-    }
-    out
+    HostState::capture(node).text()
 }
 
 #[test]

@@ -541,6 +541,15 @@ impl HostState {
         HostState { sections }
     }
 
+    /// Every section, headed by its kind: for `contains` checks and messages.
+    pub fn text(&self) -> String {
+        let mut s = String::new();
+        for (kind, text) in &self.sections {
+            s.push_str(&format!("--- {kind}\n{text}\n"));
+        }
+        s
+    }
+
     /// The kinds in which `self` and `other` differ.
     pub fn differing(&self, other: &HostState) -> Vec<&'static str> {
         self.sections
