@@ -2,7 +2,8 @@
 //! request without a newline is cut off with relayd's memory unchanged; idle clients
 //! beyond the cap neither exhaust its file descriptors nor stop a reload, and `status`
 //! answers again once they time out; a failing accept (EMFILE) pauses instead of
-//! spinning; and start-up replaces only a stale socket, never another kind of file.
+//! spinning; start-up replaces only a stale socket, never another kind of file; the
+//! socket is 0600 whatever relayd's umask, closed to other users.
 //! Needs root (namespaces, iptables, NFQUEUE).
 
 mod support;
@@ -263,18 +264,120 @@ fn accept_failing_with_emfile_pauses_instead_of_spinning() {
     assert!(r.stop(libc::SIGTERM), "{}", r.log());
 }
 
+/// Waits until `s` has bytes to read (without reading them); false after `within`.
+fn readable(s: &UnixStream, within: Duration) -> bool {
+    let mut p = libc::pollfd {
+        fd: std::os::fd::AsRawFd::as_raw_fd(s),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = libc::c_int::try_from(within.as_millis()).unwrap_or(libc::c_int::MAX);
+    // SAFETY: one valid pollfd for the duration of the call.
+    let n = unsafe { libc::poll(&mut p, 1, ms) };
+    n == 1 && p.revents & libc::POLLIN != 0
+}
+
 /// Writes a configuration whose socket is `socket` and runs `relayd run` on it in `n`.
 fn run_with_socket(n: &Node, dir: &TempDir, socket: &Path, prefix: &str) -> relay_testbed::Proc {
+    run_with_socket_umask(n, dir, socket, prefix, None)
+}
+
+/// [`run_with_socket`], relayd running with `umask` if given (set by a shell that then
+/// execs relayd, so the process's umask is that one from its first instruction).
+fn run_with_socket_umask(
+    n: &Node,
+    dir: &TempDir,
+    socket: &Path,
+    prefix: &str,
+    umask: Option<&str>,
+) -> relay_testbed::Proc {
     let text = format!(
         "[daemon]\nsocket = \"{}\"\nchain_prefix = \"{prefix}\"\n\n{CONFIG}",
         socket.display()
     );
     let config = dir.file(&format!("{prefix}.toml"), &text);
-    let mut cmd = n.cmd(RELAYD);
+    let mut cmd = match umask {
+        None => n.cmd(RELAYD),
+        Some(u) => {
+            let mut c = n.cmd("sh");
+            c.args(["-c", &format!("umask {u} && exec \"$0\" \"$@\""), RELAYD]);
+            c
+        }
+    };
     cmd.args(["run", "-c"]).arg(&config);
     cmd.stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     n.spawn(cmd)
+}
+
+/// The permission bits of the file at `p` (not following a symbolic link).
+fn mode(p: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+}
+
+/// Runs `relayd status --socket SOCKET` as user nobody (group nogroup, no other group):
+/// (success, stderr).
+fn status_as_nobody(socket: &Path) -> (bool, String) {
+    let out = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=nobody",
+            "--regid=nogroup",
+            "--clear-groups",
+            RELAYD,
+        ])
+        .args(["status", "--socket"])
+        .arg(socket)
+        .output()
+        .expect("running setpriv");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_socket_is_0600_whatever_the_umask_and_other_users_cannot_connect() {
+    use std::os::unix::fs::PermissionsExt;
+    let tb = Testbed::new("st-mode");
+    let n = tb.node("r");
+    let dir = TempDir::new("st-mode");
+    // Every directory on the way is open to nobody: only the socket's mode can stop it.
+    std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // The socket's directory is missing: relayd creates it (0755, not 0777).
+    let socket = dir.0.join("run").join("relayd.sock");
+    let mut p = run_with_socket_umask(&n, &dir, &socket, "RMODE", Some("0"));
+    assert!(
+        p.wait_stderr_contains("relayd running", Duration::from_secs(10)),
+        "{}",
+        p.stderr_text()
+    );
+    let umask = std::fs::read_to_string(format!("/proc/{}/status", p.pid())).unwrap();
+    assert!(
+        umask.lines().any(|l| l == "Umask:\t0000"),
+        "relayd does not run with umask 0:\n{umask}"
+    );
+    eprintln!(
+        "umask 0: socket {:o}, its directory {:o}",
+        mode(&socket),
+        mode(&dir.0.join("run"))
+    );
+    assert_eq!(mode(&socket), 0o600, "socket mode {:o}", mode(&socket));
+    assert_eq!(mode(&dir.0.join("run")), 0o755);
+    relayd::status::query(&socket).unwrap();
+
+    let (ok, err) = status_as_nobody(&socket);
+    eprintln!("as nobody: {}", err.trim());
+    assert!(!ok, "user nobody read the status");
+    assert!(err.contains("Permission denied"), "{err}");
+    // The same user connects to the same path once the mode lets it: what refused it
+    // above was the socket's mode, nothing else on the way.
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let (ok, err) = status_as_nobody(&socket);
+    assert!(ok, "nobody cannot connect even to a 0666 socket: {err}");
+
+    let (st, _) = p.stop(libc::SIGTERM, Duration::from_secs(10));
+    assert!(st.is_some_and(|s| s.success()), "{}", p.stderr_text());
 }
 
 #[test]
@@ -350,16 +453,39 @@ fn a_client_that_never_reads_the_reply_is_dropped_after_the_reply_timeout() {
     let node = tb.node("r");
     let mut r = Relayd::start(&node, &body);
     let pid = r.proc.pid();
+    let t = Instant::now();
     let full = serde_json::to_string(&r.status()).unwrap().len();
+    eprintln!("a full status: {full} bytes in {:?}", t.elapsed());
     assert!(full > 600_000, "reply of {full} bytes only");
     let base = open_fds(pid);
     let mut slow = UnixStream::connect(&r.socket).unwrap();
     slow.write_all(b"status\n").unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    // The reply timeout (5 s) starts when relayd starts writing the reply, once it has
+    // built the status of 8,000 services: seconds on a loaded machine (and how long is
+    // not what this test is about). So time from the first reply byte, which the client
+    // sees without reading it.
+    let asked = Instant::now();
+    assert!(
+        readable(&slow, Duration::from_secs(60)),
+        "no reply byte within 60 s\n{}",
+        r.log()
+    );
+    let first = Instant::now();
     assert_eq!(open_fds(pid), base + 1, "the slow client's connection");
-    // The reply timeout is 5 s: relayd lets go of the connection after it.
-    let dropped = wait_for(Duration::from_secs(7), || open_fds(pid) == base);
-    assert!(dropped, "relayd still holds the slow client's connection");
+    // relayd lets go of the connection 5 s after it started writing, which was just
+    // before `first`; 3 s more for the timer and the close on a busy 2-CPU machine.
+    let dropped = wait_for(Duration::from_secs(8), || open_fds(pid) == base);
+    let held = first.elapsed();
+    eprintln!(
+        "first reply byte after {:?}; connection dropped {held:?} after it",
+        first - asked
+    );
+    assert!(
+        dropped,
+        "relayd still holds the slow client's connection {held:?} after its first reply byte"
+    );
+    // Not before the reply timeout either (the first byte may be seen a little late).
+    assert!(held > Duration::from_secs(3), "dropped after {held:?} only");
     slow.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut got = Vec::new();
     let _ = slow.read_to_end(&mut got);

@@ -47,7 +47,7 @@ fn lock_path(prefix: &str) -> anyhow::Result<PathBuf> {
 impl InstanceLock {
     /// Takes the lock for `prefix` in this network namespace, or says who holds it.
     pub fn acquire(prefix: &str) -> Result<InstanceLock, LockError> {
-        std::fs::create_dir_all(LOCK_DIR).with_context(|| format!("creating {LOCK_DIR}"))?;
+        create_dirs(Path::new(LOCK_DIR)).with_context(|| format!("creating {LOCK_DIR}"))?;
         let path = lock_path(prefix)?;
         let mut file = std::fs::OpenOptions::new()
             .read(true)
@@ -135,12 +135,8 @@ fn describe(t: std::fs::FileType) -> &'static str {
     }
 }
 
-/// Connects to the socket at `path` without blocking: Ok if a process accepted (or
-/// queued) the connection, the error otherwise (ECONNREFUSED: nobody listens; EAGAIN: a
-/// listener whose backlog is full). A blocking connect would hang start-up on a stopped
-/// daemon's full backlog.
-fn probe(path: &Path) -> std::io::Result<()> {
-    use std::os::fd::{FromRawFd, OwnedFd};
+/// The address of the unix socket at `path` and its length, for bind and connect.
+fn sockaddr(path: &Path) -> std::io::Result<(libc::sockaddr_un, libc::socklen_t)> {
     use std::os::unix::ffi::OsStrExt;
     let bytes = path.as_os_str().as_bytes();
     // SAFETY: sockaddr_un is plain data; all zeroes is a valid value.
@@ -155,11 +151,18 @@ fn probe(path: &Path) -> std::io::Result<()> {
     for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
         *d = *s as libc::c_char;
     }
+    let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
+    Ok((addr, len as libc::socklen_t))
+}
+
+/// A new unix stream socket (close-on-exec, plus `flags`).
+fn unix_socket(flags: libc::c_int) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::{FromRawFd, OwnedFd};
     // SAFETY: plain socket call; the result is checked before use.
     let fd = unsafe {
         libc::socket(
             libc::AF_UNIX,
-            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC | flags,
             0,
         )
     };
@@ -167,14 +170,22 @@ fn probe(path: &Path) -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     // SAFETY: fd is a fresh socket nobody else owns; OwnedFd closes it.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
-    // SAFETY: addr outlives the call and len does not exceed its size (checked above).
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Connects to the socket at `path` without blocking: Ok if a process accepted (or
+/// queued) the connection, the error otherwise (ECONNREFUSED: nobody listens; EAGAIN: a
+/// listener whose backlog is full). A blocking connect would hang start-up on a stopped
+/// daemon's full backlog.
+fn probe(path: &Path) -> std::io::Result<()> {
+    let (addr, len) = sockaddr(path)?;
+    let fd = unix_socket(libc::SOCK_NONBLOCK)?;
+    // SAFETY: addr outlives the call and len does not exceed its size (sockaddr checked).
     let r = unsafe {
         libc::connect(
             fd.as_raw_fd(),
             (&raw const addr).cast::<libc::sockaddr>(),
-            len as libc::socklen_t,
+            len,
         )
     };
     if r == 0 {
@@ -184,12 +195,89 @@ fn probe(path: &Path) -> std::io::Result<()> {
     }
 }
 
+/// The mode of the status socket: only its owner (root, or relayd's user) may connect.
+/// Connecting to a unix socket needs write permission on it.
+pub const SOCKET_MODE: u32 = 0o600;
+
+/// The mode of the directories relayd creates for its socket and lock files (whatever
+/// the umask: a directory others could write would let them replace the socket).
+const DIR_MODE: u32 = 0o755;
+
+/// Creates `dir` and its missing parents with [`DIR_MODE`] (less the umask's bits).
+fn create_dirs(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(DIR_MODE)
+        .create(dir)
+}
+
+/// Binds and listens on a unix socket at `path` (nothing may be there) whose mode is
+/// [`SOCKET_MODE`] whatever the process's umask, without a moment when another user
+/// could connect: the socket file is created no more open than 0600, and its mode is
+/// final before `listen` (until then every connect is refused). The umask itself is
+/// left alone: it is per process, and other threads create files meanwhile.
+fn bind_private(path: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let (addr, len) = sockaddr(path)?;
+    let fd = unix_socket(0)?;
+    // Linux creates the socket file with the mode of the socket's own inode less the
+    // umask: with the inode at 0600, the file is at most 0600 from the moment it exists.
+    // SAFETY: fchmod on a descriptor we own.
+    if unsafe { libc::fchmod(fd.as_raw_fd(), SOCKET_MODE) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: addr outlives the call and len does not exceed its size (sockaddr checked).
+    if unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&raw const addr).cast::<libc::sockaddr>(),
+            len,
+        )
+    } != 0
+    {
+        return Err(std::io::Error::last_os_error());
+    }
+    // A umask that takes owner bits (0277, say) leaves less than 0600: set it exactly.
+    // Nobody can connect before listen, so this leaves no window either.
+    let fixed = std::fs::symlink_metadata(path).and_then(|m| {
+        if !m.file_type().is_socket() {
+            return Err(std::io::Error::other("the bound socket was replaced"));
+        }
+        if m.permissions().mode() & 0o7777 != SOCKET_MODE {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(SOCKET_MODE))?;
+        }
+        Ok(())
+    });
+    if let Err(e) = fixed {
+        remove_if_socket(path);
+        return Err(e);
+    }
+    // The kernel caps the backlog at net.core.somaxconn, as std's bind asks.
+    // SAFETY: listen on a bound socket we own.
+    if unsafe { libc::listen(fd.as_raw_fd(), libc::c_int::MAX) } != 0 {
+        let e = std::io::Error::last_os_error();
+        remove_if_socket(path);
+        return Err(e);
+    }
+    Ok(std::os::unix::net::UnixListener::from(fd))
+}
+
+/// Removes `path` if it is a socket (never another kind of file).
+pub(crate) fn remove_if_socket(path: &Path) {
+    use std::os::unix::fs::FileTypeExt;
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
 /// Binds the status socket at `path`. Whatever is there is looked at without following
 /// symbolic links: nothing is bound over; a socket no process listens on (left by a
 /// relayd that was killed) is replaced; a socket a process answers on is refused
 /// ([`SocketError::Live`]), and so is anything that is not a socket (a regular file, a
 /// directory, a symbolic link, a FIFO, a device: [`SocketError::NotSocket`]), which
-/// stays untouched.
+/// stays untouched. The socket's mode is [`SOCKET_MODE`] whatever the umask, and a
+/// missing parent directory is created 0755.
 pub fn claim_socket(path: &Path) -> Result<std::os::unix::net::UnixListener, SocketError> {
     use std::os::unix::fs::FileTypeExt;
     let io = |action, source| SocketError::Io {
@@ -231,9 +319,9 @@ pub fn claim_socket(path: &Path) -> Result<std::os::unix::net::UnixListener, Soc
         },
     }
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).ok();
+        create_dirs(dir).ok();
     }
-    std::os::unix::net::UnixListener::bind(path).map_err(|e| io("binding status socket", e))
+    bind_private(path).map_err(|e| io("binding status socket", e))
 }
 
 #[cfg(test)]
@@ -267,6 +355,34 @@ mod tests {
         let l = claim_socket(&q).unwrap();
         std::os::unix::net::UnixStream::connect(&q).unwrap();
         drop(l);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// The socket file's permission bits.
+    fn mode(p: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    #[test]
+    fn the_socket_is_0600_and_its_missing_directory_0755() {
+        // The test process's umask (022, usually) would give 0755 by itself; umask 0 is
+        // tested on a real daemon in tests/status_socket.rs (the umask is per process).
+        let d = dir("mode");
+        let p = d.join("sub").join("s.sock");
+        let l = claim_socket(&p).unwrap();
+        assert_eq!(mode(&p), 0o600, "socket mode {:o}", mode(&p));
+        assert_eq!(mode(&d.join("sub")) & !0o755, 0);
+        std::os::unix::net::UnixStream::connect(&p).unwrap();
+        // A stale socket of mode 0777 is replaced by one of 0600.
+        drop(l);
+        std::fs::remove_file(&p).unwrap();
+        let q = d.join("t.sock");
+        stale_socket(&q);
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&q, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let _l = claim_socket(&q).unwrap();
+        assert_eq!(mode(&q), 0o600);
         std::fs::remove_dir_all(&d).unwrap();
     }
 

@@ -2,6 +2,7 @@
 //! connection), its human rendering, and the daemon's side of the socket: a server whose
 //! clients cannot starve or exhaust the daemon ([`serve`], [`ServerLimits`]).
 
+use relay_core::ratelimit::RateLimit;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -194,10 +195,7 @@ pub fn bind(path: &Path) -> anyhow::Result<tokio::net::UnixListener> {
 /// Removes the status socket at `path` on the way out, if a socket is still there: a
 /// file that replaced it meanwhile is not relayd's to delete.
 pub fn remove_socket(path: &Path) {
-    use std::os::unix::fs::FileTypeExt;
-    if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
-        let _ = std::fs::remove_file(path);
-    }
+    crate::lock::remove_if_socket(path);
 }
 
 /// What the status server allows its clients, so that a local client can neither grow
@@ -238,42 +236,6 @@ impl Default for ServerLimits {
             accept_backoff: Duration::from_millis(100),
             log_interval: Duration::from_secs(10),
         }
-    }
-}
-
-/// Counts events and says when to log them: at most once per interval, with the count
-/// since the last line.
-#[derive(Debug)]
-struct LogEvery {
-    interval: Duration,
-    last: Option<Instant>,
-    since: u64,
-    total: u64,
-}
-
-impl LogEvery {
-    fn new(interval: Duration) -> LogEvery {
-        LogEvery {
-            interval,
-            last: None,
-            since: 0,
-            total: 0,
-        }
-    }
-
-    /// Counts one event; `Some((since the last line, total))` if a line is due.
-    fn hit(&mut self) -> Option<(u64, u64)> {
-        self.since += 1;
-        self.total += 1;
-        let now = Instant::now();
-        if self
-            .last
-            .is_some_and(|t| now.duration_since(t) < self.interval)
-        {
-            return None;
-        }
-        self.last = Some(now);
-        Some((std::mem::take(&mut self.since), self.total))
     }
 }
 
@@ -321,8 +283,11 @@ where
     use std::os::fd::AsRawFd;
     let status = Arc::new(status);
     let active = Arc::new(AtomicUsize::new(0));
-    let mut refused = LogEvery::new(limits.log_interval);
-    let mut failed = LogEvery::new(limits.log_interval);
+    // Log lines about refused connections and failed accepts: at most one of each per
+    // log_interval, with the count since the previous line and the total.
+    let mut refused_log = RateLimit::every(limits.log_interval);
+    let mut failed_log = RateLimit::every(limits.log_interval);
+    let (mut refused_total, mut failed_total) = (0u64, 0u64);
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -333,10 +298,11 @@ where
             Err(e) => {
                 // EMFILE, ENFILE, ENOBUFS, ENOMEM: the connection stays in the backlog
                 // and the listener stays readable; retrying at once would spin.
-                if let Some((n, total)) = failed.hit() {
+                failed_total += 1;
+                if let Some(held) = failed_log.allow(Instant::now()) {
                     tracing::warn!(
-                        errors = n,
-                        total,
+                        errors = held + 1,
+                        total = failed_total,
                         "status socket: accept failed: {e}; pausing {} ms",
                         limits.accept_backoff.as_millis()
                     );
@@ -355,10 +321,11 @@ where
             };
             let _ = stream.try_write(error_reply(&why).as_bytes());
             drop(stream);
-            if let Some((n, total)) = refused.hit() {
+            refused_total += 1;
+            if let Some(held) = refused_log.allow(Instant::now()) {
                 tracing::warn!(
-                    refused = n,
-                    total,
+                    refused = held + 1,
+                    total = refused_total,
                     "status socket: connections refused ({why})"
                 );
             }
@@ -811,15 +778,5 @@ mod tests {
             Request::Line(b"0123456789abcde".to_vec())
         );
         assert_eq!(read(b"x\n", 0), Request::TooLong);
-    }
-
-    #[test]
-    fn log_every_counts_between_lines() {
-        let mut l = LogEvery::new(Duration::from_secs(3600));
-        assert_eq!(l.hit(), Some((1, 1)));
-        assert_eq!(l.hit(), None);
-        assert_eq!(l.hit(), None);
-        l.last = Some(Instant::now() - Duration::from_secs(7200));
-        assert_eq!(l.hit(), Some((3, 4)));
     }
 }
