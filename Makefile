@@ -37,6 +37,7 @@ lint:
 # Every test: unit tests, kernel tests on namespace testbeds, CLI tests. Needs root.
 test: deps lint
 	$(CARGO) test --workspace --locked
+	SMOKE=1 $(CARGO) test --locked -p relayd --bench passthrough
 	$(MAKE) fuzz-smoke
 
 demo: deps release
@@ -46,8 +47,12 @@ demo: deps release
 bench:
 	$(CARGO) bench --workspace --locked --bench chain --bench compress
 
-# Kernel forwarding vs relayd on a namespace testbed: pps, TCP throughput, added latency.
+# Per core, relayd against kernel forwarding in the same run (docs/performance.md): relay
+# work on CPU 1, generator and sinks on CPU 0; CPU per packet, RFC 2544 rates, overload
+# curve (docs/overload.dat, .png), latency percentiles, TCP. About 25 minutes on a quiet
+# machine. ROUNDS, SECS, TRIALS; SMOKE=1 is the short run `make test` does.
 bench-passthrough: deps
+	@command -v gnuplot >/dev/null || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq gnuplot-nox; }
 	$(CARGO) bench -p relayd --locked --bench passthrough
 
 # ESP per cipher beside `openssl speed` in the same run (docs/performance.md).

@@ -1,140 +1,707 @@
-//! Passthrough benchmark: the kernel's own forwarding against relayd running `accept`, on
-//! the same namespace testbed in the same run (src -- relay -- dst over veth).
+//! Passthrough benchmark, per core: what one core of relay work forwards and what a packet
+//! costs it, relayd against the kernel's own forwarding in the same run
+//! (/work/shared/MEASURING.md; docs/performance.md has the figures and how to read them).
 //!
-//! Measures 64-byte UDP packets per second, TCP throughput (GSO on, as relayd sets it for
-//! `accept`, and off), and the latency relayd adds to a request/response probe (p50, p99).
-//! relayd's queue is fail-closed here, so that overload shows as loss instead of packets
-//! bypassing relayd, and the naive baseline (one recv and one verdict per packet,
-//! `batch = 1`) runs beside the batched datapath. Each figure is the median of several
-//! interleaved rounds; ratios are taken against the kernel measured in the same run.
+//! Testbed: src -- relay -- dst over veth. All of the relay's work runs on the *relay
+//! core*: RPS on both of the relay namespace's veths steers their receive processing (and
+//! with it the kernel's forwarding and NFQUEUE enqueueing) there, and relayd's queue
+//! thread is pinned there with the queue's `cpu` option. The generator, the sinks and RPS
+//! on the src and dst veths use the *traffic core*. Delivered packets are counted on the
+//! dst veth's receive counter, the same way for every path (a compressed packet is IPComp,
+//! which no UDP socket would count); during UDP throughput measurements dst drops the
+//! datagrams in its raw PREROUTING chain, after the counter, so no sink competes with the
+//! generator.
 //!
-//! Run: `make bench-passthrough` (root). Environment: ROUNDS (default 3), SECS (default 3).
+//! Every measurement prints each CPU's busy share over its window (from /proc/stat). The
+//! figures, each the median of ROUNDS interleaved rounds and each as a ratio to the kernel
+//! measured in the same run:
+//! - relay-core CPU time per delivered packet at 30 % and 60 % of relayd's RFC 2544 rate
+//!   and in a flood, kernel against relayd `accept`, and the rate at which relayd
+//!   saturates its core;
+//! - RFC 2544 throughput (the highest offered rate with loss <= 0.1 %, by binary search)
+//!   at 64 and 1,500 bytes for the kernel (when one generator core can saturate it;
+//!   otherwise its CPU per packet), relayd `accept` and relayd with `compress` (LZ4,
+//!   `mode = "always"`);
+//! - an overload curve, delivered against offered from 0.25x to 4x relayd's RFC 2544 rate,
+//!   for the kernel and relayd fail-open and fail-closed (docs/overload.dat and .png);
+//! - added latency at 10 % and 50 % of relayd's RFC 2544 rate: p50, p99, p99.9 of every
+//!   datagram's one-way delay, timed by the kernel at dst;
+//! - one TCP flow, relayd with GSO on and off: throughput and relay-core CPU per byte.
+//!
+//! Run: `make bench-passthrough` (root, about 25 minutes). Environment: ROUNDS (default 3),
+//! SECS per measurement (default 3), TRIALS per RFC 2544 search (default 8), SMOKE=1 (one
+//! round of one second, tiny searches, nothing written: what `make test` runs).
 
-use relay_testbed::{Line3, Proc, line3};
-use std::net::{SocketAddr, UdpSocket};
+use relay_testbed::{Line3, Node, Proc, line3};
+use std::fmt::Write as _;
+use std::io::{Read, Seek};
+use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 const RELAYD: &str = env!("CARGO_BIN_EXE_relayd");
+/// The UDP port datagrams go to.
+const PORT: u16 = 9000;
+/// Loss allowed by the RFC 2544 throughput definition used here.
+const MAX_LOSS: f64 = 0.001;
+/// IP + UDP header bytes: a "64-byte packet" is 64 bytes of IP packet.
+const IP_UDP: usize = 28;
 
-#[derive(Clone, Copy, PartialEq)]
-enum Mode {
-    Kernel,
-    Relayd,
-    Naive,
-    RelaydNoGso,
+// ---------------------------------------------------------------------------------------
+// Knobs
+
+struct Knobs {
+    rounds: usize,
+    secs: f64,
+    /// Traffic before a measuring window opens (neighbours, queues filled, steady state).
+    warm: f64,
+    trials: usize,
+    smoke: bool,
+    relay_cpu: usize,
+    traffic_cpu: usize,
 }
 
-impl Mode {
-    fn name(self) -> &'static str {
-        match self {
-            Mode::Kernel => "kernel forwarding",
-            Mode::Relayd => "relayd accept (batched)",
-            Mode::Naive => "relayd accept (naive: batch = 1)",
-            Mode::RelaydNoGso => "relayd accept, GSO off",
+fn env_num<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+impl Knobs {
+    fn from_env() -> Knobs {
+        let smoke = std::env::var("SMOKE").is_ok_and(|v| !v.is_empty() && v != "0");
+        let cpus = relay_nfq::available_cpus().expect("sched_getaffinity");
+        // Two distinct cores if there are two; one machine of one core still runs (smoke).
+        let traffic_cpu = cpus[0];
+        let relay_cpu = cpus.get(1).copied().unwrap_or(traffic_cpu);
+        Knobs {
+            rounds: if smoke {
+                1
+            } else {
+                env_num("ROUNDS", 3usize).max(1)
+            },
+            secs: env_num("SECS", if smoke { 1.0 } else { 3.0f64 }).max(0.2),
+            warm: if smoke { 0.1 } else { 0.3 },
+            trials: if smoke {
+                1
+            } else {
+                env_num("TRIALS", 8usize).max(1)
+            },
+            smoke,
+            relay_cpu,
+            traffic_cpu,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// CPU time from /proc/stat
+
+/// One CPU's counters from /proc/stat, in clock ticks.
+#[derive(Clone, Copy, Default, Debug)]
+struct CpuTicks {
+    busy: u64,
+    steal: u64,
+    total: u64,
+}
+
+fn read_cpus() -> Vec<CpuTicks> {
+    let text = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
+    let mut out = Vec::new();
+    for line in text.lines() {
+        // "cpuN ..." lines; not the "cpu  ..." total.
+        let Some(rest) = line.strip_prefix("cpu").filter(|r| !r.starts_with(' ')) else {
+            continue;
+        };
+        let mut f = rest.split_whitespace();
+        let Some(Ok(n)) = f.next().map(str::parse::<usize>) else {
+            continue;
+        };
+        // user nice system idle iowait irq softirq steal (guest is inside user).
+        let v: Vec<u64> = f.take(8).map(|x| x.parse().unwrap_or(0)).collect();
+        if v.len() < 8 {
+            continue;
+        }
+        if out.len() <= n {
+            out.resize(n + 1, CpuTicks::default());
+        }
+        out[n] = CpuTicks {
+            busy: v[0] + v[1] + v[2] + v[5] + v[6],
+            steal: v[7],
+            total: v.iter().sum(),
+        };
+    }
+    out
+}
+
+fn ticks_per_sec() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if hz > 0 { hz as f64 } else { 100.0 }
+}
+
+/// Busy share and busy seconds of each CPU between two readings.
+#[derive(Clone, Debug, Default)]
+struct CpuUse {
+    /// Busy / all ticks, per CPU.
+    share: Vec<f64>,
+    /// Stolen by the hypervisor / all ticks, per CPU.
+    steal: Vec<f64>,
+    /// Busy seconds, per CPU.
+    busy_s: Vec<f64>,
+}
+
+fn cpu_use(a: &[CpuTicks], b: &[CpuTicks]) -> CpuUse {
+    let hz = ticks_per_sec();
+    let mut u = CpuUse::default();
+    for (x, y) in a.iter().zip(b) {
+        let total = y.total.saturating_sub(x.total).max(1) as f64;
+        let busy = y.busy.saturating_sub(x.busy) as f64;
+        u.share.push(busy / total);
+        u.steal.push(y.steal.saturating_sub(x.steal) as f64 / total);
+        u.busy_s.push(busy / hz);
+    }
+    u
+}
+
+// ---------------------------------------------------------------------------------------
+// The testbed
+
+struct Bed {
+    l: Line3,
+    /// /proc/net/dev of the dst namespace, opened from inside it.
+    dst_dev: std::fs::File,
+    k: Knobs,
+    /// dst drops the bench's UDP datagrams in raw PREROUTING (after the counter).
+    dropping: bool,
+}
+
+fn proc_net_dev(node: &Node) -> std::fs::File {
+    node.run(|| std::fs::File::open("/proc/thread-self/net/dev").expect("net/dev"))
+}
+
+/// Received packets of `ifname` in a /proc/net/dev file.
+fn rx_packets(f: &mut std::fs::File, ifname: &str) -> u64 {
+    let mut text = String::new();
+    f.rewind().expect("rewind net/dev");
+    f.read_to_string(&mut text).expect("read net/dev");
+    let key = format!("{ifname}:");
+    text.lines()
+        .find_map(|l| {
+            let rest = l.trim_start().strip_prefix(&key)?;
+            rest.split_whitespace().nth(1)?.parse().ok()
+        })
+        .unwrap_or_else(|| panic!("{ifname} not in net/dev:\n{text}"))
+}
+
+fn sh(node: &Node, script: &str) {
+    let out = node.sh(script);
+    assert!(
+        out.status.success(),
+        "{}: {script}: {}",
+        node.label(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Bed {
+    fn new(k: Knobs) -> Bed {
+        let l = line3("passthrough");
+        let relay_mask = format!("{:x}", 1u64 << k.relay_cpu);
+        let traffic_mask = format!("{:x}", 1u64 << k.traffic_cpu);
+        // The relay's receive work (both directions) on the relay core; src's and dst's
+        // on the traffic core.
+        for (node, ifs, mask) in [
+            (&l.relay, &["eth0", "eth1"][..], &relay_mask),
+            (&l.src, &["eth0"][..], &traffic_mask),
+            (&l.dst, &["eth0"][..], &traffic_mask),
+        ] {
+            for i in ifs {
+                sh(
+                    node,
+                    &format!("echo {mask} > /sys/class/net/{i}/queues/rx-0/rps_cpus"),
+                );
+            }
+        }
+        assert!(l.src.ping("10.0.2.2"), "no path src -> dst");
+        let dst_dev = proc_net_dev(&l.dst);
+        Bed {
+            l,
+            dst_dev,
+            k,
+            dropping: false,
         }
     }
 
-    fn config(self, dir: &std::path::Path) -> Option<String> {
-        let extra = match self {
-            Mode::Kernel => return None,
-            Mode::Relayd => "",
-            Mode::Naive => "batch = 1\n",
-            Mode::RelaydNoGso => "gso = false\n",
-        };
-        Some(format!(
-            "[daemon]\nsocket = \"{}/bench.sock\"\n[[queue]]\nnum = 0\nhook = \"forward\"\nfail_open = false\n{extra}services = [\"accept\"]\n",
-            dir.display()
-        ))
+    fn delivered(&mut self) -> u64 {
+        rx_packets(&mut self.dst_dev, "eth0")
+    }
+
+    /// Drops the bench's traffic at dst right after the interface counted it (UDP
+    /// throughput), or stops doing so (latency and TCP need the sockets).
+    fn dst_drops(&mut self, on: bool) {
+        if on == self.dropping {
+            return;
+        }
+        let op = if on { "-I" } else { "-D" };
+        sh(
+            &self.l.dst,
+            &format!("iptables -w -t raw {op} PREROUTING -s 10.0.1.1 -j DROP"),
+        );
+        self.dropping = on;
     }
 }
 
-/// Starts relayd for `mode` in the relay namespace (None for the kernel alone).
-fn start(l: &Line3, mode: Mode) -> Option<Proc> {
+// ---------------------------------------------------------------------------------------
+// relayd
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Path {
+    Kernel,
+    /// relayd `accept`; fail-open or fail-closed.
+    Accept {
+        fail_open: bool,
+    },
+    /// relayd `accept`, GSO off.
+    AcceptNoGso,
+    /// relayd `compress` (LZ4, always).
+    Compress,
+}
+
+impl Path {
+    fn name(self) -> &'static str {
+        match self {
+            Path::Kernel => "kernel forwarding",
+            Path::Accept { fail_open: false } => "relayd accept",
+            Path::Accept { fail_open: true } => "relayd accept, fail-open",
+            Path::AcceptNoGso => "relayd accept, GSO off",
+            Path::Compress => "relayd compress (LZ4, always)",
+        }
+    }
+
+    fn body(self, cpu: usize) -> Option<String> {
+        let queue = |extra: &str, services: &str| {
+            format!(
+                "[[queue]]\nnum = 0\nhook = \"forward\"\ncpu = {cpu}\n{extra}services = [{services}]\n"
+            )
+        };
+        Some(match self {
+            Path::Kernel => return None,
+            Path::Accept { fail_open } => {
+                queue(&format!("fail_open = {fail_open}\n"), "\"accept\"")
+            }
+            Path::AcceptNoGso => queue("fail_open = false\ngso = false\n", "\"accept\""),
+            Path::Compress => {
+                queue("fail_open = false\n", "\"lz4\"")
+                    + "[service.lz4]\nkind = \"compress\"\nalgorithm = \"lz4\"\nmode = \"always\"\n"
+            }
+        })
+    }
+}
+
+/// relayd running for a path (nothing for the kernel); stopped on drop.
+struct Relayd(Option<Proc>);
+
+impl Drop for Relayd {
+    fn drop(&mut self) {
+        if let Some(mut p) = self.0.take() {
+            p.stop(libc::SIGTERM, Duration::from_secs(10));
+        }
+    }
+}
+
+fn start(bed: &Bed, path: Path) -> Relayd {
+    let Some(body) = path.body(bed.k.relay_cpu) else {
+        return Relayd(None);
+    };
     let dir = std::env::temp_dir().join(format!("relayd-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let text = mode.config(&dir)?;
     let cfg = dir.join("bench.toml");
+    let text = format!(
+        "[daemon]\nsocket = \"{}/bench.sock\"\n{body}",
+        dir.display()
+    );
     std::fs::write(&cfg, text).unwrap();
-    let mut cmd = l.relay.cmd(RELAYD);
+    let mut cmd = bed.l.relay.cmd(RELAYD);
     cmd.args(["run", "-c"])
         .arg(&cfg)
         .args(["--log", "warn,relayd::cli=info"]);
     cmd.stderr(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null());
-    let p = l.relay.spawn(cmd);
+    let p = bed.l.relay.spawn(cmd);
     assert!(
         p.wait_stderr_contains("relayd running", Duration::from_secs(10)),
         "{}",
         p.stderr_text()
     );
-    Some(p)
+    // The queue thread must be on the relay core, or nothing here means anything.
+    let cpus = thread_cpus(p.pid(), "relayd-q0");
+    assert_eq!(
+        cpus,
+        bed.k.relay_cpu.to_string(),
+        "relayd's queue thread runs on CPUs {cpus}, not on the relay core"
+    );
+    Relayd(Some(p))
 }
 
-fn stop(p: Option<Proc>) {
-    if let Some(mut p) = p {
-        p.stop(libc::SIGTERM, Duration::from_secs(10));
+/// `Cpus_allowed_list` of the thread of process `pid` named `name`.
+fn thread_cpus(pid: u32, name: &str) -> String {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("relayd's tasks");
+    for t in tasks.flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.trim() == name {
+            let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+            if let Some(v) = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            {
+                return v.trim().to_string();
+            }
+        }
+    }
+    panic!("relayd (pid {pid}) has no thread {name}");
+}
+
+// ---------------------------------------------------------------------------------------
+// One UDP measurement
+
+/// One paced (or flooding) UDP run and what the relay core spent on it.
+#[derive(Clone, Debug, Default)]
+struct Trial {
+    /// Datagrams per second the generator actually handed to the kernel.
+    offered: f64,
+    /// 1 - delivered / sent over the whole run.
+    loss: f64,
+    /// Delivered per second within the measuring window.
+    delivered_rate: f64,
+    cpu: CpuUse,
+    /// Relay-core CPU time per packet delivered within the window, in microseconds.
+    relay_us: f64,
+    relay_share: f64,
+}
+
+fn fmt_rate(r: f64) -> String {
+    let r = r.round() as u64;
+    let s = r.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The busy shares of the traffic and relay cores, as printed with every measurement.
+fn shares(k: &Knobs, u: &CpuUse) -> String {
+    [("traffic", k.traffic_cpu), ("relay", k.relay_cpu)]
+        .iter()
+        .map(|&(what, i)| {
+            let (b, s) = (u.share[i], u.steal[i]);
+            if s >= 0.005 {
+                format!(
+                    "{what} cpu{i} {:.0} % (steal {:.0} %)",
+                    b * 100.0,
+                    s * 100.0
+                )
+            } else {
+                format!("{what} cpu{i} {:.0} %", b * 100.0)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Sends `size`-byte IP packets at `rate` packets/s (None: flood) for warm + secs, and
+/// measures the window `warm..warm + secs`.
+fn trial(bed: &mut Bed, path: Path, size: usize, rate: Option<f64>) -> Trial {
+    bed.dst_drops(true);
+    let (warm, secs, cpu) = (bed.k.warm, bed.k.secs, bed.k.traffic_cpu);
+    let dst: SocketAddr = format!("10.0.2.2:{PORT}").parse().unwrap();
+    let payload = size - IP_UDP;
+    let mut cfg = relay_traffic::UdpSendConfig::new(dst);
+    cfg.size = payload;
+    cfg.ratio = 0.5; // compressible, so that `compress` rewrites what it can
+    cfg.batch = 64;
+    // A stalled generator catches up by up to 256 datagrams (the relay's queues hold
+    // 1,000 each), so that a busy traffic core costs less of the offered rate.
+    cfg.burst = Some(256);
+    cfg.rate_bps = rate.map(|r| (r * (payload + IP_UDP) as f64 * 8.0).round() as u64);
+    cfg.duration = Duration::from_secs_f64(warm + secs + 0.05);
+    let rx0 = bed.delivered();
+    let generator = bed.l.src.run_bg(move || {
+        relay_traffic::pin_thread(cpu).expect("pinning the generator");
+        relay_traffic::udp_send(&cfg).expect("udp_send")
+    });
+    std::thread::sleep(Duration::from_secs_f64(warm));
+    let (c1, r1, t1) = (read_cpus(), bed.delivered(), Instant::now());
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    let (c2, r2, t2) = (read_cpus(), bed.delivered(), Instant::now());
+    let sent = generator.join().expect("generator");
+    // Let what is queued drain, then count the whole run.
+    let mut last = bed.delivered();
+    for _ in 0..40 {
+        std::thread::sleep(Duration::from_millis(25));
+        let now = bed.delivered();
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    let delivered = last - rx0;
+    let in_window = r2 - r1;
+    let cpu = cpu_use(&c1, &c2);
+    let relay = bed.k.relay_cpu;
+    let t = Trial {
+        offered: sent.pps(),
+        loss: (1.0 - delivered as f64 / sent.packets.max(1) as f64).max(0.0),
+        delivered_rate: in_window as f64 / (t2 - t1).as_secs_f64(),
+        relay_us: cpu.busy_s[relay] / in_window.max(1) as f64 * 1e6,
+        relay_share: cpu.share[relay],
+        cpu,
+    };
+    println!(
+        "    {:<32} {size:>5} B {:>9}: offered {:>9}/s, delivered {:>9}/s, loss {:6.3} %, {}; relay core {:.2} us/packet",
+        path.name(),
+        rate.map_or("flood".into(), fmt_rate),
+        fmt_rate(t.offered),
+        fmt_rate(t.delivered_rate),
+        t.loss * 100.0,
+        shares(&bed.k, &t.cpu),
+        t.relay_us
+    );
+    t
+}
+
+// ---------------------------------------------------------------------------------------
+// RFC 2544
+
+#[derive(Clone, Debug)]
+struct Search {
+    /// Highest offered rate with loss <= 0.1 % (0 if none passed).
+    rate: f64,
+    /// The generator's flood passed: the path forwards at least `rate`.
+    generator_bound: bool,
+    /// The trial at `rate` (or the flood).
+    at: Trial,
+    flood: Trial,
+}
+
+fn rfc2544(bed: &mut Bed, path: Path, size: usize) -> Search {
+    let _r = start(bed, path);
+    let flood = trial(bed, path, size, None);
+    if flood.loss <= MAX_LOSS {
+        return Search {
+            rate: flood.offered,
+            generator_bound: true,
+            at: flood.clone(),
+            flood,
+        };
+    }
+    let mut lo: Option<Trial> = None;
+    let mut hi = flood.offered;
+    // The flood's delivered rate is where the answer usually lies: start there.
+    let mut next = flood.delivered_rate.min(hi * 0.95);
+    for _ in 0..bed.k.trials {
+        let t = trial(bed, path, size, Some(next));
+        if t.loss <= MAX_LOSS {
+            let better = lo.as_ref().is_none_or(|l| t.offered > l.offered);
+            if better {
+                lo = Some(t);
+            }
+        } else {
+            hi = next;
+        }
+        let low = lo.as_ref().map_or(0.0, |l| l.offered);
+        if hi - low < 0.02 * hi {
+            break;
+        }
+        next = (low + hi) / 2.0;
+    }
+    match lo {
+        Some(at) => Search {
+            rate: at.offered,
+            generator_bound: false,
+            at,
+            flood,
+        },
+        None => Search {
+            rate: 0.0,
+            generator_bound: false,
+            at: flood.clone(),
+            flood,
+        },
     }
 }
 
-fn udp_pps(l: &Line3, secs: f64) -> f64 {
-    let dst: SocketAddr = "10.0.2.2:9000".parse().unwrap();
-    let sock = l.dst.run(move || UdpSocket::bind(dst).unwrap());
-    let sink = std::thread::spawn(move || {
-        relay_traffic::udp_sink_on(
-            sock,
-            Duration::from_millis(500),
-            Duration::from_secs(60),
-            None,
-        )
-        .unwrap()
-    });
-    let mut cfg = relay_traffic::UdpSendConfig::new(dst);
-    cfg.size = 64 - 28; // 64-byte IP packets
-    cfg.rate_bps = None;
-    cfg.duration = Duration::from_secs_f64(secs);
-    cfg.ratio = 1.0;
-    l.src.run(move || relay_traffic::udp_send(&cfg).unwrap());
-    let got = sink.join().unwrap();
-    got.packets as f64 / got.duration().as_secs_f64().max(1e-3)
+// ---------------------------------------------------------------------------------------
+// Latency
+
+#[derive(Clone, Debug, Default)]
+struct Latency {
+    samples: usize,
+    p50: f64,
+    p99: f64,
+    p999: f64,
+    offered: f64,
+    cpu: CpuUse,
 }
 
-fn tcp_bps(l: &Line3, secs: f64) -> f64 {
-    let dst: SocketAddr = "10.0.2.2:9001".parse().unwrap();
-    let listener = l.dst.run(move || std::net::TcpListener::bind(dst).unwrap());
-    let sink = std::thread::spawn(move || relay_traffic::tcp_sink(listener).unwrap());
-    let (sent, elapsed) = l
-        .src
-        .run(move || relay_traffic::tcp_send(dst, Duration::from_secs_f64(secs)).unwrap());
-    let got = sink.join().unwrap();
-    assert_eq!(got, sent);
-    sent as f64 * 8.0 / elapsed.as_secs_f64()
-}
-
-fn rr(l: &Line3, count: usize) -> (Duration, Duration) {
-    let echo_addr: SocketAddr = "10.0.2.2:9002".parse().unwrap();
-    let sock = l.dst.run(move || UdpSocket::bind(echo_addr).unwrap());
+fn latency(bed: &mut Bed, path: Path, rate: f64) -> Latency {
+    bed.dst_drops(false);
+    let _r = start(bed, path);
+    let (warm, secs, cpu) = (bed.k.warm, bed.k.secs, bed.k.traffic_cpu);
+    let dst: SocketAddr = format!("10.0.2.2:{PORT}").parse().unwrap();
+    let sock = bed
+        .l
+        .dst
+        .run(move || UdpSocket::bind(dst).expect("bind sink"));
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
-    let server = std::thread::spawn(move || relay_traffic::udp_echo_server(sock, s2));
-    let st = l.src.run(move || {
-        relay_traffic::rr_probe(
-            echo_addr,
-            count,
-            Duration::from_micros(500),
-            Duration::from_millis(200),
-        )
-        .unwrap()
+    let sink = std::thread::spawn(move || {
+        relay_traffic::pin_thread(cpu).expect("pinning the sink");
+        relay_traffic::udp_owd_sink(sock, &s2, 4_000_000).expect("owd sink")
     });
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    server.join().unwrap();
-    (st.p50().unwrap_or_default(), st.p99().unwrap_or_default())
+    let mut cfg = relay_traffic::UdpSendConfig::new(dst);
+    cfg.size = 64 - IP_UDP;
+    cfg.batch = 64;
+    cfg.rate_bps = Some((rate * 64.0 * 8.0).round() as u64);
+    cfg.duration = Duration::from_secs_f64(warm + secs);
+    let generator = bed.l.src.run_bg(move || {
+        relay_traffic::pin_thread(cpu).expect("pinning the generator");
+        relay_traffic::udp_send(&cfg).expect("udp_send")
+    });
+    std::thread::sleep(Duration::from_secs_f64(warm));
+    let c1 = read_cpus();
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    let c2 = read_cpus();
+    let sent = generator.join().expect("generator");
+    std::thread::sleep(Duration::from_millis(100));
+    stop.store(true, Ordering::Relaxed);
+    let got = sink.join().expect("sink");
+    let us = |q: f64| got.quantile(q).map_or(f64::NAN, |d| d.as_secs_f64() * 1e6);
+    let l = Latency {
+        samples: got.samples_ns.len(),
+        p50: us(0.5),
+        p99: us(0.99),
+        p999: us(0.999),
+        offered: sent.pps(),
+        cpu: cpu_use(&c1, &c2),
+    };
+    println!(
+        "    {:<32} {:>9}/s: {} samples, p50 {:.1} us, p99 {:.1} us, p99.9 {:.1} us, {}",
+        path.name(),
+        fmt_rate(l.offered),
+        l.samples,
+        l.p50,
+        l.p99,
+        l.p999,
+        shares(&bed.k, &l.cpu)
+    );
+    l
 }
 
+// ---------------------------------------------------------------------------------------
+// TCP
+
+#[derive(Clone, Debug, Default)]
+struct Tcp {
+    bps: f64,
+    /// Relay-core CPU nanoseconds per kB (1,000 bytes) delivered.
+    relay_ns_per_kb: f64,
+    relay_share: f64,
+    cpu: CpuUse,
+}
+
+fn tcp(bed: &mut Bed, path: Path) -> Tcp {
+    bed.dst_drops(false);
+    let _r = start(bed, path);
+    let (warm, secs, cpu) = (bed.k.warm, bed.k.secs, bed.k.traffic_cpu);
+    let dst: SocketAddr = "10.0.2.2:9001".parse().unwrap();
+    let listener = bed
+        .l
+        .dst
+        .run(move || TcpListener::bind(dst).expect("listen"));
+    let progress = Arc::new(AtomicU64::new(0));
+    let p2 = progress.clone();
+    let sink = std::thread::spawn(move || {
+        relay_traffic::pin_thread(cpu).expect("pinning the sink");
+        relay_traffic::tcp_sink_progress(listener, Some(&p2)).expect("tcp sink")
+    });
+    let sender = bed.l.src.run_bg(move || {
+        relay_traffic::pin_thread(cpu).expect("pinning the sender");
+        relay_traffic::tcp_send(dst, Duration::from_secs_f64(warm + secs)).expect("tcp send")
+    });
+    std::thread::sleep(Duration::from_secs_f64(warm));
+    let (c1, b1, t1) = (
+        read_cpus(),
+        progress.load(Ordering::Relaxed),
+        Instant::now(),
+    );
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    let (c2, b2, t2) = (
+        read_cpus(),
+        progress.load(Ordering::Relaxed),
+        Instant::now(),
+    );
+    let (sent, _) = sender.join().expect("sender");
+    let got = sink.join().expect("sink");
+    assert_eq!(got, sent, "TCP lost bytes");
+    let bytes = (b2 - b1) as f64;
+    let cpu = cpu_use(&c1, &c2);
+    let relay = bed.k.relay_cpu;
+    let t = Tcp {
+        bps: bytes * 8.0 / (t2 - t1).as_secs_f64(),
+        relay_ns_per_kb: cpu.busy_s[relay] * 1e9 / (bytes / 1000.0).max(1.0),
+        relay_share: cpu.share[relay],
+        cpu,
+    };
+    println!(
+        "    {:<32} {:>7.0} Mbit/s, {}; relay core {:.1} ns/kB",
+        path.name(),
+        t.bps / 1e6,
+        shares(&bed.k, &t.cpu),
+        t.relay_ns_per_kb
+    );
+    t
+}
+
+// ---------------------------------------------------------------------------------------
+// Reporting
+
 fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
+    v.retain(|x| x.is_finite());
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if !n.is_multiple_of(2) {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn med<T>(v: &[T], f: impl Fn(&T) -> f64) -> f64 {
+    median(v.iter().map(f).collect())
+}
+
+/// `a / b` to two places, or "-" when either is missing.
+fn ratio(a: f64, b: f64) -> String {
+    let r = a / b;
+    if r.is_finite() {
+        format!("{r:.2}")
+    } else {
+        "-".into()
+    }
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.0} %", x * 100.0)
 }
 
 fn main() {
@@ -142,68 +709,338 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let rounds: usize = std::env::var("ROUNDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3);
-    let secs: f64 = std::env::var("SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3.0);
-    let l = line3("passthrough");
-    let modes = [Mode::Kernel, Mode::Relayd, Mode::Naive, Mode::RelaydNoGso];
-    let mut pps: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
-    let mut tcp: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
-    let mut lat: Vec<Vec<(f64, f64)>> = vec![Vec::new(); modes.len()];
+    let started = Instant::now();
+    let k = Knobs::from_env();
+    let (rounds, secs, smoke) = (k.rounds, k.secs, k.smoke);
+    let (relay_cpu, traffic_cpu) = (k.relay_cpu, k.traffic_cpu);
+    if relay_cpu == traffic_cpu {
+        println!(
+            "WARNING: one CPU only: relay and traffic share CPU {relay_cpu}; figures mean nothing"
+        );
+    }
+    let mut bed = Bed::new(k);
+    println!(
+        "passthrough: relay core = CPU {relay_cpu}, traffic core = CPU {traffic_cpu}; {rounds} round(s) of {secs} s per measurement{}",
+        if smoke { " (SMOKE)" } else { "" }
+    );
+    let mut report = String::new();
+    let uptime = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    writeln!(
+        report,
+        "\n## passthrough: relay core CPU {relay_cpu}, traffic core CPU {traffic_cpu}; medians of {rounds} round(s) of {secs} s; load average at start: {}",
+        uptime.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    )
+    .unwrap();
+
+    // 1. RFC 2544 throughput. -----------------------------------------------------------
+    let accept = Path::Accept { fail_open: false };
+    let searches: Vec<(Path, usize)> = if smoke {
+        vec![(Path::Kernel, 64), (accept, 64), (Path::Compress, 1500)]
+    } else {
+        vec![
+            (Path::Kernel, 64),
+            (accept, 64),
+            (Path::Compress, 64),
+            (Path::Kernel, 1500),
+            (accept, 1500),
+            (Path::Compress, 1500),
+        ]
+    };
+    let mut found: Vec<Vec<Search>> = vec![Vec::new(); searches.len()];
     for round in 0..rounds {
-        for (i, &m) in modes.iter().enumerate() {
-            let p = start(&l, m);
-            if m != Mode::RelaydNoGso {
-                pps[i].push(udp_pps(&l, secs));
-                let (p50, p99) = rr(&l, 2000);
-                lat[i].push((p50.as_secs_f64() * 1e6, p99.as_secs_f64() * 1e6));
-            }
-            tcp[i].push(tcp_bps(&l, secs));
-            stop(p);
-            eprintln!("round {}/{rounds}: {} done", round + 1, m.name());
+        println!("RFC 2544 throughput, round {}/{rounds}", round + 1);
+        for (i, &(path, size)) in searches.iter().enumerate() {
+            found[i].push(rfc2544(&mut bed, path, size));
         }
     }
-    let k_pps = median(pps[0].clone());
-    let k_tcp = median(tcp[0].clone());
-    let k_p50 = median(lat[0].iter().map(|x| x.0).collect());
-    let k_p99 = median(lat[0].iter().map(|x| x.1).collect());
-    println!(
-        "passthrough: {rounds} rounds of {secs} s, medians; ratios against the kernel in the same run\n"
-    );
-    println!(
-        "| path | 64 B UDP pps | ratio | TCP Mbit/s | ratio | RR p50 us | RR p99 us | added p50 / p99 us |"
-    );
-    println!("|---|---|---|---|---|---|---|---|");
-    for (i, m) in modes.iter().enumerate() {
-        let t = median(tcp[i].clone());
-        if *m == Mode::RelaydNoGso {
-            println!(
-                "| {} | - | - | {:.0} | {:.2} | - | - | - |",
-                m.name(),
-                t / 1e6,
-                t / k_tcp
-            );
-            continue;
-        }
-        let p = median(pps[i].clone());
-        let p50 = median(lat[i].iter().map(|x| x.0).collect());
-        let p99 = median(lat[i].iter().map(|x| x.1).collect());
+    let rate_of = |path: Path, size: usize| -> f64 {
+        searches
+            .iter()
+            .position(|&s| s == (path, size))
+            .map_or(f64::NAN, |i| med(&found[i], |s| s.rate))
+    };
+    let mut r64 = rate_of(accept, 64);
+    if r64.is_nan() || r64 <= 0.0 {
+        // Nothing passed (a busy machine, or a smoke run's single trial): scale by half
+        // the flood's delivered rate instead, and say so.
+        let i = searches.iter().position(|&s| s == (accept, 64)).unwrap();
+        r64 = (med(&found[i], |s| s.flood.delivered_rate) / 2.0).max(1000.0);
+        writeln!(
+            report,
+            "\nWARNING: relayd accept passed no rate with loss <= 0.1 %; the rates below are scaled by half its flood rate, {}/s.",
+            fmt_rate(r64)
+        )
+        .unwrap();
+    }
+    writeln!(
+        report,
+        "\n### RFC 2544 throughput (loss <= 0.1 %, binary search, up to {} trials)\n",
+        bed.k.trials + 1
+    )
+    .unwrap();
+    writeln!(report, "| path | size | throughput packets/s | ratio to kernel | relay core at that rate | relay-core us/packet | ratio to kernel | flood: delivered/s | flood: relay core |").unwrap();
+    writeln!(report, "|---|---|---|---|---|---|---|---|---|").unwrap();
+    for (i, &(path, size)) in searches.iter().enumerate() {
+        let s = &found[i];
+        let rate = med(s, |s| s.rate);
+        let bound = s.iter().filter(|s| s.generator_bound).count() * 2 > s.len();
+        let kernel = rate_of(Path::Kernel, size);
+        let kernel_bound = searches
+            .iter()
+            .position(|&x| x == (Path::Kernel, size))
+            .is_some_and(|j| {
+                found[j].iter().filter(|s| s.generator_bound).count() * 2 > found[j].len()
+            });
+        let k_us = searches
+            .iter()
+            .position(|&x| x == (Path::Kernel, size))
+            .map_or(f64::NAN, |j| med(&found[j], |s| s.at.relay_us));
+        let us = med(s, |s| s.at.relay_us);
+        let vs_kernel = if path == Path::Kernel {
+            "1.00".to_string()
+        } else if kernel_bound {
+            format!("<= {} (kernel generator-bound)", ratio(rate, kernel))
+        } else {
+            ratio(rate, kernel)
+        };
+        writeln!(
+            report,
+            "| {} | {size} B | {}{} | {vs_kernel} | {} | {us:.2} | {} | {} | {} |",
+            path.name(),
+            if bound { ">= " } else { "" },
+            fmt_rate(rate),
+            pct(med(s, |s| s.at.relay_share)),
+            ratio(us, k_us),
+            fmt_rate(med(s, |s| s.flood.delivered_rate)),
+            pct(med(s, |s| s.flood.relay_share)),
+        )
+        .unwrap();
+    }
+    writeln!(report, "\n\">=\": the generator's flood passed (one traffic core cannot saturate the path); its relay-core CPU per packet is the comparison.").unwrap();
+
+    // 2. Relay-core CPU per packet at fixed offered rates. ------------------------------
+    let loads: Vec<Option<f64>> = if smoke {
+        vec![Some(0.6 * r64), None]
+    } else {
+        vec![Some(0.3 * r64), Some(0.6 * r64), None]
+    };
+    let mut fixed: Vec<[Vec<Trial>; 2]> = vec![[Vec::new(), Vec::new()]; loads.len()];
+    for round in 0..rounds {
         println!(
-            "| {} | {:.0} | {:.2} | {:.0} | {:.2} | {:.0} | {:.0} | {:.0} / {:.0} |",
-            m.name(),
-            p,
-            p / k_pps,
-            t / 1e6,
-            t / k_tcp,
-            p50,
-            p99,
-            p50 - k_p50,
-            p99 - k_p99
+            "CPU per packet at fixed offered rates, round {}/{rounds}",
+            round + 1
+        );
+        for (j, path) in [Path::Kernel, accept].into_iter().enumerate() {
+            let _r = start(&bed, path);
+            for (i, &load) in loads.iter().enumerate() {
+                fixed[i][j].push(trial(&mut bed, path, 64, load));
+            }
+        }
+    }
+    writeln!(
+        report,
+        "\n### Relay-core CPU per delivered 64-byte packet, same offered rates\n"
+    )
+    .unwrap();
+    writeln!(report, "| offered | kernel: delivered/s | kernel: relay core | kernel us/packet | relayd: delivered/s | relayd: relay core | relayd us/packet | ratio |").unwrap();
+    writeln!(report, "|---|---|---|---|---|---|---|---|").unwrap();
+    for (i, load) in loads.iter().enumerate() {
+        let [k, r] = &fixed[i];
+        let label = match load {
+            Some(x) => format!(
+                "{} ({:.0} % of relayd's RFC 2544 rate)",
+                fmt_rate(*x),
+                x / r64 * 100.0
+            ),
+            None => format!(
+                "flood (kernel {}/s, relayd {}/s)",
+                fmt_rate(med(k, |t| t.offered)),
+                fmt_rate(med(r, |t| t.offered))
+            ),
+        };
+        let (ku, ru) = (med(k, |t| t.relay_us), med(r, |t| t.relay_us));
+        writeln!(
+            report,
+            "| {label} | {} | {} | {ku:.2} | {} | {} | {ru:.2} | {:.1} |",
+            fmt_rate(med(k, |t| t.delivered_rate)),
+            pct(med(k, |t| t.relay_share)),
+            fmt_rate(med(r, |t| t.delivered_rate)),
+            pct(med(r, |t| t.relay_share)),
+            ru / ku
+        )
+        .unwrap();
+    }
+    let flood = &fixed[loads.len() - 1][1];
+    writeln!(
+        report,
+        "\nrelayd `accept` saturates its core (flood: relay core {}) at {} packets/s delivered; RFC 2544 rate {} packets/s.",
+        pct(med(flood, |t| t.relay_share)),
+        fmt_rate(med(flood, |t| t.delivered_rate)),
+        fmt_rate(r64)
+    )
+    .unwrap();
+
+    // 3. Overload curve. ------------------------------------------------------------------
+    let mults: Vec<f64> = if smoke {
+        vec![1.0, 4.0]
+    } else {
+        vec![0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0]
+    };
+    let curve_paths = [Path::Kernel, Path::Accept { fail_open: true }, accept];
+    let mut curve: Vec<Vec<Vec<Trial>>> = vec![vec![Vec::new(); mults.len()]; curve_paths.len()];
+    for round in 0..rounds {
+        println!("Overload curve, round {}/{rounds}", round + 1);
+        for (j, &path) in curve_paths.iter().enumerate() {
+            let _r = start(&bed, path);
+            for (i, m) in mults.iter().enumerate() {
+                curve[j][i].push(trial(&mut bed, path, 64, Some(m * r64)));
+            }
+        }
+    }
+    writeln!(report, "\n### Overload: delivered against offered, 64-byte packets (x = multiple of relayd's RFC 2544 rate, {}/s)\n", fmt_rate(r64)).unwrap();
+    write!(report, "| x | offered/s |").unwrap();
+    for p in &curve_paths {
+        write!(report, " {}: delivered/s | relay core |", p.name()).unwrap();
+    }
+    writeln!(report, "\n|---|---|---|---|---|---|---|---|").unwrap();
+    let mut dat = String::from(
+        "# x offered kernel_delivered fail_open_delivered fail_closed_delivered (packets/s; medians)\n",
+    );
+    for (i, m) in mults.iter().enumerate() {
+        let offered = med(&curve[0][i], |t| t.offered);
+        write!(report, "| {m} | {} |", fmt_rate(offered)).unwrap();
+        write!(dat, "{m} {offered:.0}").unwrap();
+        for c in &curve {
+            let d = med(&c[i], |t| t.delivered_rate);
+            write!(
+                report,
+                " {} | {} |",
+                fmt_rate(d),
+                pct(med(&c[i], |t| t.relay_share))
+            )
+            .unwrap();
+            write!(dat, " {d:.0}").unwrap();
+        }
+        writeln!(report).unwrap();
+        writeln!(dat).unwrap();
+    }
+    let reached = med(&curve[0][mults.len() - 1], |t| t.offered) / r64;
+    writeln!(
+        report,
+        "\nThe generator reached {reached:.1}x relayd's RFC 2544 rate at most (offered/s is what it sent, not what was asked)."
+    )
+    .unwrap();
+    if !smoke {
+        write_plot(&dat);
+    }
+
+    // 4. Added latency. ---------------------------------------------------------------------
+    let lat_loads: Vec<f64> = if smoke { vec![0.5] } else { vec![0.1, 0.5] };
+    let mut lats: Vec<[Vec<Latency>; 2]> = vec![[Vec::new(), Vec::new()]; lat_loads.len()];
+    for round in 0..rounds {
+        println!("Latency, round {}/{rounds}", round + 1);
+        for (i, f) in lat_loads.iter().enumerate() {
+            for (j, path) in [Path::Kernel, accept].into_iter().enumerate() {
+                lats[i][j].push(latency(&mut bed, path, f * r64));
+            }
+        }
+    }
+    writeln!(
+        report,
+        "\n### One-way delay src -> dst, 64-byte packets (kernel receive timestamps)\n"
+    )
+    .unwrap();
+    writeln!(report, "| load | samples per round | kernel p50 / p99 / p99.9 us | relayd p50 / p99 / p99.9 us | added p50 / p99 / p99.9 us |").unwrap();
+    writeln!(report, "|---|---|---|---|---|").unwrap();
+    for (i, f) in lat_loads.iter().enumerate() {
+        let [k, r] = &lats[i];
+        let q = |v: &[Latency]| (med(v, |l| l.p50), med(v, |l| l.p99), med(v, |l| l.p999));
+        let (k50, k99, k999) = q(k);
+        let (r50, r99, r999) = q(r);
+        writeln!(
+            report,
+            "| {:.0} % ({}/s) | {} | {k50:.1} / {k99:.1} / {k999:.1} | {r50:.1} / {r99:.1} / {r999:.1} | {:.1} / {:.1} / {:.1} |",
+            f * 100.0,
+            fmt_rate(f * r64),
+            fmt_rate(med(r, |l| l.samples as f64)),
+            r50 - k50,
+            r99 - k99,
+            r999 - k999
+        )
+        .unwrap();
+    }
+
+    // 5. TCP. --------------------------------------------------------------------------------
+    let tcp_paths = [Path::Kernel, accept, Path::AcceptNoGso];
+    let mut tcps: Vec<Vec<Tcp>> = vec![Vec::new(); tcp_paths.len()];
+    for round in 0..rounds {
+        println!("TCP, one flow, round {}/{rounds}", round + 1);
+        for (j, &path) in tcp_paths.iter().enumerate() {
+            tcps[j].push(tcp(&mut bed, path));
+        }
+    }
+    writeln!(report, "\n### TCP, one flow\n").unwrap();
+    writeln!(
+        report,
+        "| path | Mbit/s | ratio | relay core | traffic core | relay-core ns per kB | ratio |"
+    )
+    .unwrap();
+    writeln!(report, "|---|---|---|---|---|---|---|").unwrap();
+    let (kb, kns) = (
+        med(&tcps[0], |t| t.bps),
+        med(&tcps[0], |t| t.relay_ns_per_kb),
+    );
+    for (j, p) in tcp_paths.iter().enumerate() {
+        let t = &tcps[j];
+        let (b, ns) = (med(t, |t| t.bps), med(t, |t| t.relay_ns_per_kb));
+        writeln!(
+            report,
+            "| {} | {:.0} | {:.2} | {} | {} | {ns:.1} | {:.1} |",
+            p.name(),
+            b / 1e6,
+            b / kb,
+            pct(med(t, |t| t.relay_share)),
+            pct(med(t, |t| t.cpu.share[traffic_cpu])),
+            ns / kns
+        )
+        .unwrap();
+    }
+    bed.dst_drops(false);
+    println!("{report}");
+    println!(
+        "passthrough: done in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// docs/overload.dat and, with gnuplot, docs/overload.png.
+fn write_plot(dat: &str) {
+    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs");
+    std::fs::write(docs.join("overload.dat"), dat).expect("writing docs/overload.dat");
+    let script = "set terminal pngcairo size 800,500\n\
+        set output 'overload.png'\n\
+        set title 'Overload: one relay core, 64-byte UDP (make bench-passthrough)'\n\
+        set xlabel 'offered (packets/s)'\n\
+        set ylabel 'delivered (packets/s)'\n\
+        set key top left\n\
+        set grid\n\
+        plot 'overload.dat' using 2:3 with linespoints title 'kernel forwarding', \\\n\
+             'overload.dat' using 2:4 with linespoints title 'relayd accept, fail-open', \\\n\
+             'overload.dat' using 2:5 with linespoints title 'relayd accept, fail-closed', \\\n\
+             'overload.dat' using 2:2 with lines dt 2 title 'offered'\n";
+    let gp = std::env::temp_dir().join(format!("relayd-overload-{}.gp", std::process::id()));
+    std::fs::write(&gp, script).expect("gnuplot script");
+    let ok = std::process::Command::new("gnuplot")
+        .current_dir(&docs)
+        .arg(&gp)
+        .status()
+        .is_ok_and(|s| s.success());
+    let _ = std::fs::remove_file(&gp);
+    if ok {
+        println!("wrote docs/overload.dat and docs/overload.png");
+    } else {
+        println!(
+            "wrote docs/overload.dat; gnuplot missing or failed, no plot (apt-get install gnuplot-nox)"
         );
     }
 }

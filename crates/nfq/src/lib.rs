@@ -8,11 +8,13 @@
 //! Failure behaviour: ENOBUFS (our receive buffer overran) is counted and survived;
 //! a malformed netlink message or packet is counted and never panics the thread.
 
+mod affinity;
 mod hold;
 mod netlink;
 pub mod procfs;
 mod queue;
 
+pub use affinity::{MAX_CPU, available_cpus, format_cpu_list};
 #[doc(hidden)]
 pub use netlink::fuzz_decode_datagram;
 pub use procfs::KernelQueueStats;
@@ -37,4 +39,7 @@ pub enum NfqError {
     /// A parameter is out of range.
     #[error("{0}")]
     Invalid(String),
+    /// The kernel refused to pin the queue's thread (`pthread_setaffinity_np`).
+    #[error("queue {0}: pinning its thread to {1} failed: {2}")]
+    Affinity(u16, String, #[source] std::io::Error),
 }

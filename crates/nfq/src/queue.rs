@@ -11,6 +11,7 @@
 //! allocates nothing.
 
 use crate::NfqError;
+use crate::affinity::{CpuMask, MAX_CPU, format_cpu_list};
 use crate::hold::HoldStore;
 use crate::netlink::{
     self, HDR_LEN, Messages, NF_ACCEPT, NF_DROP, NF_REPEAT, NFNL_SUBSYS_QUEUE, NFQNL_MSG_PACKET,
@@ -57,6 +58,10 @@ pub struct QueueConfig {
     pub ct_mark_bits: Option<CtMarkBits>,
     /// Limits on packets held for a later verdict.
     pub hold: HoldConfig,
+    /// The CPU the queue's thread is pinned to (`sched_setaffinity`), or `None` to leave
+    /// it where the scheduler likes (the affinity relayd was started with). Applied at
+    /// start and on every update; must be one of [`crate::available_cpus`].
+    pub cpu: Option<usize>,
 }
 
 /// How many packets a queue may hold for a later verdict, and what happens beyond that.
@@ -103,6 +108,7 @@ impl QueueConfig {
             conntrack: false,
             ct_mark_bits: None,
             hold: HoldConfig::default(),
+            cpu: None,
         }
     }
 
@@ -137,6 +143,10 @@ pub struct Queue {
     counters: QueueCounters,
     rcvbuf: usize,
     kernel_conntrack: bool,
+    /// The CPU the thread is pinned to now.
+    pinned: Mutex<Option<usize>>,
+    /// The mask the thread was started with, restored when a pin is taken away.
+    inherited: CpuMask,
 }
 
 impl std::fmt::Debug for Queue {
@@ -182,6 +192,16 @@ fn check_config(cfg: &QueueConfig, stage_mask: u32) -> Result<(), NfqError> {
             h + cfg.batch.clamp(1, 1024)
         ));
     }
+    if let Some(cpu) = cfg.cpu {
+        let available = crate::available_cpus()
+            .map_err(|e| NfqError::Affinity(cfg.num, format!("CPU {cpu}"), e))?;
+        if !available.contains(&cpu) {
+            return invalid(format!(
+                "CPU {cpu} is not available to relayd (available: {})",
+                format_cpu_list(&available)
+            ));
+        }
+    }
     let min = cfg.copy_range as usize + QueueConfig::OVERHEAD;
     if cfg.rcvbuf < min {
         return Err(NfqError::Invalid(format!(
@@ -211,6 +231,8 @@ impl Queue {
         counters: QueueCounters,
     ) -> Result<Queue, NfqError> {
         check_config(cfg, chain.stages().mask())?;
+        let inherited = CpuMask::current()
+            .map_err(|e| NfqError::Affinity(cfg.num, "the inherited CPUs".into(), e))?;
         let mut sock = Socket::open(cfg.rcvbuf, sndbuf_for(cfg), RECV_TIMEOUT_MS)?;
         let kernel_conntrack = sock.bind_queue(cfg.num, &cfg.params())?;
         let rcvbuf = sock.rcvbuf();
@@ -221,6 +243,7 @@ impl Queue {
         });
         let worker_shared = shared.clone();
         let worker_counters = counters.clone();
+        let cpu = cfg.cpu;
         let cfg = cfg.clone();
         let num = cfg.num;
         let thread = std::thread::Builder::new()
@@ -232,14 +255,47 @@ impl Queue {
                 w.run();
             })
             .map_err(|e| NfqError::Socket("spawn queue thread", e))?;
-        Ok(Queue {
+        let queue = Queue {
             num,
             shared,
             thread: Some(thread),
             counters,
             rcvbuf,
             kernel_conntrack,
-        })
+            pinned: Mutex::new(None),
+            inherited,
+        };
+        // Pinned before any rule feeds the queue (the daemon binds queues first); if the
+        // kernel refuses, the queue is stopped again (on drop) and the error returned.
+        queue.pin(cpu)?;
+        Ok(queue)
+    }
+
+    /// Pins the thread to `cpu`, or gives it back the mask it started with (`None`), if
+    /// that changes anything.
+    fn pin(&self, cpu: Option<usize>) -> Result<(), NfqError> {
+        let mut pinned = self.pinned.lock().unwrap_or_else(|e| e.into_inner());
+        if *pinned == cpu {
+            return Ok(());
+        }
+        let what = cpu.map_or_else(|| "its inherited CPUs".to_string(), |c| format!("CPU {c}"));
+        let mask = match cpu {
+            Some(c) => CpuMask::one(c).ok_or_else(|| {
+                NfqError::Invalid(format!("queue {}: CPU {c} is past CPU {MAX_CPU}", self.num))
+            })?,
+            None => self.inherited,
+        };
+        if let Some(t) = &self.thread {
+            mask.apply(t)
+                .map_err(|e| NfqError::Affinity(self.num, what, e))?;
+        }
+        *pinned = cpu;
+        Ok(())
+    }
+
+    /// The CPU the queue's thread is pinned to, if any.
+    pub fn cpu(&self) -> Option<usize> {
+        *self.pinned.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// True if the kernel took the conntrack flag at start, so it sends each packet's
@@ -272,9 +328,12 @@ impl Queue {
     /// buffers for the new copy range and batch, then tells the kernel, then switches chains
     /// between two batches, so no packet is lost or sees half of each chain.
     /// Packets held when the update is applied get their verdicts first (accept), so none
-    /// is lost.
+    /// is lost. A changed `cpu` is applied at once, before anything else; if the kernel
+    /// refuses it, the queue keeps its old settings and the error comes back.
     pub fn update(&self, chain: Chain, cfg: &QueueConfig) -> Result<(), NfqError> {
         check_config(cfg, chain.stages().mask())?;
+        // The thread's CPU first: if the kernel refuses it, nothing else changes.
+        self.pin(cfg.cpu)?;
         *self.shared.update.lock().unwrap_or_else(|e| e.into_inner()) = Some((chain, cfg.clone()));
         self.shared.has_update.store(true, Ordering::Release);
         Ok(())

@@ -149,6 +149,9 @@ pub struct QueueSpec {
     pub batch: usize,
     /// Spread a range by CPU rather than by flow.
     pub cpu_fanout: bool,
+    /// CPUs the queue threads are pinned to: queue `first + i` on `cpus[i % len]`; empty
+    /// leaves them unpinned.
+    pub cpus: Vec<usize>,
     /// A service reads the packets' conntrack state.
     pub conntrack: bool,
     /// How many packets the queue may hold for a later verdict (services that delay).
@@ -173,6 +176,12 @@ impl QueueSpec {
     /// The queue numbers this entry covers.
     pub fn nums(&self) -> std::ops::RangeInclusive<u16> {
         self.first..=self.last
+    }
+
+    /// The CPU queue `num`'s thread is pinned to, if any: `cpus[(num - first) % len]`.
+    pub fn cpu_for(&self, num: u16) -> Option<usize> {
+        let i = usize::from(num.saturating_sub(self.first));
+        self.cpus.get(i.checked_rem(self.cpus.len())?).copied()
     }
 }
 
@@ -319,6 +328,8 @@ struct RawQueue {
     batch: Option<Spanned<usize>>,
     #[serde(default)]
     cpu_fanout: Option<bool>,
+    #[serde(default)]
+    cpu: Option<Spanned<toml::Value>>,
 }
 
 /// Default status socket path.
@@ -1018,6 +1029,18 @@ fn check_queue(
             "needs a queue range such as \"0-3\"",
         );
     }
+    let cpus = q
+        .cpu
+        .as_ref()
+        .map(|c| {
+            check_cpus(
+                cx,
+                c,
+                &f("cpu"),
+                usize::from(last.saturating_sub(first)) + 1,
+            )
+        })
+        .unwrap_or_default();
     if cx.errors.len() > errors_before {
         return None;
     }
@@ -1043,9 +1066,73 @@ fn check_queue(
         rcvbuf,
         batch,
         cpu_fanout,
+        cpus,
         conntrack,
         hold,
     })
+}
+
+/// A queue's `cpu`: one CPU number, or a list of them for a range (queue `first + i` on
+/// `cpus[i % len]`). Each must be one relayd may run on (its affinity mask, as `taskset`,
+/// cpusets or systemd's `CPUAffinity=` leave it), so `relayd check` on the router tells.
+fn check_cpus(
+    cx: &mut Ctx<'_>,
+    v: &Spanned<toml::Value>,
+    field: &str,
+    queues: usize,
+) -> Vec<usize> {
+    let cpus: Vec<Option<usize>> = match v.get_ref() {
+        toml::Value::Integer(n) => vec![usize::try_from(*n).ok()],
+        toml::Value::Array(a) => a
+            .iter()
+            .map(|x| x.as_integer().and_then(|n| usize::try_from(n).ok()))
+            .collect(),
+        _ => vec![None],
+    };
+    if cpus.is_empty() || cpus.iter().any(Option::is_none) {
+        cx.err(
+            Some(v.span()),
+            field,
+            "must be a CPU number or a non-empty list of CPU numbers, like 1 or [2, 3]",
+        );
+        return Vec::new();
+    }
+    let cpus: Vec<usize> = cpus.into_iter().flatten().collect();
+    if cpus.len() > queues {
+        cx.err(
+            Some(v.span()),
+            field,
+            format!(
+                "lists {} CPUs for {queues} queue thread{}: give at most one per queue",
+                cpus.len(),
+                if queues == 1 { "" } else { "s" }
+            ),
+        );
+        return Vec::new();
+    }
+    let available = match relay_nfq::available_cpus() {
+        Ok(a) => a,
+        Err(e) => {
+            cx.err(
+                Some(v.span()),
+                field,
+                format!("cannot read the CPUs relayd may use: {e}"),
+            );
+            return Vec::new();
+        }
+    };
+    if let Some(bad) = cpus.iter().find(|c| !available.contains(c)) {
+        cx.err(
+            Some(v.span()),
+            field,
+            format!(
+                "CPU {bad} is not available to relayd (available: {})",
+                relay_nfq::format_cpu_list(&available)
+            ),
+        );
+        return Vec::new();
+    }
+    cpus
 }
 
 /// Keys of a listener section besides `kind`: the proxy's own (read from its defaults, so
@@ -1605,7 +1692,9 @@ mod tests {
         );
         assert!(e[0].message.contains("stage bits"), "{e:?}");
         // The default mask covers every bit, the stage bits included: only set bits count.
-        parsed(&format!("{q}[service.m]\nkind = \"mark\"\nmark = \"0x1\"\n"));
+        parsed(&format!(
+            "{q}[service.m]\nkind = \"mark\"\nmark = \"0x1\"\n"
+        ));
     }
 
     #[test]
@@ -1890,5 +1979,44 @@ rate = 5
         );
         first_err("[daemon]\nsokcet = 1\n", 2, "sokcet");
         first_err("[[queue]\nnum = 0\n", 1, "(syntax)");
+    }
+    #[test]
+    fn queue_cpu_pins_threads_and_refuses_missing_cpus() {
+        let avail = relay_nfq::available_cpus().unwrap();
+        let (a, b) = (avail[0], *avail.last().unwrap());
+        let q = |num: &str, cpu: &str| {
+            format!(
+                "[[queue]]\nnum = {num}\nhook = \"forward\"\nservices = [\"accept\"]\ncpu = {cpu}\n"
+            )
+        };
+        // One queue, one CPU.
+        let c = parsed(&q("0", &a.to_string()));
+        assert_eq!(c.queues[0].cpus, vec![a]);
+        assert_eq!(c.queues[0].cpu_for(0), Some(a));
+        // A range over a list: thread i on cpus[i % len].
+        let c = parsed(&q("\"4-7\"", &format!("[{a}, {b}]")));
+        let on: Vec<Option<usize>> = (4..=7).map(|n| c.queues[0].cpu_for(n)).collect();
+        assert_eq!(on, vec![Some(a), Some(b), Some(a), Some(b)]);
+        // No `cpu`: not pinned.
+        let c = parsed("[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"accept\"]\n");
+        assert_eq!(c.queues[0].cpu_for(0), None);
+        // A CPU relayd may not run on, with file:line and what is available.
+        let e = first_err(&q("0", "1023"), 5, "queue[0].cpu");
+        let text = e[0].to_string();
+        assert!(text.starts_with("t.toml:5:"), "{text}");
+        assert!(
+            text.contains("CPU 1023 is not available to relayd (available: "),
+            "{text}"
+        );
+        first_err(&q("\"0-1\"", &format!("[{a}, 1023]")), 5, "queue[0].cpu");
+        // Not a CPU number, an empty list, more CPUs than threads.
+        first_err(&q("0", "-1"), 5, "queue[0].cpu");
+        first_err(&q("0", "\"1\""), 5, "queue[0].cpu");
+        first_err(&q("0", "[]"), 5, "queue[0].cpu");
+        let e = first_err(&q("0", &format!("[{a}, {a}]")), 5, "queue[0].cpu");
+        assert!(
+            e[0].message.contains("lists 2 CPUs for 1 queue thread"),
+            "{e:?}"
+        );
     }
 }

@@ -76,6 +76,7 @@ fn queue_config(spec: &QueueSpec, num: u16, ct_bits: CtMarkBits) -> QueueConfig 
         conntrack: spec.conntrack,
         ct_mark_bits: spec.conntrack.then_some(ct_bits),
         hold: spec.hold,
+        cpu: spec.cpu_for(num),
     }
 }
 

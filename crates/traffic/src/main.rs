@@ -18,6 +18,10 @@ use serde_json::{Value, json};
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Cli {
+    /// Pin the command's thread to this CPU (sched_setaffinity), e.g. to keep a generator
+    /// off the core a relay benchmark measures.
+    #[arg(long, global = true)]
+    cpu: Option<usize>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -47,6 +51,10 @@ enum Cmd {
         /// Datagrams per sendmmsg call at most.
         #[arg(long, default_value_t = 32)]
         batch: usize,
+        /// Datagrams that may accrue while the sender does not run, sent back to back
+        /// when it does (default: one batch).
+        #[arg(long)]
+        burst: Option<usize>,
     },
     /// Count UDP datagrams from udp-send: loss, reordering, one-way delay, throughput.
     UdpSink {
@@ -126,6 +134,9 @@ fn us(d: Option<Duration>) -> Value {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
+    if let Some(cpu) = cli.cpu {
+        relay_traffic::pin_thread(cpu).with_context(|| format!("pinning to CPU {cpu}"))?;
+    }
     let out = match cli.cmd {
         Cmd::UdpSend {
             dst,
@@ -135,6 +146,7 @@ fn main() -> Result<()> {
             duration,
             ratio,
             batch,
+            burst,
         } => {
             let per_packet_bits = ((size + ip_udp_overhead(&dst)) * 8) as f64;
             let rate_bps = rate.or(pps.map(|p| (p * per_packet_bits).round() as u64));
@@ -145,6 +157,7 @@ fn main() -> Result<()> {
                 duration,
                 ratio,
                 batch,
+                burst,
             };
             let s = relay_traffic::udp_send(&cfg).context("udp-send")?;
             json!({

@@ -1,5 +1,6 @@
 //! The few libc calls std does not offer: the monotonic clock the datagram timestamps use,
-//! forced socket buffer sizes, `sendmmsg`/`recvmmsg` over one flat buffer, `SIOCOUTQ`.
+//! forced socket buffer sizes, `sendmmsg`/`recvmmsg` over one flat buffer, `SIOCOUTQ`,
+//! pinning a thread to a CPU, kernel receive timestamps.
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -164,4 +165,42 @@ pub(crate) fn is_timeout(e: &io::Error) -> bool {
         e.kind(),
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
     )
+}
+
+/// Pins the calling thread to `cpu` (`sched_setaffinity`), so that a generator or a sink
+/// stays on the core a benchmark gives it.
+pub fn pin_thread(cpu: usize) -> io::Result<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("CPU {cpu} is past CPU_SETSIZE"),
+        ));
+    }
+    // SAFETY: an all-zero cpu_set_t is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: cpu < CPU_SETSIZE, checked above.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: the pointer and size describe one valid cpu_set_t; 0 = the calling thread.
+    let rc = unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// CLOCK_REALTIME in nanoseconds (the clock of kernel receive timestamps).
+pub(crate) fn realtime_ns() -> i128 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid, writable timespec; CLOCK_REALTIME always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
+}
+
+/// Turns on `SO_TIMESTAMPNS`: each datagram carries the time the kernel received it.
+pub(crate) fn set_timestampns(fd: &impl AsRawFd) -> io::Result<()> {
+    setsockopt_int(fd, libc::SO_TIMESTAMPNS, 1)
 }

@@ -2,6 +2,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::payload::Payload;
@@ -15,13 +16,24 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(10);
 
 /// Accepts one connection on `listener`, reads it to EOF and returns the byte count.
 pub fn tcp_sink(listener: TcpListener) -> io::Result<u64> {
+    tcp_sink_progress(listener, None)
+}
+
+/// Like [`tcp_sink`], and adds every read's byte count to `progress` as it goes, so that
+/// a benchmark can count the bytes delivered within a measuring window.
+pub fn tcp_sink_progress(listener: TcpListener, progress: Option<&AtomicU64>) -> io::Result<u64> {
     let (mut stream, _) = listener.accept()?;
     let mut buf = vec![0u8; CHUNK];
     let mut total = 0u64;
     loop {
         match stream.read(&mut buf) {
             Ok(0) => return Ok(total),
-            Ok(n) => total += n as u64,
+            Ok(n) => {
+                total += n as u64;
+                if let Some(p) = progress {
+                    p.fetch_add(n as u64, Ordering::Relaxed);
+                }
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }

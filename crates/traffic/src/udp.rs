@@ -58,13 +58,18 @@ pub struct UdpSendConfig {
     pub duration: Duration,
     /// Compressibility of the payload, see [`Payload`] (1.0 = incompressible).
     pub ratio: f64,
-    /// Datagrams per `sendmmsg` call at most (default 32); also the token bucket depth,
-    /// i.e. the largest burst after a stall.
+    /// Datagrams per `sendmmsg` call at most (default 32).
     pub batch: usize,
+    /// Token bucket depth in datagrams: the most that accrue while the sender does not
+    /// run (preempted, or slowed by the kernel), sent back to back when it runs again.
+    /// `None`: one batch. Deeper keeps the offered rate on target on a busy core, at the
+    /// price of bursts.
+    pub burst: Option<usize>,
 }
 
 impl UdpSendConfig {
-    /// Defaults: 1000-byte incompressible datagrams, unpaced, for 1 s, batches of 32.
+    /// Defaults: 1000-byte incompressible datagrams, unpaced, for 1 s, batches of 32,
+    /// bursts of one batch.
     pub fn new(dst: SocketAddr) -> UdpSendConfig {
         UdpSendConfig {
             dst,
@@ -73,6 +78,7 @@ impl UdpSendConfig {
             duration: Duration::from_secs(1),
             ratio: 1.0,
             batch: 32,
+            burst: None,
         }
     }
 
@@ -103,6 +109,12 @@ impl SendStats {
     pub fn wire_bps(&self) -> f64 {
         per_second(self.wire_bytes * 8, self.elapsed)
     }
+
+    /// Datagrams per second actually handed to the kernel: what was offered, whatever
+    /// the configured rate.
+    pub fn pps(&self) -> f64 {
+        per_second(self.packets, self.elapsed)
+    }
 }
 
 fn per_second(n: u64, d: Duration) -> f64 {
@@ -115,7 +127,7 @@ fn per_second(n: u64, d: Duration) -> f64 {
 
 /// Sends datagrams to `cfg.dst` for `cfg.duration`, paced to `cfg.rate_bps`.
 ///
-/// Pacing is a token bucket counted in datagrams, `batch` deep: the sender sleeps while
+/// Pacing is a token bucket counted in datagrams, `burst` deep: the sender sleeps while
 /// the next datagram is more than 200 µs away, spins closer than that, and sends whatever
 /// has accrued in one `sendmmsg` (at most `batch`, and at high rates groups of about 50 µs
 /// worth, so the syscall rate stays bounded). Oversleeping is made up by the next batch,
@@ -142,6 +154,7 @@ pub fn udp_send(cfg: &UdpSendConfig) -> io::Result<SendStats> {
     sys::set_sndbuf(&sock, 4 << 20);
 
     let batch = cfg.batch.clamp(1, 1024);
+    let depth = cfg.burst.unwrap_or(batch).max(batch) as f64;
     let payload = Payload::new(cfg.size, cfg.ratio, PAYLOAD_SEED);
     let mut buf = MmsgBuf::new(batch, cfg.size);
     for i in 0..batch {
@@ -166,7 +179,7 @@ pub fn udp_send(cfg: &UdpSendConfig) -> io::Result<SendStats> {
         let n = match pps {
             None => batch,
             Some(pps) => {
-                tokens = (tokens + (now - last).as_secs_f64() * pps).min(batch as f64);
+                tokens = (tokens + (now - last).as_secs_f64() * pps).min(depth);
                 last = now;
                 if tokens < group {
                     let wait = Duration::from_secs_f64((group - tokens) / pps).min(end - now);
@@ -177,7 +190,7 @@ pub fn udp_send(cfg: &UdpSendConfig) -> io::Result<SendStats> {
                     }
                     continue;
                 }
-                tokens as usize
+                (tokens as usize).min(batch)
             }
         };
         let now_ns = sys::monotonic_ns();

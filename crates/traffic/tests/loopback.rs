@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use relay_traffic::{
-    UdpSendConfig, rr_probe, tcp_send, tcp_sink, udp_echo_server, udp_send, udp_sink_on,
+    UdpSendConfig, pin_thread, rr_probe, tcp_send, tcp_sink, udp_echo_server, udp_owd_sink,
+    udp_send, udp_sink_on,
 };
 
 fn bound_udp() -> (UdpSocket, SocketAddr) {
@@ -135,4 +136,57 @@ fn tcp_bulk_transfer() {
     assert_eq!(sink.join().unwrap(), sent);
     assert!(sent > 1 << 20, "{sent}");
     assert!(elapsed >= Duration::from_millis(200));
+}
+
+#[test]
+fn owd_sink_times_every_datagram_by_the_kernel_clock() {
+    let (sock, addr) = bound_udp();
+    let stop = Arc::new(AtomicBool::new(false));
+    let s2 = stop.clone();
+    let sink = std::thread::spawn(move || udp_owd_sink(sock, &s2, 100_000).unwrap());
+    let sent = std::thread::spawn(move || {
+        // The first CPU this process may use.
+        let cpu = first_cpu();
+        pin_thread(cpu).unwrap();
+        let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+        assert!(
+            status.contains(&format!("Cpus_allowed_list:\t{cpu}\n")),
+            "{status}"
+        );
+        udp_send(&UdpSendConfig {
+            rate_bps: Some(10_000_000),
+            duration: Duration::from_millis(300),
+            size: 100,
+            ..UdpSendConfig::new(addr)
+        })
+        .unwrap()
+    })
+    .join()
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    stop.store(true, Ordering::Relaxed);
+    let got = sink.join().unwrap();
+    assert_eq!(got.packets, sent.packets);
+    assert_eq!(got.no_timestamp, 0);
+    assert_eq!(got.samples_ns.len() as u64, sent.packets);
+    assert!(got.samples_ns.windows(2).all(|w| w[0] <= w[1]));
+    // Loopback delivers within a millisecond nearly always; a busy machine may stall one.
+    let p50 = got.quantile(0.5).unwrap();
+    assert!(
+        p50 > Duration::ZERO && p50 < Duration::from_millis(5),
+        "{p50:?}"
+    );
+    assert!(got.clock_drift() < Duration::from_millis(1));
+    assert!(pin_thread(1 << 20).is_err());
+}
+
+/// The first CPU this process may run on.
+fn first_cpu() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let list = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap()
+        .trim();
+    list.split([',', '-']).next().unwrap().parse().unwrap()
 }
