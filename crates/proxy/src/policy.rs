@@ -1,4 +1,5 @@
-//! The SOCKS5 destination policy: which CONNECT destinations the proxy connects to.
+//! The destination policy: which CONNECT destinations the SOCKS5 proxy connects to, and
+//! the fixed check of the transparent listener ([`check_transparent`]).
 //!
 //! A SOCKS5 proxy connects *from the relay*: without a policy any client could reach the
 //! relay's loopback services, its own addresses and the link-local metadata services
@@ -8,7 +9,8 @@
 //!
 //! 1. An entry of `deny` matches: refused.
 //! 2. The address is special (loopback, unspecified, link-local, multicast, broadcast,
-//!    reserved, and their IPv4-mapped, IPv4-compatible and NAT64 forms) or one of the
+//!    reserved, the cloud metadata address fd00:ec2::254, and the IPv4 ones in their
+//!    IPv4-mapped, IPv4-compatible and NAT64 forms) or one of the
 //!    relay's own addresses: refused, unless an `allow` entry that matches it lies wholly
 //!    inside its range (`127.0.0.1:8080` or `127.0.0.0/8` re-allow loopback; `0.0.0.0/0`
 //!    or `*` do not) or, for an own address, names exactly that address.
@@ -22,90 +24,23 @@
 //! connected to, a UDP socket asks the kernel's routing which source it would use, and a
 //! destination the kernel would answer from itself (source equal to the destination) is
 //! one of the relay's own.
+//!
+//! Prefixes are [`relay_core::Prefix`]; IPv4-mapped addresses are unmapped with
+//! [`IpAddr::to_canonical`]; the warning's rate limit is [`RateLimit`].
 
 use std::fmt;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Instant;
 
+use relay_core::Prefix;
+use relay_core::ratelimit::RateLimit;
 use serde::{Deserialize, Serialize};
 use socket2::{Domain, Socket, Type};
 
 use crate::sock::unmap;
-
-/// An address prefix of one family, host bits clear.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Net {
-    V4(u32, u8),
-    V6(u128, u8),
-}
-
-fn mask32(len: u8) -> u32 {
-    u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0)
-}
-
-fn mask128(len: u8) -> u128 {
-    u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0)
-}
-
-impl Net {
-    /// The host prefix of `ip` (IPv4-mapped addresses as IPv4).
-    fn host(ip: IpAddr) -> Net {
-        match unmap_ip(ip) {
-            IpAddr::V4(a) => Net::V4(a.into(), 32),
-            IpAddr::V6(a) => Net::V6(a.into(), 128),
-        }
-    }
-
-    /// Whether `ip` (already unmapped) is inside.
-    fn contains(&self, ip: IpAddr) -> bool {
-        match (*self, ip) {
-            (Net::V4(n, l), IpAddr::V4(a)) => u32::from(a) & mask32(l) == n,
-            (Net::V6(n, l), IpAddr::V6(a)) => u128::from(a) & mask128(l) == n,
-            _ => false,
-        }
-    }
-
-    /// Whether every address of `self` is inside `outer`.
-    fn within(&self, outer: &Net) -> bool {
-        match (*self, *outer) {
-            (Net::V4(n, l), Net::V4(o, ol)) => l >= ol && n & mask32(ol) == o,
-            (Net::V6(n, l), Net::V6(o, ol)) => l >= ol && n & mask128(ol) == o,
-            _ => false,
-        }
-    }
-
-    fn max_len(&self) -> u8 {
-        match self {
-            Net::V4(..) => 32,
-            Net::V6(..) => 128,
-        }
-    }
-
-    fn len(&self) -> u8 {
-        match self {
-            Net::V4(_, l) | Net::V6(_, l) => *l,
-        }
-    }
-
-    fn addr(&self) -> IpAddr {
-        match *self {
-            Net::V4(n, _) => IpAddr::V4(Ipv4Addr::from(n)),
-            Net::V6(n, _) => IpAddr::V6(Ipv6Addr::from(n)),
-        }
-    }
-}
-
-/// An IPv4-mapped IPv6 address (`::ffff:a.b.c.d`) as the IPv4 one; others unchanged.
-fn unmap_ip(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
-    }
-}
 
 /// One entry of a SOCKS5 listener's `allow` or `deny` list: destination addresses (a
 /// prefix, or any) and, optionally, destination ports.
@@ -128,8 +63,8 @@ fn unmap_ip(ip: IpAddr) -> IpAddr {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct DestRule {
-    /// `None`: any address.
-    net: Option<Net>,
+    /// `None`: any address. Host bits are clear; IPv4-mapped prefixes are IPv4.
+    net: Option<Prefix>,
     /// Inclusive port range; `None`: any port.
     ports: Option<(u16, u16)>,
 }
@@ -203,20 +138,21 @@ impl FromStr for DestRule {
                     _ => return Err(bad(&format!("prefix length must be 0 to {max}"))),
                 },
             };
-            let net = match ip {
-                IpAddr::V4(a) => Net::V4(u32::from(a) & mask32(len), len),
-                IpAddr::V6(a) => Net::V6(u128::from(a) & mask128(len), len),
-            };
-            if net.addr() != ip {
+            let net = Prefix::new(ip, len)
+                .ok_or_else(|| bad(&format!("prefix length must be 0 to {max}")))?;
+            if net.network() != ip {
                 return Err(bad(&format!(
                     "host bits set below /{len} (the prefix is {}/{len})",
-                    net.addr()
+                    net.network()
                 )));
             }
             // ::ffff:0:0/96 and longer: the IPv4 prefix it maps.
-            match net {
-                Net::V6(n, l) if l >= 96 && n >> 32 == 0xffff => Some(Net::V4(n as u32, l - 96)),
-                n => Some(n),
+            match ip {
+                IpAddr::V6(a) if len >= 96 => match a.to_ipv4_mapped() {
+                    Some(v4) => Prefix::new(IpAddr::V4(v4), len - 96),
+                    None => Some(net),
+                },
+                _ => Some(net),
             }
         };
         let ports = match ports {
@@ -244,11 +180,11 @@ impl fmt::Display for DestRule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (self.net, self.ports.is_some()) {
             (None, _) => f.write_str("*")?,
-            (Some(n @ Net::V6(..)), true) => write!(f, "[{}]", n.addr())?,
+            (Some(n), true) if n.addr().is_ipv6() => write!(f, "[{}]", n.addr())?,
             (Some(n), _) => write!(f, "{}", n.addr())?,
         }
         if let Some(n) = self.net
-            && n.len() != n.max_len()
+            && !n.is_host()
         {
             write!(f, "/{}", n.len())?;
         }
@@ -300,53 +236,110 @@ impl fmt::Display for Refusal {
     }
 }
 
-/// The IPv4 ranges refused by default.
-const SPECIAL_V4: [(u32, u8, &str); 5] = [
-    (0x0000_0000, 8, "unspecified (0.0.0.0/8)"),
-    (0x7f00_0000, 8, "loopback"),
-    (0xa9fe_0000, 16, "link-local"),
-    (0xe000_0000, 4, "multicast"),
-    // 240.0.0.0/4 is reserved; it holds the limited broadcast 255.255.255.255.
-    (0xf000_0000, 4, "reserved or broadcast"),
-];
+/// A range of addresses refused by default.
+#[derive(Debug, Clone, Copy)]
+struct Range {
+    net: Prefix,
+    /// Names the range in refusals and logs.
+    what: &'static str,
+    /// Whether a router may forward a packet addressed into the range. The transparent
+    /// listener refuses only the ranges that are not (see [`check_transparent`]).
+    forwarded: bool,
+}
 
-/// The IPv6 ranges refused by default (the IPv4-mapped range is unmapped before).
-const SPECIAL_V6: [(u128, u8, &str); 5] = [
-    (0, 128, "unspecified (::)"),
-    (1, 128, "loopback"),
-    // Deprecated IPv4-compatible addresses ::a.b.c.d (RFC 4291 2.5.5.1).
-    (0, 96, "IPv4-compatible (::/96)"),
-    (0xfe80 << 112, 10, "link-local"),
-    (0xff00 << 112, 8, "multicast"),
-];
+/// A prefix of a table below; a length too long for the family stops the build (the
+/// tables are constants, evaluated when compiled).
+const fn net(addr: IpAddr, len: u8) -> Prefix {
+    let Some(net) = Prefix::new(addr, len) else {
+        panic!("a prefix longer than its family");
+    };
+    net
+}
 
-/// The NAT64 well-known prefix (RFC 6052): 64:ff9b::a.b.c.d reaches a.b.c.d through a
-/// NAT64 gateway, so the IPv4 ranges are refused in that form too.
-const NAT64: u128 = 0x0064_ff9b << 96;
-
-/// The special range `ip` (unmapped) is in, with its name.
-fn special(ip: IpAddr) -> Option<(Net, &'static str)> {
-    match ip {
-        IpAddr::V4(a) => {
-            let a = u32::from(a);
-            SPECIAL_V4
-                .iter()
-                .find(|(n, l, _)| a & mask32(*l) == *n)
-                .map(|(n, l, what)| (Net::V4(*n, *l), *what))
-        }
-        IpAddr::V6(a) => {
-            let a = u128::from(a);
-            if a >> 32 == NAT64 >> 32 {
-                let (n, what) = special(IpAddr::V4(Ipv4Addr::from(a as u32)))?;
-                let Net::V4(n4, l4) = n else { return None };
-                return Some((Net::V6(NAT64 | u128::from(n4), 96 + l4), what));
-            }
-            SPECIAL_V6
-                .iter()
-                .find(|(n, l, _)| a & mask128(*l) == *n)
-                .map(|(n, l, what)| (Net::V6(*n, *l), *what))
-        }
+const fn range(addr: IpAddr, len: u8, what: &'static str, forwarded: bool) -> Range {
+    Range {
+        net: net(addr, len),
+        what,
+        forwarded,
     }
+}
+
+const fn v4(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(a, b, c, d))
+}
+
+const fn v6(s: [u16; 8]) -> IpAddr {
+    IpAddr::V6(Ipv6Addr::new(
+        s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7],
+    ))
+}
+
+/// The IPv4 ranges refused by default, the first match naming the range.
+const SPECIAL_V4: [Range; 6] = [
+    range(v4(0, 0, 0, 0), 8, "unspecified (0.0.0.0/8)", false),
+    range(v4(127, 0, 0, 0), 8, "loopback", false),
+    // Holds the cloud metadata service 169.254.169.254; routers never forward it.
+    range(v4(169, 254, 0, 0), 16, "link-local", false),
+    range(v4(224, 0, 0, 0), 4, "multicast", false),
+    range(v4(255, 255, 255, 255), 32, "broadcast", false),
+    // 240.0.0.0/4 is reserved, but Linux routes and forwards it like unicast.
+    range(v4(240, 0, 0, 0), 4, "reserved", true),
+];
+
+/// The IPv6 ranges refused by default (the IPv4-mapped range is unmapped before), the
+/// first match naming the range.
+const SPECIAL_V6: [Range; 6] = [
+    range(v6([0; 8]), 128, "unspecified (::)", false),
+    range(v6([0, 0, 0, 0, 0, 0, 0, 1]), 128, "loopback", false),
+    // Deprecated IPv4-compatible addresses ::a.b.c.d (RFC 4291 2.5.5.1); a `sit` device
+    // routes ::/96 into IPv4, to a.b.c.d itself.
+    range(v6([0; 8]), 96, "IPv4-compatible (::/96)", false),
+    range(v6([0xfe80, 0, 0, 0, 0, 0, 0, 0]), 10, "link-local", false),
+    range(v6([0xff00, 0, 0, 0, 0, 0, 0, 0]), 8, "multicast", false),
+    // The IPv6 address of the cloud metadata service (EC2 IMDS on Nitro), answered to
+    // the instance itself like 169.254.169.254: what it tells the relay (credentials)
+    // is no client's business. The rest of fd00::/8 is ordinary ULA space.
+    range(
+        v6([0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254]),
+        128,
+        "cloud metadata (fd00:ec2::254)",
+        false,
+    ),
+];
+
+/// The NAT64 prefixes whose addresses carry an IPv4 address in their last 32 bits, which
+/// a NAT64 gateway reaches: the well-known 64:ff9b::/96 (RFC 6052) and the local-use
+/// 64:ff9b:1::/48 (RFC 8215). The IPv4 ranges are refused in these forms too. Within
+/// 64:ff9b:1::/48 the IPv4 address is read where a /96 NAT64 prefix puts it; an operator
+/// whose gateway uses a shorter prefix there (RFC 6052 2.2) lists it in `deny`.
+const NAT64: [Prefix; 2] = [
+    net(v6([0x64, 0xff9b, 0, 0, 0, 0, 0, 0]), 96),
+    net(v6([0x64, 0xff9b, 1, 0, 0, 0, 0, 0]), 48),
+];
+
+/// The special range `ip` (unmapped) is in: its prefix (for a NAT64 address, the NAT64
+/// form of the IPv4 range, inside the address's /96) and what it is.
+fn special(ip: IpAddr) -> Option<(Prefix, &'static Range)> {
+    let table: &'static [Range] = match ip {
+        IpAddr::V4(_) => &SPECIAL_V4,
+        IpAddr::V6(a) => {
+            if NAT64.iter().any(|n| n.contains(ip)) {
+                let bits = u128::from(a);
+                let (inner, r) = special(IpAddr::V4(Ipv4Addr::from(bits as u32)))?;
+                let IpAddr::V4(n4) = inner.network() else {
+                    return None;
+                };
+                let outer = bits & !u128::from(u32::MAX) | u128::from(u32::from(n4));
+                let net = Prefix::new(IpAddr::V6(Ipv6Addr::from(outer)), 96 + inner.len())?;
+                return Some((net, r));
+            }
+            &SPECIAL_V6
+        }
+    };
+    table
+        .iter()
+        .find(|r| r.net.contains(ip))
+        .map(|r| (r.net, r))
 }
 
 /// The decision for `dst`, given the lists and a test for the relay's own addresses
@@ -363,17 +356,39 @@ pub(crate) fn decide(
         return Err(Refusal::Denied(*d));
     }
     let class = match special(dst.ip()) {
-        Some((net, what)) => Some((net, Refusal::Special(what))),
-        None if is_local(dst.ip()) => Some((Net::host(dst.ip()), Refusal::Local)),
+        Some((net, r)) => Some((net, Refusal::Special(r.what))),
+        None if is_local(dst.ip()) => Some((Prefix::host(dst.ip()), Refusal::Local)),
         None => None,
     };
     let matching = || allow.iter().filter(|r| r.matches(dst));
     if let Some((range, refusal)) = class {
-        let lifted = matching().any(|r| r.net.is_some_and(|n| n.within(&range)));
+        let lifted = matching().any(|r| r.net.is_some_and(|n| n.is_within(&range)));
         return if lifted { Ok(()) } else { Err(refusal) };
     }
     if !allow.is_empty() && matching().next().is_none() {
         return Err(Refusal::NotAllowed);
+    }
+    Ok(())
+}
+
+/// Whether the transparent listener may connect to `dst`, the original destination of a
+/// diverted connection (an IPv4-mapped address as IPv4). Refused: an address that would
+/// reach the relay itself (unspecified, loopback, IPv4-compatible, or one the kernel's
+/// routing delivers locally, probed with the upstream sockets' `mark`) and one a router
+/// never forwards (link-local, multicast, broadcast, the cloud metadata address), also
+/// in NAT64 form. The TPROXY rules divert none of these in a sane set-up
+/// (`-m addrtype ! --dst-type LOCAL`, and `::` kept out by [`crate::tproxy`]), but a packet
+/// addressed to `::` is not LOCAL and the accepted socket's `::` connects to `::1`:
+/// this check is what keeps the relay's loopback services out of reach whatever the rules.
+pub(crate) fn check_transparent(dst: SocketAddr, mark: u32) -> Result<(), Refusal> {
+    let ip = dst.ip().to_canonical();
+    if let Some((_, r)) = special(ip)
+        && !r.forwarded
+    {
+        return Err(Refusal::Special(r.what));
+    }
+    if routes_to_self(ip, mark) {
+        return Err(Refusal::Local);
     }
     Ok(())
 }
@@ -440,7 +455,7 @@ pub(crate) fn local_addresses() -> io::Result<Vec<IpAddr>> {
         let ifa = unsafe { &*cur };
         // SAFETY: a null or valid sockaddr of the list.
         if let Some(ip) = unsafe { sockaddr_ip(ifa.ifa_addr) } {
-            out.push(unmap_ip(ip));
+            out.push(ip.to_canonical());
         }
         if ifa.ifa_flags & libc::IFF_BROADCAST as libc::c_uint != 0 {
             // SAFETY: with IFF_BROADCAST, ifa_ifu is the broadcast address (or null).
@@ -503,40 +518,29 @@ fn routes_to_self(ip: IpAddr, mark: u32) -> bool {
         .is_some_and(|a| unmap(a).ip() == ip)
 }
 
-/// Lets one log line through per second, counting those held back.
+/// Lets one log line a second through for a listener, counting those held back: a
+/// [`RateLimit`] of 1 a second shared by the listener's connection tasks (the lock is
+/// held only to take a token, and only when a connection is refused).
 #[derive(Debug)]
-pub(crate) struct LogLimit {
-    start: Instant,
-    /// Milliseconds since `start` before which lines are held back.
-    next_ms: AtomicU64,
-    suppressed: AtomicU64,
-}
+pub(crate) struct LogLimit(Mutex<RateLimit>);
 
 impl Default for LogLimit {
     fn default() -> Self {
-        LogLimit {
-            start: Instant::now(),
-            next_ms: AtomicU64::new(0),
-            suppressed: AtomicU64::new(0),
-        }
+        LogLimit(Mutex::new(RateLimit::new(1)))
     }
 }
 
 impl LogLimit {
     /// `Some(lines held back since the last one)` if a line may be logged now.
     pub(crate) fn ready(&self) -> Option<u64> {
-        let now = self.start.elapsed().as_millis() as u64;
-        let next = self.next_ms.load(Relaxed);
-        if now >= next
-            && self
-                .next_ms
-                .compare_exchange(next, now + 1000, Relaxed, Relaxed)
-                .is_ok()
-        {
-            return Some(self.suppressed.swap(0, Relaxed));
-        }
-        self.suppressed.fetch_add(1, Relaxed);
-        None
+        self.ready_at(Instant::now())
+    }
+
+    fn ready_at(&self, now: Instant) -> Option<u64> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .allow(now)
     }
 }
 
@@ -606,6 +610,106 @@ mod tests {
             "[64:ff9b::10.0.2.2]:80",
         ] {
             assert_eq!(d(&[], &[], dst), Ok(()), "{dst}");
+        }
+    }
+
+    #[test]
+    fn ipv6_metadata_and_local_use_nat64_are_refused_by_default() {
+        // The IPv6 cloud metadata address, like 169.254.169.254; only that address.
+        assert_eq!(
+            d(&[], &[], "[fd00:ec2::254]:80"),
+            Err(Refusal::Special("cloud metadata (fd00:ec2::254)"))
+        );
+        for ok in [
+            "[fd00:ec2::253]:80",
+            "[fd00:ec2::1:254]:80",
+            "[fd00::254]:80",
+        ] {
+            assert_eq!(d(&[], &[], ok), Ok(()), "{ok}");
+        }
+        // Local-use NAT64 (RFC 8215): the embedded IPv4 address is checked, as in
+        // 64:ff9b::/96, anywhere in 64:ff9b:1::/48.
+        for (dst, what) in [
+            ("[64:ff9b:1::127.0.0.1]:22", "loopback"),
+            ("[64:ff9b:1:ffff:ffff:ffff:a9fe:a9fe]:80", "link-local"),
+            ("[64:ff9b:1:abcd::0.0.0.0]:80", "unspecified (0.0.0.0/8)"),
+            ("[64:ff9b:1::224.0.0.1]:80", "multicast"),
+        ] {
+            assert_eq!(d(&[], &[], dst), Err(Refusal::Special(what)), "{dst}");
+        }
+        for ok in [
+            "[64:ff9b:1::10.0.2.2]:80",
+            "[64:ff9b:1:abcd::192.0.2.1]:80",
+            // Outside the /48: ordinary addresses.
+            "[64:ff9b:2::127.0.0.1]:80",
+            "[64:ff9a:1::127.0.0.1]:80",
+        ] {
+            assert_eq!(d(&[], &[], ok), Ok(()), "{ok}");
+        }
+        // Re-allowed only from inside the NAT64 form of the range.
+        let one = ["[64:ff9b:1:abcd::127.0.0.1]:8080"];
+        assert_eq!(d(&one, &[], "[64:ff9b:1:abcd::127.0.0.1]:8080"), Ok(()));
+        assert!(d(&one, &[], "[64:ff9b:1:abcd::127.0.0.1]:22").is_err());
+        assert!(d(&one, &[], "[64:ff9b:1:abce::127.0.0.1]:8080").is_err());
+        assert!(d(&["64:ff9b:1::/48"], &[], "[64:ff9b:1::127.0.0.1]:80").is_err());
+        assert_eq!(
+            d(
+                &["64:ff9b:1:abcd::7f00:0/104"],
+                &[],
+                "[64:ff9b:1:abcd::7f01:203]:80"
+            ),
+            Ok(())
+        );
+        assert_eq!(d(&["fd00:ec2::254"], &[], "[fd00:ec2::254]:80"), Ok(()));
+    }
+
+    #[test]
+    fn transparent_refuses_the_relay_itself_and_what_is_never_forwarded() {
+        for dst in [
+            "[::]:80",
+            "0.0.0.0:80",
+            "[::1]:80",
+            "127.0.0.1:80",
+            "127.9.9.9:80",
+            "[::ffff:127.0.0.1]:80",
+            "[::ffff:0.0.0.0]:80",
+            "[::127.0.0.1]:80",
+            "169.254.169.254:80",
+            "[fe80::1]:80",
+            "[fd00:ec2::254]:80",
+            "224.0.0.1:80",
+            "[ff02::1]:80",
+            "255.255.255.255:80",
+            "[64:ff9b::127.0.0.1]:80",
+            "[64:ff9b:1::127.0.0.1]:80",
+        ] {
+            assert!(
+                matches!(check_transparent(sa(dst), 0), Err(Refusal::Special(_))),
+                "{dst}: {:?}",
+                check_transparent(sa(dst), 0)
+            );
+        }
+        // Forwarded destinations, including the reserved 240/4 Linux forwards and NAT64.
+        for dst in [
+            "192.0.2.1:80",
+            "[2001:db8::1]:80",
+            "240.0.0.1:80",
+            "[64:ff9b::192.0.2.1]:80",
+            "[::ffff:192.0.2.1]:80",
+        ] {
+            assert_eq!(check_transparent(sa(dst), 0), Ok(()), "{dst}");
+        }
+        // One of this host's own addresses, when it has one outside the special ranges.
+        if let Some(own) = local_addresses()
+            .unwrap()
+            .into_iter()
+            .find(|a| special(*a).is_none())
+        {
+            assert_eq!(
+                check_transparent(SocketAddr::new(own, 80), 0),
+                Err(Refusal::Local),
+                "{own}"
+            );
         }
     }
 
@@ -767,10 +871,11 @@ mod tests {
     #[test]
     fn log_limit_lets_one_line_a_second() {
         let l = LogLimit::default();
-        assert_eq!(l.ready(), Some(0));
+        let t0 = Instant::now();
+        assert_eq!(l.ready_at(t0), Some(0));
+        assert_eq!(l.ready_at(t0), None);
+        assert_eq!(l.ready_at(t0), None);
+        assert_eq!(l.ready_at(t0 + std::time::Duration::from_secs(1)), Some(2));
         assert_eq!(l.ready(), None);
-        assert_eq!(l.ready(), None);
-        l.next_ms.store(0, Relaxed);
-        assert_eq!(l.ready(), Some(2));
     }
 }

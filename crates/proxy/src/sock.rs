@@ -2,7 +2,7 @@
 //! listeners, MPTCP upstream sockets with fallback, a foreign source address, RST on close.
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
 
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
@@ -149,14 +149,12 @@ pub(crate) fn rst_on_close(stream: &TcpStream) {
     let _ = SockRef::from(stream).set_linger(Some(std::time::Duration::ZERO));
 }
 
-/// A v4-mapped IPv6 address as the IPv4 one; anything else unchanged.
+/// A v4-mapped IPv6 address as the IPv4 one ([`IpAddr::to_canonical`]); anything else
+/// unchanged (an IPv6 address keeps its scope id).
 pub(crate) fn unmap(addr: SocketAddr) -> SocketAddr {
-    match addr {
-        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
-            Some(v4) => SocketAddr::new(v4.into(), v6.port()),
-            None => addr,
-        },
-        v4 => v4,
+    match addr.ip().to_canonical() {
+        IpAddr::V4(v4) if addr.is_ipv6() => SocketAddr::new(v4.into(), addr.port()),
+        _ => addr,
     }
 }
 

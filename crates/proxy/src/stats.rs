@@ -24,6 +24,7 @@ pub struct Stats {
     pub(crate) socks_auth_failed: AtomicU64,
     pub(crate) socks_rejected: AtomicU64,
     pub(crate) refused_policy: AtomicU64,
+    pub(crate) refused_local: AtomicU64,
     pub(crate) accept_errors: AtomicU64,
 }
 
@@ -66,6 +67,11 @@ pub struct StatsSnapshot {
     /// no `allow` entry matching.
     #[serde(default)]
     pub refused_policy: u64,
+    /// Transparent connections reset without an upstream connect because their original
+    /// destination is the relay itself (`::`, loopback, one of its addresses) or never
+    /// forwarded by a router (link-local, multicast, broadcast, cloud metadata).
+    #[serde(default)]
+    pub refused_local: u64,
     /// `accept(2)` errors (e.g. out of file descriptors), survived.
     pub accept_errors: u64,
 }
@@ -90,6 +96,7 @@ impl Stats {
             socks_auth_failed: self.socks_auth_failed.load(Relaxed),
             socks_rejected: self.socks_rejected.load(Relaxed),
             refused_policy: self.refused_policy.load(Relaxed),
+            refused_local: self.refused_local.load(Relaxed),
             accept_errors: self.accept_errors.load(Relaxed),
         }
     }

@@ -12,7 +12,11 @@
 //!    on port P (without changing its addresses) and sets the *tproxy mark*. Both this
 //!    and the save skip destinations that are the relay's own (`-m addrtype ! --dst-type
 //!    LOCAL`): those connections are delivered natively, never proxied to the relay
-//!    itself from the relay's address.
+//!    itself from the relay's address. `::` is not LOCAL to addrtype, yet a connection
+//!    the listener accepts for `::` would connect to `::1`: for IPv6 a rule before the
+//!    save clears the divert mark of packets to `::` (IPv4 drops 0.0.0.0/8 and 127/8
+//!    destinations from outside as martians before routing). The listener refuses such
+//!    destinations too ([`crate::policy::check_transparent`]), whatever the rules.
 //! 4. `ip rule fwmark T lookup TABLE` + `ip route add local 0.0.0.0/0 dev lo table TABLE`
 //!    make the routing decision "deliver locally" for packets with the tproxy mark, though
 //!    their destination is another host.
@@ -194,7 +198,13 @@ impl TproxySpec {
         }
         // A connection to one of the relay's own addresses is never diverted: the kernel
         // delivers it as it would without the proxy, so the relay's own services see the
-        // client, not the proxy connecting to them from the relay (issue 12).
+        // client, not the proxy connecting to them from the relay (issue 12). Nor one to
+        // `::`, which addrtype does not call LOCAL but the listener would reach as `::1`.
+        if family == IpFamily::V6 {
+            v.push(format!(
+                "-A {chain} -d ::/128 -p tcp -m mark --mark {dv} -j MARK --set-xmark 0x0/{dmask}"
+            ));
+        }
         v.push(format!(
             "-A {chain} -p tcp -m mark --mark {dv} -m addrtype ! --dst-type LOCAL -j CONNMARK --save-mark --nfmask {dmask} --ctmask {dmask}"
         ));
@@ -442,6 +452,13 @@ mod tests {
         assert!(v4.last().unwrap().contains("--on-ip 127.0.0.1 "));
         let v6 = spec.mangle_rules("C", IpFamily::V6);
         assert!(!v6.last().unwrap().contains("--on-ip"));
+        // IPv6 only: `::` loses the divert mark before the save and TPROXY rules.
+        assert_eq!(
+            v6[3],
+            "-A C -d ::/128 -p tcp -m mark --mark 0x20000000/0x20000000 -j MARK --set-xmark 0x0/0x20000000"
+        );
+        assert!(v6[4].contains("--save-mark") && v6.len() == v4.len() + 1);
+        assert!(!v4.iter().any(|l| l.contains("-d ")));
         let cmds = spec.routing_commands(IpFamily::V6);
         assert_eq!(
             cmds[0].join(" "),

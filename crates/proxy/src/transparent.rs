@@ -1,13 +1,16 @@
 //! The transparent listener: takes connections the TPROXY target diverted to it, whose
 //! accepted socket's local address is the original destination, and relays each to that
-//! destination.
+//! destination, unless that destination is the relay itself or never forwarded
+//! ([`crate::policy::check_transparent`]): those are reset and counted in `refused_local`.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use tokio::net::TcpStream;
 
 use crate::ProxyError;
 use crate::config::TransparentConfig;
+use crate::policy::{self, LogLimit, Refusal};
 use crate::relay::relay;
 use crate::server::{self, ConnCtx, ProxyHandle};
 use crate::sock::{self, rst_on_close, unmap};
@@ -50,8 +53,16 @@ impl TransparentProxy {
                 source,
             })?;
         let transparent_source = self.cfg.transparent_source;
+        let log = Arc::new(LogLimit::default());
         server::spawn(self.listener, self.cfg.options, move |client, peer, ctx| {
-            serve(client, peer, ctx, listen, transparent_source)
+            serve(
+                client,
+                peer,
+                ctx,
+                listen,
+                transparent_source,
+                Arc::clone(&log),
+            )
         })
         .map_err(|source| ProxyError::Bind {
             what: "transparent",
@@ -76,6 +87,7 @@ async fn serve(
     ctx: ConnCtx,
     listen: SocketAddr,
     transparent_source: bool,
+    log: Arc<LogLimit>,
 ) {
     let stats: &Stats = &ctx.stats;
     let (dst, peer) = match client.local_addr() {
@@ -85,6 +97,20 @@ async fn serve(
     if is_self(dst, listen) {
         tracing::debug!(%peer, %dst, "connection to the proxy port itself, not diverted; reset");
         Stats::inc(&stats.upstream_failed);
+        rst_on_close(&client);
+        return;
+    }
+    if let Err(why) = policy::check_transparent(dst, ctx.opts.upstream_mark) {
+        Stats::inc(&stats.refused_local);
+        if let Some(suppressed) = log.ready() {
+            tracing::warn!(
+                %peer,
+                %dst,
+                reason = refusal_text(why),
+                suppressed,
+                "transparent connection to the relay itself or to an address never forwarded; reset"
+            );
+        }
         rst_on_close(&client);
         return;
     }
@@ -105,6 +131,15 @@ async fn serve(
     };
     let ending = relay(client, server, ctx.relay_params(), stats, ctx.abort.clone()).await;
     tracing::trace!(%peer, %dst, ?ending, "connection ended");
+}
+
+/// What the destination is, for the log line (no `allow` can change it here).
+fn refusal_text(why: Refusal) -> &'static str {
+    match why {
+        Refusal::Special(what) => what,
+        Refusal::Local => "one of the relay's own addresses",
+        Refusal::Denied(_) | Refusal::NotAllowed => "refused",
+    }
 }
 
 #[cfg(test)]

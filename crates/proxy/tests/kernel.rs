@@ -226,6 +226,108 @@ fn connections_to_the_relay_itself_are_not_diverted() {
     assert_eq!(st["accepted"], 1, "{st}");
 }
 
+/// Runs `program` in `node` with `stdin` as its input; panics with its stderr on failure.
+fn feed(node: &relay_testbed::Node, program: &[&str], stdin: &str) {
+    use std::process::Stdio;
+    let mut c = node.cmd(program[0]);
+    c.args(&program[1..])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{program:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Issue 12 (security review): a SYN addressed to `[::]:PORT` is not LOCAL to
+/// `-m addrtype`, so a TPROXY divert takes it; the listener accepts it with local address
+/// `::`, and connecting upstream to `::` reaches `::1`: an outside client would reach the
+/// relay's loopback services. The client here sends to fd00:2::99 and its own nftables
+/// rewrite the destination to `::` on the wire (and the answers' source back), which is
+/// what an attacker crafting packets sends. With the rules of `TproxySpec` the SYN is not
+/// diverted at all; with a divert that takes it anyway (a hand-written TPROXY rule, or the
+/// rules before this fix) the listener resets it, counts it in `refused_local`, and the
+/// server on `[::1]:PORT` sees nothing either way.
+#[test]
+fn unspecified_destination_never_reaches_the_relays_loopback() {
+    const PORT: u16 = 5007;
+    let l = line3("proxy_unspec");
+    let spec = divert(&l.relay, vec![PORT]);
+    let proxy = start_proxy(
+        &l.relay,
+        "transparent",
+        &json!({"listen": format!("[::]:{TPROXY_PORT}"), "connect_timeout_secs": 2}),
+    );
+    let (reached, stop) = echo_server(&l.relay, &format!("[::1]:{PORT}"));
+    feed(
+        &l.src,
+        &["nft", "-f", "-"],
+        &format!(
+            "table ip6 spoof {{
+  chain out {{ type filter hook postrouting priority 300; ip6 daddr fd00:2::99 tcp dport {PORT} ip6 daddr set :: ; }}
+  chain in {{ type filter hook prerouting priority -300; ip6 saddr {{ ::, fd00:1::2 }} tcp sport {PORT} ip6 saddr set fd00:2::99 ; }}
+}}
+"
+        ),
+    );
+    let to: SocketAddr = format!("[fd00:2::99]:{PORT}").parse().unwrap();
+    // What the client gets: the bytes it reads after sending, or why connecting or
+    // reading failed.
+    let attempt = move || -> Result<Vec<u8>, ErrorKind> {
+        let mut s =
+            TcpStream::connect_timeout(&to, Duration::from_secs(2)).map_err(|e| e.kind())?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let _ = s.write_all(b"ping");
+        let mut b = [0u8; 64];
+        let n = s.read(&mut b).map_err(|e| e.kind())?;
+        Ok(b[..n].to_vec())
+    };
+    // 1. The rules as TproxySpec writes them: `::` is not diverted, the proxy never sees it.
+    let got = l.src.run(attempt);
+    assert!(got.is_err(), "connected to [::]:{PORT}: {got:?}");
+    let st = stats(&proxy);
+    assert_eq!(
+        (st["accepted"].as_u64(), st["refused_local"].as_u64()),
+        (Some(0), Some(0)),
+        "{st}"
+    );
+    // 2. A divert that takes `::` anyway: the listener's own check refuses it.
+    let chain = "RPX-TPROXY";
+    let mut text = format!("*mangle\n:{chain} - [0:0]\n");
+    for line in spec.mangle_rules(chain, relay_proxy::tproxy::IpFamily::V6) {
+        if !line.contains("-d ::/128") {
+            text.push_str(&line);
+            text.push('\n');
+        }
+    }
+    text.push_str("COMMIT\n");
+    feed(&l.relay, &["ip6tables-restore", "-w", "--noflush"], &text);
+    let got = l.src.run(attempt);
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(
+        reached.load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "the relay's [::1]:{PORT} was reached from outside (client got {got:?})"
+    );
+    // The handshake is the listener's, then a reset (seen by connect or by the read).
+    assert_eq!(got, Err(ErrorKind::ConnectionReset));
+    let st = stats(&proxy);
+    assert_eq!(st["accepted"], 1, "the divert took the SYN to [::]: {st}");
+    assert_eq!(st["refused_local"], 1, "{st}");
+    assert_eq!(st["upstream_failed"], 0, "{st}");
+}
+
 /// A peer address as text, an IPv4-mapped one as IPv4.
 fn peer_ip(a: SocketAddr) -> String {
     match a.ip() {
