@@ -90,7 +90,8 @@ impl ProxyHandle {
 
     /// Reads the relay's interface addresses again for the SOCKS5 destination policy
     /// (which refuses them unless allowed); the daemon calls it on reload. Returns how
-    /// many addresses there are; `Ok(0)` for a listener without a policy (transparent).
+    /// many addresses there are; `Ok(0)` for the transparent listener, which keeps no
+    /// snapshot (it asks the kernel's routing for each connection's destination).
     pub fn refresh_local_addresses(&self) -> std::io::Result<usize> {
         match &self.policy {
             Some(p) => p.refresh(),
