@@ -37,6 +37,7 @@ use std::time::Instant;
 
 use relay_core::Prefix;
 use relay_core::ratelimit::RateLimit;
+use relay_inject::local_addresses;
 use serde::{Deserialize, Serialize};
 use socket2::{Domain, Socket, Type};
 
@@ -437,64 +438,6 @@ impl DestPolicy {
             |ip| local.contains(&ip) || routes_to_self(ip, self.mark),
             dst,
         )
-    }
-}
-
-/// Every address of every local interface (and the broadcast address of each IPv4
-/// one), IPv4-mapped ones as IPv4, in the calling thread's network namespace.
-pub(crate) fn local_addresses() -> io::Result<Vec<IpAddr>> {
-    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: head is a live out-pointer; freed below with freeifaddrs.
-    if unsafe { libc::getifaddrs(&mut head) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let mut out = Vec::new();
-    let mut cur = head;
-    while !cur.is_null() {
-        // SAFETY: cur is a node of the list getifaddrs returned, not yet freed.
-        let ifa = unsafe { &*cur };
-        // SAFETY: a null or valid sockaddr of the list.
-        if let Some(ip) = unsafe { sockaddr_ip(ifa.ifa_addr) } {
-            out.push(ip.to_canonical());
-        }
-        if ifa.ifa_flags & libc::IFF_BROADCAST as libc::c_uint != 0 {
-            // SAFETY: with IFF_BROADCAST, ifa_ifu is the broadcast address (or null).
-            if let Some(ip @ IpAddr::V4(_)) = unsafe { sockaddr_ip(ifa.ifa_ifu) } {
-                out.push(ip);
-            }
-        }
-        cur = ifa.ifa_next;
-    }
-    // SAFETY: head came from getifaddrs and is freed once.
-    unsafe { libc::freeifaddrs(head) };
-    out.sort();
-    out.dedup();
-    Ok(out)
-}
-
-/// The address of an `AF_INET` or `AF_INET6` sockaddr; `None` for null or another family.
-///
-/// # Safety
-/// `sa` is null or points to a sockaddr whose storage fits its family.
-unsafe fn sockaddr_ip(sa: *const libc::sockaddr) -> Option<IpAddr> {
-    if sa.is_null() {
-        return None;
-    }
-    // SAFETY: non-null, points to at least a sockaddr (caller's contract).
-    match i32::from(unsafe { (*sa).sa_family }) {
-        libc::AF_INET => {
-            // SAFETY: AF_INET storage is a sockaddr_in.
-            let sin = unsafe { &*sa.cast::<libc::sockaddr_in>() };
-            Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
-                sin.sin_addr.s_addr,
-            ))))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: AF_INET6 storage is a sockaddr_in6.
-            let sin6 = unsafe { &*sa.cast::<libc::sockaddr_in6>() };
-            Some(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)))
-        }
-        _ => None,
     }
 }
 
