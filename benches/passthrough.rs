@@ -30,7 +30,9 @@
 //!
 //! Run: `make bench-passthrough` (root, about 25 minutes). Environment: ROUNDS (default 3),
 //! SECS per measurement (default 3), TRIALS per RFC 2544 search (default 8), SMOKE=1 (one
-//! round of one second, tiny searches, nothing written: what `make test` runs).
+//! round of one second, tiny searches, nothing written: what `make test` runs), PROFILE=1
+//! (only `perf record -C RELAY -g` of a flood, kernel and relayd `accept`, and the top of
+//! `perf report`).
 
 use relay_testbed::{Line3, Node, Proc, line3};
 use std::fmt::Write as _;
@@ -719,6 +721,12 @@ fn main() {
         );
     }
     let mut bed = Bed::new(k);
+    if std::env::var_os("PROFILE").is_some() {
+        for path in [Path::Kernel, Path::Accept { fail_open: false }] {
+            profile(&mut bed, path);
+        }
+        return;
+    }
     println!(
         "passthrough: relay core = CPU {relay_cpu}, traffic core = CPU {traffic_cpu}; {rounds} round(s) of {secs} s per measurement{}",
         if smoke { " (SMOKE)" } else { "" }
@@ -1011,6 +1019,75 @@ fn main() {
         "passthrough: done in {:.0} s",
         started.elapsed().as_secs_f64()
     );
+}
+
+/// PROFILE=1: a 64-byte flood through `path` with `perf record -C RELAY -g` over the
+/// window, and the top of `perf report --no-children` by command and object, and by
+/// symbol (docs/performance.md keeps them beside the figures).
+fn profile(bed: &mut Bed, path: Path) {
+    let _r = start(bed, path);
+    bed.dst_drops(true);
+    let (warm, secs, cpu, relay) = (bed.k.warm, bed.k.secs, bed.k.traffic_cpu, bed.k.relay_cpu);
+    let mut cfg = relay_traffic::UdpSendConfig::new(format!("10.0.2.2:{PORT}").parse().unwrap());
+    cfg.size = 64 - IP_UDP;
+    cfg.batch = 64;
+    cfg.duration = Duration::from_secs_f64(warm + secs + 1.0);
+    let rx0 = bed.delivered();
+    let generator = bed.l.src.run_bg(move || {
+        relay_traffic::pin_thread(cpu).expect("pinning the generator");
+        relay_traffic::udp_send(&cfg).expect("udp_send")
+    });
+    std::thread::sleep(Duration::from_secs_f64(warm));
+    let data = std::env::temp_dir().join(format!("relayd-perf-{}.data", std::process::id()));
+    let c1 = read_cpus();
+    let status = std::process::Command::new("perf")
+        .args(["record", "-q", "-C", &relay.to_string(), "-g", "-o"])
+        .arg(&data)
+        .args(["--", "sleep", &secs.to_string()])
+        .status();
+    let c2 = read_cpus();
+    let sent = generator.join().expect("generator");
+    let delivered = bed.delivered() - rx0;
+    println!(
+        "\n## perf record -C {relay} -g, {secs} s of a 64-byte flood through {}: offered {}/s, delivered {} of {} sent, {}",
+        path.name(),
+        fmt_rate(sent.pps()),
+        delivered,
+        sent.packets,
+        shares(&bed.k, &cpu_use(&c1, &c2))
+    );
+    if !status.is_ok_and(|s| s.success()) {
+        println!("perf record failed or perf is missing");
+        return;
+    }
+    for sort in ["comm,dso", "symbol"] {
+        let out = std::process::Command::new("perf")
+            .args([
+                "report",
+                "--stdio",
+                "--no-children",
+                "-g",
+                "none",
+                "--percent-limit",
+                "0.7",
+                "--sort",
+                sort,
+                "-i",
+            ])
+            .arg(&data)
+            .output();
+        let Ok(out) = out else { continue };
+        println!("\n$ perf report --no-children --sort {sort}");
+        for line in String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+            .take(30)
+        {
+            // perf pads every line to its widest symbol and adds empty columns.
+            println!("{}", line.trim_end().trim_end_matches([' ', '-']));
+        }
+    }
+    let _ = std::fs::remove_file(&data);
 }
 
 /// docs/overload.dat and, with gnuplot, docs/overload.png.
