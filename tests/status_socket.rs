@@ -453,11 +453,27 @@ fn a_client_that_never_reads_the_reply_is_dropped_after_the_reply_timeout() {
     let node = tb.node("r");
     let mut r = Relayd::start(&node, &body);
     let pid = r.proc.pid();
+    // The whole reply, read as it comes: `relayd status` gives up after 5 s without a
+    // byte, and building this status took up to 5.4 s with the CPUs busy.
+    let base = open_fds(pid);
     let t = Instant::now();
-    let full = serde_json::to_string(&r.status()).unwrap().len();
+    let mut c = UnixStream::connect(&r.socket).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    c.write_all(b"status\n").unwrap();
+    let mut reply = Vec::new();
+    c.read_to_end(&mut reply).unwrap();
+    let st: relayd::status::Status = serde_json::from_slice(&reply).unwrap();
+    assert_eq!(st.queues.len(), 1);
+    let full = reply.len();
     eprintln!("a full status: {full} bytes in {:?}", t.elapsed());
     assert!(full > 600_000, "reply of {full} bytes only");
-    let base = open_fds(pid);
+    // relayd closes its end just after the end of the reply.
+    drop(c);
+    assert!(
+        wait_for(Duration::from_secs(5), || open_fds(pid) == base),
+        "relayd holds {} descriptors, {base} before the first client",
+        open_fds(pid)
+    );
     let mut slow = UnixStream::connect(&r.socket).unwrap();
     slow.write_all(b"status\n").unwrap();
     // The reply timeout (5 s) starts when relayd starts writing the reply, once it has
