@@ -6,7 +6,7 @@ use anyhow::Context as _;
 use std::fs::File;
 use std::io::{Read, Seek, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Why the lock could not be taken.
@@ -27,6 +27,9 @@ pub enum LockError {
 
 /// Directory of the lock files.
 pub const LOCK_DIR: &str = "/run/relayd";
+
+/// The lock file's mode: only relayd's user may open it.
+const LOCK_MODE: u32 = 0o600;
 
 /// The lock a running daemon holds; released when dropped (or when the process dies).
 /// The file itself stays: deleting a lock file while another process waits to open it
@@ -49,13 +52,20 @@ impl InstanceLock {
     pub fn acquire(prefix: &str) -> Result<InstanceLock, LockError> {
         create_dirs(Path::new(LOCK_DIR)).with_context(|| format!("creating {LOCK_DIR}"))?;
         let path = lock_path(prefix)?;
+        // 0600 and no link followed: anyone who can open the file can flock it (read-only
+        // is enough) and so keep relayd from starting. A file an older relayd left more
+        // open is closed down before the lock is taken.
         let mut file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
+            .mode(LOCK_MODE)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
             .with_context(|| format!("opening {}", path.display()))?;
+        file.set_permissions(std::fs::Permissions::from_mode(LOCK_MODE))
+            .with_context(|| format!("making {} mode 0600", path.display()))?;
         // SAFETY: flock on an fd we own.
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             let mut pid = String::new();
@@ -333,6 +343,23 @@ mod tests {
         let _ = std::fs::remove_dir_all(&p);
         std::fs::create_dir_all(&p).unwrap();
         p
+    }
+
+    #[test]
+    fn the_lock_file_is_0600_even_if_an_older_one_was_open() {
+        if unsafe { libc::geteuid() } != 0 {
+            return; // /run/relayd is root's
+        }
+        let prefix = format!("LOCKTEST{}", std::process::id());
+        let path = lock_path(&prefix).unwrap();
+        create_dirs(Path::new(LOCK_DIR)).unwrap();
+        std::fs::write(&path, "").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let lock = InstanceLock::acquire(&prefix).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777;
+        drop(lock);
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(mode, 0o600, "lock file mode {mode:o}");
     }
 
     /// A socket left behind by a process that died: bound, never unlinked, closed.
