@@ -104,7 +104,10 @@ services = ["accept"]
     );
     // Everything UDP/5000 the paced sender managed to send (fewer than asked for on a
     // busy machine), and the ping's request and reply.
-    assert!(q4.packets >= sent + 2 && q4.dropped == 0, "sent {sent}: {q4:?}");
+    assert!(
+        q4.packets >= sent + 2 && q4.dropped == 0,
+        "sent {sent}: {q4:?}"
+    );
 }
 
 #[test]
