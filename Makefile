@@ -85,14 +85,16 @@ soak: deps
 # Fuzzing (fuzz/, docs/reliability.md): every cargo-fuzz target, one at a time, for
 # FUZZ_SECONDS each, from the committed seeds; installs cargo-fuzz if missing and needs
 # the nightly toolchain. A crash fails it and prints the input's path under fuzz/artifacts/.
-# `fuzz-smoke` (in `make test`) runs each for 30 s and only warns if nightly is missing.
+# `fuzz-smoke` (in `make test`) runs each for FUZZ_SMOKE_SECONDS (30) and only warns if
+# nightly is missing.
 # `fuzz-corpus` regenerates the committed seeds in fuzz/seeds/.
 FUZZ_SECONDS ?= 300
+FUZZ_SMOKE_SECONDS ?= 30
 .PHONY: fuzz fuzz-smoke fuzz-corpus
 fuzz:
 	FUZZ_SECONDS=$(FUZZ_SECONDS) bash fuzz/run.sh
 fuzz-smoke:
-	FUZZ_SECONDS=30 bash fuzz/run.sh --smoke
+	FUZZ_SECONDS=$(FUZZ_SMOKE_SECONDS) bash fuzz/run.sh --smoke
 fuzz-corpus:
 	cargo +nightly run --release --manifest-path fuzz/Cargo.toml --example build_corpus
 

@@ -55,11 +55,14 @@ fi
 
 start=$(date +%s)
 echo "== building ${#targets[@]} fuzz targets (nightly, AddressSanitizer, debug assertions)"
-if ! cargo +nightly fuzz build; then
+# Its own target dir whatever CARGO_TARGET_DIR says: the instrumented build must not mix
+# with the workspace's.
+if ! cargo +nightly fuzz build --target-dir fuzz/target; then
     echo "FUZZ FAILURE: the fuzz targets do not build" >&2
     exit 1
 fi
 built=$(date +%s)
+bin=fuzz/target/x86_64-unknown-linux-gnu/release
 echo "== built in $((built - start)) s; running each target for ${seconds} s"
 
 mkdir -p "$logs"
@@ -75,10 +78,13 @@ for t in "${targets[@]}"; do
     # Committed reproducers of fixed crashes run first, with the seeds.
     dirs=("fuzz/corpus/$t" "fuzz/seeds/$t")
     [ -d "fuzz/regressions/$t" ] && dirs+=("fuzz/regressions/$t")
+    # The binary `cargo fuzz build` made, run directly (as `cargo fuzz run` would, with
+    # its ASAN_OPTIONS), so that no target waits for another build.
     # shellcheck disable=SC2086
-    cargo +nightly fuzz run "$t" "${dirs[@]}" -- \
+    ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_odr_violation=0" \
+        "$bin/$t" -artifact_prefix="fuzz/artifacts/$t/" \
         -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-        -print_final_stats=1 ${FUZZ_ARGS:-} >"$log" 2>&1
+        -print_final_stats=1 ${FUZZ_ARGS:-} "${dirs[@]}" >"$log" 2>&1
     rc=$?
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
     last=$(grep -E '^#[0-9]+.*cov: ' "$log" | tail -1)

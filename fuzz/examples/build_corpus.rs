@@ -178,7 +178,7 @@ fn esp_seeds() {
         // Real packets sealed with the fuzz keys, for the keyless target.
         let crypto = SaCrypto::new(sa.cipher, &esp_key(sa.cipher));
         let esp = esp_seal(&crypto, i, 1 + i as u64, &esp_pad(sa.cipher, plain, next));
-        raw.add_with(&format!("{tag}"), &[if sa.v6 { 2 } else { 0 }, 0], &esp);
+        raw.add_with(&tag, &[if sa.v6 { 2 } else { 0 }, 0], &esp);
         let mut whole = if sa.v6 {
             ipv6_header(s6, d6, proto::ESP, esp.len())
         } else {

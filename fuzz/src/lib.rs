@@ -301,16 +301,47 @@ pub fn esp_key(cipher: Cipher) -> Vec<u8> {
         .collect()
 }
 
-/// Writes the fixed key of `cipher` to a key file relayd accepts (mode 0600, in a folder
-/// only this user can write, under `fuzz/target/`) and returns its path. Idempotent and
-/// safe when several fuzzing processes do it at once.
+/// Writes the fixed key of `cipher` to a key file relayd accepts and returns its path:
+/// mode 0600, in a folder only this user can write, under `fuzz/target/` or, when the
+/// checkout sits below a folder others can write (a clone in /tmp), under
+/// `$HOME/.cache/relayd-fuzz-keys`. relayd's own `load_key` decides which one passes.
+/// Idempotent and safe when several fuzzing processes do it at once.
 pub fn esp_key_file(cipher: Cipher) -> PathBuf {
+    static KEYS: OnceLock<Vec<(Cipher, PathBuf)>> = OnceLock::new();
+    let keys = KEYS.get_or_init(|| {
+        Cipher::ALL
+            .iter()
+            .map(|&(_, c)| (c, place_key(c)))
+            .collect()
+    });
+    keys.iter()
+        .find(|(c, _)| *c == cipher)
+        .map(|(_, p)| p.clone())
+        .expect("every cipher has a key")
+}
+
+fn place_key(cipher: Cipher) -> PathBuf {
+    let mut dirs = vec![PathBuf::from(FUZZ_DIR).join("target").join("fuzz-keys")];
+    if let Some(home) = std::env::var_os("HOME") {
+        dirs.push(PathBuf::from(home).join(".cache").join("relayd-fuzz-keys"));
+    }
+    let mut errors = Vec::new();
+    for dir in &dirs {
+        let path = write_key(dir, cipher);
+        match relay_svc_crypto::load_key(&path, cipher) {
+            Ok(_) => return path,
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
+    panic!("no folder for the fuzz keys that relayd accepts: {errors:?}");
+}
+
+fn write_key(dir: &std::path::Path, cipher: Cipher) -> PathBuf {
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    let dir = PathBuf::from(FUZZ_DIR).join("target").join("fuzz-keys");
     let _ = std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
-        .create(&dir);
+        .create(dir);
     let name = format!(
         "{}.key",
         cipher.key_len() * 10 + usize::from(cipher.is_gcm())
