@@ -104,14 +104,22 @@ impl Knobs {
 /// One CPU's counters from /proc/stat, in clock ticks.
 #[derive(Clone, Copy, Default, Debug)]
 struct CpuTicks {
-    busy: u64,
+    /// idle + iowait: measured at idle entry and exit (NO_HZ), to the microsecond, and
+    /// excluding interrupts taken while idle.
+    idle: u64,
     steal: u64,
-    total: u64,
 }
 
-fn read_cpus() -> Vec<CpuTicks> {
+/// All CPUs' counters and when they were read.
+struct CpuSnap {
+    at: Instant,
+    cpus: Vec<CpuTicks>,
+}
+
+fn read_cpus() -> CpuSnap {
     let text = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
-    let mut out = Vec::new();
+    let at = Instant::now();
+    let mut cpus = Vec::new();
     for line in text.lines() {
         // "cpuN ..." lines; not the "cpu  ..." total.
         let Some(rest) = line.strip_prefix("cpu").filter(|r| !r.starts_with(' ')) else {
@@ -121,21 +129,20 @@ fn read_cpus() -> Vec<CpuTicks> {
         let Some(Ok(n)) = f.next().map(str::parse::<usize>) else {
             continue;
         };
-        // user nice system idle iowait irq softirq steal (guest is inside user).
+        // user nice system idle iowait irq softirq steal
         let v: Vec<u64> = f.take(8).map(|x| x.parse().unwrap_or(0)).collect();
         if v.len() < 8 {
             continue;
         }
-        if out.len() <= n {
-            out.resize(n + 1, CpuTicks::default());
+        if cpus.len() <= n {
+            cpus.resize(n + 1, CpuTicks::default());
         }
-        out[n] = CpuTicks {
-            busy: v[0] + v[1] + v[2] + v[5] + v[6],
+        cpus[n] = CpuTicks {
+            idle: v[3] + v[4],
             steal: v[7],
-            total: v.iter().sum(),
         };
     }
-    out
+    CpuSnap { at, cpus }
 }
 
 fn ticks_per_sec() -> f64 {
@@ -147,23 +154,29 @@ fn ticks_per_sec() -> f64 {
 /// Busy share and busy seconds of each CPU between two readings.
 #[derive(Clone, Debug, Default)]
 struct CpuUse {
-    /// Busy / all ticks, per CPU.
+    /// Busy / wall time, per CPU.
     share: Vec<f64>,
-    /// Stolen by the hypervisor / all ticks, per CPU.
+    /// Stolen by the hypervisor / wall time, per CPU.
     steal: Vec<f64>,
     /// Busy seconds, per CPU.
     busy_s: Vec<f64>,
 }
 
-fn cpu_use(a: &[CpuTicks], b: &[CpuTicks]) -> CpuUse {
+/// Busy = wall time - idle - steal. Not the sum of the user, system, irq and softirq
+/// columns: without IRQ_TIME_ACCOUNTING those are sampled by the timer tick, which
+/// NO_HZ stops while a CPU idles, so softirq work done between idle periods (the kernel
+/// forwarding a packet, say) is mostly never sampled, while the idle column is measured.
+fn cpu_use(a: &CpuSnap, b: &CpuSnap) -> CpuUse {
     let hz = ticks_per_sec();
+    let wall = (b.at - a.at).as_secs_f64().max(1e-3);
     let mut u = CpuUse::default();
-    for (x, y) in a.iter().zip(b) {
-        let total = y.total.saturating_sub(x.total).max(1) as f64;
-        let busy = y.busy.saturating_sub(x.busy) as f64;
-        u.share.push(busy / total);
-        u.steal.push(y.steal.saturating_sub(x.steal) as f64 / total);
-        u.busy_s.push(busy / hz);
+    for (x, y) in a.cpus.iter().zip(&b.cpus) {
+        let idle = y.idle.saturating_sub(x.idle) as f64 / hz;
+        let steal = y.steal.saturating_sub(x.steal) as f64 / hz;
+        let busy = (wall - idle - steal).clamp(0.0, wall);
+        u.share.push(busy / wall);
+        u.steal.push(steal / wall);
+        u.busy_s.push(busy);
     }
     u
 }
@@ -446,9 +459,9 @@ fn trial(bed: &mut Bed, path: Path, size: usize, rate: Option<f64>) -> Trial {
         relay_traffic::udp_send(&cfg).expect("udp_send")
     });
     std::thread::sleep(Duration::from_secs_f64(warm));
-    let (c1, r1, t1) = (read_cpus(), bed.delivered(), Instant::now());
+    let (c1, r1) = (read_cpus(), bed.delivered());
     std::thread::sleep(Duration::from_secs_f64(secs));
-    let (c2, r2, t2) = (read_cpus(), bed.delivered(), Instant::now());
+    let (c2, r2) = (read_cpus(), bed.delivered());
     let sent = generator.join().expect("generator");
     // Let what is queued drain, then count the whole run.
     let mut last = bed.delivered();
@@ -467,7 +480,7 @@ fn trial(bed: &mut Bed, path: Path, size: usize, rate: Option<f64>) -> Trial {
     let t = Trial {
         offered: sent.pps(),
         loss: (1.0 - delivered as f64 / sent.packets.max(1) as f64).max(0.0),
-        delivered_rate: in_window as f64 / (t2 - t1).as_secs_f64(),
+        delivered_rate: in_window as f64 / (c2.at - c1.at).as_secs_f64(),
         relay_us: cpu.busy_s[relay] / in_window.max(1) as f64 * 1e6,
         relay_share: cpu.share[relay],
         cpu,
@@ -512,8 +525,13 @@ fn rfc2544(bed: &mut Bed, path: Path, size: usize) -> Search {
     }
     let mut lo: Option<Trial> = None;
     let mut hi = flood.offered;
-    // The flood's delivered rate is where the answer usually lies: start there.
-    let mut next = flood.delivered_rate.min(hi * 0.95);
+    // The flood's delivered rate is where the answer usually lies: start there, unless
+    // the flood drove the path into receive livelock (delivering next to nothing).
+    let mut next = if flood.delivered_rate > 0.2 * hi {
+        flood.delivered_rate.min(hi * 0.95)
+    } else {
+        hi / 2.0
+    };
     for _ in 0..bed.k.trials {
         let t = trial(bed, path, size, Some(next));
         if t.loss <= MAX_LOSS {
@@ -645,17 +663,9 @@ fn tcp(bed: &mut Bed, path: Path) -> Tcp {
         relay_traffic::tcp_send(dst, Duration::from_secs_f64(warm + secs)).expect("tcp send")
     });
     std::thread::sleep(Duration::from_secs_f64(warm));
-    let (c1, b1, t1) = (
-        read_cpus(),
-        progress.load(Ordering::Relaxed),
-        Instant::now(),
-    );
+    let (c1, b1) = (read_cpus(), progress.load(Ordering::Relaxed));
     std::thread::sleep(Duration::from_secs_f64(secs));
-    let (c2, b2, t2) = (
-        read_cpus(),
-        progress.load(Ordering::Relaxed),
-        Instant::now(),
-    );
+    let (c2, b2) = (read_cpus(), progress.load(Ordering::Relaxed));
     let (sent, _) = sender.join().expect("sender");
     let got = sink.join().expect("sink");
     assert_eq!(got, sent, "TCP lost bytes");
@@ -663,7 +673,7 @@ fn tcp(bed: &mut Bed, path: Path) -> Tcp {
     let cpu = cpu_use(&c1, &c2);
     let relay = bed.k.relay_cpu;
     let t = Tcp {
-        bps: bytes * 8.0 / (t2 - t1).as_secs_f64(),
+        bps: bytes * 8.0 / (c2.at - c1.at).as_secs_f64(),
         relay_ns_per_kb: cpu.busy_s[relay] * 1e9 / (bytes / 1000.0).max(1.0),
         relay_share: cpu.share[relay],
         cpu,
@@ -913,33 +923,43 @@ fn main() {
         }
     }
     writeln!(report, "\n### Overload: delivered against offered, 64-byte packets (x = multiple of relayd's RFC 2544 rate, {}/s)\n", fmt_rate(r64)).unwrap();
-    write!(report, "| x | offered/s |").unwrap();
+    write!(report, "| x |").unwrap();
     for p in &curve_paths {
-        write!(report, " {}: delivered/s | relay core |", p.name()).unwrap();
+        write!(
+            report,
+            " {}: offered/s | delivered/s | relay core |",
+            p.name()
+        )
+        .unwrap();
     }
-    writeln!(report, "\n|---|---|---|---|---|---|---|---|").unwrap();
+    writeln!(report, "\n|---|---|---|---|---|---|---|---|---|---|").unwrap();
     let mut dat = String::from(
-        "# x offered kernel_delivered fail_open_delivered fail_closed_delivered (packets/s; medians)\n",
+        "# x, then offered and delivered packets/s (medians) for: kernel, relayd fail-open, relayd fail-closed\n",
     );
     for (i, m) in mults.iter().enumerate() {
-        let offered = med(&curve[0][i], |t| t.offered);
-        write!(report, "| {m} | {} |", fmt_rate(offered)).unwrap();
-        write!(dat, "{m} {offered:.0}").unwrap();
+        write!(report, "| {m} |").unwrap();
+        write!(dat, "{m}").unwrap();
         for c in &curve {
+            let o = med(&c[i], |t| t.offered);
             let d = med(&c[i], |t| t.delivered_rate);
             write!(
                 report,
-                " {} | {} |",
+                " {} | {} | {} |",
+                fmt_rate(o),
                 fmt_rate(d),
                 pct(med(&c[i], |t| t.relay_share))
             )
             .unwrap();
-            write!(dat, " {d:.0}").unwrap();
+            write!(dat, " {o:.0} {d:.0}").unwrap();
         }
         writeln!(report).unwrap();
         writeln!(dat).unwrap();
     }
-    let reached = med(&curve[0][mults.len() - 1], |t| t.offered) / r64;
+    let reached = curve
+        .iter()
+        .map(|c| med(&c[mults.len() - 1], |t| t.offered))
+        .fold(0.0, f64::max)
+        / r64;
     writeln!(
         report,
         "\nThe generator reached {reached:.1}x relayd's RFC 2544 rate at most (offered/s is what it sent, not what was asked)."
@@ -1109,9 +1129,9 @@ fn write_plot(dat: &str) {
         set key top left\n\
         set grid\n\
         plot 'overload.dat' using 2:3 with linespoints title 'kernel forwarding', \\\n\
-             'overload.dat' using 2:4 with linespoints title 'relayd accept, fail-open', \\\n\
-             'overload.dat' using 2:5 with linespoints title 'relayd accept, fail-closed', \\\n\
-             'overload.dat' using 2:2 with lines dt 2 title 'offered'\n";
+             'overload.dat' using 4:5 with linespoints title 'relayd accept, fail-open', \\\n\
+             'overload.dat' using 6:7 with linespoints title 'relayd accept, fail-closed', \\\n\
+             'overload.dat' using 4:4 with lines dt 2 title 'delivered = offered'\n";
     let gp = std::env::temp_dir().join(format!("relayd-overload-{}.gp", std::process::id()));
     std::fs::write(&gp, script).expect("gnuplot script");
     let ok = std::process::Command::new("gnuplot")
