@@ -31,8 +31,8 @@
 //! Run: `make bench-passthrough` (root, about 25 minutes). Environment: ROUNDS (default 3),
 //! SECS per measurement (default 3), TRIALS per RFC 2544 search (default 8), SMOKE=1 (one
 //! round of one second, tiny searches, nothing written: what `make test` runs), PROFILE=1
-//! (only `perf record -C RELAY -g` of a flood, kernel and relayd `accept`, and the top of
-//! `perf report`).
+//! (only `perf record -C RELAY -g` of a flood, or of PROFILE_PPS packets/s, through the
+//! kernel and relayd `accept`, and the top of `perf report`).
 
 use relay_testbed::{Line3, Node, Proc, line3};
 use std::fmt::Write as _;
@@ -896,12 +896,20 @@ fn main() {
         .unwrap();
     }
     let flood = &fixed[loads.len() - 1][1];
+    let search = searches.iter().position(|&s| s == (accept, 64)).unwrap();
     writeln!(
         report,
-        "\nrelayd `accept` saturates its core (flood: relay core {}) at {} packets/s delivered; RFC 2544 rate {} packets/s.",
+        "\nrelayd `accept` saturates its core at its RFC 2544 rate, {} packets/s (relay core {} busy there); in a flood of {}/s its core is {} busy and delivers {} packets/s{}.",
+        fmt_rate(r64),
+        pct(med(&found[search], |s| s.at.relay_share)),
+        fmt_rate(med(flood, |t| t.offered)),
         pct(med(flood, |t| t.relay_share)),
         fmt_rate(med(flood, |t| t.delivered_rate)),
-        fmt_rate(r64)
+        if med(flood, |t| t.delivered_rate) < 0.5 * r64 {
+            " (receive livelock: the core goes to packets dropped at the full queue)"
+        } else {
+            ""
+        }
     )
     .unwrap();
 
@@ -1058,6 +1066,12 @@ fn profile(bed: &mut Bed, path: Path) {
     let mut cfg = relay_traffic::UdpSendConfig::new(format!("10.0.2.2:{PORT}").parse().unwrap());
     cfg.size = 64 - IP_UDP;
     cfg.batch = 64;
+    cfg.burst = Some(256);
+    // PROFILE_PPS: a paced rate instead of a flood (relayd keeping up, not livelocked).
+    let pps: Option<f64> = std::env::var("PROFILE_PPS")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    cfg.rate_bps = pps.map(|r| (r * 64.0 * 8.0).round() as u64);
     cfg.duration = Duration::from_secs_f64(warm + secs + 1.0);
     let rx0 = bed.delivered();
     let generator = bed.l.src.run_bg(move || {
@@ -1076,7 +1090,8 @@ fn profile(bed: &mut Bed, path: Path) {
     let sent = generator.join().expect("generator");
     let delivered = bed.delivered() - rx0;
     println!(
-        "\n## perf record -C {relay} -g, {secs} s of a 64-byte flood through {}: offered {}/s, delivered {} of {} sent, {}",
+        "\n## perf record -C {relay} -g, {secs} s of 64-byte packets ({}) through {}: offered {}/s, delivered {} of {} sent, {}",
+        pps.map_or("flood".into(), |p| format!("paced at {}/s", fmt_rate(p))),
         path.name(),
         fmt_rate(sent.pps()),
         delivered,
