@@ -11,12 +11,14 @@
 mod affinity;
 mod hold;
 mod netlink;
+mod priority;
 pub mod procfs;
 mod queue;
 
 pub use affinity::{MAX_CPU, available_cpus, format_cpu_list};
 #[doc(hidden)]
 pub use netlink::fuzz_decode_datagram;
+pub use priority::NICE_RANGE;
 pub use procfs::KernelQueueStats;
 pub use queue::{HoldConfig, Queue, QueueConfig};
 
@@ -42,4 +44,18 @@ pub enum NfqError {
     /// The kernel refused to pin the queue's thread (`pthread_setaffinity_np`).
     #[error("queue {0}: pinning its thread to {1} failed: {2}")]
     Affinity(u16, String, #[source] std::io::Error),
+    /// The kernel refused the queue thread's nice value (`setpriority`), or relayd could
+    /// not read the one it inherited (`getpriority`).
+    #[error("queue {num}: {what} failed: {source}{hint}")]
+    Priority {
+        /// The queue.
+        num: u16,
+        /// What was attempted, with the value ("setting its thread's nice value to -5").
+        what: String,
+        /// What the operator can do about it (empty if nothing is known).
+        hint: &'static str,
+        /// The kernel's answer.
+        #[source]
+        source: std::io::Error,
+    },
 }

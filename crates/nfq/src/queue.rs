@@ -17,6 +17,7 @@ use crate::netlink::{
     self, HDR_LEN, Messages, NF_ACCEPT, NF_DROP, NF_REPEAT, NFNL_SUBSYS_QUEUE, NFQNL_MSG_PACKET,
     NLMSG_ERROR, QueueParams, Socket, VERDICT_HDR_MAX, align4,
 };
+use crate::priority::{self, NICE_RANGE};
 use relay_core::CtMarkBits;
 use relay_core::Hook;
 use relay_core::packet::PacketMeta;
@@ -62,6 +63,12 @@ pub struct QueueConfig {
     /// it where the scheduler likes (the affinity relayd was started with). Applied at
     /// start and on every update; must be one of [`crate::available_cpus`].
     pub cpu: Option<usize>,
+    /// The queue thread's nice value (`setpriority`, -20 to 19: lower runs more), or
+    /// `None` to leave the one it inherited from the thread that started it. On a core
+    /// shared with the kernel's receive work, a negative value keeps the queue thread
+    /// served under overload. Applied at start and on every update; lowering it needs
+    /// CAP_SYS_NICE.
+    pub nice: Option<i32>,
 }
 
 /// How many packets a queue may hold for a later verdict, and what happens beyond that.
@@ -94,7 +101,8 @@ impl Default for HoldConfig {
 
 impl QueueConfig {
     /// Defaults for queue `num`: whole packets, 1024 queued, fail-open, no GSO, 8 MiB buffer,
-    /// 64 packets per system call, batch verdicts on, no conntrack state, no holding.
+    /// 64 packets per system call, batch verdicts on, no conntrack state, no holding, no
+    /// CPU pin, the inherited nice value.
     pub fn new(num: u16) -> QueueConfig {
         QueueConfig {
             num,
@@ -109,6 +117,7 @@ impl QueueConfig {
             ct_mark_bits: None,
             hold: HoldConfig::default(),
             cpu: None,
+            nice: None,
         }
     }
 
@@ -147,6 +156,12 @@ pub struct Queue {
     pinned: Mutex<Option<usize>>,
     /// The mask the thread was started with, restored when a pin is taken away.
     inherited: CpuMask,
+    /// The thread's kernel id, which `setpriority` takes.
+    tid: libc::pid_t,
+    /// The nice value set on the thread now (`None`: the inherited one).
+    niced: Mutex<Option<i32>>,
+    /// The nice value the thread was started with, restored when `nice` is taken away.
+    inherited_nice: i32,
 }
 
 impl std::fmt::Debug for Queue {
@@ -192,6 +207,15 @@ fn check_config(cfg: &QueueConfig, stage_mask: u32) -> Result<(), NfqError> {
             h + cfg.batch.clamp(1, 1024)
         ));
     }
+    if let Some(nice) = cfg.nice
+        && !NICE_RANGE.contains(&nice)
+    {
+        return invalid(format!(
+            "nice {nice} is outside {}..{}",
+            NICE_RANGE.start(),
+            NICE_RANGE.end()
+        ));
+    }
     if let Some(cpu) = cfg.cpu {
         let available = crate::available_cpus()
             .map_err(|e| NfqError::Affinity(cfg.num, format!("CPU {cpu}"), e))?;
@@ -233,6 +257,13 @@ impl Queue {
         check_config(cfg, chain.stages().mask())?;
         let inherited = CpuMask::current()
             .map_err(|e| NfqError::Affinity(cfg.num, "the inherited CPUs".into(), e))?;
+        // The thread starts with this thread's nice value (Linux keeps one per thread).
+        let inherited_nice = priority::nice_of(0).map_err(|source| NfqError::Priority {
+            num: cfg.num,
+            what: "reading the inherited nice value".into(),
+            hint: "",
+            source,
+        })?;
         let mut sock = Socket::open(cfg.rcvbuf, sndbuf_for(cfg), RECV_TIMEOUT_MS)?;
         let kernel_conntrack = sock.bind_queue(cfg.num, &cfg.params())?;
         let rcvbuf = sock.rcvbuf();
@@ -243,18 +274,31 @@ impl Queue {
         });
         let worker_shared = shared.clone();
         let worker_counters = counters.clone();
-        let cpu = cfg.cpu;
+        let (cpu, nice) = (cfg.cpu, cfg.nice);
         let cfg = cfg.clone();
         let num = cfg.num;
+        // The thread tells its kernel id first thing, for setpriority.
+        let (tid_tx, tid_rx) = std::sync::mpsc::sync_channel(1);
         let thread = std::thread::Builder::new()
             .name(format!("relayd-q{num}"))
             .spawn(move || {
+                // The receiver waits for this; if it is gone, start has failed anyway.
+                let _ = tid_tx.send(priority::current_tid());
                 block_signals();
                 let mut w = Worker::new(sock, cfg, chain, worker_counters, worker_shared);
                 w.ct_refused = w.cfg.conntrack && !kernel_conntrack;
                 w.run();
             })
             .map_err(|e| NfqError::Socket("spawn queue thread", e))?;
+        let Ok(tid) = tid_rx.recv() else {
+            // The thread ended without a word (it cannot, short of a panic).
+            shared.stop.store(true, Ordering::Release);
+            let _ = thread.join();
+            return Err(NfqError::Socket(
+                "spawn queue thread",
+                io::Error::other("the queue thread ended at once"),
+            ));
+        };
         let queue = Queue {
             num,
             shared,
@@ -264,10 +308,15 @@ impl Queue {
             kernel_conntrack,
             pinned: Mutex::new(None),
             inherited,
+            tid,
+            niced: Mutex::new(None),
+            inherited_nice,
         };
-        // Pinned before any rule feeds the queue (the daemon binds queues first); if the
-        // kernel refuses, the queue is stopped again (on drop) and the error returned.
+        // Pinned and niced before any rule feeds the queue (the daemon binds queues
+        // first); if the kernel refuses, the queue is stopped again (on drop) and the
+        // error returned.
         queue.pin(cpu)?;
+        queue.renice(nice)?;
         Ok(queue)
     }
 
@@ -296,6 +345,52 @@ impl Queue {
     /// The CPU the queue's thread is pinned to, if any.
     pub fn cpu(&self) -> Option<usize> {
         *self.pinned.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets the thread's nice value to `nice`, or gives it back the one it started with
+    /// (`None`), if that changes anything.
+    fn renice(&self, nice: Option<i32>) -> Result<(), NfqError> {
+        let mut niced = self.niced.lock().unwrap_or_else(|e| e.into_inner());
+        if *niced == nice {
+            return Ok(());
+        }
+        let (value, what) = match nice {
+            Some(n) if NICE_RANGE.contains(&n) => {
+                (n, format!("setting its thread's nice value to {n}"))
+            }
+            Some(n) => {
+                return Err(NfqError::Invalid(format!(
+                    "queue {}: nice {n} is outside {}..{}",
+                    self.num,
+                    NICE_RANGE.start(),
+                    NICE_RANGE.end()
+                )));
+            }
+            None => (
+                self.inherited_nice,
+                format!(
+                    "restoring its thread's inherited nice value {}",
+                    self.inherited_nice
+                ),
+            ),
+        };
+        // A finished thread's id may be reused: leave a dead queue's alone.
+        if self.thread.as_ref().is_some_and(|t| !t.is_finished()) {
+            let from = niced.unwrap_or(self.inherited_nice);
+            priority::set_nice(self.tid, value).map_err(|source| NfqError::Priority {
+                num: self.num,
+                what,
+                hint: priority::hint(&source, from, value),
+                source,
+            })?;
+        }
+        *niced = nice;
+        Ok(())
+    }
+
+    /// The nice value set on the queue's thread, if any (`None`: the inherited one).
+    pub fn nice(&self) -> Option<i32> {
+        *self.niced.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// True if the kernel took the conntrack flag at start, so it sends each packet's
@@ -328,12 +423,21 @@ impl Queue {
     /// buffers for the new copy range and batch, then tells the kernel, then switches chains
     /// between two batches, so no packet is lost or sees half of each chain.
     /// Packets held when the update is applied get their verdicts first (accept), so none
-    /// is lost. A changed `cpu` is applied at once, before anything else; if the kernel
-    /// refuses it, the queue keeps its old settings and the error comes back.
+    /// is lost. A changed `cpu` or `nice` is applied at once, before anything else; if
+    /// the kernel refuses either, the queue keeps its old settings and the error comes
+    /// back.
     pub fn update(&self, chain: Chain, cfg: &QueueConfig) -> Result<(), NfqError> {
         check_config(cfg, chain.stages().mask())?;
-        // The thread's CPU first: if the kernel refuses it, nothing else changes.
+        // The thread's CPU and nice value first: if the kernel refuses one, nothing else
+        // changes (a new pin is taken back if the nice value is refused).
+        let old_cpu = self.cpu();
         self.pin(cfg.cpu)?;
+        if let Err(e) = self.renice(cfg.nice) {
+            if let Err(back) = self.pin(old_cpu) {
+                tracing::warn!(queue = self.num, "{back}");
+            }
+            return Err(e);
+        }
         *self.shared.update.lock().unwrap_or_else(|e| e.into_inner()) = Some((chain, cfg.clone()));
         self.shared.has_update.store(true, Ordering::Release);
         Ok(())

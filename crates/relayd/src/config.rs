@@ -152,6 +152,9 @@ pub struct QueueSpec {
     /// CPUs the queue threads are pinned to: queue `first + i` on `cpus[i % len]`; empty
     /// leaves them unpinned.
     pub cpus: Vec<usize>,
+    /// The nice value of every queue thread of the entry (`setpriority`, -20 to 19);
+    /// `None` leaves the one relayd was started with.
+    pub nice: Option<i32>,
     /// A service reads the packets' conntrack state.
     pub conntrack: bool,
     /// How many packets the queue may hold for a later verdict (services that delay).
@@ -330,6 +333,8 @@ struct RawQueue {
     cpu_fanout: Option<bool>,
     #[serde(default)]
     cpu: Option<Spanned<toml::Value>>,
+    #[serde(default)]
+    nice: Option<Spanned<toml::Value>>,
 }
 
 /// Default status socket path.
@@ -1041,6 +1046,7 @@ fn check_queue(
             )
         })
         .unwrap_or_default();
+    let nice = q.nice.as_ref().and_then(|n| check_nice(cx, n, &f("nice")));
     if cx.errors.len() > errors_before {
         return None;
     }
@@ -1067,9 +1073,32 @@ fn check_queue(
         batch,
         cpu_fanout,
         cpus,
+        nice,
         conntrack,
         hold,
     })
+}
+
+/// A queue's `nice`: an integer the kernel takes as is (it would clamp others silently).
+fn check_nice(cx: &mut Ctx<'_>, v: &Spanned<toml::Value>, field: &str) -> Option<i32> {
+    let range = relay_nfq::NICE_RANGE;
+    let nice = v
+        .get_ref()
+        .as_integer()
+        .and_then(|n| i32::try_from(n).ok())
+        .filter(|n| range.contains(n));
+    if nice.is_none() {
+        cx.err(
+            Some(v.span()),
+            field,
+            format!(
+                "must be a nice value from {} to {} (lower runs more)",
+                range.start(),
+                range.end()
+            ),
+        );
+    }
+    nice
 }
 
 /// A queue's `cpu`: one CPU number, or a list of them for a range (queue `first + i` on
@@ -2018,5 +2047,40 @@ rate = 5
             e[0].message.contains("lists 2 CPUs for 1 queue thread"),
             "{e:?}"
         );
+    }
+
+    #[test]
+    fn queue_nice_is_checked_and_shared_by_a_range() {
+        let q = |num: &str, nice: &str| {
+            format!(
+                "[[queue]]\nnum = {num}\nhook = \"forward\"\nservices = [\"accept\"]\nnice = {nice}\n"
+            )
+        };
+        assert_eq!(parsed(&q("0", "-5")).queues[0].nice, Some(-5));
+        assert_eq!(parsed(&q("0", "-20")).queues[0].nice, Some(-20));
+        assert_eq!(parsed(&q("0", "19")).queues[0].nice, Some(19));
+        // A range: every thread gets the same value.
+        let c = parsed(&q("\"4-7\"", "-10"));
+        let cfgs: Vec<Option<i32>> = c.queues[0]
+            .nums()
+            .map(|n| crate::daemon::queue_config(&c.queues[0], n, c.daemon.ct_mark_bits).nice)
+            .collect();
+        assert_eq!(cfgs, vec![Some(-10); 4]);
+        // No `nice`: inherited.
+        let c = parsed("[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"accept\"]\n");
+        assert_eq!(c.queues[0].nice, None);
+        // Out of range, not an integer: the file, line and field.
+        let e = first_err(&q("0", "20"), 5, "queue[0].nice");
+        let text = e[0].to_string();
+        assert!(text.starts_with("t.toml:5:"), "{text}");
+        assert!(
+            text.contains("must be a nice value from -20 to 19"),
+            "{text}"
+        );
+        first_err(&q("0", "-21"), 5, "queue[0].nice");
+        first_err(&q("0", "4294967296"), 5, "queue[0].nice");
+        first_err(&q("0", "\"-5\""), 5, "queue[0].nice");
+        first_err(&q("0", "-5.0"), 5, "queue[0].nice");
+        first_err(&q("0", "[-5]"), 5, "queue[0].nice");
     }
 }

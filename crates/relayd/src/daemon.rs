@@ -63,7 +63,8 @@ impl std::fmt::Debug for Daemon {
     }
 }
 
-fn queue_config(spec: &QueueSpec, num: u16, ct_bits: CtMarkBits) -> QueueConfig {
+/// The kernel queue and thread settings of queue `num` of `spec`.
+pub(crate) fn queue_config(spec: &QueueSpec, num: u16, ct_bits: CtMarkBits) -> QueueConfig {
     QueueConfig {
         num,
         copy_range: spec.copy_range,
@@ -77,6 +78,7 @@ fn queue_config(spec: &QueueSpec, num: u16, ct_bits: CtMarkBits) -> QueueConfig 
         ct_mark_bits: spec.conntrack.then_some(ct_bits),
         hold: spec.hold,
         cpu: spec.cpu_for(num),
+        nice: spec.nice,
     }
 }
 
@@ -380,7 +382,8 @@ impl Daemon {
             if let Some(spec) = wanted.get(num) {
                 let cfg = queue_config(spec, *num, new.daemon.ct_mark_bits);
                 let chain = self.counters.chain(spec, *num, bypass);
-                // Checked by the configuration already; an error here is a bug, not input.
+                // Checked by the configuration already; what is left is the kernel refusing
+                // a CPU pin or a nice value (no CAP_SYS_NICE, say).
                 if let Err(e) = r.queue.update(chain, &cfg) {
                     tracing::error!(queue = num, "queue keeps its old settings: {e}");
                     continue;
