@@ -2,7 +2,7 @@
 # Both need root (network namespaces, iptables, NFQUEUE), as relayd itself does.
 
 CARGO ?= cargo
-DEBIAN_PACKAGES := iptables iproute2 iputils-ping procps curl tcpdump
+DEBIAN_PACKAGES := iptables iproute2 iputils-ping procps curl tcpdump ethtool
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all build release deps test lint unit demo bench bench-passthrough bench-esp experiment-compress experiment-split bench-proxy clean

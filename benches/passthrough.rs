@@ -191,6 +191,38 @@ struct Bed {
     k: Knobs,
     /// dst drops the bench's UDP datagrams in raw PREROUTING (after the counter).
     dropping: bool,
+    /// How the relay core receives what src sends.
+    rx: Rx,
+}
+
+/// How the relay core receives from src. Either way all of it runs on the relay core.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Rx {
+    /// The relay's ingress veth receives in its own NAPI (GRO on), run by a kernel thread
+    /// (`threaded` = 1) pinned to the relay core: receive work is a thread the scheduler
+    /// shares with relayd's queue thread, as on a router with `threaded` NAPI on its NIC.
+    /// The default (RELAY_RX=napi).
+    Napi,
+    /// RPS steers receive work to the relay core's softirq (RELAY_RX=rps), which preempts
+    /// relayd's thread whenever packets arrive: receive livelock under overload.
+    Rps,
+}
+
+impl Rx {
+    fn default_from_env() -> Rx {
+        match std::env::var("RELAY_RX").as_deref() {
+            Ok("rps") => Rx::Rps,
+            Ok("napi") | Err(_) => Rx::Napi,
+            Ok(other) => panic!("RELAY_RX={other}: napi or rps"),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Rx::Napi => "threaded NAPI",
+            Rx::Rps => "RPS softirq",
+        }
+    }
 }
 
 fn proc_net_dev(node: &Node) -> std::fs::File {
@@ -209,6 +241,21 @@ fn rx_packets(f: &mut std::fs::File, ifname: &str) -> u64 {
             rest.split_whitespace().nth(1)?.parse().ok()
         })
         .unwrap_or_else(|| panic!("{ifname} not in net/dev:\n{text}"))
+}
+
+/// Kernel threads whose name starts with `napi/`, by pid.
+fn napi_threads() -> Vec<(u32, String)> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        if comm.starts_with("napi/") {
+            v.push((pid, comm.trim().to_string()));
+        }
+    }
+    v
 }
 
 fn sh(node: &Node, script: &str) {
@@ -247,14 +294,66 @@ impl Bed {
                 }
             }
         }
+        // veth hands a packet to the receiver's NAPI (rather than to netif_rx, and so to
+        // RPS) only if the sender's device does no TSO or the packet qualifies for UDP GRO
+        // forwarding: src's veth without TSO sends everything through the relay's NAPI
+        // (TCP goes out segmented in software; the relay's GRO puts it back together).
+        sh(&l.src, "ethtool -K eth0 tso off");
         assert!(l.src.ping("10.0.2.2"), "no path src -> dst");
         let dst_dev = proc_net_dev(&l.dst);
-        Bed {
+        let mut bed = Bed {
             l,
             dst_dev,
             k,
             dropping: false,
+            rx: Rx::Rps,
+        };
+        bed.set_rx(Rx::default_from_env());
+        bed
+    }
+
+    /// Switches how the relay core receives from src (see [`Rx`]).
+    fn set_rx(&mut self, rx: Rx) {
+        if rx == self.rx {
+            return;
         }
+        let relay = &self.l.relay;
+        match rx {
+            Rx::Napi => {
+                let before = napi_threads();
+                sh(
+                    relay,
+                    "echo 0 > /sys/class/net/eth0/queues/rx-0/rps_cpus && ethtool -K eth0 gro on && echo 1 > /sys/class/net/eth0/threaded",
+                );
+                let new: Vec<_> = napi_threads()
+                    .into_iter()
+                    .filter(|t| !before.contains(t))
+                    .collect();
+                assert_eq!(
+                    new.len(),
+                    1,
+                    "one new NAPI thread for the relay's eth0: {new:?}"
+                );
+                let (pid, name) = &new[0];
+                // SAFETY: an all-zero cpu_set_t is the empty set; CPU_SET stays within it
+                // (the relay CPU came from sched_getaffinity); the pointer and size
+                // describe that one set.
+                let rc = unsafe {
+                    let mut set: libc::cpu_set_t = std::mem::zeroed();
+                    libc::CPU_SET(self.k.relay_cpu, &mut set);
+                    libc::sched_setaffinity(*pid as libc::pid_t, size_of::<libc::cpu_set_t>(), &set)
+                };
+                assert_eq!(rc, 0, "pinning {name}: {}", std::io::Error::last_os_error());
+            }
+            Rx::Rps => sh(
+                relay,
+                &format!(
+                    "echo 0 > /sys/class/net/eth0/threaded && ethtool -K eth0 gro off && echo {:x} > /sys/class/net/eth0/queues/rx-0/rps_cpus",
+                    1u64 << self.k.relay_cpu
+                ),
+            ),
+        }
+        self.rx = rx;
     }
 
     fn delivered(&mut self) -> u64 {
@@ -303,10 +402,14 @@ impl Path {
         }
     }
 
+    /// The configuration: the queue on the relay core, at `nice` (QUEUE_NICE, default -5,
+    /// as docs/operations.md recommends beside threaded NAPI).
     fn body(self, cpu: usize) -> Option<String> {
+        let nice: i32 = env_num("QUEUE_NICE", -5);
+        let batch: usize = env_num("QUEUE_BATCH", 64);
         let queue = |extra: &str, services: &str| {
             format!(
-                "[[queue]]\nnum = 0\nhook = \"forward\"\ncpu = {cpu}\n{extra}services = [{services}]\n"
+                "[[queue]]\nnum = 0\nhook = \"forward\"\ncpu = {cpu}\nnice = {nice}\nbatch = {batch}\n{extra}services = [{services}]\n"
             )
         };
         Some(match self {
@@ -738,6 +841,10 @@ fn main() {
         );
     }
     let mut bed = Bed::new(k);
+    if let Ok(mults) = std::env::var("PROBE") {
+        probe(&mut bed, &mults);
+        return;
+    }
     if std::env::var_os("PROFILE").is_some() {
         for path in [Path::Kernel, Path::Accept { fail_open: false }] {
             profile(&mut bed, path);
@@ -745,14 +852,16 @@ fn main() {
         return;
     }
     println!(
-        "passthrough: relay core = CPU {relay_cpu}, traffic core = CPU {traffic_cpu}; {rounds} round(s) of {secs} s per measurement{}",
+        "passthrough: relay core = CPU {relay_cpu} ({}), traffic core = CPU {traffic_cpu}; {rounds} round(s) of {secs} s per measurement{}",
+        bed.rx.name(),
         if smoke { " (SMOKE)" } else { "" }
     );
     let mut report = String::new();
     let uptime = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     writeln!(
         report,
-        "\n## passthrough: relay core CPU {relay_cpu}, traffic core CPU {traffic_cpu}; medians of {rounds} round(s) of {secs} s; load average at start: {}",
+        "\n## passthrough: relay core CPU {relay_cpu} ({}), traffic core CPU {traffic_cpu}; medians of {rounds} round(s) of {secs} s; load average at start: {}",
+        bed.rx.name(),
         uptime.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
     )
     .unwrap();
@@ -919,30 +1028,47 @@ fn main() {
     } else {
         vec![0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0]
     };
-    let curve_paths = [Path::Kernel, Path::Accept { fail_open: true }, accept];
+    // The bench's receive mode, and relayd fail-closed with the other one beside it (the
+    // receive livelock that threaded NAPI avoids).
+    let rx = bed.rx;
+    let other = if rx == Rx::Napi { Rx::Rps } else { Rx::Napi };
+    let curve_paths = [
+        (Path::Kernel, rx),
+        (Path::Accept { fail_open: true }, rx),
+        (accept, rx),
+        (accept, other),
+    ];
     let mut curve: Vec<Vec<Vec<Trial>>> = vec![vec![Vec::new(); mults.len()]; curve_paths.len()];
     for round in 0..rounds {
         println!("Overload curve, round {}/{rounds}", round + 1);
-        for (j, &path) in curve_paths.iter().enumerate() {
+        for (j, &(path, rx)) in curve_paths.iter().enumerate() {
+            bed.set_rx(rx);
             let _r = start(&bed, path);
             for (i, m) in mults.iter().enumerate() {
                 curve[j][i].push(trial(&mut bed, path, 64, Some(m * r64)));
             }
         }
     }
+    bed.set_rx(rx);
     writeln!(report, "\n### Overload: delivered against offered, 64-byte packets (x = multiple of relayd's RFC 2544 rate, {}/s)\n", fmt_rate(r64)).unwrap();
     write!(report, "| x |").unwrap();
-    for p in &curve_paths {
+    for (p, rx) in &curve_paths {
         write!(
             report,
-            " {}: offered/s | delivered/s | relay core |",
-            p.name()
+            " {} ({}): offered/s | delivered/s | relay core |",
+            p.name(),
+            rx.name()
         )
         .unwrap();
     }
-    writeln!(report, "\n|---|---|---|---|---|---|---|---|---|---|").unwrap();
-    let mut dat = String::from(
-        "# x, then offered and delivered packets/s (medians) for: kernel, relayd fail-open, relayd fail-closed\n",
+    writeln!(report, "\n|---|{}", "---|".repeat(3 * curve_paths.len())).unwrap();
+    let mut dat = format!(
+        "# x, then offered and delivered packets/s (medians) for: {}\n",
+        curve_paths
+            .iter()
+            .map(|(p, rx)| format!("{} ({})", p.name(), rx.name()))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     for (i, m) in mults.iter().enumerate() {
         write!(report, "| {m} |").unwrap();
@@ -974,7 +1100,7 @@ fn main() {
     )
     .unwrap();
     if !smoke {
-        write_plot(&dat);
+        write_plot(&dat, rx, other);
     }
 
     // 4. Added latency. ---------------------------------------------------------------------
@@ -1056,6 +1182,30 @@ fn main() {
     );
 }
 
+/// PROBE=x,y,..: relayd `accept` fail-closed and fail-open at those multiples of R64
+/// (default 144,000) packets/s, then latency at 10 % and 50 % of it: a quick look while
+/// tuning, no report.
+fn probe(bed: &mut Bed, mults: &str) {
+    let r64: f64 = env_num("R64", 144_000.0);
+    for path in [
+        Path::Accept { fail_open: false },
+        Path::Accept { fail_open: true },
+    ] {
+        let _r = start(bed, path);
+        for m in mults
+            .split(',')
+            .filter_map(|m| m.trim().parse::<f64>().ok())
+        {
+            trial(bed, path, 64, Some(m * r64));
+        }
+    }
+    for f in [0.1, 0.5] {
+        for path in [Path::Kernel, Path::Accept { fail_open: false }] {
+            latency(bed, path, f * r64);
+        }
+    }
+}
+
 /// PROFILE=1: a 64-byte flood through `path` with `perf record -C RELAY -g` over the
 /// window, and the top of `perf report --no-children` by command and object, and by
 /// symbol (docs/performance.md keeps them beside the figures).
@@ -1133,20 +1283,24 @@ fn profile(bed: &mut Bed, path: Path) {
 }
 
 /// docs/overload.dat and, with gnuplot, docs/overload.png.
-fn write_plot(dat: &str) {
+fn write_plot(dat: &str, rx: Rx, other: Rx) {
     let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs");
     std::fs::write(docs.join("overload.dat"), dat).expect("writing docs/overload.dat");
-    let script = "set terminal pngcairo size 800,500\n\
+    let (a, b) = (rx.name(), other.name());
+    let script = format!(
+        "set terminal pngcairo size 800,500\n\
         set output 'overload.png'\n\
         set title 'Overload: one relay core, 64-byte UDP (make bench-passthrough)'\n\
         set xlabel 'offered (packets/s)'\n\
         set ylabel 'delivered (packets/s)'\n\
         set key top left\n\
         set grid\n\
-        plot 'overload.dat' using 2:3 with linespoints title 'kernel forwarding', \\\n\
-             'overload.dat' using 4:5 with linespoints title 'relayd accept, fail-open', \\\n\
-             'overload.dat' using 6:7 with linespoints title 'relayd accept, fail-closed', \\\n\
-             'overload.dat' using 4:4 with lines dt 2 title 'delivered = offered'\n";
+        plot 'overload.dat' using 2:3 with linespoints title 'kernel forwarding ({a})', \\\n\
+             'overload.dat' using 4:5 with linespoints title 'relayd accept, fail-open ({a})', \\\n\
+             'overload.dat' using 6:7 with linespoints title 'relayd accept, fail-closed ({a})', \\\n\
+             'overload.dat' using 8:9 with linespoints title 'relayd accept, fail-closed ({b})', \\\n\
+             'overload.dat' using 4:4 with lines dt 2 title 'delivered = offered'\n"
+    );
     let gp = std::env::temp_dir().join(format!("relayd-overload-{}.gp", std::process::id()));
     std::fs::write(&gp, script).expect("gnuplot script");
     let ok = std::process::Command::new("gnuplot")
