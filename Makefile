@@ -5,7 +5,7 @@ CARGO ?= cargo
 DEBIAN_PACKAGES := iptables iproute2 iputils-ping procps curl tcpdump ethtool
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build release deps test lint unit demo bench bench-passthrough bench-esp experiment-compress experiment-split bench-proxy clean
+.PHONY: all build release deps test lint unit demo bench bench-passthrough bench-sizing bench-esp experiment-compress experiment-split bench-proxy clean
 
 all: build
 
@@ -54,6 +54,11 @@ bench:
 bench-passthrough: deps
 	@command -v gnuplot >/dev/null || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq gnuplot-nox; }
 	$(CARGO) bench -p relayd --locked --bench passthrough
+
+# Packets/s per core for `accept` and each service at 64 and 1,500 bytes, measured as
+# bench-passthrough measures (the sizing table in docs/operations.md). About 20 minutes.
+bench-sizing: deps
+	SIZING=1 ROUNDS=$${ROUNDS:-1} $(CARGO) bench -p relayd --locked --bench passthrough
 
 # ESP per cipher beside `openssl speed` in the same run (docs/performance.md).
 bench-esp:

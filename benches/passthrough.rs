@@ -3,10 +3,12 @@
 //! (/work/shared/MEASURING.md; docs/performance.md has the figures and how to read them).
 //!
 //! Testbed: src -- relay -- dst over veth. All of the relay's work runs on the *relay
-//! core*: RPS on both of the relay namespace's veths steers their receive processing (and
-//! with it the kernel's forwarding and NFQUEUE enqueueing) there, and relayd's queue
-//! thread is pinned there with the queue's `cpu` option. The generator, the sinks and RPS
-//! on the src and dst veths use the *traffic core*. Delivered packets are counted on the
+//! core*: the relay's ingress veth receives in a threaded NAPI pinned there (RELAY_RX=napi,
+//! the default; RELAY_RX=rps steers it to the relay core's softirq with RPS instead), and
+//! with it go the kernel's forwarding and NFQUEUE enqueueing; RPS puts the other veth's
+//! receive work there too, and relayd's queue thread is pinned there with the queue's
+//! `cpu` option, at `nice = -5` (QUEUE_NICE), as docs/operations.md recommends. The
+//! generator, the sinks and RPS on the src and dst veths use the *traffic core*. Delivered packets are counted on the
 //! dst veth's receive counter, the same way for every path (a compressed packet is IPComp,
 //! which no UDP socket would count); during UDP throughput measurements dst drops the
 //! datagrams in its raw PREROUTING chain, after the counter, so no sink competes with the
@@ -32,7 +34,11 @@
 //! SECS per measurement (default 3), TRIALS per RFC 2544 search (default 8), SMOKE=1 (one
 //! round of one second, tiny searches, nothing written: what `make test` runs), PROFILE=1
 //! (only `perf record -C RELAY -g` of a flood, or of PROFILE_PPS packets/s, through the
-//! kernel and relayd `accept`, and the top of `perf report`).
+//! kernel and relayd `accept`, and the top of `perf report`; PROFILE_KEEP=1 keeps the
+//! perf data for `perf report -i`), SIZING=1 (only the
+//! packets/s-per-core table of `accept` and each service, `make bench-sizing`),
+//! PROBE=x,y,.. (a quick look while tuning: the kernel and relayd `accept` at those
+//! multiples of R64 packets/s, and latency at 10 % and 50 % of it), RELAY_RX, QUEUE_NICE.
 
 use relay_testbed::{Line3, Node, Proc, line3};
 use std::fmt::Write as _;
@@ -225,6 +231,9 @@ impl Rx {
     }
 }
 
+/// src's qdisc: what holds packets while the relay's NAPI ring is full (see [`Bed::new`]).
+const SRC_QDISC: &str = "tc qdisc replace dev eth0 root pfifo limit 1000";
+
 fn proc_net_dev(node: &Node) -> std::fs::File {
     node.run(|| std::fs::File::open("/proc/thread-self/net/dev").expect("net/dev"))
 }
@@ -299,6 +308,11 @@ impl Bed {
         // forwarding: src's veth without TSO sends everything through the relay's NAPI
         // (TCP goes out segmented in software; the relay's GRO puts it back together).
         sh(&l.src, "ethtool -K eth0 tso off");
+        // veth's NAPI ring holds 256 packets; when it is full veth stops src's transmit
+        // queue, and a qdisc there holds what follows, as a NIC's deeper receive ring would
+        // (RPS's backlog holds 1,000). Without it a few milliseconds without the NAPI
+        // thread lose packets at any load. What overflows is dropped on the traffic core.
+        sh(&l.src, SRC_QDISC);
         assert!(l.src.ping("10.0.2.2"), "no path src -> dst");
         let dst_dev = proc_net_dev(&l.dst);
         let mut bed = Bed {
@@ -367,10 +381,13 @@ impl Bed {
             return;
         }
         let op = if on { "-I" } else { "-D" };
-        sh(
-            &self.l.dst,
-            &format!("iptables -w -t raw {op} PREROUTING -s 10.0.1.1 -j DROP"),
-        );
+        // 10.0.2.1: the outer source of what the relay encapsulates (ESP tunnel, MPLS).
+        for src in ["10.0.1.1", "10.0.2.1"] {
+            sh(
+                &self.l.dst,
+                &format!("iptables -w -t raw {op} PREROUTING -s {src} -j DROP"),
+            );
+        }
         self.dropping = on;
     }
 }
@@ -389,6 +406,8 @@ enum Path {
     AcceptNoGso,
     /// relayd `compress` (LZ4, always).
     Compress,
+    /// Row `i` of the sizing table (SIZING=1; see [`sized`]).
+    Sized(usize),
 }
 
 impl Path {
@@ -399,20 +418,19 @@ impl Path {
             Path::Accept { fail_open: true } => "relayd accept, fail-open",
             Path::AcceptNoGso => "relayd accept, GSO off",
             Path::Compress => "relayd compress (LZ4, always)",
+            Path::Sized(i) => sized()[i].name,
         }
     }
 
     /// The configuration: the queue on the relay core, at `nice` (QUEUE_NICE, default -5,
     /// as docs/operations.md recommends beside threaded NAPI).
     fn body(self, cpu: usize) -> Option<String> {
-        let nice: i32 = env_num("QUEUE_NICE", -5);
-        let batch: usize = env_num("QUEUE_BATCH", 64);
-        let queue = |extra: &str, services: &str| {
-            format!(
-                "[[queue]]\nnum = 0\nhook = \"forward\"\ncpu = {cpu}\nnice = {nice}\nbatch = {batch}\n{extra}services = [{services}]\n"
-            )
-        };
+        let queue = |extra: &str, services: &str| queue_body("forward", cpu, extra, services);
         Some(match self {
+            Path::Sized(i) => {
+                let q = &sized()[i].relay;
+                queue(&q.extra, &q.services) + &q.sections
+            }
             Path::Kernel => return None,
             Path::Accept { fail_open } => {
                 queue(&format!("fail_open = {fail_open}\n"), "\"accept\"")
@@ -426,12 +444,21 @@ impl Path {
     }
 }
 
-/// relayd running for a path (nothing for the kernel); stopped on drop.
-struct Relayd(Option<Proc>);
+/// One `[[queue]]` (queue 0) on `hook`, its thread on `cpu` at `nice` QUEUE_NICE (default
+/// -5, as docs/operations.md recommends beside threaded NAPI).
+fn queue_body(hook: &str, cpu: usize, extra: &str, services: &str) -> String {
+    let nice: i32 = env_num("QUEUE_NICE", -5);
+    format!(
+        "[[queue]]\nnum = 0\nhook = \"{hook}\"\ncpu = {cpu}\nnice = {nice}\n{extra}services = [{services}]\n"
+    )
+}
+
+/// The relayds running for a path (none for the kernel); stopped on drop.
+struct Relayd(Vec<Proc>);
 
 impl Drop for Relayd {
     fn drop(&mut self) {
-        if let Some(mut p) = self.0.take() {
+        for mut p in self.0.drain(..) {
             p.stop(libc::SIGTERM, Duration::from_secs(10));
         }
     }
@@ -439,36 +466,52 @@ impl Drop for Relayd {
 
 fn start(bed: &Bed, path: Path) -> Relayd {
     let Some(body) = path.body(bed.k.relay_cpu) else {
-        return Relayd(None);
+        return Relayd(Vec::new());
     };
+    let mut running = Vec::new();
+    // A decoder's input: its encoder in src, on the traffic core (started first, so that
+    // nothing reaches the decoder unencoded).
+    if let Path::Sized(i) = path
+        && let Some(q) = &sized()[i].src
+    {
+        let cpu = bed.k.traffic_cpu;
+        let body = queue_body("output", cpu, &q.extra, &q.services) + &q.sections;
+        running.push(spawn_relayd(&bed.l.src, "src", &body, cpu));
+    }
+    running.push(spawn_relayd(&bed.l.relay, "relay", &body, bed.k.relay_cpu));
+    Relayd(running)
+}
+
+/// relayd in `node` with configuration `body`, once it runs with its queue thread on `cpu`.
+fn spawn_relayd(node: &Node, tag: &str, body: &str, cpu: usize) -> Proc {
     let dir = std::env::temp_dir().join(format!("relayd-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let cfg = dir.join("bench.toml");
+    let cfg = dir.join(format!("{tag}.toml"));
     let text = format!(
-        "[daemon]\nsocket = \"{}/bench.sock\"\n{body}",
+        "[daemon]\nsocket = \"{}/{tag}.sock\"\n{body}",
         dir.display()
     );
     std::fs::write(&cfg, text).unwrap();
-    let mut cmd = bed.l.relay.cmd(RELAYD);
+    let mut cmd = node.cmd(RELAYD);
     cmd.args(["run", "-c"])
         .arg(&cfg)
         .args(["--log", "warn,relayd::cli=info"]);
     cmd.stderr(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null());
-    let p = bed.l.relay.spawn(cmd);
+    let p = node.spawn(cmd);
     assert!(
         p.wait_stderr_contains("relayd running", Duration::from_secs(10)),
         "{}",
         p.stderr_text()
     );
-    // The queue thread must be on the relay core, or nothing here means anything.
+    // The queue thread must be on its core, or nothing here means anything.
     let cpus = thread_cpus(p.pid(), "relayd-q0");
     assert_eq!(
         cpus,
-        bed.k.relay_cpu.to_string(),
-        "relayd's queue thread runs on CPUs {cpus}, not on the relay core"
+        cpu.to_string(),
+        "relayd's queue thread ({tag}) runs on CPUs {cpus}, not on CPU {cpu}"
     );
-    Relayd(Some(p))
+    p
 }
 
 /// `Cpus_allowed_list` of the thread of process `pid` named `name`.
@@ -841,6 +884,10 @@ fn main() {
         );
     }
     let mut bed = Bed::new(k);
+    if std::env::var("SIZING").is_ok_and(|v| !v.is_empty() && v != "0") {
+        sizing(&mut bed);
+        return;
+    }
     if let Ok(mults) = std::env::var("PROBE") {
         probe(&mut bed, &mults);
         return;
@@ -1182,12 +1229,13 @@ fn main() {
     );
 }
 
-/// PROBE=x,y,..: relayd `accept` fail-closed and fail-open at those multiples of R64
+/// PROBE=x,y,..: the kernel and relayd `accept` fail-closed and fail-open at those multiples of R64
 /// (default 144,000) packets/s, then latency at 10 % and 50 % of it: a quick look while
 /// tuning, no report.
 fn probe(bed: &mut Bed, mults: &str) {
     let r64: f64 = env_num("R64", 144_000.0);
     for path in [
+        Path::Kernel,
         Path::Accept { fail_open: false },
         Path::Accept { fail_open: true },
     ] {
@@ -1204,6 +1252,333 @@ fn probe(bed: &mut Bed, mults: &str) {
             latency(bed, path, f * r64);
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Sizing (SIZING=1): packets/s per core for `accept` and each shipped service
+
+/// A queue of the sizing table: extra `[[queue]]` keys, the `services` list and the
+/// `[service.*]` sections.
+struct QueueSpec {
+    extra: String,
+    services: String,
+    sections: String,
+}
+
+impl QueueSpec {
+    fn new(extra: &str, services: &str, sections: &str) -> QueueSpec {
+        QueueSpec {
+            extra: extra.into(),
+            services: services.into(),
+            sections: sections.into(),
+        }
+    }
+}
+
+/// A row of the sizing table.
+struct SizedSvc {
+    /// What the row measures.
+    name: &'static str,
+    /// The relay's queue.
+    relay: QueueSpec,
+    /// A decoder's input: the encoder that runs in src on the traffic core (hook output).
+    src: Option<QueueSpec>,
+    /// Nothing reaches dst (`drop`): the row is the relay core's CPU per offered packet.
+    drops: bool,
+    /// The encoder in src installs a tc tree on src's eth0 (mpls-encap), which must not
+    /// have the bench's qdisc then.
+    src_tc: bool,
+}
+
+static SIZED: std::sync::OnceLock<Vec<SizedSvc>> = std::sync::OnceLock::new();
+
+/// The sizing table's rows (set up by [`sizing`]).
+fn sized() -> &'static [SizedSvc] {
+    SIZED.get().map_or(&[], Vec::as_slice)
+}
+
+/// SIZING=1: the RFC 2544 rate (loss <= 0.1 %) of `accept` and every shipped service that
+/// handles packets one by one, at 64 and 1,500 bytes, on one relay core, measured as the
+/// rest of this bench; the table docs/operations.md carries. A row whose relay core was
+/// not saturated at that rate (its source, the generator or a decoder's encoder on the
+/// traffic core, could not offer more) says so, with the rate a whole core would reach at
+/// the CPU per packet measured.
+fn sizing(bed: &mut Bed) {
+    let dir = std::env::temp_dir().join(format!("relayd-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (specs, keys) = sizing_rows(&dir);
+    // Encoded 1,500-byte packets are larger than 1,500 (ESP 1,536-1,556, MPLS-in-IP 1,524);
+    // the generator sends with DF.
+    bed.l.src_link.mtu(1600);
+    bed.l.dst_link.mtu(1600);
+    let n = specs.len();
+    assert!(SIZED.set(specs).is_ok(), "sizing rows set twice");
+    let sizes = if bed.k.smoke {
+        vec![64]
+    } else {
+        vec![64, 1500]
+    };
+    let mut report = String::new();
+    writeln!(
+        report,
+        "\n### Packets/s per core ({}, relay core CPU {}; RFC 2544, loss <= 0.1 %, medians of {} round(s))\n",
+        bed.rx.name(),
+        bed.k.relay_cpu,
+        bed.k.rounds
+    )
+    .unwrap();
+    writeln!(report, "| service | size | packets/s per core | relay core at that rate | relay-core us/packet | at a full core (packets/s) | note |").unwrap();
+    writeln!(report, "|---|---|---|---|---|---|---|").unwrap();
+    for &size in &sizes {
+        for i in 0..n {
+            let path = Path::Sized(i);
+            let svc = &sized()[i];
+            let mut rows: Vec<(f64, f64, f64, bool)> = Vec::new();
+            if svc.src_tc {
+                sh(&bed.l.src, "tc qdisc del dev eth0 root");
+            }
+            for round in 0..bed.k.rounds {
+                println!(
+                    "sizing: {} {size} B, round {}/{}",
+                    svc.name,
+                    round + 1,
+                    bed.k.rounds
+                );
+                if svc.drops {
+                    // Nothing is delivered: CPU per packet offered at a fixed rate.
+                    let _r = start(bed, path);
+                    let rate = env_num("SIZING_DROP_PPS", 100_000.0);
+                    let t = trial(bed, path, size, Some(rate));
+                    let us =
+                        t.cpu.busy_s[bed.k.relay_cpu] / (t.offered * bed.k.secs).max(1.0) * 1e6;
+                    rows.push((f64::NAN, t.relay_share, us, false));
+                } else {
+                    let r = rfc2544(bed, path, size);
+                    rows.push((r.rate, r.at.relay_share, r.at.relay_us, r.generator_bound));
+                }
+            }
+            // An ICMP "too big" would teach src a smaller path MTU for later rows.
+            sh(&bed.l.src, "ip route flush cache");
+            if svc.src_tc {
+                sh(&bed.l.src, SRC_QDISC);
+            }
+            let rate = median(rows.iter().map(|r| r.0).collect());
+            let share = median(rows.iter().map(|r| r.1).collect());
+            let us = median(rows.iter().map(|r| r.2).collect());
+            let full = 1e6 / us;
+            let note = if svc.drops {
+                format!(
+                    "drops everything: CPU per packet at {}/s offered",
+                    fmt_rate(env_num("SIZING_DROP_PPS", 100_000.0))
+                )
+            } else if share < 0.9 {
+                format!(
+                    "relay core {} busy: {} could not offer more",
+                    pct(share),
+                    if svc.src.is_some() {
+                        "the encoder in src"
+                    } else {
+                        "the generator"
+                    }
+                )
+            } else {
+                String::new()
+            };
+            writeln!(
+                report,
+                "| {} | {size} B | {} | {} | {us:.2} | {} | {note} |",
+                svc.name,
+                if rate.is_nan() {
+                    "-".to_string()
+                } else if rows.iter().filter(|r| r.3).count() * 2 > rows.len() {
+                    format!(">= {}", fmt_rate(rate))
+                } else {
+                    fmt_rate(rate)
+                },
+                pct(share),
+                fmt_rate(full),
+            )
+            .unwrap();
+        }
+    }
+    writeln!(report, "\n\"at a full core\": 1 / relay-core CPU per packet, what the core would forward if the source could saturate it (CPU per packet falls as batches fill, so this is conservative).").unwrap();
+    println!("{report}");
+    let _ = std::fs::remove_dir_all(keys);
+}
+
+/// The sizing table's rows, with the key and rule files they need. Every queue is
+/// fail-closed, so that overload shows as loss (fail-open would pass the excess around
+/// relayd and the search would climb past what relayd handles).
+fn sizing_rows(dir: &std::path::Path) -> (Vec<SizedSvc>, std::path::PathBuf) {
+    use std::os::unix::fs::DirBuilderExt;
+    const FC: &str = "fail_open = false\n";
+    // Only the bench's stream is encoded in src (a fail-closed OUTPUT queue would take
+    // everything else src sends too).
+    const SRC: &str = "match = \"-p udp -d 10.0.2.2 --dport 9000\"\nfail_open = false\n";
+    // Keys must sit where relayd's key-file checks accept them: not under /tmp.
+    let keys = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("relayd-bench-keys-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&keys);
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .recursive(true)
+        .create(&keys)
+        .expect("key directory");
+    let key = keys.join("aes128gcm.key");
+    relay_svc_crypto::keygen(relay_svc_crypto::Cipher::Aes128Gcm, &key).expect("keygen");
+    let key = key.display();
+    let rules = dir.join("ids.rules");
+    std::fs::write(&rules, include_str!("sizing-ids.rules")).expect("ids rules");
+    let rules = rules.display();
+    let row = |name: &'static str, relay: QueueSpec| SizedSvc {
+        name,
+        relay,
+        src: None,
+        drops: false,
+        src_tc: false,
+    };
+    let decoder = |name: &'static str, src: QueueSpec, relay: QueueSpec| SizedSvc {
+        name,
+        relay,
+        src: Some(src),
+        drops: false,
+        src_tc: false,
+    };
+    let compress = |alg: &str| {
+        QueueSpec::new(
+            FC,
+            "\"c\"",
+            &format!(
+                "[service.c]\nkind = \"compress\"\nalgorithm = \"{alg}\"\nmode = \"always\"\n"
+            ),
+        )
+    };
+    let encrypt = |extra: &str, mode: &str, spi: u32, ends: &str| {
+        QueueSpec::new(
+            extra,
+            "\"esp\"",
+            &format!(
+                "[service.esp]\nkind = \"encrypt\"\nmode = \"{mode}\"\n{ends}cipher = \"aes-128-gcm\"\nspi = \"{spi:#x}\"\nkey_file = \"{key}\"\nmtu = 1600\n"
+            ),
+        )
+    };
+    let decrypt = |mode: &str, spi: u32| {
+        QueueSpec::new(
+            FC,
+            "\"dec\"",
+            &format!(
+                "[service.dec]\nkind = \"decrypt\"\n[[service.dec.sa]]\nspi = \"{spi:#x}\"\ncipher = \"aes-128-gcm\"\nkey_file = \"{key}\"\nmode = \"{mode}\"\npeer = \"10.0.1.1\"\n"
+            ),
+        )
+    };
+    // One VCAN for the stream; rates far above it, so HTB never delays (it still costs
+    // its enqueue and dequeue, as in a real deployment).
+    let encap = |extra: &str, interface: &str, local: &str| {
+        QueueSpec::new(
+            extra,
+            "\"mpls\"",
+            &format!(
+                "[service.mpls]\nkind = \"mpls-encap\"\nencap = \"ip\"\ninterface = \"{interface}\"\nlocal = \"{local}\"\nmtu = 1600\nlink_rate = \"10gbit\"\ndefault_rate = \"1gbit\"\n[[service.mpls.vcan]]\nname = \"bench\"\nmatch = {{ dst = \"10.0.2.2/32\", proto = \"udp\", dport = 9000 }}\nlabel = 100\nremote = \"10.0.2.2\"\nrate = \"9gbit\"\nceil = \"10gbit\"\n"
+            ),
+        )
+    };
+    let rows = vec![
+        row("accept", QueueSpec::new(FC, "\"accept\"", "")),
+        row(
+            "mark",
+            QueueSpec::new(
+                FC,
+                "\"m\"",
+                "[service.m]\nkind = \"mark\"\nmark = \"0x10\"\nmask = \"0xff\"\n",
+            ),
+        ),
+        row(
+            "dump (rate 100)",
+            QueueSpec::new(FC, "\"d\"", "[service.d]\nkind = \"dump\"\n"),
+        ),
+        SizedSvc {
+            name: "drop",
+            relay: QueueSpec::new(FC, "\"drop\"", ""),
+            src: None,
+            drops: true,
+            src_tc: false,
+        },
+        row("compress (LZ4, always)", compress("lz4")),
+        row("compress (deflate, always)", compress("deflate")),
+        row("compress (LZO, always)", compress("lzo")),
+        decoder(
+            "decompress (LZ4 IPComp in)",
+            QueueSpec::new(
+                SRC,
+                "\"c\"",
+                "[service.c]\nkind = \"compress\"\nalgorithm = \"lz4\"\nmode = \"always\"\n",
+            ),
+            QueueSpec::new(FC, "\"d\"", "[service.d]\nkind = \"decompress\"\n"),
+        ),
+        row(
+            "encrypt (AES-128-GCM, transport)",
+            encrypt(FC, "transport", 0x1001, ""),
+        ),
+        row(
+            "encrypt (AES-128-GCM, tunnel)",
+            encrypt(
+                FC,
+                "tunnel",
+                0x1001,
+                "local = \"10.0.2.1\"\nremote = \"10.0.2.2\"\n",
+            ),
+        ),
+        decoder(
+            "decrypt (AES-128-GCM, transport)",
+            encrypt(SRC, "transport", 0x1001, ""),
+            decrypt("transport", 0x1001),
+        ),
+        decoder(
+            "decrypt (AES-128-GCM, tunnel)",
+            encrypt(
+                SRC,
+                "tunnel",
+                0x1002,
+                "local = \"10.0.1.1\"\nremote = \"10.0.2.2\"\n",
+            ),
+            decrypt("tunnel", 0x1002),
+        ),
+        row(
+            "mpls-encap (MPLS-in-IP, HTB)",
+            encap(FC, "eth1", "10.0.2.1"),
+        ),
+        SizedSvc {
+            src_tc: true,
+            ..decoder(
+                "mpls-decap (MPLS-in-IP in)",
+                encap(SRC, "eth0", "10.0.1.1"),
+                QueueSpec::new(
+                    FC,
+                    "\"decap\"",
+                    "[service.decap]\nkind = \"mpls-decap\"\nlabels = [100]\npeers = [\"10.0.1.1\"]\n",
+                ),
+            )
+        },
+        row(
+            "ids (20 rules, alert only)",
+            QueueSpec::new(
+                FC,
+                "\"ids\"",
+                &format!(
+                    "[service.ids]\nkind = \"ids\"\nrules = [\"{rules}\"]\nstrict = true\n[service.ids.vars]\nHOME_NET = \"[10.0.2.0/24]\"\nEXTERNAL_NET = \"!$HOME_NET\"\n"
+                ),
+            ),
+        ),
+        row(
+            "delay (1 ms)",
+            QueueSpec::new(
+                FC,
+                "\"delay\"",
+                "[service.delay]\nkind = \"delay\"\ndelay = \"1ms\"\n",
+            ),
+        ),
+    ];
+    (rows, keys)
 }
 
 /// PROFILE=1: a 64-byte flood through `path` with `perf record -C RELAY -g` over the
@@ -1279,7 +1654,11 @@ fn profile(bed: &mut Bed, path: Path) {
             println!("{}", line.trim_end().trim_end_matches([' ', '-']));
         }
     }
-    let _ = std::fs::remove_file(&data);
+    if std::env::var_os("PROFILE_KEEP").is_some() {
+        println!("perf data kept: {}", data.display());
+    } else {
+        let _ = std::fs::remove_file(&data);
+    }
 }
 
 /// docs/overload.dat and, with gnuplot, docs/overload.png.
