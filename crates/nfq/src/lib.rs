@@ -20,7 +20,7 @@ pub use affinity::{MAX_CPU, available_cpus, format_cpu_list};
 pub use netlink::fuzz_decode_datagram;
 pub use priority::NICE_RANGE;
 pub use procfs::KernelQueueStats;
-pub use queue::{HoldConfig, Queue, QueueConfig};
+pub use queue::{HoldConfig, IDLE_WAKE, Queue, QueueConfig};
 
 /// Why a queue could not be set up.
 #[derive(Debug, thiserror::Error)]

@@ -24,7 +24,7 @@ use relay_core::packet::PacketMeta;
 use relay_core::ratelimit::RateLimit;
 use relay_core::{Chain, Context, Decision, Packet, QueueCounters, Verdict};
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -142,6 +142,9 @@ struct Shared {
     stop: AtomicBool,
     has_update: AtomicBool,
     update: Mutex<Option<(Chain, QueueConfig)>>,
+    /// The worker's loop iterations so far, stored (relaxed) once per iteration: the
+    /// heartbeat [`Queue::since_last_loop`] reads.
+    loops: AtomicU64,
 }
 
 /// A running queue: its thread, counters, and the handle to reconfigure or stop it.
@@ -162,6 +165,9 @@ pub struct Queue {
     niced: Mutex<Option<i32>>,
     /// The nice value the thread was started with, restored when `nice` is taken away.
     inherited_nice: i32,
+    /// The heartbeat as last read by the control plane, and when it was first seen at that
+    /// value.
+    heartbeat_seen: Mutex<(u64, Instant)>,
 }
 
 impl std::fmt::Debug for Queue {
@@ -175,6 +181,13 @@ impl std::fmt::Debug for Queue {
 
 /// How long the thread waits in recv before it looks at its stop flag.
 const RECV_TIMEOUT_MS: u32 = 100;
+
+/// The longest a healthy queue thread goes without starting a new loop iteration when
+/// it has nothing to do: it wakes from every receive (or wait for a held packet's
+/// deadline) after this long. A busy thread goes round once per batch. So a thread whose
+/// heartbeat ([`Queue::since_last_loop`]) is many times older than this is stuck (a
+/// service that never returns, a thread stopped by a debugger, ...).
+pub const IDLE_WAKE: Duration = Duration::from_millis(RECV_TIMEOUT_MS as u64);
 /// The longest a stopping queue keeps draining while packets still arrive; what is still
 /// queued after that is dropped by the kernel when the queue is unbound.
 const DRAIN_LIMIT: Duration = Duration::from_secs(2);
@@ -271,6 +284,7 @@ impl Queue {
             stop: AtomicBool::new(false),
             has_update: AtomicBool::new(false),
             update: Mutex::new(None),
+            loops: AtomicU64::new(0),
         });
         let worker_shared = shared.clone();
         let worker_counters = counters.clone();
@@ -311,6 +325,7 @@ impl Queue {
             tid,
             niced: Mutex::new(None),
             inherited_nice,
+            heartbeat_seen: Mutex::new((0, Instant::now())),
         };
         // Pinned and niced before any rule feeds the queue (the daemon binds queues
         // first); if the kernel refuses, the queue is stopped again (on drop) and the
@@ -417,6 +432,33 @@ impl Queue {
     /// True while the thread runs.
     pub fn is_running(&self) -> bool {
         self.thread.as_ref().is_some_and(|t| !t.is_finished())
+    }
+
+    /// The thread's heartbeat: how many times it has gone round its loop. A healthy
+    /// thread adds one at least every [`IDLE_WAKE`], also when no packet comes, and once
+    /// per batch under load.
+    pub fn loops(&self) -> u64 {
+        self.shared.loops.load(Ordering::Relaxed)
+    }
+
+    /// How long the thread has gone without a new loop iteration, as far as the callers
+    /// of this method can tell: the time since a call first saw the current
+    /// [`Queue::loops`] count. A thread that went round since the previous call gives
+    /// zero, so the answer understates a stall by at most the time between two calls;
+    /// call it periodically (the daemon's health check does). Stays small (under a few
+    /// [`IDLE_WAKE`]s plus the calling period) while the thread is healthy, and grows
+    /// without bound once it is stuck or has ended. The thread's only cost is one relaxed
+    /// store per loop iteration, no clock read.
+    pub fn since_last_loop(&self) -> Duration {
+        let now = self.loops();
+        let mut seen = self
+            .heartbeat_seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if seen.0 != now {
+            *seen = (now, Instant::now());
+        }
+        seen.1.elapsed()
     }
 
     /// Hands the thread a new chain and queue configuration. The thread first resizes its
@@ -528,6 +570,8 @@ struct Worker {
     send_iov: Vec<libc::iovec>,
     sndbuf_budget: usize,
     log: RateLimit,
+    /// Loop iterations so far (published in `shared.loops`).
+    loops: u64,
 }
 
 // SAFETY: the raw pointers in `iov`, `mmsg` and `send_iov` point only into `slots` and
@@ -566,6 +610,7 @@ impl Worker {
             send_iov: Vec::new(),
             sndbuf_budget: 0,
             log: RateLimit::new(10),
+            loops: 0,
         };
         w.size_buffers();
         w
@@ -615,6 +660,9 @@ impl Worker {
         tracing::debug!(queue = self.cfg.num, "queue thread running");
         let mut stopping_since: Option<Instant> = None;
         loop {
+            // The heartbeat: a plain store of our own count, no read-modify-write.
+            self.loops = self.loops.wrapping_add(1);
+            self.shared.loops.store(self.loops, Ordering::Relaxed);
             if self.shared.has_update.swap(false, Ordering::Acquire) {
                 self.apply_update();
             }
@@ -1193,3 +1241,106 @@ fn nf_verdict(v: Verdict) -> u32 {
 }
 
 const _: () = assert!(HDR_LEN == 20);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use relay_core::{Action, ChainSettings, Counter, Service, StageMark};
+    use std::sync::mpsc;
+
+    const NUM: u16 = 26;
+
+    /// A service that holds the queue thread inside `process` until the test says go: a
+    /// thread stuck in a service, as a service bug would leave it.
+    struct Block(mpsc::Receiver<()>);
+
+    impl Service for Block {
+        fn process(&mut self, _pkt: &mut Packet, _cx: &Context) -> Action {
+            let _ = self.0.recv_timeout(Duration::from_secs(20));
+            Action::Continue
+        }
+    }
+
+    /// The largest `since_last_loop` seen over `over`, sampled every 50 ms, and the loop
+    /// count at the end.
+    fn watch(q: &Queue, over: Duration) -> (Duration, u64) {
+        let end = Instant::now() + over;
+        let mut worst = Duration::ZERO;
+        while Instant::now() < end {
+            worst = worst.max(q.since_last_loop());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        (worst.max(q.since_last_loop()), q.loops())
+    }
+
+    /// An idle queue thread goes round its loop every IDLE_WAKE, so its heartbeat stays
+    /// fresh; a thread stuck in a service stops it, and the age grows until the service
+    /// returns. Needs root (a queue bound in a testbed namespace).
+    #[test]
+    fn the_heartbeat_tells_an_idle_thread_from_a_stuck_one() {
+        let tb = relay_testbed::Testbed::new("nfq-heartbeat");
+        let n = tb.node("q");
+        n.ip(&["link", "set", "lo", "up"]);
+        let out = n.sh(&format!(
+            "iptables -w -A OUTPUT -o lo -p udp --dport 9 -j NFQUEUE --queue-num {NUM}"
+        ));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let (go, wait) = mpsc::channel();
+        let q = n.run(move || {
+            let mut chain = Chain::new(ChainSettings {
+                malformed: Verdict::Accept,
+                hook: relay_core::Hook::Output,
+                stages: StageMark::DEFAULT,
+            });
+            chain.push("block", Box::new(Block(wait)), Counter::new());
+            Queue::start(&QueueConfig::new(NUM), chain, QueueCounters::default()).unwrap()
+        });
+
+        // Idle: about ten wake-ups a second, never long without one.
+        let before = q.loops();
+        let (worst, after) = watch(&q, Duration::from_millis(800));
+        eprintln!(
+            "idle: {} loops in 0.8 s, oldest heartbeat {worst:?}",
+            after - before
+        );
+        assert!(
+            after >= before + 4,
+            "{before} -> {after} loops in 0.8 s idle"
+        );
+        assert!(
+            worst < IDLE_WAKE * 4,
+            "idle thread's heartbeat {worst:?} old"
+        );
+
+        // One packet into the blocking service: the thread stops going round.
+        n.run(|| {
+            let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            s.send_to(b"x", "127.0.0.1:9").unwrap();
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        let stuck_at = q.loops();
+        let (age, later) = watch(&q, Duration::from_millis(1000));
+        eprintln!("stuck: heartbeat {age:?} old, loops {stuck_at} -> {later}");
+        assert_eq!(later, stuck_at, "the stuck thread went round its loop");
+        assert!(
+            age >= Duration::from_millis(800),
+            "stuck for 1 s, heartbeat {age:?} old"
+        );
+
+        // The service returns: fresh again at once.
+        go.send(()).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let (worst, resumed) = watch(&q, Duration::from_millis(400));
+        assert!(resumed > stuck_at, "no loop after the service returned");
+        assert!(
+            worst < IDLE_WAKE * 4,
+            "heartbeat {worst:?} old after resuming"
+        );
+        assert_eq!(q.counters().packets.get(), 1);
+        q.stop();
+    }
+}
