@@ -399,16 +399,21 @@ async fn serve(cfg: Config, registry: Registry) -> anyhow::Result<()> {
     let mut hup = signal(SignalKind::hangup())?;
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
+    // systemd's notify socket and watchdog, when it started relayd (else all no-ops).
+    let mut notify = crate::notify::Supervisor::from_env();
     let socket_path = cfg.daemon.socket.clone();
-    let listener = status::bind(&socket_path)?;
+    let listener = status::bind(&socket_path).inspect_err(|e| notify.failed(e))?;
     let daemon = match Daemon::start(cfg) {
         Ok(d) => Arc::new(Mutex::new(Some(d))),
         Err(e) => {
             status::remove_socket(&socket_path);
+            notify.failed(&e);
             return Err(e);
         }
     };
     tracing::info!(socket = %socket_path.display(), "relayd running");
+    // Only now, with the rules installed, is relayd ready (the status socket came first).
+    notify.ready(&health(&daemon, notify.stuck_after()));
     let for_status = daemon.clone();
     let server = tokio::spawn(status::serve(
         listener,
@@ -416,21 +421,26 @@ async fn serve(cfg: Config, registry: Registry) -> anyhow::Result<()> {
         move || lock(&for_status).as_ref().map(Daemon::status),
     ));
     let mut watchdog = tokio::time::interval(std::time::Duration::from_secs(1));
-    let mut reported_dead = Vec::new();
+    let mut pings = notify.pinger();
     loop {
         tokio::select! {
-            _ = hup.recv() => reload(&daemon, &registry).await,
-            _ = term.recv() => { tracing::info!("SIGTERM: stopping"); break; }
-            _ = int.recv() => { tracing::info!("SIGINT: stopping"); break; }
-            _ = watchdog.tick() => {
-                let dead = lock(&daemon).as_ref().map(Daemon::dead_queues).unwrap_or_default();
-                for q in &dead {
-                    if !reported_dead.contains(q) {
-                        tracing::error!(queue = q, "queue thread stopped unexpectedly; its traffic bypasses relayd (fail-open) or stops (fail-closed)");
-                    }
-                }
-                reported_dead = dead;
+            _ = hup.recv() => {
+                notify.reloading();
+                let outcome = reload(&daemon, &registry).await;
+                notify.reloaded(outcome, &health(&daemon, notify.stuck_after()));
             }
+            _ = term.recv() => {
+                tracing::info!("SIGTERM: stopping");
+                notify.stopping("SIGTERM");
+                break;
+            }
+            _ = int.recv() => {
+                tracing::info!("SIGINT: stopping");
+                notify.stopping("SIGINT");
+                break;
+            }
+            _ = watchdog.tick() => notify.check(&health(&daemon, notify.stuck_after()), false),
+            _ = pings.tick() => notify.check(&health(&daemon, notify.stuck_after()), true),
         }
     }
     server.abort();
@@ -448,14 +458,24 @@ async fn serve(cfg: Config, registry: Registry) -> anyhow::Result<()> {
     }
 }
 
+/// The queue threads' health ([`Daemon::health`]), for the watchdog.
+fn health(daemon: &Mutex<Option<Daemon>>, stuck_after: std::time::Duration) -> daemon::Health {
+    lock(daemon)
+        .as_ref()
+        .map(|d| d.health(stuck_after))
+        .unwrap_or_default()
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-async fn reload(daemon: &Mutex<Option<Daemon>>, registry: &Registry) {
-    let changes = reload_queues(daemon, registry);
+/// A SIGHUP reload; `Err` with the reason if it was refused (the running configuration
+/// stays in force).
+async fn reload(daemon: &Mutex<Option<Daemon>>, registry: &Registry) -> Result<(), String> {
+    let changes = reload_queues(daemon, registry)?;
     if changes.stop.is_empty() && changes.start.is_empty() {
-        return;
+        return Ok(());
     }
     for (spec, handle) in changes.stop {
         tracing::info!(listener = %spec.name, "listener changed or removed: draining the old one");
@@ -474,13 +494,18 @@ async fn reload(daemon: &Mutex<Option<Daemon>>, registry: &Registry) {
             Err(e) => tracing::error!(listener = %spec.name, "listener not started: {e:#}"),
         }
     }
+    Ok(())
 }
 
-/// The synchronous part of a reload (configuration, queues, rules).
-fn reload_queues(daemon: &Mutex<Option<Daemon>>, registry: &Registry) -> daemon::ListenerChanges {
+/// The synchronous part of a reload (configuration, queues, rules); `Err` with the reason
+/// if it was refused.
+fn reload_queues(
+    daemon: &Mutex<Option<Daemon>>,
+    registry: &Registry,
+) -> Result<daemon::ListenerChanges, String> {
     let mut guard = lock(daemon);
     let Some(d) = guard.as_mut() else {
-        return Default::default();
+        return Ok(Default::default());
     };
     let path = d.config().path.clone();
     tracing::info!(config = %path.display(), "SIGHUP: reloading");
@@ -488,18 +513,18 @@ fn reload_queues(daemon: &Mutex<Option<Daemon>>, registry: &Registry) -> daemon:
         Ok(c) => c,
         Err(e) => {
             tracing::error!("reload refused, keeping the running configuration:\n{e}");
-            return Default::default();
+            return Err(e.to_string());
         }
     };
     new.warnings.iter().for_each(|w| tracing::warn!("{w}"));
     match d.reload(new) {
         Ok(changes) => {
             tracing::info!("reloaded");
-            changes
+            Ok(changes)
         }
         Err(e) => {
             tracing::error!("reload refused, keeping the running configuration: {e:#}");
-            Default::default()
+            Err(format!("{e:#}"))
         }
     }
 }

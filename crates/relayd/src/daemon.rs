@@ -15,7 +15,7 @@ use relay_core::{Chain, ChainSettings, Counter, CounterKind, Counters, QueueCoun
 use relay_core::{CtMarkBits, StageMark};
 use relay_nfq::{Queue, QueueConfig};
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 struct Running {
     queue: Queue,
@@ -53,6 +53,30 @@ pub struct ListenerChanges {
     pub stop: Vec<(ListenerSpec, relay_proxy::ProxyHandle)>,
     /// To bind and start (after those stopped have released their address).
     pub start: Vec<ListenerSpec>,
+}
+
+/// How the daemon's queue threads are doing, for the health check behind systemd's
+/// watchdog (see [`crate::notify`]): a queue thread that has ended or is stuck no longer
+/// serves its traffic, which then bypasses relayd (fail-open) or stops (fail-closed),
+/// while the rest of relayd looks alive. Only a restart brings such a queue back.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Health {
+    /// Queues served (bound, with a thread each).
+    pub queues: usize,
+    /// Proxy listeners running (not those draining after a reload).
+    pub listeners: usize,
+    /// Queues whose thread has ended although the daemon did not stop it.
+    pub dead: Vec<u16>,
+    /// Queues whose thread is alive but has not gone round its loop for longer than the
+    /// limit given to [`Daemon::health`], with how long it has not.
+    pub stuck: Vec<(u16, Duration)>,
+}
+
+impl Health {
+    /// True if no queue thread is dead or stuck.
+    pub fn is_healthy(&self) -> bool {
+        self.dead.is_empty() && self.stuck.is_empty()
+    }
 }
 
 impl std::fmt::Debug for Daemon {
@@ -495,6 +519,34 @@ impl Daemon {
             .filter(|(_, r)| !r.queue.is_running())
             .map(|(n, _)| *n)
             .collect()
+    }
+
+    /// The queue threads' health: dead ones, and live ones that have not gone round their
+    /// loop for longer than `stuck_after` ([`relay_nfq::Queue::since_last_loop`]; a
+    /// healthy one does at least every [`relay_nfq::IDLE_WAKE`]). Call it periodically:
+    /// a stall is measured from the first call that saw the thread's heartbeat stand still.
+    /// Takes no lock the queue threads take.
+    pub fn health(&self, stuck_after: Duration) -> Health {
+        let mut h = Health {
+            queues: self.queues.len(),
+            listeners: self
+                .listeners
+                .status()
+                .iter()
+                .filter(|l| l.state == "running")
+                .count(),
+            ..Health::default()
+        };
+        for (num, r) in &self.queues {
+            // Read for every queue, so that each one's view of its heartbeat stays current.
+            let idle = r.queue.since_last_loop();
+            if !r.queue.is_running() {
+                h.dead.push(*num);
+            } else if idle > stuck_after {
+                h.stuck.push((*num, idle));
+            }
+        }
+        h
     }
 
     /// A snapshot of every counter.

@@ -7,6 +7,7 @@ pub mod config;
 pub mod daemon;
 pub mod listeners;
 pub mod lock;
+pub mod notify;
 pub mod qos;
 pub mod registry;
 pub mod replay;
