@@ -3,6 +3,10 @@
 
 CARGO ?= cargo
 DEBIAN_PACKAGES := iptables iproute2 iputils-ping procps curl tcpdump ethtool
+# groff formats the man pages, zsh and fish run the completions (tests/dist.rs).
+DEBIAN_PACKAGES += groff-base zsh fish
+# cargo-deb (crates.io) builds the Debian package (`make deb`, tests/package.rs).
+CARGO_DEB_VERSION := 3.8.0
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all build release deps test lint unit demo bench bench-passthrough bench-sizing bench-esp experiment-compress experiment-split bench-proxy clean
@@ -25,6 +29,8 @@ deps:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
 	@$(SUDO) modprobe nfnetlink_queue 2>/dev/null || true
+	@$(CARGO) deb --version >/dev/null 2>&1 || { echo "installing cargo-deb $(CARGO_DEB_VERSION) from crates.io (a few minutes)"; \
+	  $(CARGO) install --locked --version $(CARGO_DEB_VERSION) cargo-deb; }
 
 # rustfmt and clippy come with rustup's default profile; if a machine lacks them, say so
 # loudly rather than fail the tests for a missing tool.
@@ -38,7 +44,22 @@ lint:
 test: deps lint
 	$(CARGO) test --workspace --locked
 	SMOKE=1 $(CARGO) test --locked -p relayd --bench passthrough
+	$(CARGO) test --locked -p relayd --test package -- --ignored
 	$(MAKE) fuzz-smoke
+
+# The Debian package: target/debian/relayd_VERSION-1_ARCH.deb with the binary, the systemd
+# units, /etc/relayd/relayd.toml (a conffile), man pages and completions (metadata in
+# crates/relayd/Cargo.toml). Release build first (fat LTO: minutes), then cargo-deb packs it
+# without building again; tests/package.rs builds it the same way.
+.PHONY: deb dist
+deb: deps
+	$(CARGO) build --release --locked -p relayd
+	$(CARGO) deb --locked -p relayd --no-build --strip
+
+# Regenerates the man pages (dist/man) and completions (dist/completions) from the CLI's
+# clap definitions; `make test` fails while the committed ones differ.
+dist:
+	RELAYD_UPDATE_DIST=1 $(CARGO) test --locked -p relayd --test dist
 
 demo: deps release
 	$(SUDO) bash examples/demo/demo.sh

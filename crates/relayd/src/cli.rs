@@ -12,9 +12,27 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use tokio::signal::unix::{SignalKind, signal};
 
-/// relayd: run chains of packet services on NFQUEUE queues.
+/// Relay daemon: chains of packet services on Linux NFQUEUE queues.
+///
+/// relayd takes packets from netfilter's NFQUEUE queues and passes each one through a
+/// chain of services (log, mark, drop, compress, ESP encryption, IDS rules, MPLS, delay,
+/// the TCP split proxy), then gives the kernel its verdict. One TOML file names the
+/// queues, the iptables matches that feed them, and each queue's chain.
+///
+/// relayd installs its own iptables rules: chains named PREFIX-HOOK (RELAYD-FORWARD, ...)
+/// in the raw and mangle tables, jumped to from position 1 of the built-in chains. It
+/// removes them when it stops. While relayd is down, a fail-open queue's traffic passes
+/// unprocessed and a fail-closed queue's traffic is dropped.
+///
+/// Commands that touch iptables or NFQUEUE need root (CAP_NET_ADMIN). check and rules
+/// change nothing; replay runs offline and unprivileged.
 #[derive(Debug, Parser)]
-#[command(name = "relayd", version, about)]
+#[command(
+    name = "relayd",
+    version,
+    propagate_version = true,
+    subcommand_value_name = "COMMAND"
+)]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -23,76 +41,137 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the daemon in the foreground (SIGHUP reloads, SIGINT/SIGTERM stop).
+    ///
+    /// Start-up, in this order: bind the status socket; take the instance lock (one
+    /// relayd per chain prefix per network namespace); remove rules an earlier relayd
+    /// left behind after a crash; bind every configured queue, all or nothing, with one
+    /// thread per queue; install the iptables rules with one iptables-restore run per
+    /// address family. Rules go in only once the queues they feed are bound. If a step
+    /// fails, relayd undoes what it did and exits 1.
+    ///
+    /// SIGHUP reloads the configuration file: it is checked as relayd check does, then
+    /// applied without losing a packet (new queues bound first, the rules swapped table by
+    /// table, each queue switched to its new chain between two batches). A file with
+    /// errors is refused, the errors logged, and the running configuration kept.
+    /// daemon.chain_prefix, daemon.iptables and daemon.socket change only on a restart.
+    ///
+    /// SIGINT or SIGTERM stops relayd: the status socket is removed, then all of relayd's
+    /// rules, then each queue is drained (at most 2 s) and unbound. After a crash or
+    /// SIGKILL, relayd cleanup (or the next relayd run) removes what was left.
+    ///
+    /// Logs go to stderr, coloured only on a terminal.
     Run {
-        /// Configuration file.
-        #[arg(short, long)]
+        /// Configuration file, e.g. /etc/relayd/relayd.toml.
+        #[arg(short, long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
         config: PathBuf,
         /// Log filter (tracing syntax, e.g. "info" or "relayd::dump=warn,info"); RUST_LOG wins.
-        #[arg(long, default_value = "info")]
+        #[arg(long, default_value = "info", value_name = "FILTER")]
         log: String,
     },
     /// Check a configuration: exit 0 if valid, 2 with errors naming file, line and field.
+    ///
+    /// Reads the file, checks every key (unknown keys are errors, so a typo is never
+    /// silently ignored), and tests each queue's rule with iptables-restore --test, which
+    /// commits nothing. It binds no queue, so it cannot notice a queue number another
+    /// program holds. Errors go to stderr, one per line, as FILE:LINE:COLUMN: FIELD:
+    /// MESSAGE.
+    ///
+    /// When iptables cannot be run (not root, no CAP_NET_ADMIN), the rules are not tested:
+    /// check prints a warning and still exits 0 if the rest is valid.
     Check {
         /// Configuration file.
-        #[arg(short, long)]
+        #[arg(short, long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
         config: PathBuf,
     },
     /// Print the iptables-restore input `run` would install.
+    ///
+    /// The rules as run installs them on a box where none of relayd's chains exist yet:
+    /// one block per address family in use, each after a comment naming the program it
+    /// is fed to (iptables-restore -w --noflush, or iptables-legacy-restore with
+    /// daemon.iptables = "legacy"). It runs no iptables command and changes nothing.
     Rules {
         /// Configuration file.
-        #[arg(short, long)]
+        #[arg(short, long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
         config: PathBuf,
     },
     /// Show the running daemon's counters.
+    ///
+    /// Asks the running daemon over its unix socket and prints a table: per queue the
+    /// packets, accepted, dropped, modified, malformed, errors, ENOBUFS overruns, the
+    /// kernel's drops (k.drop) and packets waiting for a verdict (k.wait); per service
+    /// instance its packets and its own counters; proxy listeners and tc classes when
+    /// there are any. Exits 1 when no daemon answers.
     Status {
         /// Status socket (default: from the configuration, else /run/relayd.sock).
-        #[arg(short, long)]
+        #[arg(short, long, value_name = "SOCKET", value_hint = clap::ValueHint::AnyPath)]
         socket: Option<PathBuf>,
         /// Configuration file to take the socket path from.
-        #[arg(short, long)]
+        #[arg(short, long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
         config: Option<PathBuf>,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
     /// Run a queue's chain over a capture file, offline and unprivileged (like `suricata -r`).
+    ///
+    /// Builds one configured queue's chain and feeds it every IP packet of the capture,
+    /// with each packet's capture timestamp as the clock the services see. No netlink,
+    /// iptables or root is involved, and the queue's match is not applied. Prints the
+    /// status table of the replayed queue and its services at the end.
     Replay {
         /// Configuration file.
-        #[arg(short, long)]
+        #[arg(short, long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
         config: PathBuf,
         /// Capture to read (pcap or pcapng; Ethernet, Linux cooked or raw IP).
-        #[arg(long)]
+        #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
         pcap: PathBuf,
         /// Queue whose chain runs (default: the first configured).
-        #[arg(long)]
+        #[arg(long, value_name = "NUM")]
         queue: Option<u16>,
         /// Write the packets that come out to this pcap (raw IP, original timestamps).
-        #[arg(long)]
+        #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
         write: Option<PathBuf>,
         /// Print one JSON object per packet verdict (then the summary goes to stderr).
         #[arg(long)]
         json: bool,
         /// Egress queue backlog adaptive services see, in bytes.
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, value_name = "BYTES")]
         backlog_bytes: u32,
         /// Egress rate adaptive services see, e.g. "100mbit" (default: none).
-        #[arg(long)]
+        #[arg(long, value_name = "RATE")]
         bandwidth: Option<String>,
     },
     /// Write a fresh random key for an ESP cipher to a new file (mode 0600).
+    ///
+    /// The file holds the key in hex, laid out as ip xfrm takes keys: for GCM the AES key
+    /// followed by its 4-byte salt, for CBC+HMAC the AES key followed by the 32-byte
+    /// HMAC-SHA-256 key. An existing file is never overwritten. Copy the file to the
+    /// relay at the other end over a secure channel; each direction has its own key.
     Keygen {
         /// aes-128-gcm, aes-256-gcm, aes-128-cbc-hmac-sha256 or aes-256-cbc-hmac-sha256.
+        #[arg(value_name = "CIPHER")]
         cipher: String,
         /// The key file to create (never overwritten).
+        #[arg(value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
         file: PathBuf,
     },
     /// Remove every rule relayd owns (after a crash).
+    ///
+    /// Removes every chain named PREFIX-HOOK in the raw and mangle tables, for IPv4 and
+    /// IPv6, and every rule that jumps or goes to one, deleting rules by their exact text
+    /// so that no other rule is touched. Also removes the split proxy's ip rule and
+    /// local route, and the services' tc trees (an htb root qdisc with relayd's handle).
+    /// A daemon that stops normally cleans up itself, and relayd run does this at start.
+    ///
+    /// While a relayd with the same prefix runs in this network namespace, cleanup refuses
+    /// and exits 1: removing its rules would silently take its queues out of the traffic
+    /// path. --force cleans up anyway.
     Cleanup {
         /// Configuration file to take the chain prefix and iptables flavour from.
-        #[arg(short, long)]
+        #[arg(short, long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
         config: Option<PathBuf>,
         /// Chain prefix (default RELAYD).
-        #[arg(long)]
+        #[arg(long, value_name = "PREFIX")]
         prefix: Option<String>,
         /// Clean up even if a running relayd holds the prefix.
         #[arg(long)]

@@ -5,6 +5,7 @@
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod dist;
 pub mod listeners;
 pub mod lock;
 pub mod notify;
