@@ -30,7 +30,7 @@
 //!   datagram's one-way delay, timed by the kernel at dst;
 //! - one TCP flow, relayd with GSO on and off: throughput and relay-core CPU per byte.
 //!
-//! Run: `make bench-passthrough` (root, about 25 minutes). Environment: ROUNDS (default 3),
+//! Run: `make bench-passthrough` (root, about 15 minutes). Environment: ROUNDS (default 3),
 //! SECS per measurement (default 3), TRIALS per RFC 2544 search (default 8), SMOKE=1 (one
 //! round of one second, tiny searches, nothing written: what `make test` runs), PROFILE=1
 //! (only `perf record -C RELAY -g` of a flood, or of PROFILE_PPS packets/s, through the
