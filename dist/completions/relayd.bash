@@ -495,7 +495,7 @@ _relayd() {
             return 0
             ;;
         relayd__subcmd__status)
-            opts="-s -c -h -V --socket --config --json --help --version"
+            opts="-s -c -h -V --socket --config --json --format --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -537,6 +537,10 @@ _relayd() {
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o filenames
                     fi
+                    return 0
+                    ;;
+                --format)
+                    COMPREPLY=($(compgen -W "table json prometheus" -- "${cur}"))
                     return 0
                     ;;
                 *)

@@ -46,7 +46,10 @@ complete -c relayd -n "__fish_relayd_using_subcommand rules" -s h -l help -d 'Pr
 complete -c relayd -n "__fish_relayd_using_subcommand rules" -s V -l version -d 'Print version'
 complete -c relayd -n "__fish_relayd_using_subcommand status" -s s -l socket -d 'Status socket (default: from the configuration, else /run/relayd.sock)' -r -F
 complete -c relayd -n "__fish_relayd_using_subcommand status" -s c -l config -d 'Configuration file to take the socket path from' -r -F
-complete -c relayd -n "__fish_relayd_using_subcommand status" -l json -d 'Print JSON instead of a table'
+complete -c relayd -n "__fish_relayd_using_subcommand status" -l format -d 'Output format' -r -f -a "table\t'A table for people'
+json\t'The status socket\'s JSON, pretty-printed'
+prometheus\t'OpenMetrics/Prometheus text, as served on /metrics'"
+complete -c relayd -n "__fish_relayd_using_subcommand status" -l json -d 'Print JSON instead of a table (the same as --format json)'
 complete -c relayd -n "__fish_relayd_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c relayd -n "__fish_relayd_using_subcommand status" -s V -l version -d 'Print version'
 complete -c relayd -n "__fish_relayd_using_subcommand replay" -s c -l config -d 'Configuration file' -r -F

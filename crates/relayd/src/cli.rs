@@ -100,7 +100,9 @@ enum Command {
     /// packets, accepted, dropped, modified, malformed, errors, ENOBUFS overruns, the
     /// kernel's drops (k.drop) and packets waiting for a verdict (k.wait); per service
     /// instance its packets and its own counters; proxy listeners and tc classes when
-    /// there are any. Exits 1 when no daemon answers.
+    /// there are any. --format prometheus prints the same OpenMetrics text the daemon
+    /// serves on /metrics (daemon.metrics), e.g. for node_exporter's textfile collector.
+    /// Exits 1 when no daemon answers.
     Status {
         /// Status socket (default: from the configuration, else /run/relayd.sock).
         #[arg(short, long, value_name = "SOCKET", value_hint = clap::ValueHint::AnyPath)]
@@ -108,9 +110,12 @@ enum Command {
         /// Configuration file to take the socket path from.
         #[arg(short, long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
         config: Option<PathBuf>,
-        /// Print JSON instead of a table.
-        #[arg(long)]
+        /// Print JSON instead of a table (the same as --format json).
+        #[arg(long, conflicts_with = "format")]
         json: bool,
+        /// Output format.
+        #[arg(long, value_enum, value_name = "FORMAT", default_value_t = StatusFormat::Table)]
+        format: StatusFormat,
     },
     /// Run a queue's chain over a capture file, offline and unprivileged (like `suricata -r`).
     ///
@@ -177,6 +182,17 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
+}
+
+/// How `relayd status` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum StatusFormat {
+    /// A table for people.
+    Table,
+    /// The status socket's JSON, pretty-printed.
+    Json,
+    /// OpenMetrics/Prometheus text, as served on /metrics.
+    Prometheus,
 }
 
 /// Runs the CLI with the built-in services.
@@ -249,7 +265,9 @@ pub fn main_with(registry: Registry) -> ExitCode {
             socket,
             config,
             json,
+            format,
         } => {
+            let format = if json { StatusFormat::Json } else { format };
             let socket = match (socket, config) {
                 (Some(s), _) => s,
                 (None, Some(c)) => match load(&c, &registry) {
@@ -259,8 +277,12 @@ pub fn main_with(registry: Registry) -> ExitCode {
                 (None, None) => PathBuf::from(DEFAULT_SOCKET),
             };
             match status::query(&socket) {
-                Ok(s) if json => {
+                Ok(s) if format == StatusFormat::Json => {
                     println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
+                    ExitCode::SUCCESS
+                }
+                Ok(s) if format == StatusFormat::Prometheus => {
+                    print!("{}", crate::metrics::encode(&s));
                     ExitCode::SUCCESS
                 }
                 Ok(s) => {
@@ -482,6 +504,19 @@ async fn serve(cfg: Config, registry: Registry) -> anyhow::Result<()> {
     let mut notify = crate::notify::Supervisor::from_env();
     let socket_path = cfg.daemon.socket.clone();
     let listener = status::bind(&socket_path).inspect_err(|e| notify.failed(e))?;
+    // daemon.metrics: bound before the rules go in (and before any privilege drop).
+    let metrics_listener = match cfg.daemon.metrics {
+        Some(a) => match crate::metrics::bind(a).await {
+            Ok(l) => Some(l),
+            Err(e) => {
+                status::remove_socket(&socket_path);
+                let e = anyhow::anyhow!("binding daemon.metrics {a}: {e}");
+                notify.failed(&e);
+                return Err(e);
+            }
+        },
+        None => None,
+    };
     let daemon = match Daemon::start(cfg) {
         Ok(d) => Arc::new(Mutex::new(Some(d))),
         Err(e) => {
@@ -499,6 +534,17 @@ async fn serve(cfg: Config, registry: Registry) -> anyhow::Result<()> {
         status::ServerLimits::default(),
         move || lock(&for_status).as_ref().map(Daemon::status),
     ));
+    let metrics = metrics_listener.map(|l| {
+        let for_metrics = daemon.clone();
+        if let Ok(a) = l.local_addr() {
+            tracing::info!(address = %a, "serving /metrics");
+        }
+        tokio::spawn(crate::metrics::serve(
+            l,
+            crate::metrics::Limits::default(),
+            move || lock(&for_metrics).as_ref().map(Daemon::status),
+        ))
+    });
     let mut watchdog = tokio::time::interval(std::time::Duration::from_secs(1));
     let mut pings = notify.pinger();
     loop {
@@ -506,6 +552,9 @@ async fn serve(cfg: Config, registry: Registry) -> anyhow::Result<()> {
             _ = hup.recv() => {
                 notify.reloading();
                 let outcome = reload(&daemon, &registry).await;
+                if outcome.is_err() && let Some(d) = lock(&daemon).as_mut() {
+                    d.reload_failed();
+                }
                 notify.reloaded(outcome, &health(&daemon, notify.stuck_after()));
             }
             _ = term.recv() => {
@@ -523,6 +572,9 @@ async fn serve(cfg: Config, registry: Registry) -> anyhow::Result<()> {
         }
     }
     server.abort();
+    if let Some(m) = metrics {
+        m.abort();
+    }
     status::remove_socket(&socket_path);
     let d = lock(&daemon).take();
     match d {

@@ -80,6 +80,10 @@ pub struct DaemonConfig {
     /// conntrack state (only on queues whose services read it; cleared again before the
     /// packet leaves).
     pub ct_mark_bits: CtMarkBits,
+    /// Where `/metrics` (Prometheus/OpenMetrics text) is served, if anywhere
+    /// (`daemon.metrics`). A non-loopback address needs `daemon.metrics_public = true`,
+    /// so that counters are never exposed to a network by a typo.
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// Default conntrack mark bits: tracked, established, related, reply (highest first).
@@ -301,6 +305,8 @@ struct RawDaemon {
     bypass_mark: Option<Spanned<toml::Value>>,
     iptables: Option<IptablesFlavor>,
     ct_mark_bits: Option<Spanned<toml::Value>>,
+    metrics: Option<Spanned<String>>,
+    metrics_public: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -514,7 +520,28 @@ fn check_daemon(cx: &mut Ctx<'_>, d: RawDaemon) -> DaemonConfig {
         bypass_mark: relay_core::StageMark::DEFAULT_MASK,
         iptables: d.iptables.unwrap_or(IptablesFlavor::Auto),
         ct_mark_bits: ct_bits_from_mask(DEFAULT_CT_MARK_BITS).expect("four bits"),
+        metrics: None,
     };
+    if let Some(m) = d.metrics {
+        match m.get_ref().trim().parse::<std::net::SocketAddr>() {
+            Ok(a) if a.ip().is_loopback() || d.metrics_public == Some(true) => {
+                out.metrics = Some(a);
+            }
+            Ok(a) => cx.err(
+                Some(m.span()),
+                "daemon.metrics",
+                format!(
+                    "{a} is not a loopback address: anyone who can reach it reads relayd's \
+                     counters; set daemon.metrics_public = true to serve it anyway"
+                ),
+            ),
+            Err(_) => cx.err(
+                Some(m.span()),
+                "daemon.metrics",
+                "must be an IP address and port, e.g. \"127.0.0.1:9477\" or \"[::1]:9477\"",
+            ),
+        }
+    }
     if let Some(p) = d.chain_prefix {
         let ok = p.get_ref().len() <= 16
             && p.get_ref().starts_with(|c: char| c.is_ascii_alphanumeric())
@@ -1709,6 +1736,31 @@ mod tests {
         let e = errs(text);
         assert_eq!((e[0].line, e[0].field.as_str()), (line, field), "{e:?}");
         e
+    }
+
+    #[test]
+    fn metrics_must_be_loopback_unless_public() {
+        let q = "[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"a\"]\n[service.a]\nkind = \"accept\"\n";
+        let c = parsed(&format!("[daemon]\nmetrics = \"127.0.0.1:9477\"\n{q}"));
+        assert_eq!(c.daemon.metrics, Some("127.0.0.1:9477".parse().unwrap()));
+        let c = parsed(&format!("[daemon]\nmetrics = \"[::1]:9477\"\n{q}"));
+        assert_eq!(c.daemon.metrics, Some("[::1]:9477".parse().unwrap()));
+        assert_eq!(parsed(q).daemon.metrics, None);
+        let e = first_err(
+            &format!("[daemon]\nsocket = \"/tmp/x\"\nmetrics = \"0.0.0.0:9477\"\n{q}"),
+            3,
+            "daemon.metrics",
+        );
+        assert!(e[0].message.contains("metrics_public"), "{e:?}");
+        first_err(
+            &format!("[daemon]\nmetrics = \"localhost:9477\"\n{q}"),
+            2,
+            "daemon.metrics",
+        );
+        let c = parsed(&format!(
+            "[daemon]\nmetrics = \"0.0.0.0:9477\"\nmetrics_public = true\n{q}"
+        ));
+        assert_eq!(c.daemon.metrics, Some("0.0.0.0:9477".parse().unwrap()));
     }
 
     #[test]

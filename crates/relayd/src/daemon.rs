@@ -37,7 +37,10 @@ pub struct Daemon {
     queues: BTreeMap<u16, Running>,
     counters: CounterStore,
     started: Instant,
+    /// `started` on the wall clock (`relayd_start_time_seconds`).
+    started_wall: std::time::SystemTime,
     reloads: u64,
+    reload_failures: u64,
     listeners: Listeners,
     /// The split proxy's `ip rule` and route are in place (preference, table).
     routing: Option<(u32, u32)>,
@@ -145,14 +148,20 @@ impl CounterStore {
                     queues: Vec::new(),
                     packets: 0,
                     counters: BTreeMap::new(),
+                    gauges: Vec::new(),
                 });
             s.queues.push(*num);
             s.packets += packets.get();
             for (k, kind, v) in counters.snapshot() {
-                let e = s.counters.entry(k).or_insert(0);
+                let e = s.counters.entry(k.clone()).or_insert(0);
                 match kind {
                     CounterKind::Total => *e += v,
-                    CounterKind::Gauge => *e = v,
+                    CounterKind::Gauge => {
+                        *e = v;
+                        if !s.gauges.contains(&k) {
+                            s.gauges.push(k);
+                        }
+                    }
                 }
             }
         }
@@ -222,7 +231,9 @@ impl Daemon {
             queues: BTreeMap::new(),
             counters: CounterStore::default(),
             started: Instant::now(),
+            started_wall: std::time::SystemTime::now(),
             reloads: 0,
+            reload_failures: 0,
             listeners: Listeners::default(),
             routing: None,
             qos: QosSet::new(Tc::system()),
@@ -549,6 +560,12 @@ impl Daemon {
         h
     }
 
+    /// Counts a refused reload (the configuration did not load, or [`Daemon::reload`]
+    /// failed and kept the running one), for `relayd_reload_failures_total`.
+    pub fn reload_failed(&mut self) {
+        self.reload_failures += 1;
+    }
+
     /// A snapshot of every counter.
     pub fn status(&self) -> Status {
         let kernel = relay_nfq::procfs::read();
@@ -575,6 +592,19 @@ impl Daemon {
             uptime_s: self.started.elapsed().as_secs_f64(),
             config: self.config.path.display().to_string(),
             reloads: self.reloads,
+            reload_failures: self.reload_failures,
+            start_time_s: self
+                .started_wall
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs_f64())
+                .unwrap_or(0.0),
+            unhealthy_queues: {
+                let h = self.health(crate::notify::DEFAULT_STUCK);
+                let mut q = h.dead;
+                q.extend(h.stuck.iter().map(|(n, _)| *n));
+                q.sort_unstable();
+                q
+            },
             queues,
             services,
             listeners: self.listeners.status(),

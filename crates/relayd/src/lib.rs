@@ -8,6 +8,7 @@ pub mod daemon;
 pub mod dist;
 pub mod listeners;
 pub mod lock;
+pub mod metrics;
 pub mod notify;
 pub mod qos;
 pub mod registry;

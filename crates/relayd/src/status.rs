@@ -23,6 +23,17 @@ pub struct Status {
     pub config: String,
     /// Reloads done since start (successful ones).
     pub reloads: u64,
+    /// Reloads refused since start (a file with errors, or a reload that failed and
+    /// kept the running configuration).
+    #[serde(default)]
+    pub reload_failures: u64,
+    /// When the daemon started, in seconds since the Unix epoch.
+    #[serde(default)]
+    pub start_time_s: f64,
+    /// Queues whose thread has ended or is stuck (see [`crate::daemon::Health`]): their
+    /// traffic is no longer served.
+    #[serde(default)]
+    pub unhealthy_queues: Vec<u16>,
     /// One entry per queue number.
     pub queues: Vec<QueueStatus>,
     /// One entry per service instance, summed over the queues that run it.
@@ -147,6 +158,9 @@ pub struct ServiceStatus {
     pub packets: u64,
     /// Its own counters.
     pub counters: BTreeMap<String, u64>,
+    /// Which of `counters` are gauges (a current value, not a running total).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gauges: Vec<String>,
 }
 
 /// The largest reply [`query`] reads (a status of thousands of queues and services is a
@@ -581,6 +595,9 @@ mod tests {
             uptime_s: 1.0,
             config: "/etc/relayd.toml".into(),
             reloads: 0,
+            reload_failures: 0,
+            start_time_s: 0.0,
+            unhealthy_queues: Vec::new(),
             queues: Vec::new(),
             services: (0..services)
                 .map(|i| ServiceStatus {
@@ -589,6 +606,7 @@ mod tests {
                     queues: vec![0, 1, 2],
                     packets: i as u64,
                     counters: BTreeMap::new(),
+                    gauges: Vec::new(),
                 })
                 .collect(),
             listeners: Vec::new(),

@@ -116,7 +116,7 @@ fn generated_assets() -> Vec<(String, Vec<u8>)> {
 }
 
 /// The files under dist/ the package ships as they are: (path in the package, source).
-const SHIPPED_AS_IS: [(&str, &str); 4] = [
+const SHIPPED_AS_IS: [(&str, &str); 5] = [
     (
         "usr/lib/systemd/system/relayd.service",
         "dist/systemd/relayd.service",
@@ -127,6 +127,10 @@ const SHIPPED_AS_IS: [(&str, &str); 4] = [
     ),
     ("etc/relayd/relayd.toml", "dist/relayd.toml"),
     ("usr/share/doc/relayd/copyright", "dist/copyright"),
+    (
+        "usr/share/doc/relayd/examples/relayd-alerts.yml",
+        "dist/prometheus/relayd-alerts.yml",
+    ),
 ];
 
 #[test]
