@@ -235,6 +235,10 @@ pub fn main_with(registry: Registry) -> ExitCode {
                     if let Some(w) = warning {
                         eprintln!("warning: iptables matches not checked: {w}");
                     }
+                    println!(
+                        "{}",
+                        crate::privilege::describe(&crate::privilege::needed(&cfg))
+                    );
                     let n: usize = cfg.queues.iter().map(|q| q.nums().count()).sum();
                     println!(
                         "{}: ok ({} queue entries, {n} queues)",
@@ -503,7 +507,8 @@ async fn serve(cfg: Config, registry: Registry) -> anyhow::Result<()> {
     // systemd's notify socket and watchdog, when it started relayd (else all no-ops).
     let mut notify = crate::notify::Supervisor::from_env();
     let socket_path = cfg.daemon.socket.clone();
-    let listener = status::bind(&socket_path).inspect_err(|e| notify.failed(e))?;
+    let listener = status::bind_group(&socket_path, cfg.daemon.socket_group)
+        .inspect_err(|e| notify.failed(e))?;
     // daemon.metrics: bound before the rules go in (and before any privilege drop).
     let metrics_listener = match cfg.daemon.metrics {
         Some(a) => match crate::metrics::bind(a).await {
@@ -517,7 +522,23 @@ async fn serve(cfg: Config, registry: Registry) -> anyhow::Result<()> {
         },
         None => None,
     };
-    let daemon = match Daemon::start(cfg) {
+    // daemon.user: with the socket bound and the instance lock taken as root, relayd
+    // drops to the user and the capabilities its configuration needs before it binds a
+    // queue or installs a rule. Credentials and capabilities are per thread, and queue
+    // threads take no signals: dropping before they exist is the only way every thread
+    // ends up unprivileged (later ones inherit from the main thread). Start-up then also
+    // proves that the capabilities kept suffice.
+    let started = match &cfg.daemon.user {
+        None => Daemon::start(cfg),
+        Some(user) => crate::lock::InstanceLock::acquire(&cfg.daemon.chain_prefix)
+            .map_err(anyhow::Error::from)
+            .and_then(|lock| {
+                drop_privileges(user, &crate::privilege::needed_set(&cfg))?;
+                Ok(lock)
+            })
+            .and_then(|lock| Daemon::start_locked(cfg, lock)),
+    };
+    let daemon = match started {
         Ok(d) => Arc::new(Mutex::new(Some(d))),
         Err(e) => {
             status::remove_socket(&socket_path);
@@ -589,6 +610,22 @@ async fn serve(cfg: Config, registry: Registry) -> anyhow::Result<()> {
     }
 }
 
+/// Drops from root to `user` with exactly `keep` (see [`crate::privilege::drop_to`]);
+/// started as another user, relayd already is unprivileged and only says so.
+fn drop_privileges(user: &config::DaemonUser, keep: &caps::CapsHashSet) -> anyhow::Result<()> {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        tracing::warn!(user = %user.name, "not started as root: daemon.user ignored");
+        return Ok(());
+    }
+    crate::privilege::drop_to(&user.name, keep)
+        .with_context(|| format!("dropping to daemon.user {}", user.name))?;
+    let mut names: Vec<String> = keep.iter().map(|c| c.to_string()).collect();
+    names.sort();
+    tracing::info!(user = %user.name, uid = user.uid, gid = user.gid, capabilities = %names.join(","), "dropped privileges");
+    Ok(())
+}
+
 /// The queue threads' health ([`Daemon::health`]), for the watchdog.
 fn health(daemon: &Mutex<Option<Daemon>>, stuck_after: std::time::Duration) -> daemon::Health {
     lock(daemon)
@@ -648,6 +685,18 @@ fn reload_queues(
         }
     };
     new.warnings.iter().for_each(|w| tracing::warn!("{w}"));
+    // After a drop (or started with fewer), no capability can be gained: say which one
+    // the new file needs rather than fail halfway through applying it.
+    let missing = crate::privilege::missing(&new);
+    if !missing.is_empty() {
+        let names: Vec<String> = missing.iter().map(|c| c.to_string()).collect();
+        let e = format!(
+            "the new configuration needs {} which relayd does not have (restart it to gain them)",
+            names.join(", ")
+        );
+        tracing::error!("reload refused, keeping the running configuration: {e}");
+        return Err(e);
+    }
     match d.reload(new) {
         Ok(changes) => {
             tracing::info!("reloaded");

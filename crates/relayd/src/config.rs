@@ -84,6 +84,24 @@ pub struct DaemonConfig {
     /// (`daemon.metrics`). A non-loopback address needs `daemon.metrics_public = true`,
     /// so that counters are never exposed to a network by a typo.
     pub metrics: Option<std::net::SocketAddr>,
+    /// The user relayd drops to when started as root (`daemon.user`), once its status
+    /// socket is bound and its lock taken, before it binds a queue: its name as
+    /// configured, uid and primary gid. `None`: relayd keeps the user it was started as.
+    pub user: Option<DaemonUser>,
+    /// The group that owns the status socket (`daemon.socket_group`), whose members may
+    /// query and command relayd: mode 0660 then, else 0600.
+    pub socket_group: Option<u32>,
+}
+
+/// `daemon.user`, resolved when the configuration is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DaemonUser {
+    /// The name (or number) as configured.
+    pub name: String,
+    /// Its uid.
+    pub uid: u32,
+    /// Its primary gid.
+    pub gid: u32,
 }
 
 /// Default conntrack mark bits: tracked, established, related, reply (highest first).
@@ -305,6 +323,8 @@ struct RawDaemon {
     bypass_mark: Option<Spanned<toml::Value>>,
     iptables: Option<IptablesFlavor>,
     ct_mark_bits: Option<Spanned<toml::Value>>,
+    user: Option<Spanned<String>>,
+    socket_group: Option<Spanned<String>>,
     metrics: Option<Spanned<String>>,
     metrics_public: Option<bool>,
 }
@@ -521,7 +541,27 @@ fn check_daemon(cx: &mut Ctx<'_>, d: RawDaemon) -> DaemonConfig {
         iptables: d.iptables.unwrap_or(IptablesFlavor::Auto),
         ct_mark_bits: ct_bits_from_mask(DEFAULT_CT_MARK_BITS).expect("four bits"),
         metrics: None,
+        user: None,
+        socket_group: None,
     };
+    if let Some(u) = d.user {
+        match crate::privilege::lookup_user(u.get_ref()) {
+            Ok((uid, gid)) => {
+                out.user = Some(DaemonUser {
+                    name: u.get_ref().clone(),
+                    uid,
+                    gid,
+                })
+            }
+            Err(e) => cx.err(Some(u.span()), "daemon.user", e),
+        }
+    }
+    if let Some(g) = d.socket_group {
+        match crate::privilege::lookup_group(g.get_ref()) {
+            Ok(gid) => out.socket_group = Some(gid),
+            Err(e) => cx.err(Some(g.span()), "daemon.socket_group", e),
+        }
+    }
     if let Some(m) = d.metrics {
         match m.get_ref().trim().parse::<std::net::SocketAddr>() {
             Ok(a) if a.ip().is_loopback() || d.metrics_public == Some(true) => {

@@ -217,6 +217,12 @@ impl Daemon {
     /// rules. On failure everything done so far is undone.
     pub fn start(config: Config) -> anyhow::Result<Daemon> {
         let lock = crate::lock::InstanceLock::acquire(&config.daemon.chain_prefix)?;
+        Daemon::start_locked(config, lock)
+    }
+
+    /// [`Daemon::start`] with the instance lock already taken (relayd takes it as root,
+    /// before it drops to `daemon.user`).
+    pub fn start_locked(config: Config, lock: crate::lock::InstanceLock) -> anyhow::Result<Daemon> {
         let stale = cleanup_all(&config.daemon.chain_prefix, config.daemon.iptables)?
             + cleanup_routing(&config)?;
         if stale > 0 {

@@ -10,6 +10,7 @@ pub mod listeners;
 pub mod lock;
 pub mod metrics;
 pub mod notify;
+pub mod privilege;
 pub mod qos;
 pub mod registry;
 pub mod replay;

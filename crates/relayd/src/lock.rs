@@ -25,8 +25,22 @@ pub enum LockError {
     Io(#[from] anyhow::Error),
 }
 
-/// Directory of the lock files.
+/// Directory of the lock files (unless systemd names another, see [`lock_dir`]).
 pub const LOCK_DIR: &str = "/run/relayd";
+
+/// The directory of the lock files: systemd's `$RUNTIME_DIRECTORY` (the unit's
+/// `RuntimeDirectory=relayd`, owned by the unit's `User=`, so that relayd running as that
+/// user can create its lock there) when set to an absolute path, else [`LOCK_DIR`].
+pub fn lock_dir() -> PathBuf {
+    std::env::var_os("RUNTIME_DIRECTORY")
+        .and_then(|v| {
+            // systemd separates several directories with ':'; the first is relayd's.
+            let first = v.to_str()?.split(':').next()?.to_string();
+            Some(PathBuf::from(first))
+        })
+        .filter(|p| p.is_absolute())
+        .unwrap_or_else(|| PathBuf::from(LOCK_DIR))
+}
 
 /// The lock file's mode: only relayd's user may open it.
 const LOCK_MODE: u32 = 0o600;
@@ -44,13 +58,14 @@ fn lock_path(prefix: &str) -> anyhow::Result<PathBuf> {
     let ns = std::fs::metadata("/proc/self/ns/net")
         .context("reading /proc/self/ns/net")?
         .ino();
-    Ok(PathBuf::from(LOCK_DIR).join(format!("{prefix}-net{ns}.lock")))
+    Ok(lock_dir().join(format!("{prefix}-net{ns}.lock")))
 }
 
 impl InstanceLock {
     /// Takes the lock for `prefix` in this network namespace, or says who holds it.
     pub fn acquire(prefix: &str) -> Result<InstanceLock, LockError> {
-        create_dirs(Path::new(LOCK_DIR)).with_context(|| format!("creating {LOCK_DIR}"))?;
+        let dir = lock_dir();
+        create_dirs(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let path = lock_path(prefix)?;
         // 0600 and no link followed: anyone who can open the file can flock it (read-only
         // is enough) and so keep relayd from starting. A file an older relayd left more
@@ -209,6 +224,10 @@ fn probe(path: &Path) -> std::io::Result<()> {
 /// Connecting to a unix socket needs write permission on it.
 pub const SOCKET_MODE: u32 = 0o600;
 
+/// The mode of the status socket with `daemon.socket_group` set: the group's members may
+/// connect (query and command relayd) too.
+pub const GROUP_SOCKET_MODE: u32 = 0o660;
+
 /// The mode of the directories relayd creates for its socket and lock files (whatever
 /// the umask: a directory others could write would let them replace the socket).
 const DIR_MODE: u32 = 0o755;
@@ -227,7 +246,13 @@ fn create_dirs(dir: &Path) -> std::io::Result<()> {
 /// could connect: the socket file is created no more open than 0600, and its mode is
 /// final before `listen` (until then every connect is refused). The umask itself is
 /// left alone: it is per process, and other threads create files meanwhile.
-fn bind_private(path: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
+///
+/// With `group`, the socket file is given to that group and made
+/// [`GROUP_SOCKET_MODE`], also before `listen`.
+fn bind_private(
+    path: &Path,
+    group: Option<u32>,
+) -> std::io::Result<std::os::unix::net::UnixListener> {
     use std::os::unix::fs::{FileTypeExt, PermissionsExt};
     let (addr, len) = sockaddr(path)?;
     let fd = unix_socket(0)?;
@@ -254,7 +279,10 @@ fn bind_private(path: &Path) -> std::io::Result<std::os::unix::net::UnixListener
         if !m.file_type().is_socket() {
             return Err(std::io::Error::other("the bound socket was replaced"));
         }
-        if m.permissions().mode() & 0o7777 != SOCKET_MODE {
+        if let Some(gid) = group {
+            std::os::unix::fs::lchown(path, None, Some(gid))?;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(GROUP_SOCKET_MODE))?;
+        } else if m.permissions().mode() & 0o7777 != SOCKET_MODE {
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(SOCKET_MODE))?;
         }
         Ok(())
@@ -289,6 +317,15 @@ pub(crate) fn remove_if_socket(path: &Path) {
 /// stays untouched. The socket's mode is [`SOCKET_MODE`] whatever the umask, and a
 /// missing parent directory is created 0755.
 pub fn claim_socket(path: &Path) -> Result<std::os::unix::net::UnixListener, SocketError> {
+    claim_group_socket(path, None)
+}
+
+/// [`claim_socket`], the socket owned by group `group` (`daemon.socket_group`) and of
+/// mode [`GROUP_SOCKET_MODE`] when given.
+pub fn claim_group_socket(
+    path: &Path,
+    group: Option<u32>,
+) -> Result<std::os::unix::net::UnixListener, SocketError> {
     use std::os::unix::fs::FileTypeExt;
     let io = |action, source| SocketError::Io {
         action,
@@ -331,7 +368,7 @@ pub fn claim_socket(path: &Path) -> Result<std::os::unix::net::UnixListener, Soc
     if let Some(dir) = path.parent() {
         create_dirs(dir).ok();
     }
-    bind_private(path).map_err(|e| io("binding status socket", e))
+    bind_private(path, group).map_err(|e| io("binding status socket", e))
 }
 
 #[cfg(test)]

@@ -206,6 +206,14 @@ pub fn bind(path: &Path) -> anyhow::Result<tokio::net::UnixListener> {
     Ok(tokio::net::UnixListener::from_std(l)?)
 }
 
+/// [`bind`], the socket owned by group `group` (`daemon.socket_group`) with mode 0660
+/// when given, so that the group's members may query and command relayd; others may not.
+pub fn bind_group(path: &Path, group: Option<u32>) -> anyhow::Result<tokio::net::UnixListener> {
+    let l = crate::lock::claim_group_socket(path, group)?;
+    l.set_nonblocking(true)?;
+    Ok(tokio::net::UnixListener::from_std(l)?)
+}
+
 /// Removes the status socket at `path` on the way out, if a socket is still there: a
 /// file that replaced it meanwhile is not relayd's to delete.
 pub fn remove_socket(path: &Path) {

@@ -1,0 +1,534 @@
+//! Least privilege: which capabilities a configuration needs, and dropping from root to
+//! `daemon.user` with exactly those once the daemon is set up.
+//!
+//! relayd needs root for nothing but capabilities: CAP_NET_ADMIN (iptables, NFQUEUE, tc,
+//! ip, SO_RCVBUFFORCE, IP_TRANSPARENT), CAP_NET_RAW where a service sends packets itself
+//! (or with iptables-legacy), CAP_SYS_NICE for a negative queue `nice`, and
+//! CAP_NET_BIND_SERVICE for a proxy listener on a port below 1024. The capabilities are
+//! kept as ambient ones, so that the iptables, tc and ip relayd runs after the drop (on
+//! reload and shutdown) get them too.
+
+use crate::config::Config;
+use caps::{CapSet, Capability, CapsHashSet};
+use std::ffi::CString;
+
+/// One capability a configuration needs, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Need {
+    /// The capability.
+    pub cap: Capability,
+    /// Why it is needed (`service esp0 sends packets`); empty for CAP_NET_ADMIN, which
+    /// every configuration needs.
+    pub reasons: Vec<String>,
+}
+
+/// Why dropping privileges failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PrivilegeError {
+    /// A system call failed.
+    #[error("{what}: {source}")]
+    Os {
+        /// What relayd was doing.
+        what: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The user or group is unknown.
+    #[error("{0}")]
+    Lookup(String),
+}
+
+/// Service kinds that send packets themselves on raw sockets (`relay_inject::Resender`,
+/// the IDS's `reject`).
+const SENDERS: &[&str] = &["encrypt", "decrypt", "mpls-encap", "mpls-decap", "ids"];
+
+/// The capabilities `cfg` needs, CAP_NET_ADMIN first, each with its reasons.
+pub fn needed(cfg: &Config) -> Vec<Need> {
+    let mut out = vec![Need {
+        cap: Capability::CAP_NET_ADMIN,
+        reasons: Vec::new(),
+    }];
+    let mut add = |cap: Capability, why: String| match out.iter_mut().find(|n| n.cap == cap) {
+        Some(n) => {
+            if !n.reasons.contains(&why) {
+                n.reasons.push(why);
+            }
+        }
+        None => out.push(Need {
+            cap,
+            reasons: vec![why],
+        }),
+    };
+    if cfg.daemon.iptables == crate::config::IptablesFlavor::Legacy {
+        add(Capability::CAP_NET_RAW, "daemon.iptables = legacy".into());
+    }
+    for q in &cfg.queues {
+        for (name, f) in &q.services {
+            if SENDERS.contains(&f.kind()) {
+                add(
+                    Capability::CAP_NET_RAW,
+                    format!("service {name} sends packets"),
+                );
+            }
+        }
+    }
+    for q in &cfg.queues {
+        if let Some(n) = q.nice.filter(|n| *n < 0) {
+            let which = if q.first == q.last {
+                format!("queue {}", q.first)
+            } else {
+                format!("queues {}-{}", q.first, q.last)
+            };
+            add(Capability::CAP_SYS_NICE, format!("{which} nice = {n}"));
+        }
+    }
+    for l in &cfg.listeners {
+        let port = l.kind.listen().port();
+        if port != 0 && port < 1024 {
+            add(
+                Capability::CAP_NET_BIND_SERVICE,
+                format!("listener {} on port {port}", l.name),
+            );
+        }
+    }
+    out
+}
+
+/// The needed capabilities as a set.
+pub fn needed_set(cfg: &Config) -> CapsHashSet {
+    needed(cfg).into_iter().map(|n| n.cap).collect()
+}
+
+/// The line `relayd check` prints: `capabilities: CAP_NET_ADMIN, CAP_NET_RAW (service x
+/// sends packets)`.
+pub fn describe(needs: &[Need]) -> String {
+    let parts: Vec<String> = needs
+        .iter()
+        .map(|n| {
+            if n.reasons.is_empty() {
+                n.cap.to_string()
+            } else {
+                format!("{} ({})", n.cap, n.reasons.join(", "))
+            }
+        })
+        .collect();
+    format!("capabilities: {}", parts.join(", "))
+}
+
+/// The capabilities `cfg` needs that this thread does not have in its effective set
+/// (after a drop, a reload cannot gain any); empty when it has them all.
+pub fn missing(cfg: &Config) -> Vec<Capability> {
+    let have = caps::read(None, CapSet::Effective).unwrap_or_default();
+    let mut m: Vec<Capability> = needed_set(cfg).difference(&have).copied().collect();
+    m.sort_by_key(|c| c.index());
+    m
+}
+
+/// A user's uid and primary gid, by name or number.
+pub fn lookup_user(name: &str) -> Result<(u32, u32), String> {
+    let c = CString::new(name).map_err(|_| format!("user `{name}` contains a NUL byte"))?;
+    let mut buf = vec![0u8; 16384];
+    // SAFETY: zeroed passwd is a valid out-parameter for getpwnam_r.
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut res: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: all pointers are valid for the call; buf outlives it.
+    let rc = unsafe {
+        libc::getpwnam_r(
+            c.as_ptr(),
+            &mut pw,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            &mut res,
+        )
+    };
+    if rc == 0 && !res.is_null() {
+        return Ok((pw.pw_uid, pw.pw_gid));
+    }
+    if let Ok(uid) = name.parse::<u32>() {
+        // SAFETY: as above.
+        let rc =
+            unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr().cast(), buf.len(), &mut res) };
+        if rc == 0 && !res.is_null() {
+            return Ok((pw.pw_uid, pw.pw_gid));
+        }
+        return Err(format!("no user with uid {uid} in the user database"));
+    }
+    Err(format!("no user `{name}` in the user database"))
+}
+
+/// A group's gid, by name or number.
+pub fn lookup_group(name: &str) -> Result<u32, String> {
+    if let Ok(gid) = name.parse::<u32>() {
+        return Ok(gid);
+    }
+    let c = CString::new(name).map_err(|_| format!("group `{name}` contains a NUL byte"))?;
+    let mut buf = vec![0u8; 65536];
+    // SAFETY: zeroed group is a valid out-parameter for getgrnam_r.
+    let mut gr: libc::group = unsafe { std::mem::zeroed() };
+    let mut res: *mut libc::group = std::ptr::null_mut();
+    // SAFETY: all pointers are valid for the call; buf outlives it.
+    let rc = unsafe {
+        libc::getgrnam_r(
+            c.as_ptr(),
+            &mut gr,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            &mut res,
+        )
+    };
+    if rc == 0 && !res.is_null() {
+        Ok(gr.gr_gid)
+    } else {
+        Err(format!("no group `{name}` in the group database"))
+    }
+}
+
+/// Drops from root to `user` keeping exactly `keep`, in every thread of the process:
+/// the bounding set loses every other capability, supplementary groups, gid and uid
+/// become the user's (with PR_SET_KEEPCAPS so that the permitted set survives), and the
+/// permitted, effective, inheritable and ambient sets become `keep` (ambient, so that
+/// iptables, tc and ip run later get them across execve).
+///
+/// Credentials and capabilities are per thread in Linux, and relayd's queue threads need
+/// CAP_NET_ADMIN for every verdict they send: each thread makes the same change itself
+/// (the others on a real-time signal, the calling thread last), with raw system calls
+/// only, the way libpsx does. Returns the uid and gid.
+pub fn drop_to(user: &str, keep: &CapsHashSet) -> Result<(u32, u32), PrivilegeError> {
+    use std::sync::atomic::Ordering::SeqCst;
+    let (uid, gid) = lookup_user(user).map_err(PrivilegeError::Lookup)?;
+    let groups = user_groups(user, gid);
+    for (slot, g) in plan::GROUPS.iter().zip(&groups) {
+        slot.store(*g, SeqCst);
+    }
+    plan::NGROUPS.store(groups.len().min(plan::GROUPS.len()), SeqCst);
+    plan::UID.store(uid, SeqCst);
+    plan::GID.store(gid, SeqCst);
+    plan::KEEP.store(keep.iter().fold(0u64, |m, c| m | c.bitmask()), SeqCst);
+    plan::FAILED.store(0, SeqCst);
+    plan::DONE.store(0, SeqCst);
+    let sig = libc::SIGRTMAX() - 1;
+    // SAFETY: a handler that makes only async-signal-safe system calls.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = plan::on_signal as *const () as usize;
+        sa.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut sa.sa_mask);
+        if libc::sigaction(sig, &sa, std::ptr::null_mut()) != 0 {
+            return Err(os_err("installing the signal handler"));
+        }
+    }
+    // SAFETY: plain system calls.
+    let (pid, me) = unsafe { (libc::getpid(), libc::gettid()) };
+    let mut signalled = std::collections::BTreeSet::new();
+    // Until no thread is left unsignalled (a thread may start another meanwhile).
+    loop {
+        let tids = threads().map_err(|e| PrivilegeError::Os {
+            what: "listing /proc/self/task".into(),
+            source: e,
+        })?;
+        let new: Vec<i32> = tids
+            .into_iter()
+            .filter(|t| *t != me && !signalled.contains(t))
+            .collect();
+        if new.is_empty() {
+            break;
+        }
+        for t in new {
+            // SAFETY: tgkill on a thread of this process; one that ended meanwhile
+            // (ESRCH) is not waited for.
+            if unsafe { libc::syscall(libc::SYS_tgkill, pid, t, sig) } == 0 {
+                signalled.insert(t);
+            }
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while plan::DONE.load(SeqCst) < signalled.len() {
+            if std::time::Instant::now() > deadline {
+                return Err(PrivilegeError::Lookup(format!(
+                    "{} of {} threads changed their credentials within 5 s",
+                    plan::DONE.load(SeqCst),
+                    signalled.len()
+                )));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+    let mine = plan::transition();
+    let failed = plan::FAILED.load(SeqCst);
+    match (mine, failed) {
+        (Err(code), _) | (Ok(()), code @ 1..) => Err(plan::describe(code)),
+        _ => Ok((uid, gid)),
+    }
+}
+
+/// The thread ids of this process.
+fn threads() -> std::io::Result<Vec<i32>> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc/self/task")? {
+        if let Some(t) = e?.file_name().to_str().and_then(|n| n.parse().ok()) {
+            out.push(t);
+        }
+    }
+    Ok(out)
+}
+
+/// The groups of `user` (primary `gid` included), as initgroups would set them; only
+/// `gid` for a numeric user.
+fn user_groups(user: &str, gid: u32) -> Vec<u32> {
+    if user.parse::<u32>().is_ok() {
+        return vec![gid];
+    }
+    let Ok(name) = CString::new(user) else {
+        return vec![gid];
+    };
+    let mut n: libc::c_int = 64;
+    let mut groups = vec![0 as libc::gid_t; 64];
+    // SAFETY: groups has room for n entries; getgrouplist writes at most n.
+    let r = unsafe { libc::getgrouplist(name.as_ptr(), gid, groups.as_mut_ptr(), &mut n) };
+    if r < 0 {
+        // More than 64 groups: keep the first 64 (and the primary one).
+        n = 64;
+    }
+    groups.truncate(usize::try_from(n).unwrap_or(0).min(64));
+    if !groups.contains(&gid) {
+        groups.insert(0, gid);
+        groups.truncate(64);
+    }
+    groups
+}
+
+fn os_err(what: &str) -> PrivilegeError {
+    PrivilegeError::Os {
+        what: what.to_string(),
+        source: std::io::Error::last_os_error(),
+    }
+}
+
+/// The credential change every thread makes, and what it reads: set by [`drop_to`]
+/// before any thread is signalled, read by the signal handler (atomics only).
+mod plan {
+    use super::PrivilegeError;
+    use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::SeqCst};
+
+    pub(super) static UID: AtomicU32 = AtomicU32::new(0);
+    pub(super) static GID: AtomicU32 = AtomicU32::new(0);
+    pub(super) static KEEP: AtomicU64 = AtomicU64::new(0);
+    #[allow(clippy::declare_interior_mutable_const)]
+    const ZERO: AtomicU32 = AtomicU32::new(0);
+    pub(super) static GROUPS: [AtomicU32; 64] = [ZERO; 64];
+    pub(super) static NGROUPS: AtomicUsize = AtomicUsize::new(0);
+    /// Threads that made the change (or failed to).
+    pub(super) static DONE: AtomicUsize = AtomicUsize::new(0);
+    /// The first failure: step << 16 | errno; 0 for none.
+    pub(super) static FAILED: AtomicUsize = AtomicUsize::new(0);
+
+    const STEPS: [&str; 7] = [
+        "",
+        "reducing the bounding set",
+        "PR_SET_KEEPCAPS",
+        "setgroups",
+        "setresgid",
+        "setresuid",
+        "setting the capability sets (capset, PR_CAP_AMBIENT_RAISE)",
+    ];
+
+    /// The error a failure code stands for.
+    pub(super) fn describe(code: usize) -> PrivilegeError {
+        PrivilegeError::Os {
+            what: STEPS.get(code >> 16).copied().unwrap_or("?").to_string(),
+            source: std::io::Error::from_raw_os_error((code & 0xffff) as i32),
+        }
+    }
+
+    #[repr(C)]
+    struct CapHeader {
+        version: u32,
+        pid: libc::c_int,
+    }
+
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct CapData {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+
+    const CAP_V3: u32 = 0x2008_0522;
+
+    fn errno() -> usize {
+        // SAFETY: errno location of this thread.
+        (unsafe { *libc::__errno_location() }) as usize & 0xffff
+    }
+
+    /// The change, made by the calling thread with raw system calls only (so that it is
+    /// async-signal-safe and glibc does not repeat it in other threads). A thread
+    /// already running as the user is left as it is.
+    pub(super) fn transition() -> Result<(), usize> {
+        let uid = UID.load(SeqCst);
+        let gid = GID.load(SeqCst);
+        let keep = KEEP.load(SeqCst);
+        let n = NGROUPS.load(SeqCst).min(GROUPS.len());
+        let mut groups = [0 as libc::gid_t; 64];
+        for (g, a) in groups.iter_mut().zip(GROUPS.iter()) {
+            *g = a.load(SeqCst);
+        }
+        let fail = |step: usize| Err(step << 16 | errno());
+        // SAFETY: plain system calls with valid arguments; the buffers outlive them.
+        unsafe {
+            if libc::syscall(libc::SYS_getuid) as u32 == uid
+                && libc::syscall(libc::SYS_geteuid) as u32 == uid
+            {
+                return Ok(());
+            }
+            for cap in 0..64u64 {
+                if keep & (1 << cap) == 0
+                    && libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0
+                    && errno() != libc::EINVAL as usize
+                {
+                    return fail(1);
+                }
+            }
+            if libc::prctl(libc::PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0 {
+                return fail(2);
+            }
+            if libc::syscall(libc::SYS_setgroups, n, groups.as_ptr()) != 0 {
+                return fail(3);
+            }
+            if libc::syscall(libc::SYS_setresgid, gid, gid, gid) != 0 {
+                return fail(4);
+            }
+            if libc::syscall(libc::SYS_setresuid, uid, uid, uid) != 0 {
+                return fail(5);
+            }
+            let mut hdr = CapHeader {
+                version: CAP_V3,
+                pid: 0,
+            };
+            let lo = keep as u32;
+            let hi = (keep >> 32) as u32;
+            let data = [
+                CapData {
+                    effective: lo,
+                    permitted: lo,
+                    inheritable: lo,
+                },
+                CapData {
+                    effective: hi,
+                    permitted: hi,
+                    inheritable: hi,
+                },
+            ];
+            if libc::syscall(libc::SYS_capset, &mut hdr, data.as_ptr()) != 0 {
+                return fail(6);
+            }
+            for cap in 0..64u64 {
+                if keep & (1 << cap) != 0
+                    && libc::prctl(
+                        libc::PR_CAP_AMBIENT,
+                        libc::PR_CAP_AMBIENT_RAISE as libc::c_ulong,
+                        cap,
+                        0,
+                        0,
+                    ) != 0
+                {
+                    return fail(6);
+                }
+            }
+            if libc::prctl(libc::PR_SET_KEEPCAPS, 0, 0, 0, 0) != 0 {
+                return fail(2);
+            }
+        }
+        Ok(())
+    }
+
+    /// The signal handler: the change in this thread, then counted done.
+    pub(super) extern "C" fn on_signal(_sig: libc::c_int) {
+        // SAFETY: the handler keeps the interrupted code's errno.
+        let saved = unsafe { *libc::__errno_location() };
+        if let Err(code) = transition() {
+            let _ = FAILED.compare_exchange(0, code, SeqCst, SeqCst);
+        }
+        DONE.fetch_add(1, SeqCst);
+        // SAFETY: as above.
+        unsafe { *libc::__errno_location() = saved };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn cfg(text: &str) -> Config {
+        crate::config::parse(text, Path::new("t.toml"), &crate::Registry::with_builtins()).unwrap()
+    }
+
+    #[test]
+    fn accept_needs_only_net_admin() {
+        let c = cfg("[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"accept\"]\n");
+        let n = needed(&c);
+        assert_eq!(n.len(), 1);
+        assert_eq!(n[0].cap, Capability::CAP_NET_ADMIN);
+        assert_eq!(describe(&n), "capabilities: CAP_NET_ADMIN");
+    }
+
+    #[test]
+    fn nice_and_legacy_add_their_capabilities_with_reasons() {
+        let c = cfg(
+            "[daemon]\niptables = \"legacy\"\n[[queue]]\nnum = \"0-1\"\nhook = \
+             \"forward\"\nservices = [\"accept\"]\nnice = -5\n[[queue]]\nnum = 3\nhook = \
+             \"input\"\nservices = [\"accept\"]\nnice = 5\n",
+        );
+        assert_eq!(
+            describe(&needed(&c)),
+            "capabilities: CAP_NET_ADMIN, CAP_NET_RAW (daemon.iptables = legacy), \
+             CAP_SYS_NICE (queues 0-1 nice = -5)"
+        );
+        let s = needed_set(&c);
+        assert!(s.contains(&Capability::CAP_SYS_NICE));
+        assert!(!s.contains(&Capability::CAP_NET_BIND_SERVICE));
+    }
+
+    #[test]
+    fn daemon_user_and_socket_group_are_resolved_or_refused_with_their_line() {
+        let q = "[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"accept\"]\n";
+        let c = cfg(&format!(
+            "[daemon]\nuser = \"root\"\nsocket_group = \"0\"\n{q}"
+        ));
+        let u = c.daemon.user.unwrap();
+        assert_eq!((u.name.as_str(), u.uid, u.gid), ("root", 0, 0));
+        assert_eq!(c.daemon.socket_group, Some(0));
+        assert_eq!(cfg(q).daemon.user, None);
+        let e = crate::config::parse(
+            &format!("[daemon]\nsocket = \"/tmp/x\"\nuser = \"no-such-user-relayd\"\nsocket_group = \"no-such-group-relayd\"\n{q}"),
+            Path::new("t.toml"),
+            &crate::Registry::with_builtins(),
+        )
+        .unwrap_err()
+        .0;
+        assert_eq!(
+            (e[0].line, e[0].field.as_str()),
+            (3, "daemon.user"),
+            "{e:?}"
+        );
+        assert!(
+            e[0].message.contains("no user `no-such-user-relayd`"),
+            "{e:?}"
+        );
+        assert_eq!(
+            (e[1].line, e[1].field.as_str()),
+            (4, "daemon.socket_group"),
+            "{e:?}"
+        );
+        assert!(e[0].to_string().starts_with("t.toml:3:"), "{}", e[0]);
+    }
+
+    #[test]
+    fn lookups_find_root_and_refuse_unknown_names() {
+        assert_eq!(lookup_user("root"), Ok((0, 0)));
+        assert_eq!(lookup_user("0"), Ok((0, 0)));
+        assert!(lookup_user("no-such-user-relayd").is_err());
+        assert_eq!(lookup_group("root"), Ok(0));
+        assert!(lookup_group("no-such-group-relayd").is_err());
+    }
+}
