@@ -5,9 +5,10 @@ CARGO ?= cargo
 DEBIAN_PACKAGES := iptables iproute2 iputils-ping procps curl tcpdump ethtool
 # groff formats the man pages, zsh and fish run the completions (tests/dist.rs).
 DEBIAN_PACKAGES += groff-base zsh fish
-# prometheus scrapes relayd's /metrics in tests/metrics.rs; promtool (same package)
-# checks dist/prometheus/relayd-alerts.yml.
-DEBIAN_PACKAGES += prometheus
+# prometheus scrapes relayd's /metrics in tests/metrics.rs, promtool (same package)
+# checks dist/prometheus/relayd-alerts.yml, node_exporter reads `relayd status --format
+# prometheus` with its textfile collector.
+DEBIAN_PACKAGES += prometheus prometheus-node-exporter
 # cargo-deb (crates.io) builds the Debian package (`make deb`, tests/package.rs).
 CARGO_DEB_VERSION := 3.8.0
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)

@@ -7,6 +7,8 @@
 //! - the endpoint answers `/metrics` only (404 elsewhere, 405 for other methods), bounds
 //!   request heads, keeps scraping while slow clients hold connections, and frees the
 //!   slots of clients that never finish their request;
+//! - node_exporter's textfile collector reads `relayd status --format prometheus`;
+//! - the alert rules pass `promtool check rules` and use only series relayd exports;
 //! - a non-loopback `daemon.metrics` without `metrics_public = true` is refused at its line.
 //!
 //! Needs root (namespaces, iptables, NFQUEUE).
@@ -129,7 +131,20 @@ fn prometheus_scrapes_the_values_status_reports() {
     }
     let tb = Testbed::new("mx-prom");
     let n = tb.node("r");
-    let r = Relayd::start(&n, &body());
+    // An IDS ahead of `accept`: its own counters and per-rule hits become series too.
+    let rules_dir = TempDir::new("mx-rules");
+    let rules = rules_dir.file(
+        "t.rules",
+        "alert udp any any -> any 9 (msg:\"metrics test\"; content:\"packet 1\"; sid:1000001; rev:1;)\n",
+    );
+    let cfg = body().replace(
+        "services = [\"accept\"]\n",
+        &format!(
+            "services = [\"ids\", \"accept\"]\n\n[service.ids]\nkind = \"ids\"\nrules = [\"{}\"]\n",
+            rules.display()
+        ),
+    );
+    let r = Relayd::start(&n, &cfg);
     send_udp(&n, 57);
     assert!(
         wait_for(Duration::from_secs(5), || r.status().queues[0].packets
@@ -237,18 +252,34 @@ fn prometheus_scrapes_the_values_status_reports() {
         Some(u(&k["waiting"]))
     );
     assert_eq!(one(&n, &format!("relayd_queue_thread_up{sel}")), Some(1.0));
-    let svc = &json["services"][0];
+    let services = json["services"].as_array().unwrap();
+    assert_eq!(services.len(), 2, "{json}");
+    for svc in services {
+        let (name, kind) = (&svc["name"], &svc["kind"]);
+        assert_eq!(
+            one(
+                &n,
+                &format!("relayd_service_packets_total{{service={name},kind={kind}}}")
+            ),
+            Some(u(&svc["packets"])),
+            "{svc}"
+        );
+        assert_eq!(u(&svc["packets"]), 57.0, "{svc}");
+        for (counter, v) in svc["counters"].as_object().unwrap() {
+            let q = match counter.strip_prefix("sid:") {
+                Some(sid) => format!("relayd_ids_rule_hits_total{{service={name},sid=\"{sid}\"}}"),
+                None => format!(
+                    "relayd_service_counter_total{{service={name},kind={kind},counter=\"{counter}\"}}"
+                ),
+            };
+            assert_eq!(one(&n, &q), Some(u(v)), "{q}");
+        }
+    }
+    // "packet 1", "packet 10" to "packet 19": 11 of the 57 match the rule.
     assert_eq!(
-        one(
-            &n,
-            &format!(
-                "relayd_service_packets_total{{service={},kind={}}}",
-                svc["name"], svc["kind"]
-            )
-        ),
-        Some(u(&svc["packets"]))
+        one(&n, "relayd_ids_rule_hits_total{sid=\"1000001\"}"),
+        Some(11.0)
     );
-    assert_eq!(u(&svc["packets"]), 57.0);
     assert_eq!(one(&n, "relayd_reloads_total"), Some(u(&json["reloads"])));
     assert_eq!(
         one(&n, "relayd_reload_failures_total"),
@@ -416,6 +447,73 @@ fn the_alert_rules_pass_promtool_and_use_series_relayd_exports() {
         Err(e) => eprintln!(
             "\n\n*** SKIPPED promtool check: {e}; `make deps` installs Debian's prometheus ***\n\n"
         ),
+    }
+}
+
+/// node_exporter's binary as Debian installs it (`prometheus-node-exporter`).
+const NODE_EXPORTER: &str = "/usr/bin/prometheus-node-exporter";
+
+#[test]
+fn node_exporter_textfile_collector_reads_status_format_prometheus() {
+    if !std::path::Path::new(NODE_EXPORTER).exists() {
+        eprintln!(
+            "\n\n*** SKIPPED: {NODE_EXPORTER} is missing; `make deps` installs Debian's prometheus-node-exporter ***\n\n"
+        );
+        return;
+    }
+    let tb = Testbed::new("mx-textfile");
+    let n = tb.node("r");
+    let r = Relayd::start(&n, &body());
+    send_udp(&n, 23);
+    assert!(wait_for(Duration::from_secs(5), || r.status().queues[0]
+        .packets
+        == 23));
+    let out = n
+        .cmd(RELAYD)
+        .args(["status", "--format", "prometheus", "--socket"])
+        .arg(&r.socket)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let dir = TempDir::new("textfile");
+    dir.file("relayd.prom", &String::from_utf8_lossy(&out.stdout));
+    let mut cmd = n.cmd(NODE_EXPORTER);
+    cmd.arg(format!(
+        "--collector.textfile.directory={}",
+        dir.0.display()
+    ))
+    .args([
+        "--collector.disable-defaults",
+        "--collector.textfile",
+        "--web.listen-address=127.0.0.1:19100",
+    ])
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    let ne = n.spawn(cmd);
+    let mut text = String::new();
+    let up = wait_for(Duration::from_secs(10), || {
+        text = http(
+            &n,
+            "127.0.0.1:19100",
+            b"GET /metrics HTTP/1.0\r\n\r\n".to_vec(),
+            Duration::from_secs(1),
+        )
+        .unwrap_or_default();
+        text.contains("node_textfile_scrape_error")
+    });
+    assert!(up, "node_exporter did not answer:\n{}", ne.stderr_text());
+    for line in [
+        "node_textfile_scrape_error 0",
+        "relayd_queue_packets_total{hook=\"output\",queue=\"0\"} 23",
+        "relayd_service_packets_total{kind=\"accept\",service=\"accept\"} 23",
+        "relayd_queue_thread_up{hook=\"output\",queue=\"0\"} 1",
+        "relayd_reload_failures_total 0",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?}:\n{text}\n{}",
+            ne.stderr_text()
+        );
     }
 }
 
