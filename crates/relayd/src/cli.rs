@@ -78,6 +78,11 @@ enum Command {
     ///
     /// When iptables cannot be run (not root, no CAP_NET_ADMIN), the rules are not tested:
     /// check prints a warning and still exits 0 if the rest is valid.
+    ///
+    /// A valid file's report starts with the capabilities relayd needs to run it, and
+    /// why: CAP_NET_ADMIN always, CAP_NET_RAW for a service that sends packets itself,
+    /// CAP_SYS_NICE for a negative queue nice, CAP_NET_BIND_SERVICE for a listener below
+    /// port 1024. A unit's AmbientCapabilities= (or daemon.user) needs exactly these.
     Check {
         /// Configuration file.
         #[arg(short, long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]

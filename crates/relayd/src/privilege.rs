@@ -381,7 +381,10 @@ mod plan {
                 return Ok(());
             }
             for cap in 0..64u64 {
+                // Only what is there: dropping needs CAP_SETPCAP even for a capability
+                // the bounding set lacks (a unit's CapabilityBoundingSet= took it).
                 if keep & (1 << cap) == 0
+                    && libc::prctl(libc::PR_CAPBSET_READ, cap, 0, 0, 0) == 1
                     && libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0
                     && errno() != libc::EINVAL as usize
                 {
