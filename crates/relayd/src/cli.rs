@@ -53,7 +53,8 @@ enum Command {
     /// applied without losing a packet (new queues bound first, the rules swapped table by
     /// table, each queue switched to its new chain between two batches). A file with
     /// errors is refused, the errors logged, and the running configuration kept.
-    /// daemon.chain_prefix, daemon.iptables and daemon.socket change only on a restart.
+    /// daemon.chain_prefix, daemon.iptables, daemon.socket and daemon.metrics change only
+    /// on a restart.
     ///
     /// SIGINT or SIGTERM stops relayd: the status socket is removed, then all of relayd's
     /// rules, then each queue is drained (at most 2 s) and unbound. After a crash or

@@ -376,9 +376,10 @@ impl Daemon {
         if new.daemon.chain_prefix != self.config.daemon.chain_prefix
             || new.daemon.iptables != self.config.daemon.iptables
             || new.daemon.socket != self.config.daemon.socket
+            || new.daemon.metrics != self.config.daemon.metrics
         {
             bail!(
-                "daemon.chain_prefix, daemon.iptables and daemon.socket can only change with a restart"
+                "daemon.chain_prefix, daemon.iptables, daemon.socket and daemon.metrics can only change with a restart"
             );
         }
         if let Err(e) = rules::validate(&new) {

@@ -152,13 +152,21 @@ fn prometheus_scrapes_the_values_status_reports() {
         "{:?}",
         r.status()
     );
-    // A refused reload: relayd_reload_failures_total 1, relayd_reloads_total 0.
+    // Refused reloads: a file with errors, and a new metrics address (bound only at
+    // start): relayd_reload_failures_total 2, relayd_reloads_total 0.
+    let failures = |n: u64| wait_for(Duration::from_secs(5), || r.status().reload_failures == n);
     r.rewrite("this is not a relayd configuration");
     r.proc.signal(libc::SIGHUP).unwrap();
-    assert!(wait_for(Duration::from_secs(5), || r
-        .status()
-        .reload_failures
-        == 1));
+    assert!(failures(1), "{}", r.log());
+    r.rewrite(&cfg.replace(METRICS, "127.0.0.1:19478"));
+    r.proc.signal(libc::SIGHUP).unwrap();
+    assert!(failures(2), "{}", r.log());
+    assert!(
+        r.log()
+            .contains("daemon.metrics can only change with a restart"),
+        "{}",
+        r.log()
+    );
     let st = r.status();
     assert_eq!(st.reloads, 0);
 
