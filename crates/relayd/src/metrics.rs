@@ -12,7 +12,8 @@
 //! adds its own), are not all valid metric names (`sid:1000001`), and a fixed set of
 //! family names keeps dashboards and alerts independent of the configuration. IDS rule
 //! hits (counters named `sid:N` of an `ids` service) get their own family,
-//! `relayd_ids_rule_hits_total{service, sid}`.
+//! `relayd_ids_rule_hits_total{service, sid}`, with a series only for rules that have
+//! matched (a rule set has tens of thousands of rules).
 
 use crate::status::Status;
 use http_body_util::Full;
@@ -244,6 +245,11 @@ pub fn encode(s: &Status) -> String {
                 l.push(("counter".into(), esc(name)));
                 put(&sv_gauge, l, *v as f64);
             } else if let (Some(sid), "ids") = (name.strip_prefix("sid:"), sv.kind.as_str()) {
+                // A rule set has tens of thousands of rules, most never matching: only
+                // rules that have matched get a series.
+                if *v == 0 {
+                    continue;
+                }
                 set(
                     &ids_hits,
                     labels(&[("service", &sv.name), ("sid", sid)]),
@@ -496,6 +502,7 @@ mod tests {
                 counters: BTreeMap::from([
                     ("alerts".into(), 3),
                     ("sid:1000001".into(), 2),
+                    ("sid:1000002".into(), 0),
                     ("w_us".into(), 40),
                 ]),
                 gauges: vec!["w_us".into()],
@@ -542,6 +549,10 @@ mod tests {
             assert!(t.lines().any(|l| l == line), "missing {line:?} in\n{t}");
         }
         assert!(!t.contains("sid:"), "{t}");
+        assert!(
+            !t.contains("1000002"),
+            "a rule without hits has no series:\n{t}"
+        );
     }
 
     #[test]
