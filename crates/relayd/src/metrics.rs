@@ -565,6 +565,47 @@ mod tests {
     }
 
     #[test]
+    fn proxy_listeners_have_counters_and_connection_gauges() {
+        let mut st = sample();
+        st.listeners = vec![crate::status::ListenerStatus {
+            name: "split".into(),
+            kind: "tproxy".into(),
+            listen: "0.0.0.0:7000".into(),
+            upstream: "mptcp".into(),
+            state: "running".into(),
+            stats: relay_proxy::StatsSnapshot {
+                accepted: 12,
+                active: 3,
+                peak_active: 5,
+                bytes_up: 1000,
+                ..Default::default()
+            },
+        }];
+        let t = encode(&st);
+        let l = "{listener=\"split\",kind=\"tproxy\",listen=\"0.0.0.0:7000\",upstream=\"mptcp\",state=\"running\"}";
+        for line in [
+            format!("relayd_listener_accepted_total{l} 12"),
+            format!("relayd_listener_bytes_up_total{l} 1000"),
+            format!("relayd_listener_completed_total{l} 0"),
+            format!("relayd_listener_active_connections{l} 3.0"),
+            format!("relayd_listener_peak_active_connections{l} 5.0"),
+            "# TYPE relayd_listener_active_connections gauge".to_string(),
+            "# TYPE relayd_listener_accepted counter".to_string(),
+        ] {
+            assert!(t.lines().any(|x| x == line), "missing {line:?} in\n{t}");
+        }
+        // One HELP/TYPE per family however many listeners there are.
+        st.listeners.push(st.listeners[0].clone());
+        st.listeners[1].name = "other".into();
+        let t = encode(&st);
+        assert_eq!(
+            t.matches("# TYPE relayd_listener_accepted counter").count(),
+            1,
+            "{t}"
+        );
+    }
+
+    #[test]
     fn label_values_are_escaped() {
         assert_eq!(esc("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
     }
