@@ -600,11 +600,11 @@ impl Daemon {
             config: self.config.path.display().to_string(),
             reloads: self.reloads,
             reload_failures: self.reload_failures,
-            start_time_s: self
+            start_time_ms: self
                 .started_wall
                 .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs_f64())
-                .unwrap_or(0.0),
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+                .unwrap_or(0),
             unhealthy_queues: {
                 let h = self.health(crate::notify::DEFAULT_STUCK);
                 let mut q = h.dead;

@@ -142,7 +142,7 @@ pub fn encode(s: &Status) -> String {
     b.single_gauge(
         "relayd_start_time_seconds",
         "When the daemon started, in seconds since the Unix epoch.",
-        s.start_time_s,
+        s.start_time_ms as f64 / 1000.0,
     );
     b.single_counter(
         "relayd_reloads",
@@ -466,7 +466,7 @@ mod tests {
             config: "/etc/relayd/relayd.toml".into(),
             reloads: 2,
             reload_failures: 1,
-            start_time_s: 1_700_000_000.5,
+            start_time_ms: 1_700_000_000_500,
             unhealthy_queues: vec![1],
             queues: [0u16, 1]
                 .iter()

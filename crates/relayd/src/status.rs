@@ -27,9 +27,10 @@ pub struct Status {
     /// kept the running configuration).
     #[serde(default)]
     pub reload_failures: u64,
-    /// When the daemon started, in seconds since the Unix epoch.
+    /// When the daemon started, in milliseconds since the Unix epoch (an integer, so
+    /// that it crosses the socket's JSON exactly).
     #[serde(default)]
-    pub start_time_s: f64,
+    pub start_time_ms: u64,
     /// Queues whose thread has ended or is stuck (see [`crate::daemon::Health`]): their
     /// traffic is no longer served.
     #[serde(default)]
@@ -604,7 +605,7 @@ mod tests {
             config: "/etc/relayd.toml".into(),
             reloads: 0,
             reload_failures: 0,
-            start_time_s: 0.0,
+            start_time_ms: 0,
             unhealthy_queues: Vec::new(),
             queues: Vec::new(),
             services: (0..services)

@@ -138,7 +138,7 @@ pub fn run(cfg: &Config, opts: &ReplayOptions, out: &mut dyn Write) -> anyhow::R
         config: cfg.path.display().to_string(),
         reloads: 0,
         reload_failures: 0,
-        start_time_s: 0.0,
+        start_time_ms: 0,
         unhealthy_queues: Vec::new(),
         queues: vec![queue],
         services,
