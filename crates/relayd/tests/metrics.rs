@@ -7,6 +7,8 @@
 //! - the endpoint answers `/metrics` only (404 elsewhere, 405 for other methods), bounds
 //!   request heads, keeps scraping while slow clients hold connections, and frees the
 //!   slots of clients that never finish their request;
+//! - a queue thread stopped for real (ptrace) shows as `relayd_queue_thread_up 0` while
+//!   scrapes go on answering, and as 1 again once it runs;
 //! - node_exporter's textfile collector reads `relayd status --format prometheus`;
 //! - the alert rules pass `promtool check rules` and use only series relayd exports;
 //! - a non-loopback `daemon.metrics` without `metrics_public = true` is refused at its line.
@@ -19,6 +21,7 @@ mod support;
 use relay_testbed::{Node, Testbed};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use support::*;
 
@@ -529,6 +532,117 @@ fn node_exporter_textfile_collector_reads_status_format_prometheus() {
             ne.stderr_text()
         );
     }
+}
+
+/// The thread (task) id of `pid`'s thread called `name` (copied from tests/notify.rs).
+fn thread_named(pid: u32, name: &str) -> i32 {
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let dir = task.unwrap().path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if comm.trim() == name {
+            return dir.file_name().unwrap().to_str().unwrap().parse().unwrap();
+        }
+    }
+    panic!("relayd (pid {pid}) has no thread named {name}");
+}
+
+/// One thread of another process stopped with ptrace (`PTRACE_SEIZE`, then
+/// `PTRACE_INTERRUPT`): the rest of the process runs on, whereas any stop signal stops
+/// every thread. The tracer is a thread of the test (ptrace belongs to the thread that
+/// attached); dropping the value detaches, and the thread resumes.
+struct Freeze {
+    release: Option<mpsc::Sender<()>>,
+    tracer: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Freeze {
+    fn thread(tid: i32) -> Freeze {
+        let (stopped_tx, stopped_rx) = mpsc::channel::<Result<(), String>>();
+        let (release, released) = mpsc::channel::<()>();
+        let tracer = std::thread::spawn(move || {
+            let null = std::ptr::null_mut::<libc::c_void>();
+            let err = |what: &str| format!("{what} {tid}: {}", std::io::Error::last_os_error());
+            // SAFETY: ptrace and waitpid on a thread id, with no memory handed over.
+            unsafe {
+                if libc::ptrace(libc::PTRACE_SEIZE, tid, null, null) != 0 {
+                    let _ = stopped_tx.send(Err(err("PTRACE_SEIZE")));
+                    return;
+                }
+                if libc::ptrace(libc::PTRACE_INTERRUPT, tid, null, null) != 0 {
+                    let _ = stopped_tx.send(Err(err("PTRACE_INTERRUPT")));
+                    return;
+                }
+                let mut status = 0;
+                if libc::waitpid(tid, &mut status, libc::__WALL) != tid {
+                    let _ = stopped_tx.send(Err(err("waitpid")));
+                    return;
+                }
+                if !libc::WIFSTOPPED(status) {
+                    let _ = stopped_tx.send(Err(format!("thread {tid}: wait status {status:#x}")));
+                    return;
+                }
+                let _ = stopped_tx.send(Ok(()));
+                let _ = released.recv();
+                libc::ptrace(libc::PTRACE_DETACH, tid, null, null);
+            }
+        });
+        match stopped_rx.recv() {
+            Ok(Ok(())) => Freeze {
+                release: Some(release),
+                tracer: Some(tracer),
+            },
+            Ok(Err(e)) => panic!("freezing thread {tid}: {e}"),
+            Err(_) => panic!("freezing thread {tid}: the tracer thread ended"),
+        }
+    }
+}
+
+impl Drop for Freeze {
+    fn drop(&mut self) {
+        drop(self.release.take());
+        if let Some(t) = self.tracer.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[test]
+fn a_stuck_queue_thread_shows_as_down_and_scrapes_still_answer() {
+    let tb = Testbed::new("mx-stuck");
+    let n = tb.node("r");
+    let r = Relayd::start(&n, &body());
+    let line = "relayd_queue_thread_up{queue=\"0\",hook=\"output\"}";
+    let value = |text: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(line))
+            .map(|v| v.trim().to_string())
+    };
+    assert_eq!(
+        value(&get(&n, METRICS, "/metrics").1).as_deref(),
+        Some("1.0")
+    );
+    let tid = thread_named(r.proc.pid(), "relayd-q0");
+    let frozen = Freeze::thread(tid);
+    // Stuck after 5 s without a loop iteration (the daemon's default limit).
+    let t = Instant::now();
+    let mut last = String::new();
+    let down = wait_for(Duration::from_secs(10), || {
+        let (code, text) = get(&n, METRICS, "/metrics");
+        last = text;
+        code == 200 && value(&last).as_deref() == Some("0.0")
+    });
+    assert!(down, "still up after {:?}:\n{last}", t.elapsed());
+    assert!(t.elapsed() >= Duration::from_secs(4), "{:?}", t.elapsed());
+    assert_eq!(r.status().unhealthy_queues, vec![0]);
+    drop(frozen);
+    assert!(
+        wait_for(Duration::from_secs(5), || value(
+            &get(&n, METRICS, "/metrics").1
+        )
+        .as_deref()
+            == Some("1.0")),
+        "not up again after the thread resumed"
+    );
 }
 
 #[test]
