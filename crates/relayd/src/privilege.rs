@@ -91,6 +91,19 @@ pub fn needed(cfg: &Config) -> Vec<Need> {
             );
         }
     }
+    // Bound before a drop to daemon.user, but a relayd started unprivileged with ambient
+    // capabilities binds it itself.
+    if let Some(port) = cfg
+        .daemon
+        .metrics
+        .map(|a| a.port())
+        .filter(|p| *p != 0 && *p < 1024)
+    {
+        add(
+            Capability::CAP_NET_BIND_SERVICE,
+            format!("daemon.metrics on port {port}"),
+        );
+    }
     out
 }
 
@@ -490,6 +503,18 @@ mod tests {
         let s = needed_set(&c);
         assert!(s.contains(&Capability::CAP_SYS_NICE));
         assert!(!s.contains(&Capability::CAP_NET_BIND_SERVICE));
+    }
+
+    #[test]
+    fn a_metrics_port_below_1024_needs_net_bind_service() {
+        let q = "[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"accept\"]\n";
+        let low = cfg(&format!("[daemon]\nmetrics = \"127.0.0.1:443\"\n{q}"));
+        assert_eq!(
+            describe(&needed(&low)),
+            "capabilities: CAP_NET_ADMIN, CAP_NET_BIND_SERVICE (daemon.metrics on port 443)"
+        );
+        let high = cfg(&format!("[daemon]\nmetrics = \"127.0.0.1:9477\"\n{q}"));
+        assert_eq!(describe(&needed(&high)), "capabilities: CAP_NET_ADMIN");
     }
 
     #[test]

@@ -7,9 +7,12 @@
 //! After a change to the CLI, refresh the committed files with `make dist`
 //! (`RELAYD_UPDATE_DIST=1 cargo test --locked -p relayd --test dist`).
 
+mod common;
+
+use common::run;
 use relayd::dist::{COMPLETIONS_DIR, DistFile, MAN_DIR};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 const REFRESH: &str =
     "make dist (or: RELAYD_UPDATE_DIST=1 cargo test --locked -p relayd --test dist)";
@@ -29,20 +32,6 @@ fn subcommands() -> Vec<String> {
         .map(|s| s.get_name().to_owned())
         .filter(|n| n != "help")
         .collect()
-}
-
-fn run(cmd: &mut Command) -> Output {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({}):\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
 }
 
 /// Compares dist/man and dist/completions with what the CLI generates; with
