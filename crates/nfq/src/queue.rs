@@ -408,6 +408,16 @@ impl Queue {
         *self.niced.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The nice value the thread was started with, which `nice = None` restores.
+    pub fn inherited_nice(&self) -> i32 {
+        self.inherited_nice
+    }
+
+    /// The thread's nice value now: the one set, or the inherited one.
+    pub fn effective_nice(&self) -> i32 {
+        self.nice().unwrap_or(self.inherited_nice)
+    }
+
     /// True if the kernel took the conntrack flag at start, so it sends each packet's
     /// conntrack state (false if not asked for, or refused by the kernel).
     pub fn kernel_conntrack(&self) -> bool {

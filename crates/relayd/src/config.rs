@@ -507,6 +507,30 @@ pub fn parse(text: &str, path: &Path, registry: &Registry) -> Result<Config, Con
         }
     }
     let (listeners, tproxy) = check_listeners(&mut cx, &queues, &services, &daemon);
+    if let Some(u) = &daemon.user {
+        // Reloads read the file again as that user, and the key files and EVE log with it.
+        let rereads: Vec<String> = queues
+            .iter()
+            .flat_map(|q| q.services.iter())
+            .filter(|(_, f)| matches!(f.kind(), "encrypt" | "decrypt" | "ids"))
+            .map(|(name, f)| format!("{name} ({})", f.kind()))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        if !rereads.is_empty() {
+            cx.warn(
+                None,
+                "daemon.user",
+                format!(
+                    "reloads re-read key files and reopen EVE logs as `{}`, which cannot read \
+                     root's 0600 keys: with {} a reload will be refused; restart instead, or run \
+                     relayd as that user from the start (docs/operations.md, Least privilege)",
+                    u.name,
+                    rereads.join(", ")
+                ),
+            );
+        }
+    }
     if queues.is_empty() && listeners.is_empty() && cx.errors.is_empty() {
         cx.err(
             None,
@@ -546,6 +570,15 @@ fn check_daemon(cx: &mut Ctx<'_>, d: RawDaemon) -> DaemonConfig {
     };
     if let Some(u) = d.user {
         match crate::privilege::lookup_user(u.get_ref()) {
+            Ok((0, _)) => cx.err(
+                Some(u.span()),
+                "daemon.user",
+                format!(
+                    "`{}` is root (uid 0): there is nothing to drop to; remove daemon.user \
+                     or name an unprivileged user",
+                    u.get_ref()
+                ),
+            ),
             Ok((uid, gid)) => {
                 out.user = Some(DaemonUser {
                     name: u.get_ref().clone(),

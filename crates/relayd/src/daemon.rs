@@ -377,10 +377,36 @@ impl Daemon {
             || new.daemon.iptables != self.config.daemon.iptables
             || new.daemon.socket != self.config.daemon.socket
             || new.daemon.metrics != self.config.daemon.metrics
+            || new.daemon.user != self.config.daemon.user
+            || new.daemon.socket_group != self.config.daemon.socket_group
         {
             bail!(
-                "daemon.chain_prefix, daemon.iptables, daemon.socket and daemon.metrics can only change with a restart"
+                "daemon.chain_prefix, daemon.iptables, daemon.socket, daemon.metrics, daemon.user and daemon.socket_group can only change with a restart"
             );
+        }
+        // A queue thread's nice value can be lowered only with CAP_SYS_NICE (which a relayd
+        // running as daemon.user, or unprivileged, may lack): refuse such a reload before
+        // anything changes, rather than leave that queue on its old chain.
+        for spec in &new.queues {
+            for num in spec.nums() {
+                let Some(r) = self.queues.get(&num) else {
+                    continue;
+                };
+                let now = r.queue.effective_nice();
+                let want = spec.nice.unwrap_or(r.queue.inherited_nice());
+                if want < now
+                    && !caps::has_cap(
+                        None,
+                        caps::CapSet::Effective,
+                        caps::Capability::CAP_SYS_NICE,
+                    )
+                    .unwrap_or(false)
+                {
+                    bail!(
+                        "queue {num}: lowering its nice value from {now} to {want} needs CAP_SYS_NICE, which relayd does not have; restart relayd to apply it"
+                    );
+                }
+            }
         }
         if let Err(e) = rules::validate(&new) {
             bail!("{e}");

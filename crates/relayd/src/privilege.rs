@@ -309,6 +309,28 @@ fn user_groups(user: &str, gid: u32) -> Vec<u32> {
     groups
 }
 
+/// The credential system calls with 32-bit ids. On 32-bit ARM and x86 the plain numbers
+/// are the old 16-bit-uid calls (ids above 65535 would be truncated, and `setgroups`
+/// would read the 32-bit group list as 16-bit ids): those architectures have `*32` calls.
+#[cfg(any(target_arch = "arm", target_arch = "x86", target_arch = "sparc"))]
+mod sys {
+    pub(super) const GETUID: libc::c_long = libc::SYS_getuid32;
+    pub(super) const GETEUID: libc::c_long = libc::SYS_geteuid32;
+    pub(super) const SETGROUPS: libc::c_long = libc::SYS_setgroups32;
+    pub(super) const SETRESGID: libc::c_long = libc::SYS_setresgid32;
+    pub(super) const SETRESUID: libc::c_long = libc::SYS_setresuid32;
+}
+
+/// The credential system calls (32-bit ids everywhere else).
+#[cfg(not(any(target_arch = "arm", target_arch = "x86", target_arch = "sparc")))]
+mod sys {
+    pub(super) const GETUID: libc::c_long = libc::SYS_getuid;
+    pub(super) const GETEUID: libc::c_long = libc::SYS_geteuid;
+    pub(super) const SETGROUPS: libc::c_long = libc::SYS_setgroups;
+    pub(super) const SETRESGID: libc::c_long = libc::SYS_setresgid;
+    pub(super) const SETRESUID: libc::c_long = libc::SYS_setresuid;
+}
+
 fn os_err(what: &str) -> PrivilegeError {
     PrivilegeError::Os {
         what: what.to_string(),
@@ -388,8 +410,8 @@ mod plan {
         let fail = |step: usize| Err(step << 16 | errno());
         // SAFETY: plain system calls with valid arguments; the buffers outlive them.
         unsafe {
-            if libc::syscall(libc::SYS_getuid) as u32 == uid
-                && libc::syscall(libc::SYS_geteuid) as u32 == uid
+            if libc::syscall(super::sys::GETUID) as u32 == uid
+                && libc::syscall(super::sys::GETEUID) as u32 == uid
             {
                 return Ok(());
             }
@@ -407,13 +429,13 @@ mod plan {
             if libc::prctl(libc::PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0 {
                 return fail(2);
             }
-            if libc::syscall(libc::SYS_setgroups, n, groups.as_ptr()) != 0 {
+            if libc::syscall(super::sys::SETGROUPS, n, groups.as_ptr()) != 0 {
                 return fail(3);
             }
-            if libc::syscall(libc::SYS_setresgid, gid, gid, gid) != 0 {
+            if libc::syscall(super::sys::SETRESGID, gid, gid, gid) != 0 {
                 return fail(4);
             }
-            if libc::syscall(libc::SYS_setresuid, uid, uid, uid) != 0 {
+            if libc::syscall(super::sys::SETRESUID, uid, uid, uid) != 0 {
                 return fail(5);
             }
             let mut hdr = CapHeader {
@@ -521,12 +543,28 @@ mod tests {
     fn daemon_user_and_socket_group_are_resolved_or_refused_with_their_line() {
         let q = "[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"accept\"]\n";
         let c = cfg(&format!(
-            "[daemon]\nuser = \"root\"\nsocket_group = \"0\"\n{q}"
+            "[daemon]\nuser = \"nobody\"\nsocket_group = \"0\"\n{q}"
         ));
         let u = c.daemon.user.unwrap();
-        assert_eq!((u.name.as_str(), u.uid, u.gid), ("root", 0, 0));
+        let (uid, gid) = lookup_user("nobody").unwrap();
+        assert_eq!((u.name.as_str(), u.uid, u.gid), ("nobody", uid, gid));
+        assert_ne!(uid, 0);
         assert_eq!(c.daemon.socket_group, Some(0));
         assert_eq!(cfg(q).daemon.user, None);
+        // Root is nothing to drop to: refused at its line rather than skipped.
+        let e = crate::config::parse(
+            &format!("[daemon]\nsocket = \"/tmp/x\"\nuser = \"root\"\n{q}"),
+            Path::new("t.toml"),
+            &crate::Registry::with_builtins(),
+        )
+        .unwrap_err()
+        .0;
+        assert_eq!(
+            (e[0].line, e[0].field.as_str()),
+            (3, "daemon.user"),
+            "{e:?}"
+        );
+        assert!(e[0].message.contains("nothing to drop to"), "{e:?}");
         let e = crate::config::parse(
             &format!("[daemon]\nsocket = \"/tmp/x\"\nuser = \"no-such-user-relayd\"\nsocket_group = \"no-such-group-relayd\"\n{q}"),
             Path::new("t.toml"),

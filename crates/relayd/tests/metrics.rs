@@ -166,8 +166,9 @@ fn prometheus_scrapes_the_values_status_reports() {
     r.proc.signal(libc::SIGHUP).unwrap();
     assert!(failures(2), "{}", r.log());
     assert!(
-        r.log()
-            .contains("daemon.metrics can only change with a restart"),
+        r.log().contains(
+            "daemon.metrics, daemon.user and daemon.socket_group can only change with a restart"
+        ),
         "{}",
         r.log()
     );

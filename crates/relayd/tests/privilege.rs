@@ -212,6 +212,29 @@ fn as_nobody_with_ambient_capabilities_it_installs_relays_reloads_and_cleans_up(
     assert_eq!(r.status().reloads, 1);
     relays(&l, &r, 5001, 1);
 
+    // Raising a queue thread's nice value needs nothing; lowering it again (even to a
+    // positive value) needs CAP_SYS_NICE: refused before anything changes.
+    let with_nice = |n: i32| {
+        body("RPRIVA", true, "").replace(
+            "services = [\"accept\"]\n",
+            &format!("services = [\"accept\"]\nnice = {n}\n"),
+        )
+    };
+    write_config(&r.dir, &socket, &with_nice(10));
+    reload(&r, 2);
+    write_config(&r.dir, &socket, &with_nice(5));
+    r.proc.signal(libc::SIGHUP).unwrap();
+    assert!(
+        r.proc.wait_stderr_contains(
+            "lowering its nice value from 10 to 5 needs CAP_SYS_NICE",
+            Duration::from_secs(5)
+        ),
+        "{}",
+        r.log()
+    );
+    assert_eq!(r.status().reloads, 2);
+    relays(&l, &r, 5001, 1);
+
     assert!(r.stop(libc::SIGTERM), "{}", r.log());
     let rules = iptables_save(&l.relay);
     assert!(
