@@ -718,3 +718,63 @@ pub fn read_count_with(tool: &str, node: &Node, tag: &str) -> u64 {
         .and_then(|l| l.split_whitespace().next()?.parse().ok())
         .unwrap_or_else(|| panic!("no rule with {needle}:\n{text}"))
 }
+
+/// One thread of another process stopped with ptrace (`PTRACE_SEIZE`, then
+/// `PTRACE_INTERRUPT`): the rest of the process runs on, whereas any stop signal stops
+/// every thread. The tracer is a thread of the test (ptrace belongs to the thread that
+/// attached); dropping the value detaches, and the thread resumes.
+pub struct Freeze {
+    release: Option<std::sync::mpsc::Sender<()>>,
+    tracer: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Freeze {
+    pub fn thread(tid: i32) -> Freeze {
+        let (stopped_tx, stopped_rx) = std::sync::mpsc::channel::<Result<(), String>>();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let tracer = std::thread::spawn(move || {
+            let null = std::ptr::null_mut::<libc::c_void>();
+            let err = |what: &str| format!("{what} {tid}: {}", std::io::Error::last_os_error());
+            // SAFETY: ptrace and waitpid on a thread id, with no memory handed over.
+            unsafe {
+                if libc::ptrace(libc::PTRACE_SEIZE, tid, null, null) != 0 {
+                    let _ = stopped_tx.send(Err(err("PTRACE_SEIZE")));
+                    return;
+                }
+                if libc::ptrace(libc::PTRACE_INTERRUPT, tid, null, null) != 0 {
+                    let _ = stopped_tx.send(Err(err("PTRACE_INTERRUPT")));
+                    return;
+                }
+                let mut status = 0;
+                if libc::waitpid(tid, &mut status, libc::__WALL) != tid {
+                    let _ = stopped_tx.send(Err(err("waitpid")));
+                    return;
+                }
+                if !libc::WIFSTOPPED(status) {
+                    let _ = stopped_tx.send(Err(format!("thread {tid}: wait status {status:#x}")));
+                    return;
+                }
+                let _ = stopped_tx.send(Ok(()));
+                let _ = released.recv();
+                libc::ptrace(libc::PTRACE_DETACH, tid, null, null);
+            }
+        });
+        match stopped_rx.recv() {
+            Ok(Ok(())) => Freeze {
+                release: Some(release),
+                tracer: Some(tracer),
+            },
+            Ok(Err(e)) => panic!("freezing thread {tid}: {e}"),
+            Err(_) => panic!("freezing thread {tid}: the tracer thread ended"),
+        }
+    }
+}
+
+impl Drop for Freeze {
+    fn drop(&mut self) {
+        drop(self.release.take());
+        if let Some(t) = self.tracer.take() {
+            let _ = t.join();
+        }
+    }
+}
