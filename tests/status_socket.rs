@@ -316,26 +316,6 @@ fn mode(p: &Path) -> u32 {
     std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
 }
 
-/// Runs `relayd status --socket SOCKET` as user nobody (group nogroup, no other group):
-/// (success, stderr).
-fn status_as_nobody(socket: &Path) -> (bool, String) {
-    let out = std::process::Command::new("setpriv")
-        .args([
-            "--reuid=nobody",
-            "--regid=nogroup",
-            "--clear-groups",
-            RELAYD,
-        ])
-        .args(["status", "--socket"])
-        .arg(socket)
-        .output()
-        .expect("running setpriv");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 #[test]
 fn the_socket_is_0600_whatever_the_umask_and_other_users_cannot_connect() {
     use std::os::unix::fs::PermissionsExt;
@@ -366,14 +346,14 @@ fn the_socket_is_0600_whatever_the_umask_and_other_users_cannot_connect() {
     assert_eq!(mode(&dir.0.join("run")), 0o755);
     relayd::status::query(&socket).unwrap();
 
-    let (ok, err) = status_as_nobody(&socket);
+    let (ok, err) = status_as("nogroup", &socket);
     eprintln!("as nobody: {}", err.trim());
     assert!(!ok, "user nobody read the status");
     assert!(err.contains("Permission denied"), "{err}");
     // The same user connects to the same path once the mode lets it: what refused it
     // above was the socket's mode, nothing else on the way.
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).unwrap();
-    let (ok, err) = status_as_nobody(&socket);
+    let (ok, err) = status_as("nogroup", &socket);
     assert!(ok, "nobody cannot connect even to a 0666 socket: {err}");
 
     let (st, _) = p.stop(libc::SIGTERM, Duration::from_secs(10));

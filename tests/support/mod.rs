@@ -778,3 +778,35 @@ impl Drop for Freeze {
         }
     }
 }
+
+/// Runs `relayd status --socket SOCKET` as nobody with primary group `group` and no
+/// other: (success, stderr).
+pub fn status_as(group: &str, socket: &Path) -> (bool, String) {
+    let out = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=nobody",
+            &format!("--regid={group}"),
+            "--clear-groups",
+            RELAYD,
+        ])
+        .args(["status", "--socket"])
+        .arg(socket)
+        .output()
+        .expect("running setpriv");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The thread id of `pid`'s thread named `name`.
+pub fn thread_named(pid: u32, name: &str) -> i32 {
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let dir = task.unwrap().path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if comm.trim() == name {
+            return dir.file_name().unwrap().to_str().unwrap().parse().unwrap();
+        }
+    }
+    panic!("relayd (pid {pid}) has no thread named {name}");
+}

@@ -534,18 +534,6 @@ fn node_exporter_textfile_collector_reads_status_format_prometheus() {
     }
 }
 
-/// The thread (task) id of `pid`'s thread called `name` (copied from tests/notify.rs).
-fn thread_named(pid: u32, name: &str) -> i32 {
-    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
-        let dir = task.unwrap().path();
-        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
-        if comm.trim() == name {
-            return dir.file_name().unwrap().to_str().unwrap().parse().unwrap();
-        }
-    }
-    panic!("relayd (pid {pid}) has no thread named {name}");
-}
-
 #[test]
 fn a_stuck_queue_thread_shows_as_down_and_scrapes_still_answer() {
     let tb = Testbed::new("mx-stuck");

@@ -22,7 +22,7 @@ use relay_testbed::{Node, Proc, Testbed};
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use support::{Freeze, RELAYD, TempDir, iptables_save};
+use support::{Freeze, RELAYD, TempDir, iptables_save, thread_named};
 
 /// The watchdog interval the test's "systemd" asks for: pings every 200 ms.
 const WATCHDOG_USEC: u64 = 400_000;
@@ -188,18 +188,6 @@ fn monotonic_usec() -> i128 {
         0
     );
     ts.tv_sec as i128 * 1_000_000 + ts.tv_nsec as i128 / 1_000
-}
-
-/// The thread id of `pid`'s thread named `name`.
-fn thread_named(pid: u32, name: &str) -> i32 {
-    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
-        let dir = task.unwrap().path();
-        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
-        if comm.trim() == name {
-            return dir.file_name().unwrap().to_str().unwrap().parse().unwrap();
-        }
-    }
-    panic!("relayd (pid {pid}) has no thread named {name}");
 }
 
 /// The state letter of thread `tid` of `pid` (`S` sleeping, `t` stopped by a tracer, ...).

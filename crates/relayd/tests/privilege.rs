@@ -102,26 +102,6 @@ fn queue_packets(r: &Relayd, queue: u16) -> u64 {
         .map_or(0, |q| q.packets)
 }
 
-/// Runs `relayd status --socket SOCKET` as nobody with primary group `group` and no
-/// other: (success, stderr).
-fn status_as(group: &str, socket: &Path) -> (bool, String) {
-    let out = std::process::Command::new("setpriv")
-        .args([
-            "--reuid=nobody",
-            &format!("--regid={group}"),
-            "--clear-groups",
-            RELAYD,
-        ])
-        .args(["status", "--socket"])
-        .arg(socket)
-        .output()
-        .expect("running setpriv");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 fn start(
     node: &Node,
     cmd: std::process::Command,
