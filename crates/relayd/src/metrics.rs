@@ -369,7 +369,8 @@ impl Drop for Slot {
 }
 
 /// Serves `/metrics` on `listener` until the task is dropped: `GET /metrics` (or `HEAD`)
-/// answers [`encode`] of `status()` (run on tokio's blocking pool), any other path 404,
+/// answers [`encode`] of `status()` (run on tokio's blocking pool; one status serves the
+/// scrapes of the next second, see [`FRESH`]), any other path 404,
 /// any other method 405. HTTP/1.1 without keep-alive, within `limits`. `status` returns
 /// `None` while the daemon is stopping (answered 503).
 pub async fn serve<F>(listener: tokio::net::TcpListener, limits: Limits, status: F)
@@ -377,6 +378,7 @@ where
     F: Fn() -> Option<Status> + Send + Sync + 'static,
 {
     let status = Arc::new(status);
+    let last: Snapshot = Arc::new(tokio::sync::Mutex::new(None));
     let active = Arc::new(AtomicUsize::new(0));
     let mut http = hyper::server::conn::http1::Builder::new();
     http.keep_alive(false)
@@ -401,21 +403,53 @@ where
         active.fetch_add(1, Ordering::Relaxed);
         let slot = Slot(active.clone());
         let status = status.clone();
+        let last = last.clone();
         let http = http.clone();
         tokio::spawn(async move {
             let _slot = slot;
             let io = hyper_util::rt::TokioIo::new(stream);
-            let svc = hyper::service::service_fn(move |req| answer(req, status.clone()));
+            let svc =
+                hyper::service::service_fn(move |req| answer(req, status.clone(), last.clone()));
             let conn = http.serve_connection(io, svc);
             let _ = tokio::time::timeout(limits.connection_timeout, conn).await;
         });
     }
 }
 
+/// How long one scrape's text answers the scrapes after it.
+const FRESH: Duration = Duration::from_secs(1);
+
+/// The last text served and when it was made. Behind an async mutex, so that concurrent
+/// scrapes wait for one status rather than each taking the daemon's lock (and running
+/// `tc`) in turn: whoever connects, the daemon makes at most one status a second here.
+type Snapshot = Arc<tokio::sync::Mutex<Option<(std::time::Instant, Arc<String>)>>>;
+
+/// The text for a scrape: the last one if it is younger than [`FRESH`], else a new one
+/// (`None` while the daemon is stopping).
+async fn text<F>(status: Arc<F>, last: Snapshot) -> Option<Arc<String>>
+where
+    F: Fn() -> Option<Status> + Send + Sync + 'static,
+{
+    let mut last = last.lock().await;
+    if let Some((at, t)) = last.as_ref()
+        && at.elapsed() < FRESH
+    {
+        return Some(t.clone());
+    }
+    let t = tokio::task::spawn_blocking(move || status().map(|s| encode(&s)))
+        .await
+        .ok()
+        .flatten()
+        .map(Arc::new)?;
+    *last = Some((std::time::Instant::now(), t.clone()));
+    Some(t)
+}
+
 /// The response to one request.
 async fn answer<F>(
     req: hyper::Request<hyper::body::Incoming>,
     status: Arc<F>,
+    last: Snapshot,
 ) -> Result<hyper::Response<Full<Bytes>>, std::convert::Infallible>
 where
     F: Fn() -> Option<Status> + Send + Sync + 'static,
@@ -440,16 +474,15 @@ where
     if req.method() != hyper::Method::GET && !head {
         return reply(405, PLAIN, "method not allowed\n".into());
     }
-    let text = tokio::task::spawn_blocking(move || status().map(|s| encode(&s))).await;
-    match text {
-        Ok(Some(t)) if head => reply(200, CONTENT_TYPE, String::new()).map(|mut r| {
+    match text(status, last).await {
+        Some(t) if head => reply(200, CONTENT_TYPE, String::new()).map(|mut r| {
             if let Ok(v) = hyper::header::HeaderValue::from_str(&t.len().to_string()) {
                 r.headers_mut().insert(hyper::header::CONTENT_LENGTH, v);
             }
             r
         }),
-        Ok(Some(t)) => reply(200, CONTENT_TYPE, t),
-        _ => reply(503, PLAIN, "relayd is stopping\n".into()),
+        Some(t) => reply(200, CONTENT_TYPE, t.as_str().to_owned()),
+        None => reply(503, PLAIN, "relayd is stopping\n".into()),
     }
 }
 
@@ -602,6 +635,49 @@ mod tests {
             t.matches("# TYPE relayd_listener_accepted counter").count(),
             1,
             "{t}"
+        );
+    }
+
+    /// One status serves every scrape of the next second, concurrent ones included:
+    /// however many clients connect, the daemon's lock is taken (and `tc` run) at most
+    /// once a second for them.
+    #[test]
+    fn scrapes_within_a_second_share_one_status() {
+        use std::io::{Read, Write};
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counted = calls.clone();
+        let listener = rt.block_on(bind("127.0.0.1:0".parse().unwrap())).unwrap();
+        let addr = listener.local_addr().unwrap();
+        rt.spawn(serve(listener, Limits::default(), move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(50));
+            Some(sample())
+        }));
+        let scrape = move || {
+            let mut c = std::net::TcpStream::connect(addr).unwrap();
+            c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+                .unwrap();
+            let mut out = String::new();
+            c.read_to_string(&mut out).unwrap();
+            assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+            out
+        };
+        let clients: Vec<_> = (0..8).map(|_| std::thread::spawn(scrape)).collect();
+        let bodies: Vec<String> = clients.into_iter().map(|c| c.join().unwrap()).collect();
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "eight scrapes, one status");
+        let text = |r: &str| r.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
+        assert!(bodies.iter().all(|b| text(b) == text(&bodies[0])));
+        std::thread::sleep(FRESH + Duration::from_millis(100));
+        scrape();
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            2,
+            "a new status after a second"
         );
     }
 
