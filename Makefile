@@ -74,7 +74,7 @@ bench:
 
 # Per core, relayd against kernel forwarding in the same run (docs/performance.md): relay
 # work on CPU 1, generator and sinks on CPU 0; CPU per packet, RFC 2544 rates, overload
-# curve (docs/overload.dat, .png), latency percentiles, TCP. About 25 minutes on a quiet
+# curve (docs/overload.dat, .png), latency percentiles, TCP. About 15 minutes on a quiet
 # machine. ROUNDS, SECS, TRIALS; SMOKE=1 is the short run `make test` does.
 bench-passthrough: deps
 	@command -v gnuplot >/dev/null || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq gnuplot-nox; }

@@ -44,7 +44,7 @@ complete -c relayd -n "__fish_relayd_using_subcommand check" -s V -l version -d 
 complete -c relayd -n "__fish_relayd_using_subcommand rules" -s c -l config -d 'Configuration file' -r -F
 complete -c relayd -n "__fish_relayd_using_subcommand rules" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c relayd -n "__fish_relayd_using_subcommand rules" -s V -l version -d 'Print version'
-complete -c relayd -n "__fish_relayd_using_subcommand status" -s s -l socket -d 'Status socket (default: from the configuration, else /run/relayd.sock)' -r -F
+complete -c relayd -n "__fish_relayd_using_subcommand status" -s s -l socket -d 'Status socket (default: from the configuration, else /run/relayd/relayd.sock)' -r -F
 complete -c relayd -n "__fish_relayd_using_subcommand status" -s c -l config -d 'Configuration file to take the socket path from' -r -F
 complete -c relayd -n "__fish_relayd_using_subcommand status" -l format -d 'Output format' -r -f -a "table\t'A table for people'
 json\t'The status socket\'s JSON, pretty-printed'

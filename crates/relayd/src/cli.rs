@@ -110,7 +110,7 @@ enum Command {
     /// serves on /metrics (daemon.metrics), e.g. for node_exporter's textfile collector.
     /// Exits 1 when no daemon answers.
     Status {
-        /// Status socket (default: from the configuration, else /run/relayd.sock).
+        /// Status socket (default: from the configuration, else /run/relayd/relayd.sock).
         #[arg(short, long, value_name = "SOCKET", value_hint = clap::ValueHint::AnyPath)]
         socket: Option<PathBuf>,
         /// Configuration file to take the socket path from.

@@ -364,7 +364,7 @@ struct RawQueue {
 }
 
 /// Default status socket path.
-pub const DEFAULT_SOCKET: &str = "/run/relayd.sock";
+pub const DEFAULT_SOCKET: &str = "/run/relayd/relayd.sock";
 
 /// Reads and checks a configuration file.
 pub fn load(path: &Path, registry: &Registry) -> Result<Config, ConfigErrors> {

@@ -527,6 +527,18 @@ mod tests {
         assert!(!s.contains(&Capability::CAP_NET_BIND_SERVICE));
     }
 
+    /// An unprivileged relayd can create and remove files only in its runtime directory:
+    /// the default status socket lives there, beside the lock files.
+    #[test]
+    fn the_default_socket_is_in_the_runtime_directory() {
+        let c = cfg("[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"accept\"]\n");
+        assert!(
+            c.daemon.socket.starts_with(crate::lock::LOCK_DIR),
+            "{}",
+            c.daemon.socket.display()
+        );
+    }
+
     #[test]
     fn a_metrics_port_below_1024_needs_net_bind_service() {
         let q = "[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"accept\"]\n";
