@@ -123,12 +123,21 @@ fn one(node: &Node, q: &str) -> Option<f64> {
     (r.len() == 1).then(|| r[0].1)
 }
 
+/// True, after saying so loudly, if the test's binary `bin` (from Debian's `package`,
+/// which `make deps` installs) is missing: the test is then skipped.
+fn missing(bin: &str, package: &str) -> bool {
+    let gone = !std::path::Path::new(bin).exists();
+    if gone {
+        eprintln!(
+            "\n\n*** SKIPPED: {bin} is missing; `make deps` installs Debian's {package} ***\n\n"
+        );
+    }
+    gone
+}
+
 #[test]
 fn prometheus_scrapes_the_values_status_reports() {
-    if !std::path::Path::new(PROMETHEUS).exists() {
-        eprintln!(
-            "\n\n*** SKIPPED: {PROMETHEUS} is missing; `make deps` installs Debian's prometheus ***\n\n"
-        );
+    if missing(PROMETHEUS, "prometheus") {
         return;
     }
     let tb = Testbed::new("mx-prom");
@@ -472,10 +481,7 @@ const NODE_EXPORTER: &str = "/usr/bin/prometheus-node-exporter";
 
 #[test]
 fn node_exporter_textfile_collector_reads_status_format_prometheus() {
-    if !std::path::Path::new(NODE_EXPORTER).exists() {
-        eprintln!(
-            "\n\n*** SKIPPED: {NODE_EXPORTER} is missing; `make deps` installs Debian's prometheus-node-exporter ***\n\n"
-        );
+    if missing(NODE_EXPORTER, "prometheus-node-exporter") {
         return;
     }
     let tb = Testbed::new("mx-textfile");
