@@ -38,7 +38,7 @@ fn chain_of(services: Vec<(&str, std::sync::Arc<dyn relay_core::ServiceFactory>)
 
 fn benches(c: &mut Criterion) {
     let bytes = udp_packet(1500);
-    let cx = Context::new(0, Instant::now());
+    let mut cx = Context::new(0, Instant::now());
     let q = QueueCounters::default();
     let mut pkt = Packet::from_bytes(&bytes);
 
@@ -57,7 +57,7 @@ fn benches(c: &mut Criterion) {
     g.bench_function("chain_accept", |b| {
         b.iter(|| {
             let mut p = Packet::from_bytes(black_box(&bytes[..64]));
-            black_box(accept.run(&mut p, &cx, &q))
+            black_box(accept.run(&mut p, &mut cx, &q))
         })
     });
     let mark = MarkConfig {
@@ -73,7 +73,7 @@ fn benches(c: &mut Criterion) {
     g.bench_function("chain_dump_mark_accept", |b| {
         b.iter(|| {
             let mut p = Packet::from_bytes(black_box(&bytes[..64]));
-            black_box(three.run(&mut p, &cx, &q))
+            black_box(three.run(&mut p, &mut cx, &q))
         })
     });
     g.bench_function("packet_from_bytes_64", |b| {

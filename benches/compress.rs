@@ -25,7 +25,7 @@ fn packet(payload: &[u8]) -> Vec<u8> {
 }
 
 fn benches(c: &mut Criterion) {
-    let cx = Context::new(0, Instant::now());
+    let mut cx = Context::new(0, Instant::now());
     for ratio in [0.5, 0.95, 1.0] {
         let payload = relay_traffic::Payload::new(1472, ratio, 1);
         let bytes = packet(payload.bytes());
@@ -43,19 +43,19 @@ fn benches(c: &mut Criterion) {
                 .unwrap()
                 .build(&Counters::new());
             let mut p = Packet::from_bytes(&bytes);
-            comp.process(&mut p, &cx);
+            comp.process(&mut p, &mut cx);
             let compressed = p.data().to_vec();
             g.bench_function(format!("compress_{alg}"), |b| {
                 b.iter(|| {
                     let mut p = Packet::from_bytes(black_box(&bytes));
-                    black_box(comp.process(&mut p, &cx));
+                    black_box(comp.process(&mut p, &mut cx));
                 })
             });
             if compressed.len() < bytes.len() {
                 g.bench_function(format!("decompress_{alg}"), |b| {
                     b.iter(|| {
                         let mut p = Packet::from_bytes(black_box(&compressed));
-                        black_box(decomp.process(&mut p, &cx));
+                        black_box(decomp.process(&mut p, &mut cx));
                     })
                 });
             }

@@ -29,7 +29,7 @@ fn udp_packet() -> Vec<u8> {
 }
 
 fn benches(c: &mut Criterion) {
-    let cx = Context::new(0, Instant::now());
+    let mut cx = Context::new(0, Instant::now());
     let plain = udp_packet();
     // Not the shared temporary directory: relayd refuses keys that others could replace.
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
@@ -60,7 +60,7 @@ fn benches(c: &mut Criterion) {
                     128 + SIZE,
                     PacketMeta::default(),
                 );
-                black_box(enc.process(&mut p, &cx));
+                black_box(enc.process(&mut p, &mut cx));
                 buf = p.into_buffer();
             })
         });

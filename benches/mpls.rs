@@ -70,7 +70,7 @@ fn key(i: u32) -> FlowKey {
 }
 
 fn benches(c: &mut Criterion) {
-    let cx = Context::new(0, Instant::now());
+    let mut cx = Context::new(0, Instant::now());
     let bytes = udp4([10, 100, 0, 9], 1472);
     let mut g = c.benchmark_group("mpls");
     g.throughput(Throughput::Elements(1));
@@ -82,11 +82,11 @@ fn benches(c: &mut Criterion) {
         g.bench_function(format!("encap_{encap}_1500B"), |b| {
             b.iter(|| {
                 let mut p = Packet::from_bytes(black_box(&bytes));
-                black_box(e.process(&mut p, &cx));
+                black_box(e.process(&mut p, &mut cx));
             })
         });
         let mut p = Packet::from_bytes(&bytes);
-        e.process(&mut p, &cx);
+        e.process(&mut p, &mut cx);
         let enc = p.data().to_vec();
         let mut d = DecapConfig {
             labels: vec![16],
@@ -98,7 +98,7 @@ fn benches(c: &mut Criterion) {
         g.bench_function(format!("decap_{encap}_1500B"), |b| {
             b.iter(|| {
                 let mut p = Packet::from_bytes(black_box(&enc));
-                black_box(d.process(&mut p, &cx));
+                black_box(d.process(&mut p, &mut cx));
             })
         });
     }

@@ -84,12 +84,12 @@ fn main() {
             g.throughput(Throughput::Elements(BATCH as u64));
             g.bench_function("encrypt_and_send", |b| {
                 b.iter(|| {
-                    let cx = Context::new(0, Instant::now());
+                    let mut cx = Context::new(0, Instant::now());
                     for buf in bufs.iter_mut() {
                         buf[128..128 + size].copy_from_slice(&plain);
                         let mut p =
                             Packet::in_buffer(std::mem::take(buf), 128, 128 + size, meta);
-                        black_box(enc.process(&mut p, &cx));
+                        black_box(enc.process(&mut p, &mut cx));
                         *buf = p.into_buffer();
                     }
                 })

@@ -89,7 +89,7 @@ fn compressed(alg: &str, orig: &[u8]) -> Vec<u8> {
         toml::from_str(&format!("algorithm = \"{alg}\"\nmode = \"always\"")).unwrap();
     let mut svc = cfg.into_factory("seed").unwrap().build(&Counters::new());
     let mut p = Packet::from_bytes(orig);
-    svc.process(&mut p, &Context::new(0, Instant::now()));
+    svc.process(&mut p, &mut Context::new(0, Instant::now()));
     assert!(p.is_modified(), "{alg}: not compressed");
     p.data().to_vec()
 }

@@ -32,7 +32,7 @@ fuzz_target!(|data: &[u8]| {
                 .expect("a valid max_size")
                 .build(&Counters::new())
         });
-        svc.process(&mut pkt, &Context::new(0, Instant::now()))
+        svc.process(&mut pkt, &mut Context::new(0, Instant::now()))
     });
     match action {
         Action::Continue if pkt.is_modified() => {

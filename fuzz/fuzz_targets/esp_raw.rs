@@ -53,5 +53,5 @@ fuzz_target!(|data: &[u8]| {
     };
     let mut pkt = relayd_fuzz::packet(&bytes, (ctl & 0x80 != 0).then_some(usize::from(cut)));
     let mut d = decrypt().lock().unwrap_or_else(|e| e.into_inner());
-    let _ = d.process(&mut pkt, &Context::new(0, Instant::now()));
+    let _ = d.process(&mut pkt, &mut Context::new(0, Instant::now()));
 });

@@ -94,7 +94,7 @@ fuzz_target!(|data: &[u8]| {
     let mut pkt = Packet::from_bytes(&bytes);
     let action = h
         .decrypt
-        .process(&mut pkt, &Context::new(0, Instant::now()));
+        .process(&mut pkt, &mut Context::new(0, Instant::now()));
     // Transport SA 0-3 accept any source; 4-7 only IPv4 ones.
     let from_peer = !foreign || (i < 4 && !sa.tunnel);
     if raw || replayed || !from_peer {

@@ -37,7 +37,7 @@ fuzz_target!(|data: &[u8]| {
     }
     let mut pkt = Packet::from_bytes(data);
     let mut d = decap().lock().unwrap_or_else(|e| e.into_inner());
-    match d.process(&mut pkt, &Context::new(0, Instant::now())) {
+    match d.process(&mut pkt, &mut Context::new(0, Instant::now())) {
         Action::Continue if pkt.is_modified() => {
             // What is handed to routing is one whole IPv4 or IPv6 packet.
             assert!(

@@ -141,7 +141,7 @@ impl Chain {
     }
 
     /// Runs the chain on one packet and counts the outcome in `q`.
-    pub fn run(&mut self, pkt: &mut Packet, cx: &Context, q: &QueueCounters) -> Decision {
+    pub fn run(&mut self, pkt: &mut Packet, cx: &mut Context, q: &QueueCounters) -> Decision {
         q.packets.inc();
         if let Err(why) = pkt.layout() {
             q.malformed.inc();
@@ -216,7 +216,7 @@ impl Chain {
                     suppressed,
                     "a service made a packet its verdict cannot carry (another address \
                      family, or not IP); dropped: send such packets with \
-                     relay_inject::Resender"
+                     Context::emit"
                 );
             }
             return None;
@@ -269,7 +269,7 @@ mod tests {
 
     struct Fixed(Action, Option<u32>);
     impl Service for Fixed {
-        fn process(&mut self, pkt: &mut Packet, _cx: &Context) -> Action {
+        fn process(&mut self, pkt: &mut Packet, _cx: &mut Context) -> Action {
             if let Some(m) = self.1 {
                 pkt.set_mark(m);
             }
@@ -295,7 +295,7 @@ mod tests {
         chain.push("drop", Box::new(Fixed(Action::Drop, None)), later.clone());
         let q = QueueCounters::default();
         let mut pkt = Packet::from_bytes(&udp4(b"x"));
-        let d = chain.run(&mut pkt, &Context::new(0, now), &q);
+        let d = chain.run(&mut pkt, &mut Context::new(0, now), &q);
         assert_eq!(
             d,
             Decision {
@@ -312,7 +312,7 @@ mod tests {
     #[test]
     fn repeats_carry_the_hooks_stage_and_marks_keep_the_incoming_one() {
         let q = QueueCounters::default();
-        let cx = Context::new(0, Instant::now());
+        let mut cx = Context::new(0, Instant::now());
         let settings = |hook| ChainSettings {
             malformed: Verdict::Drop,
             hook,
@@ -332,7 +332,7 @@ mod tests {
                 Counter::new(),
             );
             let mut pkt = Packet::from_bytes(&udp4(b"x"));
-            assert_eq!(chain.run(&mut pkt, &cx, &q).mark, Some(want), "{hook}");
+            assert_eq!(chain.run(&mut pkt, &mut cx, &q).mark, Some(want), "{hook}");
         }
         // A packet a PREROUTING queue sent (stage 1) keeps its stage when a later queue's
         // service sets a mark, so no relayd rule at a hook it crossed queues it again.
@@ -344,13 +344,13 @@ mod tests {
         );
         let mut pkt = Packet::from_bytes(&udp4(b"x"));
         pkt.meta.mark = 0x4000_0000;
-        assert_eq!(chain.run(&mut pkt, &cx, &q).mark, Some(0x4000_0007));
+        assert_eq!(chain.run(&mut pkt, &mut cx, &q).mark, Some(0x4000_0007));
     }
 
     /// Turns the packet into a 40-byte IPv6 header.
     struct ToV6;
     impl Service for ToV6 {
-        fn process(&mut self, pkt: &mut Packet, _cx: &Context) -> Action {
+        fn process(&mut self, pkt: &mut Packet, _cx: &mut Context) -> Action {
             pkt.resize(40);
             let d = pkt.data_mut();
             d.fill(0);
@@ -368,7 +368,7 @@ mod tests {
             hook: Hook::Forward,
             stages: StageMark::DEFAULT,
         };
-        let cx = Context::new(0, Instant::now());
+        let mut cx = Context::new(0, Instant::now());
         for (hw_protocol, verdict, errors) in [
             (0x0800, Verdict::Drop, 1),
             (0x86dd, Verdict::Accept, 0),
@@ -379,7 +379,7 @@ mod tests {
             let q = QueueCounters::default();
             let mut pkt = Packet::from_bytes(&udp4(b"x"));
             pkt.meta.hw_protocol = hw_protocol;
-            let d = chain.run(&mut pkt, &cx, &q);
+            let d = chain.run(&mut pkt, &mut cx, &q);
             assert_eq!(d.verdict, verdict, "hook {hw_protocol:#x}");
             assert_eq!(d.payload, verdict == Verdict::Accept);
             assert_eq!(q.errors.get(), errors);

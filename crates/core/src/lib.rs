@@ -1,5 +1,6 @@
 //! relayd core: the packet a service sees, the [`Service`] contract, chains of services,
-//! counters, typed header views and the built-in services. No I/O: everything here can be
+//! the outbox for packets services send, counters, typed header views and the built-in
+//! services. No I/O: everything here can be
 //! driven from tests by feeding bytes and checking bytes and verdicts.
 //!
 //! Writing a service takes one small file: a serde config implementing [`ServiceConfig`],
@@ -11,6 +12,7 @@ pub mod chain;
 pub mod counters;
 pub mod hook;
 pub mod ifname;
+pub mod outbox;
 pub mod packet;
 pub mod prefix;
 pub mod qos;
@@ -22,6 +24,7 @@ pub mod wire;
 pub use chain::{Chain, ChainSettings, Decision, Verdict};
 pub use counters::{Counter, CounterKind, Counters, QueueCounters};
 pub use hook::{Hook, StageMark};
+pub use outbox::{EmitError, Emitted, Outbox, Route, Tally};
 pub use packet::{CtInfo, CtMarkBits, CtState, IpVersion, Layout, Packet, PacketMeta};
 pub use prefix::Prefix;
 pub use qos::{QosClass, QosPlan};

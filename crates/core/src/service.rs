@@ -7,6 +7,7 @@
 
 use crate::counters::Counters;
 use crate::hook::StageMark;
+use crate::outbox::{self, EmitError, Outbox, Route, Tally};
 use crate::packet::Packet;
 use serde::de::DeserializeOwned;
 use std::sync::Arc;
@@ -52,37 +53,112 @@ pub enum FailPolicy {
     Closed,
 }
 
-/// Per-batch facts a service may use, so that it makes no system call per packet.
-#[derive(Debug, Clone, Copy)]
+/// Per-batch facts a service may use, so that it makes no system call per packet, and the
+/// [`Outbox`] for the packets it sends of its own ([`Context::emit`], [`Context::forward`]).
+///
+/// The datapath keeps one per queue thread and sends what a batch emitted after the
+/// batch's verdicts; a test builds one with [`Context::new`] and reads what a service
+/// emitted with [`Context::outbox`].
+#[derive(Debug)]
 pub struct Context {
     /// The queue number.
     pub queue: u16,
     /// The time the current batch of packets was received.
     pub now: Instant,
     /// The stage bits of this queue's hook ([`StageMark::for_hook`]): a packet a service
-    /// sends itself (an ICMP error, a TCP reset, a re-sent packet) carries them
-    /// (`SO_MARK`), so that relayd's rules at the hooks it has already crossed skip it and
-    /// later ones still see it. Use [`Context::sent_mark`] to put them on a mark.
+    /// emits carries them, so that relayd's rules at the hooks it has already crossed skip
+    /// it and later ones still see it. [`Context::emit`] puts them on.
     pub bypass_mark: u32,
     /// Where the stage bits sit in the mark.
     pub stages: StageMark,
+    outbox: Outbox,
 }
 
 impl Context {
-    /// The context of a batch on queue `queue` received at `now`, with no stage bits.
+    /// The context of a batch on queue `queue` received at `now`, with no stage bits and
+    /// an empty outbox.
     pub fn new(queue: u16, now: Instant) -> Context {
         Context {
             queue,
             now,
             bypass_mark: 0,
             stages: StageMark::DEFAULT,
+            outbox: Outbox::new(),
         }
     }
 
     /// `mark` with its stage bits replaced by this queue's: the mark a packet a service
-    /// sends itself must carry.
+    /// sends itself carries.
     pub fn sent_mark(&self, mark: u32) -> u32 {
         self.stages.with(mark, self.bypass_mark)
+    }
+
+    /// Sends `packet` (a whole IPv4 or IPv6 packet this relay originates: a new outer
+    /// header, an ICMP error, a reset) to the destination in its header, with `mark` and
+    /// this queue's stage bits, after the batch's verdicts. What becomes of it is counted
+    /// in `tally`, a refusal here included.
+    pub fn emit(&mut self, packet: &[u8], mark: u32, tally: &Tally) -> Result<(), EmitError> {
+        let mark = self.sent_mark(mark);
+        self.outbox.push(packet, mark, Route::Originate, tally)
+    }
+
+    /// Sends `message`, an ICMPv6 message without IP header (type, code, checksum 0, body),
+    /// to `to`: the kernel writes the IPv6 header with the source address its route
+    /// chooses, as for an error a router sends, and the checksum. Otherwise as
+    /// [`Context::emit`].
+    pub fn emit_icmpv6(
+        &mut self,
+        message: &[u8],
+        to: std::net::Ipv6Addr,
+        mark: u32,
+        tally: &Tally,
+    ) -> Result<(), EmitError> {
+        let mark = self.sent_mark(mark);
+        self.outbox.push_to(
+            message,
+            mark,
+            crate::IpVersion::V6,
+            to.into(),
+            Route::Icmpv6,
+            tally,
+        )
+    }
+
+    /// Forwards `packet`, a packet passing through (a decapsulated inner packet), as a
+    /// router would: its TTL or hop limit is decreased here, and one that runs out
+    /// (`dropped_hop_limit`), or is addressed to an address no router forwards to or to
+    /// the box itself (`dropped_local_destination`), is not sent. Otherwise as
+    /// [`Context::emit`].
+    pub fn forward(
+        &mut self,
+        packet: &mut [u8],
+        mark: u32,
+        tally: &Tally,
+    ) -> Result<(), EmitError> {
+        let Some((_, to)) = outbox::destination(packet) else {
+            tally.failed();
+            return Err(EmitError::NotIp);
+        };
+        if !outbox::forwardable(to) {
+            tally.local_destination();
+            return Err(EmitError::NotForwardable);
+        }
+        if !outbox::decrement_hop(packet) {
+            tally.hop_limit();
+            return Err(EmitError::HopLimit);
+        }
+        let mark = self.sent_mark(mark);
+        self.outbox.push(packet, mark, Route::Forward, tally)
+    }
+
+    /// The packets emitted since the outbox was last cleared.
+    pub fn outbox(&self) -> &Outbox {
+        &self.outbox
+    }
+
+    /// The outbox, for the datapath that sends and clears it.
+    pub fn outbox_mut(&mut self) -> &mut Outbox {
+        &mut self.outbox
     }
 }
 
@@ -99,8 +175,9 @@ pub struct MssClamp {
 /// A packet service instance, owned by one queue thread.
 pub trait Service: Send {
     /// Handles one packet: inspect or rewrite it (through [`Packet::data_mut`] and the wire
-    /// views, fixing every checksum touched) and say what to do with it.
-    fn process(&mut self, pkt: &mut Packet, cx: &Context) -> Action;
+    /// views, fixing every checksum touched), emit any packet of its own into `cx`
+    /// ([`Context::emit`]), and say what to do with it.
+    fn process(&mut self, pkt: &mut Packet, cx: &mut Context) -> Action;
 }
 
 /// Builds a service instance per queue thread and describes the service to the datapath.

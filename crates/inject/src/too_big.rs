@@ -232,7 +232,7 @@ mod tests {
     fn sends_to_loopback_and_is_rate_limited() {
         let counters = Counters::new();
         let mut tb = TooBig::new(1, &counters);
-        let cx = Context::new(0, Instant::now());
+        let mut cx = Context::new(0, Instant::now());
         let pkt = icmp4([127, 0, 0, 1], 8, 1500);
         assert_eq!(tb.send(&pkt, 1400, &cx), Answer::Sent);
         assert_eq!(tb.send(&pkt, 1400, &cx), Answer::Suppressed);
@@ -241,7 +241,7 @@ mod tests {
             Answer::NotAnswered,
             "not counted, not rate-limited"
         );
-        let cx = Context::new(0, cx.now + std::time::Duration::from_secs(1));
+        let mut cx = Context::new(0, cx.now + std::time::Duration::from_secs(1));
         assert_eq!(
             tb.send(&v6(std::net::Ipv6Addr::LOCALHOST, 17, 0), 1280, &cx),
             Answer::Sent

@@ -9,6 +9,7 @@
 //! a malformed netlink message or packet is counted and never panics the thread.
 
 mod affinity;
+mod emit;
 mod hold;
 mod netlink;
 mod priority;

@@ -582,6 +582,10 @@ struct Worker {
     log: RateLimit,
     /// Loop iterations so far (published in `shared.loops`).
     loops: u64,
+    /// The services' context, its outbox kept from batch to batch.
+    cx: Context,
+    /// Sends what the services emitted.
+    emitter: crate::emit::Emitter,
 }
 
 // SAFETY: the raw pointers in `iov`, `mmsg` and `send_iov` point only into `slots` and
@@ -621,6 +625,8 @@ impl Worker {
             sndbuf_budget: 0,
             log: RateLimit::new(10),
             loops: 0,
+            cx: Context::new(0, Instant::now()),
+            emitter: crate::emit::Emitter::new(),
         };
         w.size_buffers();
         w
@@ -807,21 +813,26 @@ impl Worker {
 
     fn handle_batch(&mut self, n: usize) {
         self.counters.batches.inc();
-        let cx = Context {
-            bypass_mark: self.chain.bypass_mark(),
-            stages: self.chain.stages(),
-            ..Context::new(self.cfg.num, Instant::now())
-        };
+        let now = Instant::now();
+        let mut cx = std::mem::replace(&mut self.cx, Context::new(self.cfg.num, now));
+        cx.queue = self.cfg.num;
+        cx.now = now;
+        cx.bypass_mark = self.chain.bypass_mark();
+        cx.stages = self.chain.stages();
         self.pending.clear();
         for i in 0..n {
             let len = (self.mmsg[i].msg_len as usize).min(self.slots[i].len());
             let truncated = self.mmsg[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
-            self.handle_datagram(i, len, truncated, &cx);
+            self.handle_datagram(i, len, truncated, &mut cx);
         }
         self.send_verdicts();
+        if !cx.outbox().is_empty() {
+            self.emitter.flush(cx.outbox_mut(), self.cfg.num, now);
+        }
+        self.cx = cx;
     }
 
-    fn handle_datagram(&mut self, slot: usize, len: usize, truncated: bool, cx: &Context) {
+    fn handle_datagram(&mut self, slot: usize, len: usize, truncated: bool, cx: &mut Context) {
         let packet_type = (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_PACKET;
         let mut found: Option<(netlink::PacketMsg, usize)> = None;
         let (mut odd, mut refused, mut config_refused) = (0u32, None, None);
@@ -1265,7 +1276,7 @@ mod tests {
     struct Block(mpsc::Receiver<()>);
 
     impl Service for Block {
-        fn process(&mut self, _pkt: &mut Packet, _cx: &Context) -> Action {
+        fn process(&mut self, _pkt: &mut Packet, _cx: &mut Context) -> Action {
             let _ = self.0.recv_timeout(Duration::from_secs(20));
             Action::Continue
         }

@@ -37,7 +37,7 @@ struct Seen {
 struct Record(Arc<Mutex<Vec<Seen>>>);
 
 impl Service for Record {
-    fn process(&mut self, pkt: &mut Packet, _cx: &Context) -> Action {
+    fn process(&mut self, pkt: &mut Packet, _cx: &mut Context) -> Action {
         let (proto, sport, dport, syn) = if let Some(t) = pkt.tcp() {
             (
                 proto::TCP,

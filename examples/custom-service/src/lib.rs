@@ -52,7 +52,7 @@ struct TtlGuard {
 }
 
 impl Service for TtlGuard {
-    fn process(&mut self, pkt: &mut Packet, _cx: &Context) -> Action {
+    fn process(&mut self, pkt: &mut Packet, _cx: &mut Context) -> Action {
         // The chain has already checked the IP header, so the layout is there.
         let ttl = match pkt.layout().map(|l| l.version) {
             Ok(IpVersion::V4) => pkt.ipv4().map(|p| p.ttl()),
@@ -86,13 +86,13 @@ mod tests {
         let f = TtlGuardConfig { min_ttl: 5 }.into_factory("g").unwrap();
         let counters = Counters::new();
         let mut svc = f.build(&counters);
-        let cx = Context::new(0, Instant::now());
+        let mut cx = Context::new(0, Instant::now());
         assert_eq!(
-            svc.process(&mut Packet::from_bytes(&ipv4_with_ttl(4)), &cx),
+            svc.process(&mut Packet::from_bytes(&ipv4_with_ttl(4)), &mut cx),
             Action::Drop
         );
         assert_eq!(
-            svc.process(&mut Packet::from_bytes(&ipv4_with_ttl(5)), &cx),
+            svc.process(&mut Packet::from_bytes(&ipv4_with_ttl(5)), &mut cx),
             Action::Continue
         );
         assert_eq!(counters.snapshot()[0].2, 1);

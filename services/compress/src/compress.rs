@@ -256,7 +256,7 @@ impl Compress {
 }
 
 impl Service for Compress {
-    fn process(&mut self, pkt: &mut Packet, _cx: &Context) -> Action {
+    fn process(&mut self, pkt: &mut Packet, _cx: &mut Context) -> Action {
         self.n.seen.inc();
         if let Some(counter) = self.unfit(pkt) {
             counter.inc();

@@ -121,7 +121,7 @@ impl Decompress {
 }
 
 impl Service for Decompress {
-    fn process(&mut self, pkt: &mut Packet, cx: &Context) -> Action {
+    fn process(&mut self, pkt: &mut Packet, cx: &mut Context) -> Action {
         self.seen.inc();
         let Ok(l) = pkt.layout() else {
             return Action::Continue;

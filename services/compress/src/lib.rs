@@ -72,7 +72,7 @@ mod tests {
                 .unwrap()
                 .build(&Counters::new());
             let mut p = Packet::from_bytes(&orig);
-            assert_eq!(c.process(&mut p, &cx()), Action::Continue);
+            assert_eq!(c.process(&mut p, &mut cx()), Action::Continue);
             assert!(
                 p.is_modified() && p.len() < orig.len() / 2,
                 "{alg}: {} bytes",
@@ -86,7 +86,7 @@ mod tests {
             assert!(ip.verify_checksum(), "{alg}: IPv4 header checksum");
             assert_eq!(ip.payload()[0], 17, "IPComp next header is UDP");
             let mut q = Packet::from_bytes(p.data());
-            assert_eq!(d.process(&mut q, &cx()), Action::Continue);
+            assert_eq!(d.process(&mut q, &mut cx()), Action::Continue);
             assert_eq!(q.data(), &orig[..], "{alg}: not restored byte for byte");
         }
     }
@@ -95,7 +95,7 @@ mod tests {
     fn deflate_ipcomp_is_rfc_2394_raw_deflate() {
         let orig = udp_text(1000);
         let mut p = Packet::from_bytes(&orig);
-        compressor("deflate", "always").process(&mut p, &cx());
+        compressor("deflate", "always").process(&mut p, &mut cx());
         let d = p.data();
         assert_eq!(
             &d[20..24],
@@ -122,33 +122,33 @@ mod tests {
             *b = x as u8;
         }
         let mut p = Packet::from_bytes(&orig);
-        compressor("lz4", "always").process(&mut p, &cx());
+        compressor("lz4", "always").process(&mut p, &mut cx());
         assert!(!p.is_modified());
         // Small packets, never mode, IPComp already: untouched.
         for (bytes, mode) in [(udp_text(50), "always"), (udp_text(1400), "never")] {
             let mut p = Packet::from_bytes(&bytes);
-            compressor("lz4", mode).process(&mut p, &cx());
+            compressor("lz4", mode).process(&mut p, &mut cx());
             assert!(!p.is_modified(), "{mode}");
         }
         let mut p = Packet::from_bytes(&udp_text(1400));
         let mut c = compressor("lz4", "always");
-        c.process(&mut p, &cx());
+        c.process(&mut p, &mut cx());
         let once = p.data().to_vec();
         let mut p = Packet::from_bytes(&once);
-        c.process(&mut p, &cx());
+        c.process(&mut p, &mut cx());
         assert!(!p.is_modified(), "compressed twice");
     }
 
     #[test]
     fn decompression_is_capped_at_max_size() {
         let mut p = Packet::from_bytes(&udp_text(1400));
-        compressor("deflate", "always").process(&mut p, &cx());
+        compressor("deflate", "always").process(&mut p, &mut cx());
         let compressed = p.data().to_vec();
         let counters = Counters::new();
         let cfg = DecompressConfig { max_size: 1000 };
         let mut d = cfg.into_factory("d").unwrap().build(&counters);
         assert_eq!(
-            d.process(&mut Packet::from_bytes(&compressed), &cx()),
+            d.process(&mut Packet::from_bytes(&compressed), &mut cx()),
             Action::Drop
         );
         assert_eq!(
@@ -171,7 +171,7 @@ mod tests {
     fn corrupt_or_truncated_ipcomp_is_dropped_never_a_panic() {
         let orig = udp_text(1400);
         let mut p = Packet::from_bytes(&orig);
-        compressor("deflate", "always").process(&mut p, &cx());
+        compressor("deflate", "always").process(&mut p, &mut cx());
         let good = p.data().to_vec();
         let counters = Counters::new();
         let mut d = DecompressConfig::default()
@@ -183,7 +183,7 @@ mod tests {
             let mut b = good[..cut].to_vec();
             b[2..4].copy_from_slice(&(cut as u16).to_be_bytes());
             let mut q = Packet::from_bytes(&b);
-            let a = d.process(&mut q, &cx());
+            let a = d.process(&mut q, &mut cx());
             assert!(
                 a == Action::Drop || q.data().len() != orig.len() || q.data() != &orig[..],
                 "cut {cut}"
@@ -192,12 +192,15 @@ mod tests {
         for i in 24..good.len() {
             let mut b = good.clone();
             b[i] ^= 0xff;
-            let _ = d.process(&mut Packet::from_bytes(&b), &cx());
+            let _ = d.process(&mut Packet::from_bytes(&b), &mut cx());
         }
         // Unknown CPI.
         let mut b = good.clone();
         b[22..24].copy_from_slice(&9u16.to_be_bytes());
-        assert_eq!(d.process(&mut Packet::from_bytes(&b), &cx()), Action::Drop);
+        assert_eq!(
+            d.process(&mut Packet::from_bytes(&b), &mut cx()),
+            Action::Drop
+        );
         let snap: std::collections::HashMap<String, u64> = counters
             .snapshot()
             .into_iter()

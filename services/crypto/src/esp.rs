@@ -333,7 +333,7 @@ impl Encrypt {
 }
 
 impl Service for Encrypt {
-    fn process(&mut self, pkt: &mut Packet, cx: &Context) -> Action {
+    fn process(&mut self, pkt: &mut Packet, cx: &mut Context) -> Action {
         let Ok(l) = pkt.layout() else {
             self.dropped_unfit.inc();
             return Action::Drop;
@@ -667,7 +667,7 @@ fn trailer(body: &[u8]) -> Option<(usize, u8)> {
 }
 
 impl Service for Decrypt {
-    fn process(&mut self, pkt: &mut Packet, cx: &Context) -> Action {
+    fn process(&mut self, pkt: &mut Packet, cx: &mut Context) -> Action {
         let Ok(l) = pkt.layout() else {
             return self.drop(|d| &d.dropped_malformed, "not an IP packet", 0, cx);
         };

@@ -141,7 +141,7 @@ mod tests {
             for n in [0usize, 1, 13, 14, 15, 16, 100, 1372] {
                 let orig = udp_packet(n);
                 let mut p = Packet::from_bytes(&orig);
-                assert_eq!(enc.process(&mut p, &cx()), Action::Continue);
+                assert_eq!(enc.process(&mut p, &mut cx()), Action::Continue);
                 let d = p.data().to_vec();
                 let ip = Ipv4Packet::new_checked(&d[..]).unwrap();
                 assert_eq!(
@@ -169,26 +169,30 @@ mod tests {
                 assert!(enc_len >= 8 + n + 2 && enc_len < 8 + n + 2 + cipher.block());
                 // The peer restores every byte, checksum included.
                 let mut q = Packet::from_bytes(&d);
-                assert_eq!(dec.process(&mut q, &cx()), Action::Continue, "{name} n={n}");
+                assert_eq!(
+                    dec.process(&mut q, &mut cx()),
+                    Action::Continue,
+                    "{name} n={n}"
+                );
                 assert_eq!(q.data(), &orig[..], "{name} n={n}");
                 // The same packet again is a replay.
                 assert_eq!(
-                    dec.process(&mut Packet::from_bytes(&d), &cx()),
+                    dec.process(&mut Packet::from_bytes(&d), &mut cx()),
                     Action::Drop
                 );
                 // A fresh packet with one flipped byte fails the ICV (and does not move the window).
                 let mut p2 = Packet::from_bytes(&orig);
-                enc.process(&mut p2, &cx());
+                enc.process(&mut p2, &mut cx());
                 let mut t = p2.data().to_vec();
                 let last = t.len() - 1;
                 t[last] ^= 0x80;
                 assert_eq!(
-                    dec.process(&mut Packet::from_bytes(&t), &cx()),
+                    dec.process(&mut Packet::from_bytes(&t), &mut cx()),
                     Action::Drop
                 );
                 // The untampered one still arrives afterwards.
                 assert_eq!(
-                    dec.process(&mut Packet::from_bytes(p2.data()), &cx()),
+                    dec.process(&mut Packet::from_bytes(p2.data()), &mut cx()),
                     Action::Continue
                 );
             }
@@ -207,28 +211,28 @@ mod tests {
         frag[6..8].copy_from_slice(&0x0010u16.to_be_bytes());
         Ipv4Packet::new_unchecked(&mut frag[..]).fill_checksum();
         assert_eq!(
-            enc.process(&mut Packet::from_bytes(&frag), &cx()),
+            enc.process(&mut Packet::from_bytes(&frag), &mut cx()),
             Action::Drop
         );
         // Not ESP: the decrypting relay passes it on.
         assert_eq!(
-            dec.process(&mut Packet::from_bytes(&udp_packet(10)), &cx()),
+            dec.process(&mut Packet::from_bytes(&udp_packet(10)), &mut cx()),
             Action::Continue
         );
         // Unknown SPI, truncated ESP.
         let mut p = Packet::from_bytes(&udp_packet(100));
-        enc.process(&mut p, &cx());
+        enc.process(&mut p, &mut cx());
         let mut other = p.data().to_vec();
         other[23] = 0x02;
         assert_eq!(
-            dec.process(&mut Packet::from_bytes(&other), &cx()),
+            dec.process(&mut Packet::from_bytes(&other), &mut cx()),
             Action::Drop
         );
         for cut in 20..p.len() {
             let mut b = p.data()[..cut].to_vec();
             b[2..4].copy_from_slice(&(cut as u16).to_be_bytes());
             assert_eq!(
-                dec.process(&mut Packet::from_bytes(&b), &cx()),
+                dec.process(&mut Packet::from_bytes(&b), &mut cx()),
                 Action::Drop,
                 "cut {cut}"
             );
@@ -282,7 +286,7 @@ mod tests {
             Ipv4Packet::new_unchecked(&mut frag[..]).fill_checksum();
             for orig in [udp_packet(0), udp_packet(1000), frag, udp6_packet(77)] {
                 let mut p = Packet::from_bytes(&orig);
-                assert_eq!(enc.process(&mut p, &cx()), Action::Continue, "{name}");
+                assert_eq!(enc.process(&mut p, &mut cx()), Action::Continue, "{name}");
                 let d = p.data().to_vec();
                 let ip = Ipv4Packet::new_checked(&d[..]).unwrap();
                 assert_eq!(ip.protocol(), 50);
@@ -302,7 +306,7 @@ mod tests {
                     "{name}: inner addresses in clear"
                 );
                 let mut q = Packet::from_bytes(&d);
-                assert_eq!(dec.process(&mut q, &cx()), Action::Continue, "{name}");
+                assert_eq!(dec.process(&mut q, &mut cx()), Action::Continue, "{name}");
                 assert_eq!(q.data(), &orig[..], "{name}");
             }
             assert_eq!(count(&dc, "decrypted"), 4);
@@ -327,13 +331,13 @@ mod tests {
             for i in 0..10 {
                 let orig = udp_packet(50 + i);
                 let mut p = Packet::from_bytes(&orig);
-                let a = enc.process(&mut p, &cx());
+                let a = enc.process(&mut p, &mut cx());
                 if a == Action::Continue {
                     low_bytes.push(p.data()[27]);
                     // The window sits at the end of a subspace: the peer infers the next one.
                     let mut q = Packet::from_bytes(p.data());
                     assert_eq!(
-                        dec.process(&mut q, &cx()),
+                        dec.process(&mut q, &mut cx()),
                         Action::Continue,
                         "esn={esn} i={i}"
                     );
@@ -400,7 +404,11 @@ mod tests {
                 seq += 1;
                 let before = count(&dc, "dropped_malformed");
                 let mut p = Packet::from_bytes(&forged(&sa, seq, body));
-                assert_eq!(dec.process(&mut p, &cx()), Action::Drop, "{name}: {what}");
+                assert_eq!(
+                    dec.process(&mut p, &mut cx()),
+                    Action::Drop,
+                    "{name}: {what}"
+                );
                 assert_eq!(
                     count(&dc, "dropped_malformed"),
                     before + 1,
@@ -418,7 +426,7 @@ mod tests {
             ok[b - 2] = (b - 2) as u8;
             ok[b - 1] = 17;
             let mut p = Packet::from_bytes(&forged(&sa, 100, &ok));
-            assert_eq!(dec.process(&mut p, &cx()), Action::Continue, "{name}");
+            assert_eq!(dec.process(&mut p, &mut cx()), Action::Continue, "{name}");
             assert_eq!(p.len(), 20, "{name}: nothing but the IP header left");
         }
     }
@@ -435,7 +443,7 @@ mod tests {
         };
         let (mut enc, mut dec, _, dc) = pair_with(tunnel, false);
         let mut p = Packet::from_bytes(&udp_packet(100));
-        assert_eq!(enc.process(&mut p, &cx()), Action::Continue);
+        assert_eq!(enc.process(&mut p, &mut cx()), Action::Continue);
         let good = p.data().to_vec();
         // The same packet from another source: dropped before the ICV is even computed,
         // so a corrupt ICV makes no difference, and the window does not move.
@@ -445,7 +453,7 @@ mod tests {
         stranger[last] ^= 1;
         Ipv4Packet::new_unchecked(&mut stranger[..]).fill_checksum();
         assert_eq!(
-            dec.process(&mut Packet::from_bytes(&stranger), &cx()),
+            dec.process(&mut Packet::from_bytes(&stranger), &mut cx()),
             Action::Drop
         );
         assert_eq!(count(&dc, "dropped_unknown_peer"), 1);
@@ -455,7 +463,7 @@ mod tests {
             "no ICV work for strangers"
         );
         let mut q = Packet::from_bytes(&good);
-        assert_eq!(dec.process(&mut q, &cx()), Action::Continue);
+        assert_eq!(dec.process(&mut q, &mut cx()), Action::Continue);
         assert_eq!(q.data(), &udp_packet(100)[..]);
 
         // A tunnel SA needs its peer.
@@ -481,8 +489,8 @@ mod tests {
         let dc2 = Counters::new();
         let mut dec_t = transport_sa.into_factory("d").unwrap().build(&dc2);
         let mut p = Packet::from_bytes(&udp_packet(10));
-        assert_eq!(enc_t.process(&mut p, &cx()), Action::Continue);
-        assert_eq!(dec_t.process(&mut p, &cx()), Action::Drop);
+        assert_eq!(enc_t.process(&mut p, &mut cx()), Action::Continue);
+        assert_eq!(dec_t.process(&mut p, &mut cx()), Action::Drop);
         assert_eq!(count(&dc2, "dropped_wrong_mode"), 1);
         assert_eq!(
             count(&dc2, "dropped_unknown_peer"),
@@ -498,8 +506,8 @@ mod tests {
         let dc3 = Counters::new();
         let mut dec_p = tunnel_sa.into_factory("d").unwrap().build(&dc3);
         let mut p = Packet::from_bytes(&udp_packet(10));
-        assert_eq!(enc_p.process(&mut p, &cx()), Action::Continue);
-        assert_eq!(dec_p.process(&mut p, &cx()), Action::Drop);
+        assert_eq!(enc_p.process(&mut p, &mut cx()), Action::Continue);
+        assert_eq!(dec_p.process(&mut p, &mut cx()), Action::Drop);
         assert_eq!(count(&dc3, "dropped_wrong_mode"), 1);
 
         // In configuration: an address or a prefix.
@@ -546,21 +554,21 @@ mod tests {
             // The largest packet the MSS allows (IP + TCP headers = 40) just fits ...
             let max = mss.ipv4 as usize + 40;
             let mut p = Packet::from_bytes(&loopback_packet(max - 28));
-            assert_eq!(enc.process(&mut p, &cx()), Action::Continue, "{name}");
+            assert_eq!(enc.process(&mut p, &mut cx()), Action::Continue, "{name}");
             assert!(
                 p.len() <= 1400 && p.len() > 1400 - cipher.block(),
                 "{name}: {}",
                 p.len()
             );
             assert_eq!(
-                dec.process(&mut Packet::from_bytes(p.data()), &cx()),
+                dec.process(&mut Packet::from_bytes(p.data()), &mut cx()),
                 Action::Continue
             );
             // ... one more byte does not: with DF it is dropped and its sender told,
             // without DF it goes out and the kernel fragments it.
             let bigger = loopback_packet(max - 28 + cipher.block());
             assert_eq!(
-                enc.process(&mut Packet::from_bytes(&bigger), &cx()),
+                enc.process(&mut Packet::from_bytes(&bigger), &mut cx()),
                 Action::Drop,
                 "{name}"
             );
@@ -570,7 +578,7 @@ mod tests {
             no_df[6] = 0;
             Ipv4Packet::new_unchecked(&mut no_df[..]).fill_checksum();
             let mut p = Packet::from_bytes(&no_df);
-            assert_eq!(enc.process(&mut p, &cx()), Action::Continue);
+            assert_eq!(enc.process(&mut p, &mut cx()), Action::Continue);
             assert!(p.len() > 1400);
             // IPv6 headers take 20 more bytes (give or take what the padding had spare).
             let less = (mss.ipv4 - mss.ipv6) as usize;

@@ -180,7 +180,7 @@ struct Delay {
 }
 
 impl Service for Delay {
-    fn process(&mut self, pkt: &mut Packet, cx: &Context) -> Action {
+    fn process(&mut self, pkt: &mut Packet, cx: &mut Context) -> Action {
         if self.loss > 0 && self.rng.next() < self.loss {
             self.lost.inc();
             return Action::Drop;
@@ -294,12 +294,12 @@ mod tests {
         assert_eq!(f.needs_bytes(), Some(HEADER_BYTES));
         let now = Instant::now();
         let mut p = udp(1);
-        let t = until(s.process(&mut p, &Context::new(0, now)));
+        let t = until(s.process(&mut p, &mut Context::new(0, now)));
         assert_eq!(t - now, Duration::from_millis(40));
         assert!(!p.is_modified() && p.verdict_mark().is_none());
         assert_eq!(count(&c, "delayed"), 1);
         let (mut s, _, _) = build("delay_ms = 2.5");
-        let t = until(s.process(&mut udp(1), &Context::new(0, now)));
+        let t = until(s.process(&mut udp(1), &mut Context::new(0, now)));
         assert_eq!(t - now, Duration::from_micros(2500));
     }
 
@@ -312,7 +312,7 @@ mod tests {
         for i in 0..2000u64 {
             let now = t0 + Duration::from_micros(i * 10);
             let flow = (i % 2) as usize;
-            let t = until(s.process(&mut udp(1000 + flow as u16), &Context::new(0, now)));
+            let t = until(s.process(&mut udp(1000 + flow as u16), &mut Context::new(0, now)));
             assert!(t >= prev[flow], "packet {i} overtook its flow");
             prev[flow] = t;
             let d = t - now;
@@ -326,7 +326,7 @@ mod tests {
         let (mut lo, mut hi) = (Duration::MAX, Duration::ZERO);
         for i in 0..2000u64 {
             let now = t0 + Duration::from_millis(20 * (i + 1));
-            let d = until(s.process(&mut udp(1000), &Context::new(0, now))) - now;
+            let d = until(s.process(&mut udp(1000), &mut Context::new(0, now))) - now;
             lo = lo.min(d);
             hi = hi.max(d);
         }
@@ -342,7 +342,7 @@ mod tests {
         let mut prev = t0;
         for i in 0..1000u64 {
             let now = t0 + Duration::from_micros(i * 10);
-            let t = until(s.process(&mut udp(1), &Context::new(0, now)));
+            let t = until(s.process(&mut udp(1), &mut Context::new(0, now)));
             let d = t - now;
             assert!(d >= Duration::from_millis(5) && d <= Duration::from_millis(15));
             if t < prev {
@@ -359,7 +359,7 @@ mod tests {
         let (mut s, c, _) = build("delay = \"1ms\"\nloss = 0.1\nseed = 11");
         let now = Instant::now();
         let drops = (0..10_000)
-            .filter(|_| s.process(&mut udp(1), &Context::new(0, now)) == Action::Drop)
+            .filter(|_| s.process(&mut udp(1), &mut Context::new(0, now)) == Action::Drop)
             .count();
         assert!((800..1200).contains(&drops), "{drops}");
         assert_eq!(count(&c, "lost"), drops as u64);

@@ -229,7 +229,7 @@ struct Ids {
 }
 
 impl Service for Ids {
-    fn process(&mut self, pkt: &mut Packet, cx: &Context) -> Action {
+    fn process(&mut self, pkt: &mut Packet, cx: &mut Context) -> Action {
         match self.det.inspect(pkt, cx.now) {
             Outcome::Drop => Action::Drop,
             Outcome::Reject => {

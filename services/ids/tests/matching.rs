@@ -358,7 +358,7 @@ fn service_writes_eve_lines_and_counts_per_sid() {
     assert_eq!(f.needs_bytes(), None);
     let counters = relay_core::Counters::new();
     let mut s = f.build(&counters);
-    let cx = Context::new(0, Instant::now());
+    let mut cx = Context::new(0, Instant::now());
     let mut pkt = tcp4(
         [203, 0, 113, 5],
         SERVER,
@@ -367,9 +367,9 @@ fn service_writes_eve_lines_and_counts_per_sid() {
         0x18,
         b"GET /forbidden HTTP/1.1\r\n",
     );
-    assert_eq!(s.process(&mut pkt, &cx), Action::Continue);
-    assert_eq!(s.process(&mut http(b"blockme"), &cx), Action::Drop);
-    assert_eq!(s.process(&mut http(b"fine"), &cx), Action::Continue);
+    assert_eq!(s.process(&mut pkt, &mut cx), Action::Continue);
+    assert_eq!(s.process(&mut http(b"blockme"), &mut cx), Action::Drop);
+    assert_eq!(s.process(&mut http(b"fine"), &mut cx), Action::Continue);
     assert_eq!(counter(&counters, "sid:1000001"), 1);
     assert_eq!(counter(&counters, "sid:1000002"), 1);
     drop(s);

@@ -30,9 +30,9 @@ fn flood(tag: &str, options: &str, n: u64) -> Counters {
     let mut s = f.build(&counters);
     let t0 = Instant::now();
     for i in 0..n {
-        let cx = Context::new(0, t0 + Duration::from_micros(200 * i));
+        let mut cx = Context::new(0, t0 + Duration::from_micros(200 * i));
         let mut p = udp4(LO, LO, 40000, 9, b"reflect me");
-        assert_eq!(s.process(&mut p, &cx), Action::Drop, "packet {i}");
+        assert_eq!(s.process(&mut p, &mut cx), Action::Drop, "packet {i}");
     }
     let _ = std::fs::remove_dir_all(&dir);
     counters

@@ -168,7 +168,7 @@ struct DecapService {
 }
 
 impl Service for DecapService {
-    fn process(&mut self, pkt: &mut Packet, cx: &Context) -> Action {
+    fn process(&mut self, pkt: &mut Packet, cx: &mut Context) -> Action {
         if pkt.is_partial() {
             self.passed.inc();
             return Action::Continue;

@@ -209,7 +209,7 @@ impl Shared {
 }
 
 impl Service for EncapService {
-    fn process(&mut self, pkt: &mut Packet, cx: &Context) -> Action {
+    fn process(&mut self, pkt: &mut Packet, cx: &mut Context) -> Action {
         if pkt.is_partial() {
             self.c.skipped.inc();
             return Action::Continue;

@@ -113,7 +113,7 @@ fn mpls_in_ip_is_rfc_4023_byte_for_byte() {
     let counters = Counters::new();
     let mut s = cfg("ip").into_factory("e").unwrap().build(&counters);
     let mut p = Packet::from_bytes(&inner);
-    assert_eq!(s.process(&mut p, &cx()), Action::Continue);
+    assert_eq!(s.process(&mut p, &mut cx()), Action::Continue);
     let total = (inner.len() + 24) as u16;
     let mut want = vec![
         0x45,
@@ -146,7 +146,7 @@ fn mpls_in_udp_is_rfc_7510_byte_for_byte() {
         .unwrap()
         .build(&Counters::new());
     let mut p = Packet::from_bytes(&inner);
-    assert_eq!(s.process(&mut p, &cx()), Action::Continue);
+    assert_eq!(s.process(&mut p, &mut cx()), Action::Continue);
     let d = p.data();
     assert_eq!(d.len(), inner.len() + 32);
     let ip = Ipv4Packet::new_checked(d).unwrap();
@@ -170,19 +170,19 @@ fn mpls_in_udp_is_rfc_7510_byte_for_byte() {
     assert_eq!(&d[32..], &inner[..]);
     // The same flow always gets the same source port; another flow (most likely) not.
     let mut q = Packet::from_bytes(&inner);
-    s.process(&mut q, &cx());
+    s.process(&mut q, &mut cx());
     assert_eq!(&q.data()[20..22], &d[20..22]);
     let mut other = udp4(b"hello");
     other[20..22].copy_from_slice(&4001u16.to_be_bytes());
     let mut q = Packet::from_bytes(&other);
-    s.process(&mut q, &cx());
+    s.process(&mut q, &mut cx());
     assert_ne!(&q.data()[20..22], &d[20..22]);
     // Zero checksum when configured off (RFC 7510 section 3 allows it over IPv4).
     let mut c = cfg("udp");
     c.udp_checksum = false;
     let mut s = c.into_factory("e").unwrap().build(&Counters::new());
     let mut q = Packet::from_bytes(&inner);
-    s.process(&mut q, &cx());
+    s.process(&mut q, &mut cx());
     assert_eq!(&q.data()[26..28], &[0, 0]);
 }
 
@@ -191,7 +191,7 @@ fn ipv6_inner_takes_tc_and_ttl_and_clears_df() {
     let inner = udp6(b"six");
     let mut s = cfg("ip").into_factory("e").unwrap().build(&Counters::new());
     let mut p = Packet::from_bytes(&inner);
-    assert_eq!(s.process(&mut p, &cx()), Action::Continue);
+    assert_eq!(s.process(&mut p, &mut cx()), Action::Continue);
     let d = p.data();
     assert_eq!(d[1], 0xb8, "outer TOS = inner traffic class");
     assert_eq!(&d[6..8], &[0, 0], "DF clear for an IPv6 inner packet");
@@ -228,9 +228,9 @@ fn decap_restores_every_byte_both_encaps_and_families() {
                 .unwrap()
                 .build(&counters);
             let mut p = Packet::from_bytes(&inner);
-            e.process(&mut p, &cx());
+            e.process(&mut p, &mut cx());
             let mut q = Packet::from_bytes(p.data());
-            assert_eq!(d.process(&mut q, &cx()), Action::Continue);
+            assert_eq!(d.process(&mut q, &mut cx()), Action::Continue);
             assert_eq!(q.data(), &inner[..], "{encap}");
             assert_eq!(counters_map(&counters)["decapsulated"], 1);
         }
@@ -245,26 +245,26 @@ fn decap_drops_unknown_labels_and_malformed_and_passes_the_rest() {
         .unwrap()
         .build(&Counters::new());
     let mut p = Packet::from_bytes(&inner);
-    e.process(&mut p, &cx());
+    e.process(&mut p, &mut cx());
     let good = p.data().to_vec();
     let counters = Counters::new();
     let mut d = decap(&[200]).into_factory("d").unwrap().build(&counters);
     assert_eq!(
-        d.process(&mut Packet::from_bytes(&good), &cx()),
+        d.process(&mut Packet::from_bytes(&good), &mut cx()),
         Action::Drop
     );
     assert_eq!(counters_map(&counters)["dropped_unknown_label"], 1);
     let mut d = decap(&[100]).into_factory("d").unwrap().build(&counters);
     // Plain traffic passes untouched.
     let mut plain = Packet::from_bytes(&inner);
-    assert_eq!(d.process(&mut plain, &cx()), Action::Continue);
+    assert_eq!(d.process(&mut plain, &mut cx()), Action::Continue);
     assert!(!plain.is_modified());
     // A corrupted UDP checksum, every truncation and every byte flip: never a panic, and
     // a truncated or corrupt encapsulation is never passed on as a different packet.
     let mut bad = good.clone();
     bad[40] ^= 0xff;
     assert_eq!(
-        d.process(&mut Packet::from_bytes(&bad), &cx()),
+        d.process(&mut Packet::from_bytes(&bad), &mut cx()),
         Action::Drop
     );
     for cut in 20..good.len() {
@@ -272,14 +272,14 @@ fn decap_drops_unknown_labels_and_malformed_and_passes_the_rest() {
         b[2..4].copy_from_slice(&(cut as u16).to_be_bytes());
         Ipv4Packet::new_unchecked(&mut b[..]).fill_checksum();
         let mut q = Packet::from_bytes(&b);
-        let a = d.process(&mut q, &cx());
+        let a = d.process(&mut q, &mut cx());
         assert!(a == Action::Drop || q.data() != &inner[..], "cut {cut}");
     }
     for i in 0..good.len() {
         for v in [0u8, 0xff, 0x45, 0x60] {
             let mut b = good.clone();
             b[i] = v;
-            let _ = d.process(&mut Packet::from_bytes(&b), &cx());
+            let _ = d.process(&mut Packet::from_bytes(&b), &mut cx());
         }
     }
     let snap = counters_map(&counters);
@@ -287,7 +287,7 @@ fn decap_drops_unknown_labels_and_malformed_and_passes_the_rest() {
     // MPLS-in-IP with a label stack lacking the bottom bit is malformed.
     let mut e = cfg("ip").into_factory("e").unwrap().build(&Counters::new());
     let mut p = Packet::from_bytes(&inner);
-    e.process(&mut p, &cx());
+    e.process(&mut p, &mut cx());
     let mut b = p.data().to_vec();
     b[22] &= !0x01;
     assert_eq!(locate_inner(&b, &[100]).unwrap_err(), DecapError::Malformed);
@@ -305,13 +305,13 @@ fn unclassified_pass_or_drop() {
     let counters = Counters::new();
     let mut s = cfg("ip").into_factory("e").unwrap().build(&counters);
     let mut p = Packet::from_bytes(&other);
-    assert_eq!(s.process(&mut p, &cx()), Action::Continue);
+    assert_eq!(s.process(&mut p, &mut cx()), Action::Continue);
     assert!(!p.is_modified() && p.verdict_mark().is_none());
     let mut c = cfg("ip");
     c.unclassified = Unclassified::Drop;
     let mut s = c.into_factory("e").unwrap().build(&counters);
     assert_eq!(
-        s.process(&mut Packet::from_bytes(&other), &cx()),
+        s.process(&mut Packet::from_bytes(&other), &mut cx()),
         Action::Drop
     );
     let snap = counters_map(&counters);
@@ -342,7 +342,7 @@ fn too_big_with_df_is_dropped_without_df_encapsulated() {
     let mut s = cfg("ip").into_factory("e").unwrap().build(&counters);
     let big = udp4_loopback(&[1u8; 1472]);
     assert_eq!(
-        s.process(&mut Packet::from_bytes(&big), &cx()),
+        s.process(&mut Packet::from_bytes(&big), &mut cx()),
         Action::Drop
     );
     assert_eq!(counters_map(&counters)["dropped_too_big"], 1);
@@ -350,7 +350,7 @@ fn too_big_with_df_is_dropped_without_df_encapsulated() {
     nodf[6] = 0;
     Ipv4Packet::new_unchecked(&mut nodf[..]).fill_checksum();
     let mut p = Packet::from_bytes(&nodf);
-    assert_eq!(s.process(&mut p, &cx()), Action::Continue);
+    assert_eq!(s.process(&mut p, &mut cx()), Action::Continue);
     assert_eq!(p.len(), 1500 + 24);
     let f = cfg("udp").into_factory("e").unwrap();
     let m = f.clamp_mss().unwrap();
@@ -431,13 +431,13 @@ fn too_big_with_df_is_answered_with_the_mtu_that_fits() {
         big[4..6].copy_from_slice(&(0x7e00 + overhead as u16).to_be_bytes());
         Ipv4Packet::new_unchecked(&mut big[..]).fill_checksum();
         assert_eq!(
-            s.process(&mut Packet::from_bytes(&fits), &cx()),
+            s.process(&mut Packet::from_bytes(&fits), &mut cx()),
             Action::Continue,
             "{encap}: {} bytes fit",
             fits.len()
         );
         assert_eq!(
-            s.process(&mut Packet::from_bytes(&big), &cx()),
+            s.process(&mut Packet::from_bytes(&big), &mut cx()),
             Action::Drop,
             "{encap}"
         );
@@ -556,7 +556,7 @@ fn ten_thousand_vcans_classify_to_the_right_one() {
     last[16..20].copy_from_slice(&[10, 39, 15, 9]); // 9999 = 39 * 256 + 15
     Ipv4Packet::new_unchecked(&mut last[..]).fill_checksum();
     let mut p = Packet::from_bytes(&last);
-    s.process(&mut p, &cx());
+    s.process(&mut p, &mut cx());
     assert_eq!(p.verdict_mark(), Some(0x01d0_0000 | (16 + 9999)));
 }
 
@@ -567,7 +567,7 @@ fn encapsulated(encap: &str, inner: &[u8]) -> Vec<u8> {
         .unwrap()
         .build(&Counters::new());
     let mut p = Packet::from_bytes(inner);
-    assert_eq!(e.process(&mut p, &cx()), Action::Continue);
+    assert_eq!(e.process(&mut p, &mut cx()), Action::Continue);
     p.data().to_vec()
 }
 
@@ -587,7 +587,7 @@ fn decap_takes_mpls_only_from_its_peers() {
             .unwrap()
             .build(&counters);
             let mut p = Packet::from_bytes(&good);
-            assert_eq!(d.process(&mut p, &cx()), Action::Drop, "{encap}");
+            assert_eq!(d.process(&mut p, &mut cx()), Action::Drop, "{encap}");
             assert!(!p.is_modified());
             // A broken label stack or UDP checksum from a stranger is still a stranger:
             // the source is checked before anything past the outer header.
@@ -596,7 +596,7 @@ fn decap_takes_mpls_only_from_its_peers() {
             broken[last] ^= 0xff; // UDP checksum (udp), the inner payload (ip)
             broken[if encap == "udp" { 30 } else { 22 }] &= !1; // no bottom of stack
             assert_eq!(
-                d.process(&mut Packet::from_bytes(&broken), &cx()),
+                d.process(&mut Packet::from_bytes(&broken), &mut cx()),
                 Action::Drop
             );
             let snap = counters_map(&counters);
@@ -616,7 +616,7 @@ fn decap_takes_mpls_only_from_its_peers() {
             );
             // Plain traffic from a stranger is not MPLS: it passes as before.
             let mut plain = Packet::from_bytes(&inner);
-            assert_eq!(d.process(&mut plain, &cx()), Action::Continue);
+            assert_eq!(d.process(&mut plain, &mut cx()), Action::Continue);
             assert!(!plain.is_modified());
             assert_eq!(counters_map(&counters)["passed_not_mpls"], 1);
 
@@ -630,7 +630,7 @@ fn decap_takes_mpls_only_from_its_peers() {
             .unwrap()
             .build(&counters);
             let mut p = Packet::from_bytes(&good);
-            assert_eq!(d.process(&mut p, &cx()), Action::Continue, "{encap}");
+            assert_eq!(d.process(&mut p, &mut cx()), Action::Continue, "{encap}");
             assert_eq!(p.data(), &inner[..]);
             let snap = counters_map(&counters);
             assert_eq!(

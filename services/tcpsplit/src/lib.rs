@@ -302,7 +302,7 @@ impl TcpSplit {
 }
 
 impl Service for TcpSplit {
-    fn process(&mut self, pkt: &mut Packet, _cx: &Context) -> Action {
+    fn process(&mut self, pkt: &mut Packet, _cx: &mut Context) -> Action {
         match self.decide(pkt) {
             Outcome::Split(reason) => {
                 reason.inc();
@@ -370,7 +370,7 @@ mod tests {
         let mut p = Packet::from_bytes(bytes);
         p.meta.mark = mark;
         assert_eq!(
-            s.process(&mut p, &Context::new(0, Instant::now())),
+            s.process(&mut p, &mut Context::new(0, Instant::now())),
             Action::Continue
         );
         assert!(!p.is_modified());
@@ -436,12 +436,12 @@ mod tests {
 mark = 0x4",
             None,
         );
-        let cx = Context::new(0, Instant::now());
+        let mut cx = Context::new(0, Instant::now());
         let mut p = Packet::from_bytes(&tcp4([192, 0, 2, 1], 80, SYN));
         p.meta.mark = 0x1;
-        assert_eq!(s.process(&mut p, &cx), Action::Repeat { mark: 0x5 });
+        assert_eq!(s.process(&mut p, &mut cx), Action::Repeat { mark: 0x5 });
         let mut p = Packet::from_bytes(&tcp4([192, 0, 2, 1], 80, tcp::flags::ACK));
-        assert_eq!(s.process(&mut p, &cx), Action::Continue);
+        assert_eq!(s.process(&mut p, &mut cx), Action::Continue);
     }
 
     #[test]
@@ -453,7 +453,7 @@ mark = 0x4",
         let syn = tcp4([10, 0, 2, 2], 80, SYN);
         let mut p = Packet::from_bytes(&syn);
         p.meta.outdev = 3;
-        s.process(&mut p, &Context::new(0, Instant::now()));
+        s.process(&mut p, &mut Context::new(0, Instant::now()));
         assert_eq!(p.verdict_mark(), Some(1));
         let n = counts(&c);
         assert_eq!((n["split_adaptive_wait"], n["wait_us"]), (1, 100_000));

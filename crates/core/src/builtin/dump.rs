@@ -32,7 +32,7 @@ struct Dump {
 }
 
 impl Service for Dump {
-    fn process(&mut self, pkt: &mut Packet, cx: &Context) -> Action {
+    fn process(&mut self, pkt: &mut Packet, cx: &mut Context) -> Action {
         match self.limit.allow(cx.now) {
             None => self.suppressed.inc(),
             Some(skipped) => {

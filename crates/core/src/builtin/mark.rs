@@ -33,7 +33,7 @@ struct Mark {
 }
 
 impl Service for Mark {
-    fn process(&mut self, pkt: &mut Packet, _cx: &Context) -> Action {
+    fn process(&mut self, pkt: &mut Packet, _cx: &mut Context) -> Action {
         let current = pkt.verdict_mark().unwrap_or(pkt.meta.mark);
         let mark = (current & !self.cfg.mask) | (self.cfg.mark & self.cfg.mask);
         if self.cfg.repeat {

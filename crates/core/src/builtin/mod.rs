@@ -32,7 +32,7 @@ pub struct DropConfig {}
 struct Fixed(&'static str, Action, FailPolicy);
 
 impl Service for Fixed {
-    fn process(&mut self, _pkt: &mut Packet, _cx: &Context) -> Action {
+    fn process(&mut self, _pkt: &mut Packet, _cx: &mut Context) -> Action {
         self.1
     }
 }

@@ -83,7 +83,7 @@ pub fn run(cfg: &Config, opts: &ReplayOptions, out: &mut dyn Write) -> anyhow::R
         // The capture's own time is the services' clock (never running backwards).
         let first = *first_ts.get_or_insert(rec.ts);
         clock = clock.max(rec.ts.saturating_sub(first));
-        let cx = Context::new(num, base + clock);
+        let mut cx = Context::new(num, base + clock);
         let mut pkt = Packet::from_bytes(&ip);
         pkt.meta = PacketMeta {
             id: rec.number as u32,
@@ -99,7 +99,7 @@ pub fn run(cfg: &Config, opts: &ReplayOptions, out: &mut dyn Write) -> anyhow::R
             ..PacketMeta::default()
         };
         pkt.meta.ct = flows.classify(&mut pkt, rec.ts);
-        let d = chain.run(&mut pkt, &cx, &q);
+        let d = chain.run(&mut pkt, &mut cx, &q);
         let passes = d.verdict != Verdict::Drop;
         if passes && let Some(w) = writer.as_mut() {
             w.write_packet(&PcapPacket::new(rec.ts, pkt.len() as u32, pkt.data()))

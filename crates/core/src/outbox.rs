@@ -1,0 +1,335 @@
+//! Packets a service sends of its own: the outbox of a queue's [`Context`](crate::Context).
+//!
+//! A service that must send a packet the verdict cannot carry (a tunnel packet of another
+//! address family, a decapsulated inner packet, an ICMP error, a TCP reset) does not open
+//! a socket: it emits the bytes into the outbox, in the spirit of boringtun's
+//! `TunnResult::WriteToNetwork`, and returns its verdict for the queued packet as usual.
+//! After the batch's verdicts the datapath sends everything the batch emitted, one
+//! `sendmmsg` per address family, and adds what became of each packet to the [`Tally`] the
+//! service emitted it with. So a service stays pure (bytes in, bytes and verdicts out, in
+//! a unit test without privileges), and the sending, its marks and its errors live in one
+//! place.
+//!
+//! Every emitted packet carries the stage bits of the queue's hook
+//! ([`Context::bypass_mark`](crate::Context::bypass_mark)), put on its mark here, so that
+//! relayd's own rules at the hooks it has already crossed do not queue it again.
+//!
+//! The outbox keeps its storage from batch to batch: emitting allocates only while it
+//! grows to the largest batch seen. It holds at most [`Outbox::MAX_PACKETS`] packets and
+//! [`Outbox::MAX_BYTES`] bytes per batch; beyond that [`EmitError::Full`] is returned and
+//! the packet counted as `queue_full` in its tally (the datapath is congested).
+
+use crate::counters::{Counter, Counters};
+use crate::packet::IpVersion;
+use crate::wire::{Ipv4Packet, Ipv6Packet};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// What became of the packets a service emitted, in the service's own counters: the
+/// datapath adds to them once it has tried to send, so `relayd status` shows them under
+/// the service that made the packets. Cloning is cheap (one reference count).
+#[derive(Debug, Clone)]
+pub struct Tally(Arc<TallyCounters>);
+
+#[derive(Debug)]
+struct TallyCounters {
+    sent: Counter,
+    queue_full: Counter,
+    failed: Counter,
+    hop_limit: Counter,
+    local_destination: Counter,
+}
+
+impl Tally {
+    /// The tally of a service that forwards packets anew (an encapsulation or
+    /// decapsulation that changes the address family), in the counters every such service
+    /// reports:
+    ///
+    /// - `reinjected`: handed to the kernel;
+    /// - `reinject_queue_full`: the egress qdisc dropped it, the socket buffer or the
+    ///   outbox was full (congestion, as a tail drop of a forwarded packet would be);
+    /// - `reinject_failed`: any other error (no route, a malformed packet);
+    /// - `dropped_hop_limit`: a forwarded packet whose TTL or hop limit ran out;
+    /// - `dropped_local_destination`: a forwarded packet addressed to this box itself, or
+    ///   to an address no router forwards to (see [`forwardable`]).
+    pub fn resend(counters: &Counters) -> Tally {
+        Tally::new(
+            counters,
+            "reinjected",
+            "reinject_queue_full",
+            "reinject_failed",
+        )
+    }
+
+    /// A tally counting sent packets in `sent`, congestion in `queue_full` and any other
+    /// error in `failed` (the same name may be given twice to count both in one), and
+    /// forwarding refusals in `dropped_hop_limit` and `dropped_local_destination`.
+    pub fn new(counters: &Counters, sent: &str, queue_full: &str, failed: &str) -> Tally {
+        Tally(Arc::new(TallyCounters {
+            sent: counters.counter(sent),
+            queue_full: counters.counter(queue_full),
+            failed: counters.counter(failed),
+            hop_limit: counters.counter("dropped_hop_limit"),
+            local_destination: counters.counter("dropped_local_destination"),
+        }))
+    }
+
+    /// A tally counting nowhere (tests, benches).
+    pub fn detached() -> Tally {
+        Tally::new(&Counters::new(), "sent", "queue_full", "failed")
+    }
+
+    /// Counts a packet the kernel took.
+    pub fn sent(&self) {
+        self.0.sent.inc();
+    }
+
+    /// Counts a packet lost to congestion (outbox, socket buffer or egress qdisc full).
+    pub fn queue_full(&self) {
+        self.0.queue_full.inc();
+    }
+
+    /// Counts a packet that could not be sent for another reason.
+    pub fn failed(&self) {
+        self.0.failed.inc();
+    }
+
+    /// Counts a forwarded packet whose TTL or hop limit ran out.
+    pub fn hop_limit(&self) {
+        self.0.hop_limit.inc();
+    }
+
+    /// Counts a forwarded packet addressed to this box or to an address no router
+    /// forwards to.
+    pub fn local_destination(&self) {
+        self.0.local_destination.inc();
+    }
+}
+
+/// How the datapath treats an emitted packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// A packet this relay originates (a new outer header, an ICMP error, a reset): sent as
+    /// it is to the destination in its IP header.
+    Originate,
+    /// A packet passing through (a decapsulated inner packet): its TTL or hop limit was
+    /// decreased on emission, and the datapath refuses it if it is addressed to one of the
+    /// box's own addresses, which a raw socket would deliver locally, as if it came from
+    /// `lo`.
+    Forward,
+    /// An ICMPv6 message without IP header (an error this relay sends as a router would):
+    /// the kernel writes the IPv6 header, choosing the source address by route, and the
+    /// ICMPv6 checksum.
+    Icmpv6,
+}
+
+/// Why a packet was not taken into the outbox (it is also counted in its tally).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EmitError {
+    /// Not an IPv4 or IPv6 packet whose header holds a destination.
+    #[error("not an IP packet with a complete header")]
+    NotIp,
+    /// The outbox holds as many packets or bytes as a batch may emit.
+    #[error("the outbox is full")]
+    Full,
+    /// A forwarded packet whose TTL or hop limit would reach 0.
+    #[error("hop limit exceeded")]
+    HopLimit,
+    /// A forwarded packet to an address no router forwards to ([`forwardable`]).
+    #[error("destination not forwardable")]
+    NotForwardable,
+}
+
+/// One emitted packet, as the datapath reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Emitted<'a> {
+    /// The packet, from its IP header (the ICMPv6 message for [`Route::Icmpv6`]).
+    pub bytes: &'a [u8],
+    /// The mark it leaves with, the queue's stage bits included.
+    pub mark: u32,
+    /// Its address family.
+    pub version: IpVersion,
+    /// Its destination, from its IP header (given with the message for [`Route::Icmpv6`]).
+    pub destination: IpAddr,
+    /// Originated or forwarded.
+    pub route: Route,
+}
+
+#[derive(Debug)]
+struct Entry {
+    start: usize,
+    end: usize,
+    mark: u32,
+    version: IpVersion,
+    destination: IpAddr,
+    route: Route,
+    tally: Tally,
+}
+
+/// The packets emitted while one batch ran (see the module docs).
+#[derive(Debug, Default)]
+pub struct Outbox {
+    bytes: Vec<u8>,
+    entries: Vec<Entry>,
+}
+
+impl Outbox {
+    /// The most packets one batch may emit.
+    pub const MAX_PACKETS: usize = 1024;
+    /// The most bytes one batch may emit.
+    pub const MAX_BYTES: usize = 4 << 20;
+
+    /// An empty outbox.
+    pub fn new() -> Outbox {
+        Outbox::default()
+    }
+
+    /// How many packets are waiting.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True if nothing is waiting.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Takes `bytes` (a whole IP packet) with `mark` (stage bits already on it).
+    pub(crate) fn push(
+        &mut self,
+        bytes: &[u8],
+        mark: u32,
+        route: Route,
+        tally: &Tally,
+    ) -> Result<(), EmitError> {
+        let Some((version, destination)) = destination(bytes) else {
+            tally.failed();
+            return Err(EmitError::NotIp);
+        };
+        self.push_to(bytes, mark, version, destination, route, tally)
+    }
+
+    /// Takes `bytes` for `destination`, of family `version`.
+    pub(crate) fn push_to(
+        &mut self,
+        bytes: &[u8],
+        mark: u32,
+        version: IpVersion,
+        destination: IpAddr,
+        route: Route,
+        tally: &Tally,
+    ) -> Result<(), EmitError> {
+        if self.entries.len() >= Self::MAX_PACKETS
+            || self.bytes.len() + bytes.len() > Self::MAX_BYTES
+        {
+            tally.queue_full();
+            return Err(EmitError::Full);
+        }
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(bytes);
+        self.entries.push(Entry {
+            start,
+            end: self.bytes.len(),
+            mark,
+            version,
+            destination,
+            route,
+            tally: tally.clone(),
+        });
+        Ok(())
+    }
+
+    /// The waiting packets, in the order they were emitted.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = Emitted<'_>> {
+        self.entries.iter().map(|e| self.view(e))
+    }
+
+    /// Packet `i` and its tally.
+    pub fn get(&self, i: usize) -> Option<(Emitted<'_>, &Tally)> {
+        self.entries.get(i).map(|e| (self.view(e), &e.tally))
+    }
+
+    fn view<'a>(&'a self, e: &Entry) -> Emitted<'a> {
+        Emitted {
+            bytes: &self.bytes[e.start..e.end],
+            mark: e.mark,
+            version: e.version,
+            destination: e.destination,
+            route: e.route,
+        }
+    }
+
+    /// Forgets every waiting packet, keeping the storage (after the datapath sent them).
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.entries.clear();
+    }
+}
+
+/// The family and destination address of an IPv4 or IPv6 packet with a complete header.
+pub fn destination(data: &[u8]) -> Option<(IpVersion, IpAddr)> {
+    match IpVersion::of(data)? {
+        IpVersion::V4 => {
+            let ip = Ipv4Packet::new_checked(data).ok()?;
+            Some((IpVersion::V4, IpAddr::V4(ip.dst_addr())))
+        }
+        IpVersion::V6 => {
+            let ip = Ipv6Packet::new_checked(data).ok()?;
+            Some((IpVersion::V6, IpAddr::V6(ip.dst_addr())))
+        }
+    }
+}
+
+/// Decrements the TTL (IPv4, checksum updated) or hop limit (IPv6) as forwarding does;
+/// false if the packet may not be forwarded (it would reach 0, or the header is short).
+pub fn decrement_hop(data: &mut [u8]) -> bool {
+    match IpVersion::of(data) {
+        Some(IpVersion::V4) => match Ipv4Packet::new_checked(&mut data[..]) {
+            Ok(mut ip) => match ip.ttl().checked_sub(1).filter(|t| *t > 0) {
+                Some(ttl) => {
+                    ip.set_ttl(ttl);
+                    ip.fill_checksum();
+                    true
+                }
+                None => false,
+            },
+            Err(_) => false,
+        },
+        Some(IpVersion::V6) => match Ipv6Packet::new_checked(&mut data[..]) {
+            Ok(mut ip) => match ip.hop_limit().checked_sub(1).filter(|h| *h > 0) {
+                Some(h) => {
+                    ip.set_hop_limit(h);
+                    true
+                }
+                None => false,
+            },
+            Err(_) => false,
+        },
+        None => false,
+    }
+}
+
+/// Whether a router may forward a packet to `ip` at all: not unspecified, loopback,
+/// multicast, limited broadcast, IPv4 "this network" (0/8), IPv6 link-local or
+/// IPv4-mapped (the kernel treats all of these as martians or never forwards them).
+///
+/// A decapsulated packet that relayd sends from a raw socket is routed like one the box
+/// originates: to loopback it would be delivered locally, arriving from `lo` where
+/// firewalls usually trust everything. A peer that can forge its outer source could then
+/// reach services bound to the relay itself, which the kernel's own decapsulation never
+/// allows and no router does. So [`Route::Forward`] packets to such addresses are refused.
+pub fn forwardable(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(a) => {
+            !(a.octets()[0] == 0 || a.is_loopback() || a.is_multicast() || a.is_broadcast())
+        }
+        IpAddr::V6(a) => {
+            !(a.is_unspecified()
+                || a.is_loopback()
+                || a.is_multicast()
+                || a.is_unicast_link_local()
+                || a.to_ipv4_mapped().is_some())
+        }
+    }
+}
