@@ -567,13 +567,23 @@ mod tests {
             // ... one more byte does not: with DF it is dropped and its sender told,
             // without DF it goes out and the kernel fragments it.
             let bigger = loopback_packet(max - 28 + cipher.block());
+            let mut out = cx();
             assert_eq!(
-                enc.process(&mut Packet::from_bytes(&bigger), &mut cx()),
+                enc.process(&mut Packet::from_bytes(&bigger), &mut out),
                 Action::Drop,
                 "{name}"
             );
             assert_eq!(count(&ec, "dropped_too_big"), 1);
-            assert_eq!(count(&ec, "icmp_too_big_sent"), 1, "{name}");
+            let errors: Vec<_> = out.outbox().iter().collect();
+            assert_eq!(errors.len(), 1, "{name}: one error emitted");
+            let icmp = &errors[0].bytes[20..];
+            assert_eq!(&icmp[..2], &[3, 4], "{name}: fragmentation needed");
+            let told = u16::from_be_bytes([icmp[6], icmp[7]]) as usize;
+            assert!(
+                (max..bigger.len()).contains(&told),
+                "{name}: told {told}, what fits is {max}.."
+            );
+            assert_eq!(&icmp[8..36], &bigger[..28], "{name}: the packet quoted");
             let mut no_df = bigger.clone();
             no_df[6] = 0;
             Ipv4Packet::new_unchecked(&mut no_df[..]).fill_checksum();
