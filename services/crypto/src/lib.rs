@@ -25,9 +25,8 @@ mod tests {
     use std::time::Instant;
 
     fn key_file(tag: &str, cipher: Cipher) -> std::path::PathBuf {
-        static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-        let dir = DIR.get_or_init(|| keys::test_key_dir("esp"));
-        let p = dir.join(format!("{tag}.key"));
+        // A directory per key: tests run in parallel, and a directory is made anew.
+        let p = keys::test_key_dir(&format!("esp-{tag}")).join(format!("{tag}.key"));
         // Each test its own key: SAs with one SPI and key share state (as across reloads).
         let salt: usize = tag.bytes().map(usize::from).sum();
         let hex: String = (0..cipher.key_len())
