@@ -268,6 +268,55 @@ mod tests {
         assert!(cfg.into_factory("e").err().unwrap().contains("takes 36"));
     }
 
+    /// 6in4: an IPv6 packet queued from an IPv6 hook, in a tunnel with IPv4 ends. The
+    /// verdict cannot carry the ESP packet: it is emitted and the original dropped; the
+    /// peer's decrypt, on an IPv4 hook, forwards the inner IPv6 packet (hop limit less
+    /// one) the same way.
+    #[test]
+    fn a_tunnel_of_the_other_family_emits_and_forwards() {
+        let cipher = Cipher::Aes128Gcm;
+        let e = EncryptConfig {
+            mode: EspMode::Tunnel,
+            local: Some("192.0.2.1".parse().unwrap()),
+            remote: Some("192.0.2.2".parse().unwrap()),
+            ..enc_config(cipher, key_file("six-in-four", cipher))
+        };
+        let (mut enc, mut dec, ec, dc) = pair_with(e, false);
+        let orig = udp6_packet(300);
+        let mut p = Packet::from_bytes(&orig);
+        p.meta.hw_protocol = 0x86dd;
+        let mut out = cx();
+        assert_eq!(enc.process(&mut p, &mut out), Action::Drop, "the original");
+        let sent: Vec<_> = out.outbox().iter().collect();
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0].route, relay_core::Route::Originate);
+        assert_eq!(sent[0].destination, std::net::IpAddr::from([192, 0, 2, 2]));
+        let esp = sent[0].bytes.to_vec();
+        assert_eq!(esp[9], 50, "ESP over IPv4");
+        assert_eq!(out.outbox_mut().settle_all_sent(), 1);
+        assert_eq!(count(&ec, "reinjected"), 1);
+
+        let mut q = Packet::from_bytes(&esp);
+        q.meta.hw_protocol = 0x0800;
+        let mut back = cx();
+        assert_eq!(
+            dec.process(&mut q, &mut back),
+            Action::Drop,
+            "the ESP packet"
+        );
+        let fwd: Vec<_> = back.outbox().iter().collect();
+        assert_eq!(fwd.len(), 1);
+        assert_eq!(fwd[0].route, relay_core::Route::Forward);
+        let mut want = orig.clone();
+        want[7] -= 1;
+        assert_eq!(
+            fwd[0].bytes,
+            &want[..],
+            "the inner packet, hop limit less one"
+        );
+        assert_eq!(count(&dc, "decrypted"), 1);
+    }
+
     #[test]
     fn tunnel_mode_wraps_the_whole_packet_and_restores_it() {
         for (name, cipher) in Cipher::ALL {
