@@ -259,6 +259,67 @@ pub trait ServiceFactory: Send + Sync {
     fn build(&self, counters: &Counters) -> Box<dyn Service>;
 }
 
+/// Why [`ServiceConfig::into_factory`] refused a service's configuration: values that
+/// parse but make no sense (together), a key file that cannot be read. relayd prints it
+/// after the section's position (`relayd.toml:11:1: service.pm: MESSAGE`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidConfig(String);
+
+impl InvalidConfig {
+    /// A refusal saying `message` (which value is wrong, and why).
+    pub fn new(message: impl Into<String>) -> InvalidConfig {
+        InvalidConfig(message.into())
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<String> for InvalidConfig {
+    fn from(message: String) -> InvalidConfig {
+        InvalidConfig(message)
+    }
+}
+
+impl From<&str> for InvalidConfig {
+    fn from(message: &str) -> InvalidConfig {
+        InvalidConfig(message.to_string())
+    }
+}
+
+/// State a service kind keeps from one configuration to the next: the daemon owns one set
+/// for its whole life and hands it to every [`ServiceConfig::into_factory_kept`], so that
+/// a reload can carry over what must not start again (an ESP SA's sequence counter and
+/// replay window), without a process-wide static. One value per type, made on first use;
+/// taken only while a configuration is loaded, never per packet.
+#[derive(Debug, Default)]
+pub struct Kept {
+    slots: std::sync::Mutex<Vec<Arc<dyn std::any::Any + Send + Sync>>>,
+}
+
+impl Kept {
+    /// An empty set (a fresh daemon, or a test).
+    pub fn new() -> Kept {
+        Kept::default()
+    }
+
+    /// The kept value of type `T`, made with `T::default()` the first time.
+    pub fn get_or_default<T: std::any::Any + Send + Sync + Default>(&self) -> Arc<T> {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        for s in slots.iter() {
+            if let Ok(t) = Arc::clone(s).downcast::<T>() {
+                return t;
+            }
+        }
+        let t = Arc::new(T::default());
+        slots.push(t.clone());
+        t
+    }
+}
+
 /// A service's configuration section (`[service.NAME]`, less the `kind` key), parsed with
 /// serde; unknown keys should be refused (`#[serde(deny_unknown_fields)]`).
 pub trait ServiceConfig: DeserializeOwned {
@@ -267,5 +328,21 @@ pub trait ServiceConfig: DeserializeOwned {
 
     /// Checks the values and makes the factory for the instance called `name`. The error
     /// says which value is wrong.
-    fn into_factory(self, name: &str) -> Result<Arc<dyn ServiceFactory>, String>;
+    fn into_factory(self, name: &str) -> Result<Arc<dyn ServiceFactory>, InvalidConfig>;
+
+    /// Like [`ServiceConfig::into_factory`], with the state the daemon keeps across
+    /// reloads ([`Kept`]); relayd calls this one. Override it (and make `into_factory`
+    /// use a fresh [`Kept`]) only if a reload must carry state over; the default ignores
+    /// `kept`.
+    fn into_factory_kept(
+        self,
+        name: &str,
+        kept: &Kept,
+    ) -> Result<Arc<dyn ServiceFactory>, InvalidConfig>
+    where
+        Self: Sized,
+    {
+        let _ = kept;
+        self.into_factory(name)
+    }
 }

@@ -141,7 +141,10 @@ impl TcpSplitConfig {
 impl ServiceConfig for TcpSplitConfig {
     const KIND: &'static str = "tcpsplit";
 
-    fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, String> {
+    fn into_factory(
+        self,
+        _name: &str,
+    ) -> Result<Arc<dyn ServiceFactory>, relay_core::InvalidConfig> {
         let monitor = match self.adaptive {
             Some(_) => Some(QueueMonitor::shared().map_err(|e| {
                 format!("adaptive cannot read the egress queues over rtnetlink: {e}")
