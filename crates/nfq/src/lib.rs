@@ -13,21 +13,25 @@
 //! a malformed netlink message or packet is counted and never panics the thread.
 
 mod affinity;
+mod config;
 mod emit;
+mod engine;
 mod hold;
 mod netlink;
 mod priority;
 pub mod procfs;
 mod queue;
 mod raw;
+mod worker;
 
 pub use affinity::{MAX_CPU, available_cpus, format_cpu_list};
+pub use config::{HoldConfig, QueueConfig};
 pub use emit::{Emitter, Flushed};
 #[doc(hidden)]
 pub use netlink::fuzz_decode_datagram;
 pub use priority::NICE_RANGE;
 pub use procfs::KernelQueueStats;
-pub use queue::{HoldConfig, IDLE_WAKE, Queue, QueueConfig};
+pub use queue::{IDLE_WAKE, Queue};
 
 /// Why a queue could not be set up.
 #[derive(Debug, thiserror::Error)]

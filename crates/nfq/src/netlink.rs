@@ -698,6 +698,87 @@ pub fn fuzz_decode_datagram(
     (Some(p.id), Some(pkt))
 }
 
+/// Netlink messages as the kernel sends them, and a reader of the verdicts we send, for
+/// the unit tests of the engine.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+
+    /// A packet message for queue `queue`: packet `id` (an IPv4 one), its mark and bytes.
+    pub(crate) fn packet(queue: u16, id: u32, mark: u32, payload: &[u8]) -> Vec<u8> {
+        let mut m = MsgBuilder::new(NFQNL_MSG_PACKET, 0, 0, queue);
+        let mut hdr = [0u8; 7];
+        hdr[..4].copy_from_slice(&id.to_be_bytes());
+        hdr[4..6].copy_from_slice(&0x0800u16.to_be_bytes());
+        hdr[6] = 3; // NF_INET_LOCAL_OUT
+        m.attr(NFQA_PACKET_HDR, &hdr);
+        m.attr(NFQA_MARK, &mark.to_be_bytes());
+        m.attr(NFQA_PAYLOAD, payload);
+        m.finish().to_vec()
+    }
+
+    /// The kernel's answer `err` (0 or a negative errno) to our request `seq`.
+    pub(crate) fn error(seq: u32, err: i32) -> Vec<u8> {
+        // nlmsgerr: the error, then the request's header (left empty here).
+        let mut b = vec![0u8; 16 + 4 + 16];
+        let len = b.len() as u32;
+        b[0..4].copy_from_slice(&len.to_ne_bytes());
+        b[4..6].copy_from_slice(&NLMSG_ERROR.to_ne_bytes());
+        b[8..12].copy_from_slice(&seq.to_ne_bytes());
+        b[16..20].copy_from_slice(&err.to_ne_bytes());
+        b
+    }
+
+    /// One verdict message we sent.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub(crate) struct Sent {
+        /// NFQNL_MSG_VERDICT_BATCH (answers every id up to `id`) rather than one packet's.
+        pub(crate) batch: bool,
+        pub(crate) id: u32,
+        pub(crate) verdict: u32,
+        pub(crate) mark: Option<u32>,
+        pub(crate) payload: Option<Vec<u8>>,
+    }
+
+    /// The verdict messages in what one sendmsg carried.
+    pub(crate) fn verdicts(buf: &[u8]) -> Vec<Sent> {
+        let mut out = Vec::new();
+        for m in Messages::new(buf) {
+            let batch = match m.ty {
+                t if t == (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_VERDICT => false,
+                t if t == (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_VERDICT_BATCH => true,
+                t => panic!("not a verdict message: type {t:#x}"),
+            };
+            let mut v = Sent {
+                batch,
+                id: 0,
+                verdict: u32::MAX,
+                mark: None,
+                payload: None,
+            };
+            let p = m.payload;
+            let mut off = 4;
+            while off + 4 <= p.len() {
+                let len = u16::from_ne_bytes([p[off], p[off + 1]]) as usize;
+                let ty = u16::from_ne_bytes([p[off + 2], p[off + 3]]);
+                let d = &p[off + 4..off + len];
+                match ty {
+                    NFQA_VERDICT_HDR => {
+                        v.verdict = be32(d).unwrap();
+                        v.id = be32(&d[4..]).unwrap();
+                    }
+                    NFQA_MARK => v.mark = be32(d),
+                    NFQA_PAYLOAD => v.payload = Some(d.to_vec()),
+                    _ => panic!("unexpected attribute {ty}"),
+                }
+                off += align4(len);
+            }
+            out.push(v);
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
