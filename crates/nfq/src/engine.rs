@@ -18,11 +18,12 @@ use crate::config::{QueueConfig, slot_len};
 use crate::hold::HoldStore;
 use crate::netlink::{
     self, HDR_LEN, Messages, NF_ACCEPT, NF_DROP, NF_REPEAT, NFNL_SUBSYS_QUEUE, NFQNL_MSG_PACKET,
-    NLMSG_ERROR, PacketMsg, QueueParams, VERDICT_HDR_MAX, align4,
+    PacketMsg, QueueParams, VERDICT_HDR_MAX, align,
 };
 use relay_core::packet::PacketMeta;
 use relay_core::ratelimit::RateLimit;
 use relay_core::{Chain, Context, Decision, Hook, Outbox, Packet, QueueCounters, Verdict};
+use relay_netlink::frame::os_error;
 use std::io;
 use std::time::Instant;
 
@@ -300,17 +301,15 @@ impl Engine {
         let mut found: Option<(PacketMsg, usize)> = None;
         let (mut odd, mut refused, mut config_refused) = (0u32, None, None);
         for m in Messages::new(&self.slots[slot][..len]) {
-            if m.ty == packet_type {
+            if m.ty() == packet_type {
                 match netlink::parse_packet(m.payload) {
                     // nfnetlink_queue sends one packet per datagram; anything else is odd.
                     Some(p) if found.is_none() => found = Some((p, m.offset)),
                     _ => odd += 1,
                 }
-            } else if m.ty == NLMSG_ERROR && m.payload.len() >= 4 {
-                let err =
-                    i32::from_ne_bytes([m.payload[0], m.payload[1], m.payload[2], m.payload[3]]);
+            } else if let Some(err) = m.error() {
                 if let Some((seq, with_ct)) = self.config_seq
-                    && seq == m.seq
+                    && seq == m.seq()
                 {
                     self.config_seq = None;
                     if err == -libc::EOPNOTSUPP && with_ct {
@@ -327,10 +326,10 @@ impl Engine {
                             Err(e) => config_refused = Some(e),
                         }
                     } else if err != 0 {
-                        config_refused = Some(io::Error::from_raw_os_error(err.saturating_neg()));
+                        config_refused = Some(os_error(err));
                     }
                 } else if err != 0 {
-                    refused = Some(io::Error::from_raw_os_error(err.saturating_neg()));
+                    refused = Some(os_error(err));
                 }
             }
         }
@@ -495,7 +494,7 @@ impl Engine {
                     break;
                 };
                 let h = self.hold.get(slot);
-                let size = VERDICT_HDR_MAX + if h.payload { align4(h.data.len()) } else { 0 };
+                let size = VERDICT_HDR_MAX + if h.payload { align(h.data.len()) } else { 0 };
                 if !self.releasing.is_empty() && bytes + size > self.sndbuf_budget {
                     break;
                 }
@@ -709,14 +708,14 @@ fn push_verdict_iov(
         iov_base: data.as_ptr() as *mut libc::c_void,
         iov_len: len,
     });
-    let pad = align4(len) - len;
+    let pad = align(len) - len;
     if pad > 0 {
         iov.push(libc::iovec {
             iov_base: ZEROS.as_ptr() as *mut libc::c_void,
             iov_len: pad,
         });
     }
-    n + align4(len)
+    n + align(len)
 }
 
 fn nf_verdict(v: Verdict) -> u32 {

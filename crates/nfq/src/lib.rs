@@ -7,7 +7,11 @@
 //!
 //! Packets the services emit of their own ([`relay_core::Context::emit`]) leave after the
 //! batch's verdicts through an [`Emitter`]: one `sendmmsg` per socket (IPv4, IPv6, ICMPv6),
-//! so at most three system calls per batch.
+//! so at most three system calls per batch, one more for each packet the kernel refuses.
+//!
+//! Each queue thread is a pure engine (decode a batch, run the chain, plan the verdicts;
+//! unit-tested in memory) inside a thin shell that makes the system calls; the netlink
+//! framing is [`relay_netlink::frame`], shared with the rtnetlink code.
 //!
 //! Failure behaviour: ENOBUFS (our receive buffer overran) is counted and survived;
 //! a malformed netlink message or packet is counted and never panics the thread.
@@ -22,6 +26,7 @@ mod priority;
 pub mod procfs;
 mod queue;
 mod raw;
+mod socket;
 mod worker;
 
 pub use affinity::{MAX_CPU, available_cpus, format_cpu_list};

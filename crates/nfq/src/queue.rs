@@ -12,8 +12,8 @@
 use crate::NfqError;
 use crate::affinity::{CpuMask, MAX_CPU};
 use crate::config::{QueueConfig, check_config, sndbuf_for};
-use crate::netlink::Socket;
 use crate::priority::{self, NICE_RANGE};
+use crate::socket::Socket;
 use crate::worker::{RECV_TIMEOUT_MS, Shared, Worker};
 use relay_core::{Chain, QueueCounters};
 use std::io;

@@ -11,7 +11,8 @@
 use crate::Emitter;
 use crate::config::{QueueConfig, sndbuf_for};
 use crate::engine::{AfterError, Engine, Kernel, Received};
-use crate::netlink::{QueueParams, Socket};
+use crate::netlink::QueueParams;
+use crate::socket::Socket;
 use relay_core::{Chain, QueueCounters};
 use std::io;
 use std::sync::Arc;
