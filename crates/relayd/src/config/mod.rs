@@ -2,27 +2,27 @@
 //! names the file, the line and column, and the field, and says what is wrong.
 //!
 //! One file per section of the configuration: `daemon` (`[daemon]`), `queue`
-//! (`[[queue]]`), `services` (`[service.NAME]`), `listeners` (the proxy listeners and the
-//! split proxy's diversion), and `error` (errors with their place in the file). Each
-//! checks its section and records every error in one [`ConfigErrors`]; `parse` here reads
-//! the file and runs them in order.
+//! (`[[queue]]`), `services` (`[service.NAME]`), `listeners` (the proxy listeners),
+//! `tproxy` (the split proxy's diversion), and `error` (errors with their place in the
+//! file). Each checks its section and records every error, so that one run reports all
+//! of them ([`ConfigErrors`]); `parse` here reads the file and runs them in order.
 
 mod daemon;
 mod error;
 mod listeners;
 mod queue;
 mod services;
+mod tproxy;
 
 pub use daemon::{
     DEFAULT_CT_MARK_BITS, DEFAULT_SOCKET, DaemonConfig, DaemonUser, IptablesFlavor,
     ct_bits_from_mask,
 };
 pub use error::{ConfigError, ConfigErrors};
-pub use listeners::{
-    DEFAULT_TPROXY_RULE_PREF, DEFAULT_TPROXY_TABLE, ListenerKind, ListenerSpec, TproxySetup,
-};
+pub use listeners::{ListenerKind, ListenerSpec};
 pub use queue::QueueSpec;
 pub use services::LISTENER_KINDS;
+pub use tproxy::{DEFAULT_TPROXY_RULE_PREF, DEFAULT_TPROXY_TABLE, TproxySetup};
 
 use crate::registry::Registry;
 use daemon::{RawDaemon, check_daemon};

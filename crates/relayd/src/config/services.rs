@@ -2,6 +2,7 @@
 //! factory through the registry, or kept as a listener section for the daemon.
 
 use super::error::{Ctx, section_error, toml_error};
+use super::queue::field;
 use crate::registry::{BuildError, Registry};
 use relay_core::ServiceFactory;
 use relay_svc_tcpsplit::TcpSplitConfig;
@@ -181,6 +182,64 @@ fn valid_name(s: &str) -> bool {
     !s.is_empty()
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// `services`: each name a `[service.NAME]` section that built (one with errors was
+/// reported already) or a built-in kind that needs no options; never a listener.
+pub(super) fn resolve_chain(
+    cx: &mut Ctx<'_>,
+    index: usize,
+    list: &Spanned<Vec<Spanned<String>>>,
+    services: &BTreeMap<String, ServiceEntry<'_>>,
+    registry: &Registry,
+) -> Vec<(String, Arc<dyn ServiceFactory>)> {
+    let mut chain = Vec::new();
+    if list.get_ref().is_empty() {
+        cx.err(
+            Some(list.span()),
+            field(index, "services"),
+            "empty: name at least one service",
+        );
+    }
+    for (i, s) in list.get_ref().iter().enumerate() {
+        let name = s.get_ref();
+        let f = || format!("queue[{index}].services[{i}]");
+        if let Some(e) = services.get(name) {
+            if let Some(l) = &e.listener {
+                cx.err(
+                    Some(s.span()),
+                    f(),
+                    format!(
+                        "`{name}` is a {} listener the daemon runs, not a chain service",
+                        l.kind
+                    ),
+                );
+            } else if let Some(factory) = &e.factory {
+                chain.push((name.clone(), factory.clone()));
+            }
+            continue;
+        }
+        match registry.build_default(name) {
+            Some(Ok(factory)) => chain.push((name.clone(), factory)),
+            Some(Err(BuildError::Options(e))) => cx.err(
+                Some(s.span()),
+                f(),
+                format!(
+                    "built-in `{name}` needs options ({}); add a [service.NAME] section",
+                    e.message().trim()
+                ),
+            ),
+            Some(Err(BuildError::Invalid(m))) => cx.err(Some(s.span()), f(), m),
+            None => cx.err(
+                Some(s.span()),
+                f(),
+                format!(
+                    "unknown service `{name}`: not a [service.{name}] section nor a built-in kind"
+                ),
+            ),
+        }
+    }
+    chain
 }
 
 #[cfg(test)]
