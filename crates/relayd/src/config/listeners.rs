@@ -13,11 +13,11 @@ use std::net::SocketAddr;
 use toml::Spanned;
 
 /// A proxy listener the daemon runs on its tokio runtime: a `[service.NAME]` of kind
-/// `socks5` or `tproxy` (or the transparent listener a `tcpsplit` service implies). Not a
+/// `socks5` or `tproxy` (or the transparent listener a diverting service implies). Not a
 /// chain service: it never appears in a queue's `services`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListenerSpec {
-    /// The section name (for the implied transparent listener: the `tcpsplit` service's).
+    /// The section name (for the implied transparent listener: the diverting service's).
     pub name: String,
     /// Line of the section's `kind` (0 for an implied listener).
     pub line: usize,
@@ -90,15 +90,15 @@ fn listener_keys(kind: &str) -> Vec<String> {
 const TPROXY_EXTRA_KEYS: [&str; 4] = ["tproxy_mark", "table", "rule_pref", "ports"];
 
 /// Checks the listener sections and the split proxy as a whole: the listeners to run,
-/// and the transparent diversion (TPROXY rules and route) the `tcpsplit` services need.
+/// and the transparent diversion (TPROXY rules and route) the diverting services need.
 pub(super) fn check_listeners(
     cx: &mut Ctx<'_>,
     queues: &[QueueSpec],
     services: &BTreeMap<String, ServiceEntry<'_>>,
     daemon: &DaemonConfig,
 ) -> (Vec<ListenerSpec>, Option<TproxySetup>) {
-    let (splits, families) = tproxy::split_uses(cx, queues, services);
-    tproxy::check_split_agreement(cx, &splits, daemon);
+    let (splits, families) = tproxy::diverters(cx, queues, services);
+    tproxy::check_diverters_agree(cx, &splits, daemon);
     let (mut listeners, section) = read_listeners(cx, services);
     let setup = tproxy::check_tproxy(
         cx,

@@ -5,7 +5,6 @@ use super::error::{Ctx, section_error, toml_error};
 use super::queue::field;
 use crate::registry::{BuildError, Registry};
 use relay_core::ServiceFactory;
-use relay_svc_tcpsplit::TcpSplitConfig;
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
@@ -14,9 +13,8 @@ use toml::Spanned;
 pub(super) struct ServiceEntry<'a> {
     /// `None` if the section has errors (already reported).
     pub(super) factory: Option<Arc<dyn ServiceFactory>>,
-    /// A `tcpsplit` section's options (the proxy and the rules read them too), and the
-    /// span of its name.
-    pub(super) split: Option<(TcpSplitConfig, Range<usize>)>,
+    /// The span of the section's name, where errors about the service as a whole point.
+    pub(super) name_span: Range<usize>,
     /// A listener section (`socks5`, `tproxy`): not a chain service.
     pub(super) listener: Option<ListenerSection<'a>>,
 }
@@ -67,7 +65,7 @@ pub(super) fn read_services<'a>(
             name_s.clone(),
             ServiceEntry {
                 factory: None,
-                split: None,
+                name_span: name.span(),
                 listener: None,
             },
         );
@@ -114,7 +112,7 @@ pub(super) fn read_services<'a>(
                 name_s,
                 ServiceEntry {
                     factory: None,
-                    split: None,
+                    name_span: name.span(),
                     listener: Some(ListenerSection {
                         kind: k,
                         kind_span: kind_val.span(),
@@ -125,17 +123,6 @@ pub(super) fn read_services<'a>(
             );
             continue;
         }
-        let split = if kind.as_ref() == <TcpSplitConfig as relay_core::ServiceConfig>::KIND {
-            let de = toml::de::ValueDeserializer::from(Spanned::new(
-                body.span(),
-                DeValue::Table(options.clone()),
-            ));
-            <TcpSplitConfig as serde::Deserialize>::deserialize(de)
-                .ok()
-                .map(|c| (c, name.span()))
-        } else {
-            None
-        };
         let de =
             toml::de::ValueDeserializer::from(Spanned::new(body.span(), DeValue::Table(options)));
         match registry.build(kind, &name_s, de) {
@@ -168,7 +155,7 @@ pub(super) fn read_services<'a>(
                     name_s,
                     ServiceEntry {
                         factory: Some(factory),
-                        split,
+                        name_span: name.span(),
                         listener: None,
                     },
                 );

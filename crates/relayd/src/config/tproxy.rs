@@ -1,6 +1,8 @@
-//! The split proxy's transparent diversion: the `tcpsplit` services in the queues, the
-//! TPROXY rules and policy route that divert the connections they mark, and the
-//! transparent listener those connections reach (a `tproxy` section's, or one implied).
+//! The split proxy's transparent diversion: the services in the queues that ask for one
+//! ([`relay_core::ServiceFactory::proxy_diversion`]; `tcpsplit` does), the TPROXY rules
+//! and policy route that divert the connections they mark, and the transparent listener
+//! those connections reach (a `tproxy` section's, or one implied). Nothing here knows a
+//! service kind: what a diverting service needs comes from its factory.
 
 use super::daemon::{DaemonConfig, parse_u32};
 use super::error::{Ctx, line_span};
@@ -8,9 +10,9 @@ use super::listeners::{ListenerKind, ListenerSpec};
 use super::queue::QueueSpec;
 use super::services::{ListenerSection, ServiceEntry};
 use relay_control::{Family, Hook, Table};
+use relay_core::service::ProxyDiversion;
 use relay_proxy::TransparentConfig;
 use relay_proxy::tproxy::{Divert, TproxySpec};
-use relay_svc_tcpsplit::TcpSplitConfig;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::ops::Range;
@@ -23,7 +25,7 @@ use toml::de::DeValue;
 pub struct TproxySetup {
     /// Marks, port, routing table and rule preference.
     pub spec: TproxySpec,
-    /// Families whose rules are installed (those of the `tcpsplit` queues).
+    /// Families whose rules are installed (those of the diverting services' queues).
     pub families: Vec<Family>,
     /// Name of the transparent listener.
     pub listener: String,
@@ -35,49 +37,49 @@ pub const DEFAULT_TPROXY_TABLE: u32 = TproxySpec::DEFAULT_TABLE;
 /// See [`DEFAULT_TPROXY_TABLE`].
 pub const DEFAULT_TPROXY_RULE_PREF: u32 = TproxySpec::DEFAULT_RULE_PREF;
 
-/// A `tcpsplit` instance that runs in a queue.
-pub(super) struct SplitUse {
+/// A service that asks for a diversion, as it runs in a queue.
+pub(super) struct Diverter {
+    /// The instance's name.
     name: String,
-    cfg: TcpSplitConfig,
+    /// Its kind, for messages.
+    kind: &'static str,
+    /// What it asks for.
+    div: ProxyDiversion,
+    /// Its section's name (`None`: a built-in named directly in a chain).
     span: Option<Range<usize>>,
 }
 
-/// Every `tcpsplit` instance in a queue, once each, and the families of those queues
-/// (sorted). A queue that runs one must be in prerouting, where TPROXY diverts, and in
-/// mangle only if the service repeats its SYNs (an accepted SYN leaves the hook, past the
-/// TPROXY rules).
-pub(super) fn split_uses(
+/// Every service in a queue that asks for a diversion, once each, and the families of
+/// those queues (sorted). A queue that runs one must be in prerouting, where TPROXY
+/// diverts, and in mangle only if the service repeats its SYNs (an accepted SYN leaves the
+/// hook, past the TPROXY rules).
+pub(super) fn diverters(
     cx: &mut Ctx<'_>,
     queues: &[QueueSpec],
     services: &BTreeMap<String, ServiceEntry<'_>>,
-) -> (Vec<SplitUse>, Vec<Family>) {
-    let default_split: TcpSplitConfig =
-        toml::from_str("").expect("tcpsplit has defaults for every option");
-    let mut splits: Vec<SplitUse> = Vec::new();
+) -> (Vec<Diverter>, Vec<Family>) {
+    let mut splits: Vec<Diverter> = Vec::new();
     let mut families: Vec<Family> = Vec::new();
     for q in queues {
         for (name, f) in &q.services {
-            if f.kind() != <TcpSplitConfig as relay_core::ServiceConfig>::KIND {
+            let Some(div) = f.proxy_diversion() else {
                 continue;
-            }
-            let (cfg, span) = match services.get(name).and_then(|e| e.split.as_ref()) {
-                Some((c, span)) => (c, Some(span.clone())),
-                None => (&default_split, None),
             };
+            let kind = f.kind();
             if q.hook != Hook::Prerouting {
                 cx.err(
                     Some(line_span(cx.text, q.line)),
                     format!("queue[{}].hook", q.index),
                     format!(
-                        "service `{name}` (tcpsplit) must run in prerouting: TPROXY diverts only there"
+                        "service `{name}` ({kind}) must run in prerouting: TPROXY diverts only there"
                     ),
                 );
-            } else if q.table == Table::Mangle && !cfg.repeat {
+            } else if q.table == Table::Mangle && !div.repeat {
                 cx.err(
                     Some(line_span(cx.text, q.line)),
                     format!("queue[{}].table", q.index),
                     format!(
-                        "service `{name}` (tcpsplit) in mangle prerouting needs repeat = true: an accepted SYN goes on to the next hook, past the TPROXY rules; or use table = \"raw\""
+                        "service `{name}` ({kind}) in mangle prerouting needs repeat = true: an accepted SYN goes on to the next hook, past the TPROXY rules; or use table = \"raw\""
                     ),
                 );
             }
@@ -87,10 +89,11 @@ pub(super) fn split_uses(
                 }
             }
             if !splits.iter().any(|s| s.name == *name) {
-                splits.push(SplitUse {
+                splits.push(Diverter {
                     name: name.clone(),
-                    cfg: cfg.clone(),
-                    span,
+                    kind,
+                    div,
+                    span: services.get(name).map(|e| e.name_span.clone()),
                 });
             }
         }
@@ -101,14 +104,15 @@ pub(super) fn split_uses(
 
 /// All instances feed one transparent listener: they must agree on what it reads, and
 /// their mark may not overlap relayd's own mark bits.
-pub(super) fn check_split_agreement(cx: &mut Ctx<'_>, splits: &[SplitUse], daemon: &DaemonConfig) {
+pub(super) fn check_diverters_agree(cx: &mut Ctx<'_>, splits: &[Diverter], daemon: &DaemonConfig) {
     let Some(first) = splits.first() else {
         return;
     };
     for other in &splits[1..] {
-        let same = other.cfg.mark == first.cfg.mark
-            && other.cfg.upstream == first.cfg.upstream
-            && other.cfg.transparent_source == first.cfg.transparent_source;
+        // `repeat` is the queue's business, not the listener's.
+        let same = other.div.mark == first.div.mark
+            && other.div.mptcp == first.div.mptcp
+            && other.div.transparent_source == first.div.transparent_source;
         if !same {
             cx.err(
                 other.span.clone(),
@@ -120,7 +124,7 @@ pub(super) fn check_split_agreement(cx: &mut Ctx<'_>, splits: &[SplitUse], daemo
             );
         }
     }
-    let m = first.cfg.mark;
+    let m = first.div.mark;
     let taken = [
         (daemon.bypass_mark, "daemon.bypass_mark"),
         (daemon.ct_mark_bits.mask(), "daemon.ct_mark_bits"),
@@ -137,7 +141,7 @@ pub(super) fn check_split_agreement(cx: &mut Ctx<'_>, splits: &[SplitUse], daemo
 }
 
 /// The `tproxy` section, if any, as the diversion reads it: relayd's own keys (marks,
-/// route, ports) and the listener's keys that the `tcpsplit` services also set.
+/// route, ports) and the listener's keys that the diverting services also set.
 struct Section<'s, 'a> {
     section: Option<&'s (String, &'s ListenerSection<'a>)>,
 }
@@ -159,7 +163,7 @@ impl Section<'_, '_> {
     }
 
     /// The field path of `key` (`service.?.key` without a section: the diversion is
-    /// implied by the `tcpsplit` services).
+    /// implied by the diverting services).
     fn field(&self, key: &str) -> String {
         let name = self.section.map_or("?", |(n, _)| n.as_str());
         format!("service.{name}.{key}")
@@ -172,14 +176,14 @@ fn as_value(v: &Spanned<DeValue<'_>>) -> Option<toml::Value> {
         .ok()
 }
 
-/// The transparent diversion, if a `tproxy` section or a `tcpsplit` service asks for one:
+/// The transparent diversion, if a `tproxy` section or a service asks for one:
 /// its rules and route, and the transparent listener (the section's, given the services'
 /// proxy options, or one they imply) put in `listeners`.
 pub(super) fn check_tproxy(
     cx: &mut Ctx<'_>,
     listeners: &mut Vec<ListenerSpec>,
     section: Option<&(String, &ListenerSection<'_>)>,
-    splits: &[SplitUse],
+    splits: &[Diverter],
     families: Vec<Family>,
     daemon: &DaemonConfig,
 ) -> Option<TproxySetup> {
@@ -198,7 +202,7 @@ pub(super) fn check_tproxy(
         _ => TransparentConfig::default(),
     };
     if let Some(s) = splits.first() {
-        take_split_options(cx, &keys, s, &mut tcfg);
+        take_proxy_options(cx, &keys, s, &mut tcfg);
     }
     // Diverted by port, the listener's address says which families reach it.
     let families = match (keys.get("ports"), tcfg.listen) {
@@ -278,12 +282,12 @@ fn check_marks_and_route(cx: &mut Ctx<'_>, keys: &Section<'_, '_>, spec: &mut Tp
     }
 }
 
-/// What is diverted: the connections the `tcpsplit` services mark, or those to the
+/// What is diverted: the connections the diverting services mark, or those to the
 /// section's `ports`; one or the other.
 fn check_divert(
     cx: &mut Ctx<'_>,
     keys: &Section<'_, '_>,
-    splits: &[SplitUse],
+    splits: &[Diverter],
     spec: &mut TproxySpec,
 ) {
     match (keys.get("ports"), splits.first()) {
@@ -291,8 +295,8 @@ fn check_divert(
             Some(v.span()),
             keys.field("ports"),
             format!(
-                "not with a tcpsplit service (`{}` decides which connections to divert)",
-                s.name
+                "not with a {} service (`{}` decides which connections to divert)",
+                s.kind, s.name
             ),
         ),
         (Some((_, v)), None) => {
@@ -315,8 +319,8 @@ fn check_divert(
             }
         }
         (None, Some(s)) => {
-            spec.divert_mark = s.cfg.mark;
-            spec.divert_mask = s.cfg.mark;
+            spec.divert_mark = s.div.mark;
+            spec.divert_mask = s.div.mark;
         }
         (None, None) => {
             if let Some((_, l)) = keys.section {
@@ -330,23 +334,24 @@ fn check_divert(
     }
 }
 
-/// The proxy options the `tcpsplit` services carry (`upstream`, `transparent_source`),
+/// The proxy options the diverting services carry (`upstream`, `transparent_source`),
 /// which a `tproxy` section may repeat but not contradict.
-fn take_split_options(
+fn take_proxy_options(
     cx: &mut Ctx<'_>,
     keys: &Section<'_, '_>,
-    s: &SplitUse,
+    s: &Diverter,
     tcfg: &mut TransparentConfig,
 ) {
-    let upstream = match s.cfg.upstream.as_deref() {
-        Some("mptcp") => relay_proxy::Upstream::Mptcp,
-        _ => relay_proxy::Upstream::Tcp,
+    let upstream = if s.div.mptcp {
+        relay_proxy::Upstream::Mptcp
+    } else {
+        relay_proxy::Upstream::Tcp
     };
     for (key, conflict) in [
         ("upstream", tcfg.options.upstream != upstream),
         (
             "transparent_source",
-            tcfg.transparent_source != s.cfg.transparent_source,
+            tcfg.transparent_source != s.div.transparent_source,
         ),
     ] {
         if let Some((kspan, _)) = keys.get(key)
@@ -356,14 +361,14 @@ fn take_split_options(
                 Some(kspan),
                 keys.field(key),
                 format!(
-                    "differs from service `{}`: set it there (the tcpsplit service carries the proxy's options)",
-                    s.name
+                    "differs from service `{}`: set it there (the {} service carries the proxy's options)",
+                    s.name, s.kind
                 ),
             );
         }
     }
     tcfg.options.upstream = upstream;
-    tcfg.transparent_source = s.cfg.transparent_source;
+    tcfg.transparent_source = s.div.transparent_source;
 }
 
 /// The transparent listener's address: `[::]:9040` by default when IPv6 is diverted, one
@@ -403,5 +408,143 @@ fn check_listen(
             keys.field("listen"),
             "the transparent listener needs a fixed port (TPROXY --on-port)",
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{ConfigError, ListenerKind, parse};
+    use crate::registry::Registry;
+    use relay_core::service::ProxyDiversion;
+    use relay_core::{Action, Context, Counters, Packet, Service, ServiceConfig, ServiceFactory};
+    use std::path::Path;
+    use std::sync::Arc;
+
+    /// A kind relayd knows nothing of, registered by a custom build, that asks for a
+    /// diversion with the mark of its options.
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct DivertConfig {
+        mark: u32,
+        #[serde(default)]
+        repeat: bool,
+    }
+
+    struct DivertFactory(ProxyDiversion);
+
+    struct Pass;
+
+    impl Service for Pass {
+        fn process(&mut self, _: &mut Packet, _: &mut Context) -> Action {
+            Action::Continue
+        }
+    }
+
+    impl ServiceFactory for DivertFactory {
+        fn kind(&self) -> &'static str {
+            "divert-test"
+        }
+
+        fn proxy_diversion(&self) -> Option<ProxyDiversion> {
+            Some(self.0)
+        }
+
+        fn build(&self, _: &Counters) -> Box<dyn Service> {
+            Box::new(Pass)
+        }
+    }
+
+    impl ServiceConfig for DivertConfig {
+        const KIND: &'static str = "divert-test";
+
+        fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, String> {
+            Ok(Arc::new(DivertFactory(ProxyDiversion {
+                mark: self.mark,
+                repeat: self.repeat,
+                mptcp: true,
+                transparent_source: false,
+            })))
+        }
+    }
+
+    fn parse_with_divert(text: &str) -> Result<crate::config::Config, Vec<ConfigError>> {
+        let mut r = Registry::with_builtins();
+        r.register::<DivertConfig>();
+        parse(text, Path::new("t.toml"), &r).map_err(|e| e.0)
+    }
+
+    /// A queue of `place` running service `d` of kind `divert-test`, then `more`.
+    fn queue(place: &str, options: &str, more: &str) -> String {
+        format!(
+            "[[queue]]\nnum = 0\n{place}services = [\"d\"]\n[service.d]\nkind = \"divert-test\"\n{options}{more}"
+        )
+    }
+
+    const RAW: &str = "hook = \"prerouting\"\ntable = \"raw\"\n";
+
+    #[test]
+    fn any_service_that_asks_for_a_diversion_gets_it_and_its_checks() {
+        let c = parse_with_divert(&queue(RAW, "mark = 32\n", "")).unwrap();
+        let t = c.tproxy.as_ref().expect("a diversion");
+        assert_eq!((t.spec.divert_mark, t.spec.divert_mask), (0x20, 0x20));
+        assert_eq!(t.listener, "d");
+        match &c.listeners[0].kind {
+            ListenerKind::Transparent(tc) => {
+                assert_eq!(tc.options.upstream, relay_proxy::Upstream::Mptcp)
+            }
+            other => panic!("{other:?}"),
+        }
+        // Its queue must reach the TPROXY rules: the message names its kind.
+        let e = parse_with_divert(&queue("hook = \"forward\"\n", "mark = 32\n", "")).unwrap_err();
+        assert_eq!(
+            (e[0].line, e[0].field.as_str()),
+            (2, "queue[0].hook"),
+            "{e:?}"
+        );
+        assert!(
+            e[0].message
+                .starts_with("service `d` (divert-test) must run in prerouting"),
+            "{e:?}"
+        );
+        let mangle = "hook = \"prerouting\"\n";
+        let e = parse_with_divert(&queue(mangle, "mark = 32\n", "")).unwrap_err();
+        assert_eq!(e[0].field, "queue[0].table", "{e:?}");
+        assert!(e[0].message.contains("needs repeat = true"), "{e:?}");
+        parse_with_divert(&queue(mangle, "mark = 32\nrepeat = true\n", "")).unwrap();
+        // Its mark may not be relayd's, and a tproxy section may not give ports too.
+        let e = parse_with_divert(&queue(RAW, "mark = 0x40000000\n", "")).unwrap_err();
+        assert_eq!(e[0].field, "service.d.mark", "{e:?}");
+        assert!(
+            e[0].message.contains("overlaps daemon.bypass_mark"),
+            "{e:?}"
+        );
+        let e = parse_with_divert(&queue(
+            RAW,
+            "mark = 32\n",
+            "[service.tp]\nkind = \"tproxy\"\nports = [80]\n",
+        ))
+        .unwrap_err();
+        assert_eq!(e[0].field, "service.tp.ports", "{e:?}");
+        assert!(
+            e[0].message
+                .starts_with("not with a divert-test service (`d` decides"),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn diverting_services_must_agree_on_the_listener() {
+        let two = "[[queue]]\nnum = 0\nhook = \"prerouting\"\ntable = \"raw\"\nservices = [\"a\", \"b\"]\n[service.a]\nkind = \"divert-test\"\nmark = 32\n[service.b]\nkind = \"tcpsplit\"\nmark = ";
+        let e = parse_with_divert(&format!("{two}32\n")).unwrap_err();
+        assert_eq!((e[0].line, e[0].field.as_str()), (9, "service.b"), "{e:?}");
+        assert!(
+            e[0].message.starts_with(
+                "mark, upstream and transparent_source must equal those of service `a`"
+            ),
+            "{e:?}"
+        );
+        let with_mptcp = format!("{two}32\nupstream = \"mptcp\"\n");
+        let c = parse_with_divert(&with_mptcp).unwrap();
+        assert_eq!(c.tproxy.map(|t| t.listener).as_deref(), Some("a"));
     }
 }
