@@ -271,8 +271,8 @@ mod tests {
         let q = "[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"d\"]\n";
         let svc = "[service.d]\nkind = \"delay\"\ndelay = \"10ms\"\nlimit = 5000\n";
         let cfg = parsed(&format!("{q}{svc}"));
-        assert_eq!(cfg.queues[0].hold.max_packets, 5000);
-        assert!(cfg.queues[0].max_len >= 5000 + cfg.queues[0].batch as u32);
+        assert_eq!(cfg.queues[0].queue.hold.max_packets, 5000);
+        assert!(cfg.queues[0].queue.max_len >= 5000 + cfg.queues[0].queue.batch as u32);
         let e = errs(&format!("{q}max_len = 100\n{svc}"));
         assert_eq!(e[0].field, "queue[0].max_len", "{e:?}");
     }

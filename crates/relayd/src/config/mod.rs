@@ -99,7 +99,15 @@ pub fn parse(text: &str, path: &Path, registry: &Registry) -> Result<Config, Con
     let mut queues = Vec::new();
     let mut taken: BTreeMap<u16, usize> = BTreeMap::new();
     for (index, q) in raw.queue.into_iter().enumerate() {
-        if let Some(spec) = check_queue(&mut cx, index, q, &services, registry, &mut taken) {
+        if let Some(spec) = check_queue(
+            &mut cx,
+            index,
+            q,
+            &services,
+            registry,
+            &mut taken,
+            daemon.ct_mark_bits,
+        ) {
             queues.push(spec);
         }
     }
@@ -235,7 +243,7 @@ rate = 5
         assert_eq!(c.queues.len(), 2);
         assert_eq!(c.queues[0].services.len(), 2);
         assert_eq!(c.queues[0].line, 6);
-        assert!(c.queues[0].fail_open && c.queues[0].gso);
+        assert!(c.queues[0].queue.fail_open && c.queues[0].queue.gso);
         assert_eq!((c.queues[1].first, c.queues[1].last), (2, 3));
         assert_eq!(c.daemon.socket, PathBuf::from("/tmp/r.sock"));
     }

@@ -5,7 +5,7 @@ use super::error::{Ctx, line_col};
 use super::services::{ServiceEntry, resolve_chain};
 use crate::registry::Registry;
 use relay_control::{Family, Hook, Table};
-use relay_core::{FailPolicy, ServiceFactory, Verdict};
+use relay_core::{CtMarkBits, FailPolicy, ServiceFactory, Verdict};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -35,32 +35,18 @@ pub struct QueueSpec {
     pub matches: Option<String>,
     /// The chain: instance names and their factories, in order.
     pub services: Vec<(String, Arc<dyn ServiceFactory>)>,
-    /// Fail open (bypass and queue fail-open flag) or closed.
-    pub fail_open: bool,
-    /// GSO on for this queue.
-    pub gso: bool,
-    /// Verdict for malformed packets.
+    /// Verdict for malformed packets (the chain's).
     pub malformed: Verdict,
-    /// Bytes copied per packet.
-    pub copy_range: u32,
-    /// Kernel queue length.
-    pub max_len: u32,
-    /// Receive buffer bytes.
-    pub rcvbuf: usize,
-    /// Packets per receive system call.
-    pub batch: usize,
-    /// Spread a range by CPU rather than by flow.
+    /// Spread a range by CPU rather than by flow (the NFQUEUE rule's).
     pub cpu_fanout: bool,
     /// CPUs the queue threads are pinned to: queue `first + i` on `cpus[i % len]`; empty
     /// leaves them unpinned.
     pub cpus: Vec<usize>,
-    /// The nice value of every queue thread of the entry (`setpriority`, -20 to 19);
-    /// `None` leaves the one relayd was started with.
-    pub nice: Option<i32>,
-    /// A service reads the packets' conntrack state.
-    pub conntrack: bool,
-    /// How many packets the queue may hold for a later verdict (services that delay).
-    pub hold: relay_nfq::HoldConfig,
+    /// The kernel queue and thread settings all the entry's queues share, in the one type
+    /// relay_nfq takes (fail-open, GSO, copy range, lengths, batch, conntrack and its mark
+    /// bits, held packets, nice value): those of queue `first`, unpinned.
+    /// [`QueueSpec::queue_config`] gives each queue's own.
+    pub queue: relay_nfq::QueueConfig,
 }
 
 impl fmt::Debug for QueueSpec {
@@ -71,8 +57,8 @@ impl fmt::Debug for QueueSpec {
             .field("hook", &self.hook)
             .field("table", &self.table)
             .field("services", &names)
-            .field("fail_open", &self.fail_open)
-            .field("gso", &self.gso)
+            .field("fail_open", &self.queue.fail_open)
+            .field("gso", &self.queue.gso)
             .finish()
     }
 }
@@ -87,6 +73,15 @@ impl QueueSpec {
     pub fn cpu_for(&self, num: u16) -> Option<usize> {
         let i = usize::from(num.saturating_sub(self.first));
         self.cpus.get(i.checked_rem(self.cpus.len())?).copied()
+    }
+
+    /// The settings of queue `num` of this entry: the shared ones with its number and CPU.
+    pub fn queue_config(&self, num: u16) -> relay_nfq::QueueConfig {
+        relay_nfq::QueueConfig {
+            num,
+            cpu: self.cpu_for(num),
+            ..self.queue.clone()
+        }
     }
 }
 
@@ -130,8 +125,9 @@ pub(super) fn field(index: usize, key: &str) -> String {
 }
 
 /// Checks one `[[queue]]` entry and records every error; `None` if it has any. `taken`
-/// maps the queue numbers of the entries before it to their index. The steps run in the
-/// order of the entry's keys, so that errors come in the order of the file.
+/// maps the queue numbers of the entries before it to their index; `ct_bits` are the
+/// daemon's conntrack mark bits. The steps run in the order of the entry's keys, so that
+/// errors come in the order of the file.
 pub(super) fn check_queue(
     cx: &mut Ctx<'_>,
     index: usize,
@@ -139,6 +135,7 @@ pub(super) fn check_queue(
     services: &BTreeMap<String, ServiceEntry<'_>>,
     registry: &Registry,
     taken: &mut BTreeMap<u16, usize>,
+    ct_bits: CtMarkBits,
 ) -> Option<QueueSpec> {
     let errors_before = cx.errors.len();
     let (line, _) = line_col(cx.text, q.num.span().start);
@@ -151,9 +148,12 @@ pub(super) fn check_queue(
         cx.err(Some(m.span()), field(index, "match"), e.to_string());
     }
     let chain = resolve_chain(cx, index, &q.services, services, registry);
-    let policy = check_policy(cx, index, &q, &chain);
-    let kernel = check_kernel(cx, index, &q, &chain, first, table);
+    let mut queue = relay_nfq::QueueConfig::new(first);
+    let malformed = check_policy(cx, index, &q, &chain, &mut queue);
+    check_kernel(cx, index, &q, &chain, table, &mut queue);
+    queue.ct_mark_bits = queue.conntrack.then_some(ct_bits);
     let threads = check_threads(cx, index, &q, first, last);
+    queue.nice = threads.nice;
     if cx.errors.len() > errors_before {
         return None;
     }
@@ -171,18 +171,10 @@ pub(super) fn check_queue(
         families,
         matches: q.matches.map(|m| m.into_inner()),
         services: chain,
-        fail_open: policy.fail_open,
-        gso: policy.gso,
-        malformed: policy.malformed,
-        copy_range: kernel.copy_range,
-        max_len: kernel.max_len,
-        rcvbuf: kernel.rcvbuf,
-        batch: kernel.batch,
+        malformed,
         cpu_fanout: threads.cpu_fanout,
         cpus: threads.cpus,
-        nice: threads.nice,
-        conntrack: kernel.conntrack,
-        hold: kernel.hold,
+        queue,
     })
 }
 
@@ -262,21 +254,16 @@ fn check_family(cx: &mut Ctx<'_>, index: usize, family: Option<&Spanned<String>>
     }
 }
 
-/// What the queue does when it cannot serve a packet, and whether it takes GSO packets.
-struct Policy {
-    fail_open: bool,
-    gso: bool,
-    malformed: Verdict,
-}
-
-/// `fail_open` (default: open unless a service wants closed), `gso` (default: on unless a
-/// service rewrites packets, which needs it off) and `malformed` (default: as fail_open).
+/// `fail_open` (default: open unless a service wants closed) and `gso` (default: on unless
+/// a service rewrites packets, which needs it off), set in `queue`; and the verdict for
+/// malformed packets (default: as fail_open), returned.
 fn check_policy(
     cx: &mut Ctx<'_>,
     index: usize,
     q: &RawQueue,
     chain: &[(String, Arc<dyn ServiceFactory>)],
-) -> Policy {
+    queue: &mut relay_nfq::QueueConfig,
+) -> Verdict {
     let wants_closed = chain
         .iter()
         .any(|(_, s)| s.fail_policy() == FailPolicy::Closed);
@@ -315,85 +302,58 @@ fn check_policy(
             Verdict::Accept
         }
     };
-    Policy {
-        fail_open,
-        gso,
-        malformed,
-    }
+    queue.fail_open = fail_open;
+    queue.gso = gso;
+    malformed
 }
 
-/// The kernel queue's settings.
-struct Kernel {
-    copy_range: u32,
-    max_len: u32,
-    rcvbuf: usize,
-    batch: usize,
-    conntrack: bool,
-    hold: relay_nfq::HoldConfig,
-}
-
-/// The kernel queue's settings: what the chain needs of it (bytes copied, conntrack state,
-/// room for held packets) and the configured sizes, each within the kernel's limits.
+/// The kernel queue's settings, in `queue` (which holds the defaults): what the chain
+/// needs of it (bytes copied, conntrack state, room for held packets) and the configured
+/// sizes, each within the kernel's limits.
+///
+/// relay_nfq checks the same limits again when a queue starts (its `check_config`, not
+/// public): relayd checks them here so that each error names its line and field.
 fn check_kernel(
     cx: &mut Ctx<'_>,
     index: usize,
     q: &RawQueue,
     chain: &[(String, Arc<dyn ServiceFactory>)],
-    first: u16,
     table: Table,
-) -> Kernel {
-    let defaults = relay_nfq::QueueConfig::new(first);
-    let copy_range =
-        check_copy_range(cx, index, q.copy_range.as_ref(), chain).unwrap_or(defaults.copy_range);
-    let max_len = match &q.max_len {
-        Some(m) if *m.get_ref() == 0 => {
-            cx.err(
-                Some(m.span()),
-                field(index, "max_len"),
-                "must be at least 1",
-            );
-            defaults.max_len
-        }
-        Some(m) => *m.get_ref(),
-        None => defaults.max_len,
-    };
-    let min_rcvbuf = copy_range as usize + relay_nfq::QueueConfig::OVERHEAD;
-    let rcvbuf = match &q.rcvbuf {
-        Some(r) if *r.get_ref() < min_rcvbuf => {
-            cx.err(
-                Some(r.span()),
-                field(index, "rcvbuf"),
-                format!(
-                    "must be larger than copy_range plus netlink overhead ({min_rcvbuf} bytes)"
-                ),
-            );
-            defaults.rcvbuf
-        }
-        Some(r) => *r.get_ref(),
-        None => defaults.rcvbuf,
-    };
-    let batch = match &q.batch {
-        Some(b) if !(1..=1024).contains(b.get_ref()) => {
-            cx.err(
-                Some(b.span()),
-                field(index, "batch"),
-                "must be 1-1024 packets",
-            );
-            defaults.batch
-        }
-        Some(b) => *b.get_ref(),
-        None => defaults.batch,
-    };
-    let conntrack = check_conntrack(cx, index, q, chain, table);
-    let (hold, max_len) = check_hold(cx, index, q.max_len.as_ref(), chain, max_len, batch);
-    Kernel {
-        copy_range,
-        max_len,
-        rcvbuf,
-        batch,
-        conntrack,
-        hold,
+    queue: &mut relay_nfq::QueueConfig,
+) {
+    if let Some(c) = check_copy_range(cx, index, q.copy_range.as_ref(), chain) {
+        queue.copy_range = c;
     }
+    match &q.max_len {
+        Some(m) if *m.get_ref() == 0 => cx.err(
+            Some(m.span()),
+            field(index, "max_len"),
+            "must be at least 1",
+        ),
+        Some(m) => queue.max_len = *m.get_ref(),
+        None => {}
+    }
+    let min_rcvbuf = queue.copy_range as usize + relay_nfq::QueueConfig::OVERHEAD;
+    match &q.rcvbuf {
+        Some(r) if *r.get_ref() < min_rcvbuf => cx.err(
+            Some(r.span()),
+            field(index, "rcvbuf"),
+            format!("must be larger than copy_range plus netlink overhead ({min_rcvbuf} bytes)"),
+        ),
+        Some(r) => queue.rcvbuf = *r.get_ref(),
+        None => {}
+    }
+    match &q.batch {
+        Some(b) if !(1..=1024).contains(b.get_ref()) => cx.err(
+            Some(b.span()),
+            field(index, "batch"),
+            "must be 1-1024 packets",
+        ),
+        Some(b) => queue.batch = *b.get_ref(),
+        None => {}
+    }
+    queue.conntrack = check_conntrack(cx, index, q, chain, table);
+    check_hold(cx, index, q.max_len.as_ref(), chain, queue);
 }
 
 /// `copy_range`: 64-65535 bytes, and at least what every service needs. Not given: only
@@ -456,39 +416,34 @@ fn check_conntrack(
     reader.is_some()
 }
 
-/// How many packets the services may hold, and the queue length that leaves room for
-/// them plus a batch (the kernel counts held packets against it): a configured
-/// `max_len` must, a default one grows. Returns the hold limits and the queue length.
+/// How many packets the services may hold, and a queue length that leaves room for them
+/// plus a batch (the kernel counts held packets against it): a configured `max_len` must,
+/// a default one grows.
 fn check_hold(
     cx: &mut Ctx<'_>,
     index: usize,
     configured: Option<&Spanned<u32>>,
     chain: &[(String, Arc<dyn ServiceFactory>)],
-    max_len: u32,
-    batch: usize,
-) -> (relay_nfq::HoldConfig, u32) {
+    queue: &mut relay_nfq::QueueConfig,
+) {
     let held: u32 = chain.iter().map(|(_, s)| s.max_held()).sum();
-    let mut hold = relay_nfq::HoldConfig::default();
     if held == 0 {
-        return (hold, max_len);
+        return;
     }
-    hold.max_packets = held;
+    queue.hold.max_packets = held;
     // Beyond its capacity a delaying queue drops, as a full netem queue does.
-    hold.overflow = Verdict::Drop;
-    let need = held.saturating_add(batch as u32);
+    queue.hold.overflow = Verdict::Drop;
+    let need = held.saturating_add(queue.batch as u32);
     match configured {
-        Some(m) if *m.get_ref() < need => {
-            cx.err(
-                Some(m.span()),
-                field(index, "max_len"),
-                format!(
-                    "must be at least {need}: the services hold up to {held} packets, plus a batch"
-                ),
-            );
-            (hold, max_len)
-        }
-        Some(_) => (hold, max_len),
-        None => (hold, max_len.max(need)),
+        Some(m) if *m.get_ref() < need => cx.err(
+            Some(m.span()),
+            field(index, "max_len"),
+            format!(
+                "must be at least {need}: the services hold up to {held} packets, plus a batch"
+            ),
+        ),
+        Some(_) => {}
+        None => queue.max_len = queue.max_len.max(need),
     }
 }
 
@@ -683,19 +638,19 @@ mod tests {
                 "[[queue]]\nnum = {num}\nhook = \"forward\"\nservices = [\"accept\"]\nnice = {nice}\n"
             )
         };
-        assert_eq!(parsed(&q("0", "-5")).queues[0].nice, Some(-5));
-        assert_eq!(parsed(&q("0", "-20")).queues[0].nice, Some(-20));
-        assert_eq!(parsed(&q("0", "19")).queues[0].nice, Some(19));
+        assert_eq!(parsed(&q("0", "-5")).queues[0].queue.nice, Some(-5));
+        assert_eq!(parsed(&q("0", "-20")).queues[0].queue.nice, Some(-20));
+        assert_eq!(parsed(&q("0", "19")).queues[0].queue.nice, Some(19));
         // A range: every thread gets the same value.
         let c = parsed(&q("\"4-7\"", "-10"));
         let cfgs: Vec<Option<i32>> = c.queues[0]
             .nums()
-            .map(|n| crate::daemon::queue_config(&c.queues[0], n, c.daemon.ct_mark_bits).nice)
+            .map(|n| c.queues[0].queue_config(n).nice)
             .collect();
         assert_eq!(cfgs, vec![Some(-10); 4]);
         // No `nice`: inherited.
         let c = parsed("[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"accept\"]\n");
-        assert_eq!(c.queues[0].nice, None);
+        assert_eq!(c.queues[0].queue.nice, None);
         // Out of range, not an integer: the file, line and field.
         let e = first_err(&q("0", "20"), 5, "queue[0].nice");
         let text = e[0].to_string();
@@ -709,5 +664,83 @@ mod tests {
         first_err(&q("0", "\"-5\""), 5, "queue[0].nice");
         first_err(&q("0", "-5.0"), 5, "queue[0].nice");
         first_err(&q("0", "[-5]"), 5, "queue[0].nice");
+    }
+
+    /// A service that reads the packets' conntrack state.
+    #[derive(serde::Deserialize)]
+    struct CtConfig {}
+
+    struct CtFactory;
+
+    impl relay_core::ServiceFactory for CtFactory {
+        fn kind(&self) -> &'static str {
+            "ct-test"
+        }
+
+        fn needs_conntrack(&self) -> bool {
+            true
+        }
+
+        fn build(&self, _: &relay_core::Counters) -> Box<dyn relay_core::Service> {
+            Box::new(Pass)
+        }
+    }
+
+    struct Pass;
+
+    impl relay_core::Service for Pass {
+        fn process(
+            &mut self,
+            _: &mut relay_core::Packet,
+            _: &mut relay_core::Context,
+        ) -> relay_core::Action {
+            relay_core::Action::Continue
+        }
+    }
+
+    impl relay_core::ServiceConfig for CtConfig {
+        const KIND: &'static str = "ct-test";
+
+        fn into_factory(
+            self,
+            _name: &str,
+        ) -> Result<std::sync::Arc<dyn relay_core::ServiceFactory>, String> {
+            Ok(std::sync::Arc::new(CtFactory))
+        }
+    }
+
+    #[test]
+    fn each_queue_of_an_entry_gets_its_number_and_cpu_and_the_shared_settings() {
+        let a = relay_nfq::available_cpus().unwrap()[0];
+        let entry = format!(
+            "[[queue]]\nnum = \"4-5\"\nhook = \"forward\"\nservices = [\"accept\"]\ncpu = [{a}]\nmax_len = 300\nbatch = 8\n"
+        );
+        let c = parsed(&entry);
+        let s = &c.queues[0];
+        let q5 = s.queue_config(5);
+        assert_eq!((q5.num, q5.cpu, q5.max_len, q5.batch), (5, Some(a), 300, 8));
+        assert_eq!(
+            q5,
+            relay_nfq::QueueConfig {
+                num: 5,
+                cpu: Some(a),
+                ..s.queue.clone()
+            }
+        );
+        // What the file does not set is relay_nfq's default; no conntrack, no mark bits.
+        let defaults = relay_nfq::QueueConfig::new(4);
+        assert_eq!(
+            (s.queue.rcvbuf, s.queue.hold),
+            (defaults.rcvbuf, defaults.hold)
+        );
+        assert_eq!((s.queue.conntrack, s.queue.ct_mark_bits), (false, None));
+        // A service that reads conntrack state: the daemon's mark bits go with the queue.
+        let mut r = crate::Registry::with_builtins();
+        r.register::<CtConfig>();
+        let text = "[daemon]\nct_mark_bits = \"0xf0\"\n[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"c\"]\n[service.c]\nkind = \"ct-test\"\n";
+        let c = crate::config::parse(text, std::path::Path::new("t.toml"), &r).unwrap();
+        let q0 = c.queues[0].queue_config(0);
+        assert!(q0.conntrack);
+        assert_eq!(q0.ct_mark_bits.map(|b| b.mask()), Some(0xf0));
     }
 }
