@@ -25,7 +25,7 @@ pub use services::LISTENER_KINDS;
 pub use tproxy::{DEFAULT_TPROXY_RULE_PREF, DEFAULT_TPROXY_TABLE, TproxySetup};
 
 use crate::registry::Registry;
-use daemon::{RawDaemon, check_daemon};
+use daemon::{RawDaemon, check_daemon, warn_rereads_as_user};
 use error::{Ctx, toml_error};
 use listeners::check_listeners;
 use queue::{RawQueue, check_queue};
@@ -112,30 +112,7 @@ pub fn parse(text: &str, path: &Path, registry: &Registry) -> Result<Config, Con
         }
     }
     let (listeners, tproxy) = check_listeners(&mut cx, &queues, &services, &daemon);
-    if let Some(u) = &daemon.user {
-        // Reloads read the file again as that user, and the key files and EVE log with it.
-        let rereads: Vec<String> = queues
-            .iter()
-            .flat_map(|q| q.services.iter())
-            .filter(|(_, f)| matches!(f.kind(), "encrypt" | "decrypt" | "ids"))
-            .map(|(name, f)| format!("{name} ({})", f.kind()))
-            .collect::<std::collections::BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        if !rereads.is_empty() {
-            cx.warn(
-                None,
-                "daemon.user",
-                format!(
-                    "reloads re-read key files and reopen EVE logs as `{}`, which cannot read \
-                     root's 0600 keys: with {} a reload will be refused; restart instead, or run \
-                     relayd as that user from the start (docs/operations.md, Least privilege)",
-                    u.name,
-                    rereads.join(", ")
-                ),
-            );
-        }
-    }
+    warn_rereads_as_user(&mut cx, &daemon, &queues);
     if queues.is_empty() && listeners.is_empty() && cx.errors.is_empty() {
         cx.err(
             None,

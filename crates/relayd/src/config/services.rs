@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
 use toml::Spanned;
+use toml::de::{DeString, DeTable, DeValue};
 
 pub(super) struct ServiceEntry<'a> {
     /// `None` if the section has errors (already reported).
@@ -36,7 +37,6 @@ pub(super) fn read_services<'a>(
     registry: &Registry,
     stage_mask: u32,
 ) -> BTreeMap<String, ServiceEntry<'a>> {
-    use toml::de::{DeTable, DeValue};
     let mut out = BTreeMap::new();
     let doc = match DeTable::parse(cx.text) {
         Ok(d) => d,
@@ -58,111 +58,120 @@ pub(super) fn read_services<'a>(
         return out;
     };
     for (name, body) in section.iter() {
-        let name_s = name.get_ref().to_string();
-        let field = format!("service.{name_s}");
-        // Until it builds, the section counts as present but broken (errors said once).
-        out.insert(
-            name_s.clone(),
-            ServiceEntry {
-                factory: None,
-                name_span: name.span(),
-                listener: None,
-            },
-        );
-        if !valid_name(&name_s) {
+        let entry = read_service(cx, registry, stage_mask, name, body);
+        out.insert(name.get_ref().to_string(), entry);
+    }
+    out
+}
+
+/// One `[service.NAME]`: a listener section kept for the daemon, or a chain service built
+/// by the registry from its options. Without a factory or listener if it has errors
+/// (reported here, once): it still counts as present.
+fn read_service<'a>(
+    cx: &mut Ctx<'_>,
+    registry: &Registry,
+    stage_mask: u32,
+    name: &Spanned<DeString<'a>>,
+    body: &Spanned<DeValue<'a>>,
+) -> ServiceEntry<'a> {
+    let mut entry = ServiceEntry {
+        factory: None,
+        name_span: name.span(),
+        listener: None,
+    };
+    let field = format!("service.{}", name.get_ref());
+    let Some((kind, kind_span, options)) = split_kind(cx, &field, name, body) else {
+        return entry;
+    };
+    if let Some(k) = LISTENER_KINDS.iter().find(|k| **k == kind) {
+        entry.listener = Some(ListenerSection {
+            kind: k,
+            kind_span,
+            body_span: body.span(),
+            options,
+        });
+        return entry;
+    }
+    let de = toml::de::ValueDeserializer::from(Spanned::new(body.span(), DeValue::Table(options)));
+    match registry.build(&kind, name.get_ref(), de) {
+        None => {
+            let known: Vec<&str> = registry.kinds().collect();
             cx.err(
-                Some(name.span()),
-                field.clone(),
-                "service names use A-Z, a-z, 0-9, _ and -",
-            );
-            continue;
-        }
-        let DeValue::Table(table) = body.get_ref() else {
-            cx.err(
-                Some(body.span()),
-                field,
-                "must be a table with at least `kind`",
-            );
-            continue;
-        };
-        let mut options = table.clone();
-        let kind = options
-            .iter()
-            .find(|(k, _)| k.get_ref() == "kind")
-            .map(|(k, v)| (k.clone(), v.clone()));
-        let Some((kind_key, kind_val)) = kind else {
-            cx.err(
-                Some(name.span()),
+                Some(kind_span),
                 format!("{field}.kind"),
-                "missing: every service needs a `kind`",
+                format!(
+                    "unknown service kind `{kind}` (known: {})",
+                    known.join(", ")
+                ),
             );
-            continue;
-        };
-        options.remove(&kind_key);
-        let DeValue::String(kind) = kind_val.get_ref() else {
-            cx.err(
-                Some(kind_val.span()),
-                format!("{field}.kind"),
-                "must be a string",
-            );
-            continue;
-        };
-        if let Some(k) = LISTENER_KINDS.iter().find(|k| **k == kind.as_ref()) {
-            out.insert(
-                name_s,
-                ServiceEntry {
-                    factory: None,
-                    name_span: name.span(),
-                    listener: Some(ListenerSection {
-                        kind: k,
-                        kind_span: kind_val.span(),
-                        body_span: body.span(),
-                        options,
-                    }),
-                },
-            );
-            continue;
         }
-        let de =
-            toml::de::ValueDeserializer::from(Spanned::new(body.span(), DeValue::Table(options)));
-        match registry.build(kind, &name_s, de) {
-            None => {
-                let known: Vec<&str> = registry.kinds().collect();
+        Some(Err(BuildError::Options(e))) => section_error(cx, &field, &e, body.span()),
+        Some(Err(BuildError::Invalid(msg))) => cx.err(Some(body.span()), field, msg),
+        Some(Ok(factory)) => {
+            let bits = factory.mark_bits() & stage_mask;
+            if bits != 0 {
                 cx.err(
-                    Some(kind_val.span()),
-                    format!("{field}.kind"),
+                    Some(body.span()),
+                    field,
                     format!(
-                        "unknown service kind `{kind}` (known: {})",
-                        known.join(", ")
+                        "sets mark bits {bits:#x}, which are relayd's stage bits \
+                         (daemon.bypass_mark {stage_mask:#x}): choose other bits"
                     ),
                 );
             }
-            Some(Err(BuildError::Options(e))) => section_error(cx, &field, &e, body.span()),
-            Some(Err(BuildError::Invalid(msg))) => cx.err(Some(body.span()), field, msg),
-            Some(Ok(factory)) => {
-                let bits = factory.mark_bits() & stage_mask;
-                if bits != 0 {
-                    cx.err(
-                        Some(body.span()),
-                        field.clone(),
-                        format!(
-                            "sets mark bits {bits:#x}, which are relayd's stage bits \
-                             (daemon.bypass_mark {stage_mask:#x}): choose other bits"
-                        ),
-                    );
-                }
-                out.insert(
-                    name_s,
-                    ServiceEntry {
-                        factory: Some(factory),
-                        name_span: name.span(),
-                        listener: None,
-                    },
-                );
-            }
+            entry.factory = Some(factory);
         }
     }
-    out
+    entry
+}
+
+/// A section's name checked, and its body split into the `kind` (a string, with its span)
+/// and the options; `None` after an error.
+fn split_kind<'a>(
+    cx: &mut Ctx<'_>,
+    field: &str,
+    name: &Spanned<DeString<'a>>,
+    body: &Spanned<DeValue<'a>>,
+) -> Option<(String, Range<usize>, DeTable<'a>)> {
+    if !valid_name(name.get_ref()) {
+        cx.err(
+            Some(name.span()),
+            field,
+            "service names use A-Z, a-z, 0-9, _ and -",
+        );
+        return None;
+    }
+    let DeValue::Table(table) = body.get_ref() else {
+        cx.err(
+            Some(body.span()),
+            field,
+            "must be a table with at least `kind`",
+        );
+        return None;
+    };
+    let mut options = table.clone();
+    let Some((kind_key, kind_val)) = options
+        .iter()
+        .find(|(k, _)| k.get_ref() == "kind")
+        .map(|(k, v)| (k.clone(), v.clone()))
+    else {
+        cx.err(
+            Some(name.span()),
+            format!("{field}.kind"),
+            "missing: every service needs a `kind`",
+        );
+        return None;
+    };
+    options.remove(&kind_key);
+    let DeValue::String(kind) = kind_val.get_ref() else {
+        cx.err(
+            Some(kind_val.span()),
+            format!("{field}.kind"),
+            "must be a string",
+        );
+        return None;
+    };
+    Some((kind.to_string(), kind_val.span(), options))
 }
 
 fn valid_name(s: &str) -> bool {
