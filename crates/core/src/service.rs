@@ -187,6 +187,24 @@ pub struct MssClamp {
     pub ipv6: u16,
 }
 
+/// What a service asks of relayd's transparent proxy ([`ServiceFactory::proxy_diversion`]):
+/// divert the TCP connections whose SYN it marks with `mark` to the proxy, which carries
+/// them on upstream as given here. relayd owns the TPROXY rules, the policy route and the
+/// listener; the service only decides which connections go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProxyDiversion {
+    /// The fwmark the service sets on a SYN to divert its connection (non-zero).
+    pub mark: u32,
+    /// The service gives a marked SYN back to its hook ([`Action::Repeat`]) rather than
+    /// letting it go on: needed in mangle PREROUTING, where an accepted packet leaves the
+    /// hook before relayd's TPROXY rules in it.
+    pub repeat: bool,
+    /// The proxy's upstream leg uses Multipath TCP (else TCP).
+    pub mptcp: bool,
+    /// The proxy's upstream leg keeps the client's source address.
+    pub transparent_source: bool,
+}
+
 /// A packet service instance, owned by one queue thread.
 pub trait Service: Send {
     /// Handles one packet: inspect or rewrite it (through [`Packet::data_mut`] and the wire
@@ -245,6 +263,17 @@ pub trait ServiceFactory: Send + Sync {
     /// grows packets (encapsulation): relayd then installs a TCPMSS rule before the queue
     /// rule, as a router in front of a tunnel would. `None` (the default): no clamp.
     fn clamp_mss(&self) -> Option<MssClamp> {
+        None
+    }
+
+    /// The transparent proxy diversion the service asks for, if any (a split proxy's
+    /// per-connection decision): relayd then installs the TPROXY rules and route that send
+    /// the connections it marks to its transparent listener, set up as asked, and its
+    /// configuration check refuses a queue from which the marked SYNs cannot reach those
+    /// rules (any hook but prerouting; mangle without `repeat`). Every diverting service of
+    /// a configuration feeds the one listener, so they must ask the same. This is how the
+    /// daemon learns of it without knowing the service. `None` (the default): no diversion.
+    fn proxy_diversion(&self) -> Option<ProxyDiversion> {
         None
     }
 
