@@ -29,6 +29,6 @@ pub use packet::{CtInfo, CtMarkBits, CtState, IpVersion, Layout, Packet, PacketM
 pub use prefix::Prefix;
 pub use qos::{QosClass, QosPlan};
 pub use service::{
-    Action, Context, FailPolicy, InvalidConfig, Kept, MssClamp, Service, ServiceConfig,
-    ServiceFactory,
+    Action, Context, FailPolicy, InvalidConfig, Kept, MssClamp, ProxyDiversion, Service,
+    ServiceConfig, ServiceFactory,
 };

@@ -704,7 +704,8 @@ mod tests {
         fn into_factory(
             self,
             _name: &str,
-        ) -> Result<std::sync::Arc<dyn relay_core::ServiceFactory>, String> {
+        ) -> Result<std::sync::Arc<dyn relay_core::ServiceFactory>, relay_core::InvalidConfig>
+        {
             Ok(std::sync::Arc::new(CtFactory))
         }
     }

@@ -457,7 +457,10 @@ mod tests {
     impl ServiceConfig for DivertConfig {
         const KIND: &'static str = "divert-test";
 
-        fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, String> {
+        fn into_factory(
+            self,
+            _name: &str,
+        ) -> Result<Arc<dyn ServiceFactory>, relay_core::InvalidConfig> {
             Ok(Arc::new(DivertFactory(ProxyDiversion {
                 mark: self.mark,
                 repeat: self.repeat,
