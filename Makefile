@@ -47,6 +47,7 @@ lint:
 # Every test: unit tests, kernel tests on namespace testbeds, CLI tests. Needs root.
 test: deps lint
 	$(CARGO) test --workspace --locked
+	CARGO="$(CARGO)" bash tests/unprivileged/run.sh
 	SMOKE=1 $(CARGO) test --locked -p relayd --bench passthrough
 	$(CARGO) test --locked -p relayd --test package -- --ignored
 	$(MAKE) fuzz-smoke

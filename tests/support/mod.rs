@@ -150,7 +150,7 @@ impl Relayd {
             .counters
     }
 
-    /// The counters of a service that re-sends packets (`relay_inject::Resender`), after
+    /// The counters of a service that re-sends packets (`relay_core::Tally::resend`), after
     /// asserting that every packet counted in `handled` was re-sent or met a full queue,
     /// none failed. Waits up to 2 s for that: a packet in flight may sit between the
     /// service's two increments.

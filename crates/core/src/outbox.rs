@@ -260,6 +260,18 @@ impl Outbox {
         }
     }
 
+    /// Counts every waiting packet as sent in its tally and empties the outbox, returning
+    /// how many there were: what a datapath whose sends all succeed does. For tests and
+    /// offline replay, which send nothing.
+    pub fn settle_all_sent(&mut self) -> usize {
+        let n = self.entries.len();
+        for e in &self.entries {
+            e.tally.sent();
+        }
+        self.clear();
+        n
+    }
+
     /// Forgets every waiting packet, keeping the storage (after the datapath sent them).
     pub fn clear(&mut self) {
         self.bytes.clear();
@@ -331,5 +343,159 @@ pub fn forwardable(ip: IpAddr) -> bool {
                 || a.is_unicast_link_local()
                 || a.to_ipv4_mapped().is_some())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Context;
+    use crate::wire::Ipv4Packet;
+    use std::net::Ipv6Addr;
+    use std::time::Instant;
+
+    fn counts(c: &Counters) -> std::collections::HashMap<String, u64> {
+        c.snapshot().into_iter().map(|(n, _, v)| (n, v)).collect()
+    }
+
+    fn v4(dst: [u8; 4], ttl: u8) -> Vec<u8> {
+        let mut v4 = vec![
+            0x45, 0, 0, 20, 0, 1, 0, 0, ttl, 17, 0, 0, 10, 0, 1, 1, dst[0], dst[1], dst[2], dst[3],
+        ];
+        Ipv4Packet::new_unchecked(&mut v4[..]).fill_checksum();
+        v4
+    }
+
+    fn v6(dst: &str, hops: u8) -> Vec<u8> {
+        let mut v6 = vec![0u8; 40];
+        v6[0] = 0x60;
+        v6[7] = hops;
+        v6[24..40].copy_from_slice(&dst.parse::<Ipv6Addr>().unwrap().octets());
+        v6
+    }
+
+    #[test]
+    fn hops_decrease_and_stop_at_one() {
+        let mut p = v6("fd00:4::2", 64);
+        assert_eq!(
+            destination(&p),
+            Some((IpVersion::V6, "fd00:4::2".parse().unwrap()))
+        );
+        assert!(decrement_hop(&mut p));
+        assert_eq!(p[7], 63);
+        p[7] = 1;
+        assert!(!decrement_hop(&mut p));
+
+        let mut p = v4([10, 0, 4, 2], 2);
+        assert_eq!(
+            destination(&p),
+            Some((IpVersion::V4, "10.0.4.2".parse().unwrap()))
+        );
+        assert!(decrement_hop(&mut p));
+        let ip = Ipv4Packet::new_checked(&p[..]).unwrap();
+        assert_eq!(ip.ttl(), 1);
+        assert!(ip.verify_checksum());
+        assert!(!decrement_hop(&mut p));
+    }
+
+    #[test]
+    fn short_or_unknown_headers_are_refused() {
+        assert_eq!(destination(&[0x45; 10]), None);
+        assert_eq!(destination(&[0x55; 40]), None);
+        assert!(!decrement_hop(&mut [0x60; 20]));
+        assert!(!decrement_hop(&mut []));
+    }
+
+    #[test]
+    fn only_routable_destinations_are_forwardable() {
+        for bad in [
+            "0.0.0.0",
+            "0.1.2.3",
+            "127.0.0.1",
+            "127.9.9.9",
+            "224.0.0.1",
+            "255.255.255.255",
+            "::",
+            "::1",
+            "ff02::1",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+            "::ffff:10.0.0.1",
+        ] {
+            assert!(!forwardable(bad.parse().unwrap()), "{bad}");
+        }
+        for good in [
+            "10.0.2.2",
+            "192.0.2.1",
+            "169.254.1.1",
+            "fd00:2::2",
+            "2001:db8::1",
+        ] {
+            assert!(forwardable(good.parse().unwrap()), "{good}");
+        }
+    }
+
+    #[test]
+    fn emitted_packets_carry_the_stage_bits_and_keep_their_order() {
+        let c = Counters::new();
+        let tally = Tally::resend(&c);
+        let mut cx = Context::new(3, Instant::now());
+        cx.bypass_mark = 0x4000_0000;
+        cx.stages = crate::StageMark::DEFAULT;
+        let stage = cx.sent_mark(0x12);
+        assert_ne!(stage, 0x12, "the stage bits are put on");
+        cx.emit(&v4([10, 0, 2, 2], 64), 0x12, &tally).unwrap();
+        let mut fwd = v6("fd00:2::2", 64);
+        cx.forward(&mut fwd, 0, &tally).unwrap();
+        assert_eq!(fwd[7], 63, "forwarding decreased the hop limit");
+        let out: Vec<_> = cx.outbox().iter().collect();
+        assert_eq!(out.len(), 2);
+        assert_eq!(
+            (out[0].version, out[0].route, out[0].mark),
+            (IpVersion::V4, Route::Originate, stage)
+        );
+        assert_eq!(out[0].destination, "10.0.2.2".parse::<IpAddr>().unwrap());
+        assert_eq!(
+            (out[1].version, out[1].route),
+            (IpVersion::V6, Route::Forward)
+        );
+        assert_eq!(out[1].bytes, &fwd[..]);
+        cx.outbox_mut().clear();
+        assert!(cx.outbox().is_empty());
+    }
+
+    #[test]
+    fn refusals_are_counted_in_the_tally() {
+        let c = Counters::new();
+        let tally = Tally::resend(&c);
+        let mut cx = Context::new(0, Instant::now());
+        assert_eq!(cx.emit(&[0x45; 8], 0, &tally), Err(EmitError::NotIp));
+        assert_eq!(
+            cx.forward(&mut v4([127, 0, 0, 1], 64), 0, &tally),
+            Err(EmitError::NotForwardable)
+        );
+        assert_eq!(
+            cx.forward(&mut v6("fd00:2::2", 1), 0, &tally),
+            Err(EmitError::HopLimit)
+        );
+        let n = counts(&c);
+        assert_eq!(n["reinject_failed"], 1);
+        assert_eq!(n["dropped_local_destination"], 1);
+        assert_eq!(n["dropped_hop_limit"], 1);
+        assert!(cx.outbox().is_empty());
+    }
+
+    #[test]
+    fn a_full_outbox_refuses_and_counts_congestion() {
+        let c = Counters::new();
+        let tally = Tally::resend(&c);
+        let mut cx = Context::new(0, Instant::now());
+        let p = v4([10, 0, 2, 2], 64);
+        for _ in 0..Outbox::MAX_PACKETS {
+            cx.emit(&p, 0, &tally).unwrap();
+        }
+        assert_eq!(cx.emit(&p, 0, &tally), Err(EmitError::Full));
+        assert_eq!(counts(&c)["reinject_queue_full"], 1);
+        assert_eq!(cx.outbox().len(), Outbox::MAX_PACKETS);
     }
 }

@@ -37,7 +37,7 @@ impl PacketMeta {
     /// True if this packet's verdict may carry a packet of IP `version`: the kernel keeps
     /// the skb's protocol, so a packet queued from an IPv4 hook cannot come back as IPv6,
     /// nor the reverse. A service whose output changes family sends it anew instead
-    /// (`relay_inject::Resender`). `hw_protocol` 0 (offline replay, tests) allows both.
+    /// ([`Context::emit`](crate::Context::emit)). `hw_protocol` 0 (offline replay, tests) allows both.
     pub fn verdict_carries(&self, version: IpVersion) -> bool {
         match self.hw_protocol {
             0x0800 => version == IpVersion::V4,

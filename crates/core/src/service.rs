@@ -151,6 +151,21 @@ impl Context {
         self.outbox.push(packet, mark, Route::Forward, tally)
     }
 
+    /// [`Context::emit`] for a queued packet a service turned into one its verdict cannot
+    /// carry (a tunnel packet of another address family), with the mark the service gave
+    /// it ([`Packet::set_mark`]). The caller then drops the queued original.
+    pub fn emit_packet(&mut self, pkt: &Packet, tally: &Tally) -> Result<(), EmitError> {
+        self.emit(pkt.data(), pkt.verdict_mark().unwrap_or(0), tally)
+    }
+
+    /// [`Context::forward`] for a queued packet a service turned into one passing through
+    /// (a decapsulated inner packet of another address family), with the mark the service
+    /// gave it. The caller then drops the queued original.
+    pub fn forward_packet(&mut self, pkt: &mut Packet, tally: &Tally) -> Result<(), EmitError> {
+        let mark = pkt.verdict_mark().unwrap_or(0);
+        self.forward(pkt.data_mut(), mark, tally)
+    }
+
     /// The packets emitted since the outbox was last cleared.
     pub fn outbox(&self) -> &Outbox {
         &self.outbox

@@ -4,8 +4,8 @@
 //! locally, arriving from `lo` where firewalls usually trust everything. A peer that can
 //! forge its outer source could then reach services bound to the relay itself, which the
 //! kernel's own decapsulation never allows for loopback and which no router does for
-//! addresses it cannot forward to. So [`Resender::forward`](crate::Resender::forward) drops
-//! such packets.
+//! addresses it cannot forward to. So the datapath refuses such packets
+//! ([`relay_core::Route::Forward`]).
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -69,24 +69,6 @@ unsafe fn sockaddr_ip(sa: *const libc::sockaddr) -> Option<IpAddr> {
     }
 }
 
-/// Whether a router may forward a packet to `ip` at all: not unspecified, loopback,
-/// multicast, limited broadcast, IPv4 "this network" (0/8), IPv6 link-local or
-/// IPv4-mapped (the kernel treats all of these as martians or never forwards them).
-pub fn forwardable(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(a) => {
-            !(a.octets()[0] == 0 || a.is_loopback() || a.is_multicast() || a.is_broadcast())
-        }
-        IpAddr::V6(a) => {
-            !(a.is_unspecified()
-                || a.is_loopback()
-                || a.is_multicast()
-                || a.is_unicast_link_local()
-                || a.to_ipv4_mapped().is_some())
-        }
-    }
-}
-
 /// A snapshot of [`local_addresses`], read again when a second old (on the batch clock, so
 /// at most one `getifaddrs` a second per queue thread and none per packet).
 #[derive(Debug)]
@@ -132,35 +114,6 @@ impl Default for LocalAddrs {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_routable_destinations_are_forwardable() {
-        for bad in [
-            "0.0.0.0",
-            "0.1.2.3",
-            "127.0.0.1",
-            "127.9.9.9",
-            "224.0.0.1",
-            "255.255.255.255",
-            "::",
-            "::1",
-            "ff02::1",
-            "fe80::1",
-            "::ffff:127.0.0.1",
-            "::ffff:10.0.0.1",
-        ] {
-            assert!(!forwardable(bad.parse().unwrap()), "{bad}");
-        }
-        for good in [
-            "10.0.2.2",
-            "192.0.2.1",
-            "169.254.1.1",
-            "fd00:2::2",
-            "2001:db8::1",
-        ] {
-            assert!(forwardable(good.parse().unwrap()), "{good}");
-        }
-    }
 
     #[test]
     fn the_box_knows_its_loopback_address() {

@@ -4,10 +4,9 @@
 //! The errors are rate-limited, and errors about errors, about non-first fragments and to
 //! sources nobody can answer are never sent (RFC 1812 4.3.2.7, RFC 4443 2.4).
 
-use crate::raw::RawSender;
 use relay_core::ratelimit::RateLimit;
 use relay_core::wire::checksum;
-use relay_core::{Context, Counter, Counters};
+use relay_core::{Context, Counter, Counters, Tally};
 use std::net::{IpAddr, Ipv4Addr};
 
 /// Original bytes quoted in an ICMPv4 error: the message stays within 576 bytes (RFC 1812 4.3.2.3).
@@ -15,33 +14,33 @@ const QUOTE_V4: usize = 576 - 20 - 8;
 /// Original bytes quoted in an ICMPv6 error: within the minimum MTU of 1280 (RFC 4443 2.4).
 const QUOTE_V6: usize = 1280 - 40 - 8;
 
-/// What [`TooBig::send`] did.
+/// What [`TooBig::emit`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Answer {
-    /// The error left.
-    Sent,
+    /// The error is in the outbox, to leave after the batch's verdicts.
+    Emitted,
     /// The packet must not be answered: not IPv4 or IPv6, an ICMP error itself, a
     /// non-first fragment, or from an unspecified, multicast or broadcast source.
     NotAnswered,
     /// The rate limit held it back (`icmp_too_big_suppressed`).
     Suppressed,
-    /// Sending failed (`icmp_too_big_failed`; logged at debug level).
+    /// The outbox refused it (`icmp_too_big_failed`).
     Failed,
 }
 
-/// Sends "too big" errors from one queue thread.
+/// Builds "too big" errors on one queue thread and emits them into the queue's outbox
+/// ([`Context::emit`]).
 ///
 /// Counters (registered by [`TooBig::new`], the same names in every service that uses it):
-/// `icmp_too_big_sent`, `icmp_too_big_suppressed`, `icmp_too_big_failed`.
+/// `icmp_too_big_sent` (the kernel took it), `icmp_too_big_suppressed` (the rate limit),
+/// `icmp_too_big_failed` (anything else; a full socket buffer or qdisc included).
 #[derive(Debug)]
 pub struct TooBig {
-    raw: RawSender,
     limit: RateLimit,
     buf: Vec<u8>,
-    sent: Counter,
     suppressed: Counter,
-    failed: Counter,
+    tally: Tally,
 }
 
 impl TooBig {
@@ -52,18 +51,22 @@ impl TooBig {
     /// At most `per_second` errors per second leave; the rest are counted in `counters`.
     pub fn new(per_second: u32, counters: &Counters) -> TooBig {
         TooBig {
-            raw: RawSender::with_icmpv6(),
             limit: RateLimit::new(per_second),
             buf: Vec::with_capacity(QUOTE_V4.max(QUOTE_V6) + 48),
-            sent: counters.counter("icmp_too_big_sent"),
             suppressed: counters.counter("icmp_too_big_suppressed"),
-            failed: counters.counter("icmp_too_big_failed"),
+            tally: Tally::new(
+                counters,
+                "icmp_too_big_sent",
+                "icmp_too_big_failed",
+                "icmp_too_big_failed",
+            ),
         }
     }
 
     /// Tells the sender of `pkt` (a whole IPv4 or IPv6 packet, from its IP header) that the
-    /// path carries packets of at most `mtu` bytes. The error carries `cx.bypass_mark`.
-    pub fn send(&mut self, pkt: &[u8], mtu: u16, cx: &Context) -> Answer {
+    /// path carries packets of at most `mtu` bytes: the error goes into `cx`'s outbox and
+    /// carries the queue's stage bits.
+    pub fn emit(&mut self, pkt: &[u8], mtu: u16, cx: &mut Context) -> Answer {
         let Some(src) = answerable_source(pkt) else {
             return Answer::NotAnswered;
         };
@@ -71,20 +74,19 @@ impl TooBig {
             self.suppressed.inc();
             return Answer::Suppressed;
         }
-        match src {
-            IpAddr::V4(a) => frag_needed(&mut self.buf, a, pkt, mtu),
-            IpAddr::V6(_) => packet_too_big(&mut self.buf, pkt, mtu),
-        }
-        match self.raw.send(&self.buf, src, cx.bypass_mark) {
-            Ok(()) => {
-                self.sent.inc();
-                Answer::Sent
+        let emitted = match src {
+            IpAddr::V4(a) => {
+                frag_needed(&mut self.buf, a, pkt, mtu);
+                cx.emit(&self.buf, 0, &self.tally)
             }
-            Err(e) => {
-                self.failed.inc();
-                tracing::debug!("cannot send packet-too-big to {src}: {e}");
-                Answer::Failed
+            IpAddr::V6(a) => {
+                packet_too_big(&mut self.buf, pkt, mtu);
+                cx.emit_icmpv6(&self.buf, a, 0, &self.tally)
             }
+        };
+        match emitted {
+            Ok(()) => Answer::Emitted,
+            Err(_) => Answer::Failed,
         }
     }
 }
@@ -229,30 +231,51 @@ mod tests {
     }
 
     #[test]
-    fn sends_to_loopback_and_is_rate_limited() {
+    fn emits_into_the_outbox_and_is_rate_limited() {
+        use relay_core::Route;
         let counters = Counters::new();
         let mut tb = TooBig::new(1, &counters);
         let mut cx = Context::new(0, Instant::now());
+        cx.bypass_mark = 0x4000_0000;
         let pkt = icmp4([127, 0, 0, 1], 8, 1500);
-        assert_eq!(tb.send(&pkt, 1400, &cx), Answer::Sent);
-        assert_eq!(tb.send(&pkt, 1400, &cx), Answer::Suppressed);
+        assert_eq!(tb.emit(&pkt, 1400, &mut cx), Answer::Emitted);
+        assert_eq!(tb.emit(&pkt, 1400, &mut cx), Answer::Suppressed);
         assert_eq!(
-            tb.send(&icmp4([127, 0, 0, 1], 11, 100), 1400, &cx),
+            tb.emit(&icmp4([127, 0, 0, 1], 11, 100), 1400, &mut cx),
             Answer::NotAnswered,
             "not counted, not rate-limited"
         );
-        let mut cx = Context::new(0, cx.now + std::time::Duration::from_secs(1));
+        cx.now += std::time::Duration::from_secs(1);
         assert_eq!(
-            tb.send(&v6(std::net::Ipv6Addr::LOCALHOST, 17, 0), 1280, &cx),
-            Answer::Sent
+            tb.emit(&v6(std::net::Ipv6Addr::LOCALHOST, 17, 0), 1280, &mut cx),
+            Answer::Emitted
         );
+        let out: Vec<_> = cx.outbox().iter().collect();
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0].route, Route::Originate);
+        assert_eq!(out[0].destination, IpAddr::from([127, 0, 0, 1]));
+        assert_eq!(&out[0].bytes[20..22], &[3, 4], "fragmentation needed");
+        assert_eq!(out[0].mark, 0x4000_0000, "the queue's stage bits");
+        assert_eq!(out[1].route, Route::Icmpv6);
+        assert_eq!(
+            out[1].destination,
+            IpAddr::V6(std::net::Ipv6Addr::LOCALHOST)
+        );
+        assert_eq!(
+            &out[1].bytes[..8],
+            &[2, 0, 0, 0, 0, 0, 5, 0],
+            "packet too big"
+        );
+        // The datapath counts what it sent in the tally the errors carry.
+        cx.outbox().get(0).unwrap().1.sent();
+        cx.outbox().get(1).unwrap().1.queue_full();
         let snap: std::collections::HashMap<_, _> = counters
             .snapshot()
             .into_iter()
             .map(|(n, _, v)| (n, v))
             .collect();
-        assert_eq!(snap["icmp_too_big_sent"], 2);
+        assert_eq!(snap["icmp_too_big_sent"], 1);
         assert_eq!(snap["icmp_too_big_suppressed"], 1);
-        assert_eq!(snap["icmp_too_big_failed"], 0);
+        assert_eq!(snap["icmp_too_big_failed"], 1);
     }
 }

@@ -5,6 +5,10 @@
 //! Services may hold packets for a later verdict (`Action::Hold`, for the `delay` service)
 //! and read each packet's conntrack state, sent by the kernel or decoded from mark bits.
 //!
+//! Packets the services emit of their own ([`relay_core::Context::emit`]) leave after the
+//! batch's verdicts through an [`Emitter`]: one `sendmmsg` per socket (IPv4, IPv6, ICMPv6),
+//! so at most three system calls per batch.
+//!
 //! Failure behaviour: ENOBUFS (our receive buffer overran) is counted and survived;
 //! a malformed netlink message or packet is counted and never panics the thread.
 
@@ -15,8 +19,10 @@ mod netlink;
 mod priority;
 pub mod procfs;
 mod queue;
+mod raw;
 
 pub use affinity::{MAX_CPU, available_cpus, format_cpu_list};
+pub use emit::{Emitter, Flushed};
 #[doc(hidden)]
 pub use netlink::fuzz_decode_datagram;
 pub use priority::NICE_RANGE;

@@ -585,7 +585,7 @@ struct Worker {
     /// The services' context, its outbox kept from batch to batch.
     cx: Context,
     /// Sends what the services emitted.
-    emitter: crate::emit::Emitter,
+    emitter: crate::Emitter,
 }
 
 // SAFETY: the raw pointers in `iov`, `mmsg` and `send_iov` point only into `slots` and
@@ -626,7 +626,7 @@ impl Worker {
             log: RateLimit::new(10),
             loops: 0,
             cx: Context::new(0, Instant::now()),
-            emitter: crate::emit::Emitter::new(),
+            emitter: crate::Emitter::new(),
         };
         w.size_buffers();
         w

@@ -38,8 +38,9 @@ pub enum PrivilegeError {
     Lookup(String),
 }
 
-/// Service kinds that send packets themselves on raw sockets (`relay_inject::Resender`,
-/// the IDS's `reject`).
+/// Service kinds that emit packets of their own ([`relay_core::Context::emit`]: re-sent
+/// tunnel packets, ICMP errors, the IDS's `reject`), which the queue's datapath sends on
+/// raw sockets.
 const SENDERS: &[&str] = &["encrypt", "decrypt", "mpls-encap", "mpls-decap", "ids"];
 
 /// The capabilities `cfg` needs, CAP_NET_ADMIN first, each with its reasons.

@@ -10,9 +10,9 @@
 //! TCP connections are clamped to an MSS that fits (a rule relayd installs).
 //!
 //! A tunnel whose outer family differs from the queued packet's (IPv6 sites over an IPv4
-//! tunnel, or the reverse) cannot hand its result back by verdict: `encrypt` sends the ESP
-//! packet, and `decrypt` the inner packet, anew from a raw socket
-//! ([`relay_inject::Resender`]) and drop the queued original.
+//! tunnel, or the reverse) cannot hand its result back by verdict: `encrypt` emits the ESP
+//! packet, and `decrypt` forwards the inner packet, into the queue's outbox
+//! ([`Context::emit`]), which the datapath sends, and they drop the queued original.
 
 use crate::keys::{Cipher, ICV_LEN, load_key};
 use crate::sa::SaCrypto;
@@ -24,9 +24,9 @@ use relay_core::ratelimit::RateLimit;
 use relay_core::wire::{fix_ip_header, proto};
 use relay_core::{
     Action, Context, Counter, Counters, FailPolicy, IpVersion, MssClamp, Packet, Service,
-    ServiceConfig, ServiceFactory,
+    ServiceConfig, ServiceFactory, Tally,
 };
-use relay_inject::{Resender, TooBig};
+use relay_inject::TooBig;
 use serde::Deserialize;
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -264,7 +264,7 @@ impl ServiceFactory for EncryptFactory {
             max_v6: self.max_inner(40),
             factory_mtu: self.mtu,
             too_big: TooBig::new(TooBig::DEFAULT_RATE, counters),
-            resend: Resender::new(counters),
+            resend: Tally::resend(counters),
             encrypted: c("encrypted"),
             bytes_in: c("bytes_in"),
             bytes_out: c("bytes_out"),
@@ -285,7 +285,7 @@ struct Encrypt {
     factory_mtu: u16,
     too_big: TooBig,
     /// Sends tunnel packets whose outer family differs from the hook's.
-    resend: Resender,
+    resend: Tally,
     encrypted: Counter,
     bytes_in: Counter,
     bytes_out: Counter,
@@ -367,8 +367,8 @@ impl Service for Encrypt {
         let outer = self.wrap.outer_len();
         let esp_at = start + outer;
         let total = esp_at + hdr + padded + ICV_LEN;
-        // A verdict cannot change the family: such a tunnel packet is sent anew, from a
-        // raw socket, which never fragments.
+        // A verdict cannot change the family: such a tunnel packet is emitted anew, and
+        // the datapath's raw socket never fragments.
         let reinject = match self.wrap {
             Wrap::Tunnel { local, .. } => !pkt.meta.verdict_carries(IpVersion::of_addr(local)),
             Wrap::Transport => false,
@@ -382,7 +382,7 @@ impl Service for Encrypt {
         if total > self.factory_mtu as usize && df {
             // A router would not fragment it either: tell the sender what fits.
             let fits = self.max_for(l.version, start.max(20));
-            self.too_big.send(&d[..l.len], fits.min(65535) as u16, cx);
+            self.too_big.emit(&d[..l.len], fits.min(65535) as u16, cx);
             self.dropped_too_big.inc();
             return Action::Drop;
         }
@@ -433,7 +433,7 @@ impl Service for Encrypt {
         self.encrypted.inc();
         self.bytes_out.add(total as u64);
         if reinject {
-            self.resend.send(pkt, cx);
+            let _ = cx.emit_packet(pkt, &self.resend);
             return Action::Drop;
         }
         Action::Continue
@@ -542,7 +542,7 @@ impl ServiceFactory for DecryptFactory {
         let c = |n: &str| counters.counter(n);
         Box::new(Decrypt {
             sas: self.sas.clone(),
-            resend: Resender::new(counters),
+            resend: Tally::resend(counters),
             decrypted: c("decrypted"),
             passed: c("passed_not_esp"),
             dropped_unknown_spi: c("dropped_unknown_spi"),
@@ -561,7 +561,7 @@ impl ServiceFactory for DecryptFactory {
 struct Decrypt {
     sas: Arc<Vec<InboundSa>>,
     /// Sends inner packets whose family differs from the hook's.
-    resend: Resender,
+    resend: Tally,
     decrypted: Counter,
     passed: Counter,
     dropped_unknown_spi: Counter,
@@ -774,7 +774,7 @@ impl Service for Decrypt {
                 if !pkt.meta.verdict_carries(v) {
                     // The other family than the hook's: forwarded from a raw socket.
                     self.decrypted.inc();
-                    self.resend.forward(pkt, cx);
+                    let _ = cx.forward_packet(pkt, &self.resend);
                     return Action::Drop;
                 }
             }

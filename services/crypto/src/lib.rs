@@ -25,9 +25,8 @@ mod tests {
     use std::time::Instant;
 
     fn key_file(tag: &str, cipher: Cipher) -> std::path::PathBuf {
-        static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-        let dir = DIR.get_or_init(|| keys::test_key_dir("esp"));
-        let p = dir.join(format!("{tag}.key"));
+        // A directory per key: tests run in parallel, and a directory is made anew.
+        let p = keys::test_key_dir(&format!("esp-{tag}")).join(format!("{tag}.key"));
         // Each test its own key: SAs with one SPI and key share state (as across reloads).
         let salt: usize = tag.bytes().map(usize::from).sum();
         let hex: String = (0..cipher.key_len())
@@ -267,6 +266,55 @@ mod tests {
         ))
         .unwrap();
         assert!(cfg.into_factory("e").err().unwrap().contains("takes 36"));
+    }
+
+    /// 6in4: an IPv6 packet queued from an IPv6 hook, in a tunnel with IPv4 ends. The
+    /// verdict cannot carry the ESP packet: it is emitted and the original dropped; the
+    /// peer's decrypt, on an IPv4 hook, forwards the inner IPv6 packet (hop limit less
+    /// one) the same way.
+    #[test]
+    fn a_tunnel_of_the_other_family_emits_and_forwards() {
+        let cipher = Cipher::Aes128Gcm;
+        let e = EncryptConfig {
+            mode: EspMode::Tunnel,
+            local: Some("192.0.2.1".parse().unwrap()),
+            remote: Some("192.0.2.2".parse().unwrap()),
+            ..enc_config(cipher, key_file("six-in-four", cipher))
+        };
+        let (mut enc, mut dec, ec, dc) = pair_with(e, false);
+        let orig = udp6_packet(300);
+        let mut p = Packet::from_bytes(&orig);
+        p.meta.hw_protocol = 0x86dd;
+        let mut out = cx();
+        assert_eq!(enc.process(&mut p, &mut out), Action::Drop, "the original");
+        let sent: Vec<_> = out.outbox().iter().collect();
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0].route, relay_core::Route::Originate);
+        assert_eq!(sent[0].destination, std::net::IpAddr::from([192, 0, 2, 2]));
+        let esp = sent[0].bytes.to_vec();
+        assert_eq!(esp[9], 50, "ESP over IPv4");
+        assert_eq!(out.outbox_mut().settle_all_sent(), 1);
+        assert_eq!(count(&ec, "reinjected"), 1);
+
+        let mut q = Packet::from_bytes(&esp);
+        q.meta.hw_protocol = 0x0800;
+        let mut back = cx();
+        assert_eq!(
+            dec.process(&mut q, &mut back),
+            Action::Drop,
+            "the ESP packet"
+        );
+        let fwd: Vec<_> = back.outbox().iter().collect();
+        assert_eq!(fwd.len(), 1);
+        assert_eq!(fwd[0].route, relay_core::Route::Forward);
+        let mut want = orig.clone();
+        want[7] -= 1;
+        assert_eq!(
+            fwd[0].bytes,
+            &want[..],
+            "the inner packet, hop limit less one"
+        );
+        assert_eq!(count(&dc, "decrypted"), 1);
     }
 
     #[test]
@@ -567,13 +615,23 @@ mod tests {
             // ... one more byte does not: with DF it is dropped and its sender told,
             // without DF it goes out and the kernel fragments it.
             let bigger = loopback_packet(max - 28 + cipher.block());
+            let mut out = cx();
             assert_eq!(
-                enc.process(&mut Packet::from_bytes(&bigger), &mut cx()),
+                enc.process(&mut Packet::from_bytes(&bigger), &mut out),
                 Action::Drop,
                 "{name}"
             );
             assert_eq!(count(&ec, "dropped_too_big"), 1);
-            assert_eq!(count(&ec, "icmp_too_big_sent"), 1, "{name}");
+            let errors: Vec<_> = out.outbox().iter().collect();
+            assert_eq!(errors.len(), 1, "{name}: one error emitted");
+            let icmp = &errors[0].bytes[20..];
+            assert_eq!(&icmp[..2], &[3, 4], "{name}: fragmentation needed");
+            let told = u16::from_be_bytes([icmp[6], icmp[7]]) as usize;
+            assert!(
+                (max..bigger.len()).contains(&told),
+                "{name}: told {told}, what fits is {max}.."
+            );
+            assert_eq!(&icmp[8..36], &bigger[..28], "{name}: the packet quoted");
             let mut no_df = bigger.clone();
             no_df[6] = 0;
             Ipv4Packet::new_unchecked(&mut no_df[..]).fill_checksum();

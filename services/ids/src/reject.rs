@@ -1,7 +1,7 @@
 //! `reject`: answers a rejected packet the way a host would refuse it (a TCP RST, or an
-//! ICMP / ICMPv6 port unreachable for other protocols), through `relay-inject`'s raw
-//! sockets, its packets carrying relayd's bypass mark so relayd's own iptables rules do
-//! not queue them again.
+//! ICMP / ICMPv6 port unreachable for other protocols), emitted into the queue's outbox
+//! ([`Context::emit`]), its packets carrying relayd's bypass mark so relayd's own iptables
+//! rules do not queue them again.
 //!
 //! TCP gets two resets: one to the sender and one to the receiver (see
 //! [`relay_inject::build`] for how each is aimed). ICMP is never answered with ICMP
@@ -13,10 +13,9 @@
 //! aimed at that source. A suppressed answer is only counted; the packet is dropped all
 //! the same.
 
-use relay_core::ratelimit::{RateLimit, TokenBucket};
+use relay_core::ratelimit::TokenBucket;
 use relay_core::wire::{proto, tcp::flags};
-use relay_core::{Counter, IpVersion, Packet};
-use relay_inject::RawSender;
+use relay_core::{Context, Counter, IpVersion, Packet, Tally};
 use relay_inject::build::{self, MAX_ANSWER, Segment};
 use std::hash::{BuildHasher, RandomState};
 use std::net::IpAddr;
@@ -89,26 +88,22 @@ impl AnswerLimit {
     }
 }
 
-/// Sends rejects for one queue thread; sockets are opened on first use.
+/// Builds rejects for one queue thread and emits them into its outbox.
 #[derive(Debug)]
 pub(crate) struct Rejecter {
     mark: Option<u32>,
-    raw: RawSender,
     buf: Vec<u8>,
-    sent: Counter,
-    errors: Counter,
+    tally: Tally,
     suppressed: Counter,
     limit: AnswerLimit,
-    log: RateLimit,
 }
 
 /// The counters a [`Rejecter`] keeps.
 #[derive(Debug, Clone)]
 pub(crate) struct RejectCounters {
-    /// Answers sent.
-    pub(crate) sent: Counter,
-    /// Answers the raw socket refused.
-    pub(crate) errors: Counter,
+    /// Answers sent (`reject_sent`) and those the datapath could not send
+    /// (`reject_errors`), counted by the datapath.
+    pub(crate) tally: Tally,
     /// Answers not sent because of the rate limits.
     pub(crate) suppressed: Counter,
 }
@@ -119,23 +114,17 @@ impl Rejecter {
     pub(crate) fn new(mark: Option<u32>, limits: RejectLimits, c: RejectCounters) -> Rejecter {
         Rejecter {
             mark,
-            raw: RawSender::new(),
             buf: vec![0; MAX_ANSWER],
-            sent: c.sent,
-            errors: c.errors,
+            tally: c.tally,
             suppressed: c.suppressed,
             limit: AnswerLimit::new(limits),
-            log: RateLimit::new(1),
         }
     }
 
-    /// The configured mark, if any.
-    pub(crate) fn mark(&self) -> Option<u32> {
-        self.mark
-    }
-
-    /// Answers `pkt` (which the caller then drops); the answers carry `mark`.
-    pub(crate) fn reject(&mut self, pkt: &mut Packet, mark: u32, now: Instant) {
+    /// Answers `pkt` (which the caller then drops): the answers go into `cx`'s outbox with
+    /// the configured mark (or none) and the queue's stage bits.
+    pub(crate) fn reject(&mut self, pkt: &mut Packet, cx: &mut Context) {
+        let mark = self.mark.unwrap_or(0);
         let Ok(l) = pkt.layout() else { return };
         let (src, dst): (IpAddr, IpAddr) = match l.version {
             IpVersion::V4 => match pkt.ipv4() {
@@ -164,36 +153,29 @@ impl Rejecter {
             };
             let mut buf = std::mem::take(&mut self.buf);
             if let Some(n) = build::rst_to_sender(&s, &mut buf) {
-                self.send(&buf[..n], s.src, mark, now);
+                self.send(&buf[..n], s.src, mark, cx);
             }
             if let Some(n) = build::rst_to_receiver(&s, &mut buf) {
-                self.send(&buf[..n], s.dst, mark, now);
+                self.send(&buf[..n], s.dst, mark, cx);
             }
             self.buf = buf;
         } else if l.proto != proto::ICMP && l.proto != proto::ICMPV6 {
             let mut buf = std::mem::take(&mut self.buf);
             if let Some(n) = build::emit_port_unreachable(&mut buf, dst, src, &pkt.data()[..l.len])
             {
-                self.send(&buf[..n], src, mark, now);
+                self.send(&buf[..n], src, mark, cx);
             }
             self.buf = buf;
         }
     }
 
-    fn send(&mut self, bytes: &[u8], to: IpAddr, mark: u32, now: Instant) {
-        if !self.limit.allow(to, now) {
+    fn send(&mut self, bytes: &[u8], to: IpAddr, mark: u32, cx: &mut Context) {
+        if !self.limit.allow(to, cx.now) {
             self.suppressed.inc();
             return;
         }
-        match self.raw.send(bytes, to, mark) {
-            Ok(()) => self.sent.inc(),
-            Err(e) => {
-                self.errors.inc();
-                if let Some(suppressed) = self.log.allow(now) {
-                    tracing::warn!(error = %e, %to, suppressed, "ids: cannot send a reject");
-                }
-            }
-        }
+        // A refusal is counted in the tally (`reject_errors`).
+        let _ = cx.emit(bytes, mark, &self.tally);
     }
 }
 
@@ -268,53 +250,71 @@ mod tests {
         b
     }
 
+    fn counters(c: &Counters) -> RejectCounters {
+        RejectCounters {
+            tally: Tally::new(c, "reject_sent", "reject_errors", "reject_errors"),
+            suppressed: c.counter("reject_suppressed"),
+        }
+    }
+
+    fn count(c: &Counters, name: &str) -> u64 {
+        c.snapshot()
+            .into_iter()
+            .find(|(n, _, _)| n == name)
+            .map_or(0, |(_, _, v)| v)
+    }
+
     #[test]
-    fn rejects_leave_marked_through_the_shared_sender() {
-        let counters = Counters::new();
-        let (sent, errors) = (
-            counters.counter("reject_sent"),
-            counters.counter("reject_errors"),
-        );
-        let c = RejectCounters {
-            sent: sent.clone(),
-            errors: errors.clone(),
-            suppressed: counters.counter("reject_suppressed"),
-        };
-        let mut r = Rejecter::new(Some(0x4000_0000), DEFAULT, c);
-        let now = Instant::now();
+    fn rejects_are_emitted_marked_with_the_stage_bits() {
+        let c = Counters::new();
+        let mut r = Rejecter::new(Some(0x10), DEFAULT, counters(&c));
+        let mut cx = Context::new(0, Instant::now());
+        cx.bypass_mark = 0x4000_0000;
         // Two resets for a TCP segment, one unreachable for UDP, nothing for a reset.
-        r.reject(
-            &mut Packet::from_bytes(&loopback(proto::TCP)),
-            0x4000_0000,
-            now,
-        );
-        r.reject(
-            &mut Packet::from_bytes(&loopback(proto::UDP)),
-            0x4000_0000,
-            now,
-        );
+        r.reject(&mut Packet::from_bytes(&loopback(proto::TCP)), &mut cx);
+        r.reject(&mut Packet::from_bytes(&loopback(proto::UDP)), &mut cx);
         let mut rst = loopback(proto::TCP);
         rst[33] |= flags::RST;
-        r.reject(&mut Packet::from_bytes(&rst), 0x4000_0000, now);
-        assert_eq!((sent.get(), errors.get()), (3, 0));
+        r.reject(&mut Packet::from_bytes(&rst), &mut cx);
+        let out: Vec<_> = cx.outbox().iter().collect();
+        assert_eq!(out.len(), 3);
+        for e in &out {
+            assert_eq!(
+                e.mark, 0x4000_0010,
+                "the configured mark and the stage bits"
+            );
+        }
+        assert_eq!(out[0].bytes[9], proto::TCP);
+        assert_ne!(out[0].bytes[33] & flags::RST, 0, "a reset");
+        assert_eq!(
+            (out[2].bytes[9], out[2].bytes[20]),
+            (proto::ICMP, 3),
+            "unreachable"
+        );
+        // The datapath counts what it sent.
+        assert_eq!(cx.outbox_mut().settle_all_sent(), 3);
+        assert_eq!(
+            (count(&c, "reject_sent"), count(&c, "reject_errors")),
+            (3, 0)
+        );
     }
 
     #[test]
     fn a_spoofed_flood_through_the_rejecter_sends_at_most_the_limit() {
         let counters = Counters::new();
-        let c = RejectCounters {
-            sent: counters.counter("reject_sent"),
-            errors: counters.counter("reject_errors"),
-            suppressed: counters.counter("reject_suppressed"),
-        };
+        let c = self::counters(&counters);
         let mut r = Rejecter::new(Some(0x4000_0000), NO_DEST, c.clone());
         let t0 = Instant::now();
+        let mut cx = Context::new(0, t0);
         // 10,000 UDP datagrams at 5,000/s, each answered (to loopback) or suppressed.
         let udp = loopback(proto::UDP);
         for i in 0..10_000 {
-            r.reject(&mut Packet::from_bytes(&udp), 0x4000_0000, at(t0, i));
+            cx.now = at(t0, i);
+            r.reject(&mut Packet::from_bytes(&udp), &mut cx);
+            cx.outbox_mut().settle_all_sent();
         }
-        let (sent, errors, suppressed) = (c.sent.get(), c.errors.get(), c.suppressed.get());
+        let sent = count(&counters, "reject_sent");
+        let (errors, suppressed) = (count(&counters, "reject_errors"), c.suppressed.get());
         assert_eq!(errors, 0);
         assert!((2040..=2050).contains(&sent), "{sent}");
         assert_eq!(sent + suppressed, 10_000);
@@ -322,10 +322,12 @@ mod tests {
         // (50), so 25 segments are answered in full and the 26th not at all.
         let tcp = loopback(proto::TCP);
         let t1 = at(t0, 10_000) + Duration::from_secs(10);
+        cx.now = t1;
         for _ in 0..26 {
-            r.reject(&mut Packet::from_bytes(&tcp), 0x4000_0000, t1);
+            r.reject(&mut Packet::from_bytes(&tcp), &mut cx);
+            cx.outbox_mut().settle_all_sent();
         }
-        assert_eq!(c.sent.get() - sent, 50);
+        assert_eq!(count(&counters, "reject_sent") - sent, 50);
         assert_eq!(c.suppressed.get() - suppressed, 2);
     }
 }

@@ -6,7 +6,7 @@ use crate::eve::EveWriter;
 use crate::reject::{RejectCounters, RejectLimits, Rejecter};
 use relay_core::builtin::de_u32;
 use relay_core::{
-    Action, Context, Counters, FailPolicy, Packet, Service, ServiceConfig, ServiceFactory,
+    Action, Context, Counters, FailPolicy, Packet, Service, ServiceConfig, ServiceFactory, Tally,
 };
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -213,8 +213,7 @@ impl ServiceFactory for IdsFactory {
             self.reject_mark,
             self.reject_limits,
             RejectCounters {
-                sent: counters.counter("reject_sent"),
-                errors: counters.counter("reject_errors"),
+                tally: Tally::new(counters, "reject_sent", "reject_errors", "reject_errors"),
                 suppressed: counters.counter("reject_suppressed"),
             },
         );
@@ -233,10 +232,9 @@ impl Service for Ids {
         match self.det.inspect(pkt, cx.now) {
             Outcome::Drop => Action::Drop,
             Outcome::Reject => {
-                // The stage bits of this queue's hook always, so that relayd's rules at
-                // the hooks the answer has crossed skip it (relay_core::StageMark).
-                let mark = cx.sent_mark(self.rejecter.mark().unwrap_or(0));
-                self.rejecter.reject(pkt, mark, cx.now);
+                // The answers carry the stage bits of this queue's hook, so that relayd's
+                // rules at the hooks they have crossed skip them (relay_core::StageMark).
+                self.rejecter.reject(pkt, cx);
                 Action::Drop
             }
             _ => Action::Continue,

@@ -24,8 +24,8 @@ use crate::lse::{self, Lse, PROTO_MPLS_IN_IP, UDP_PORT};
 use relay_core::wire::{Ipv4Packet, Ipv6Packet, UdpPacket, checksum, proto, udp};
 use relay_core::{
     Action, Context, Counter, Counters, IpVersion, Packet, Service, ServiceConfig, ServiceFactory,
+    Tally,
 };
-use relay_inject::Resender;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
@@ -164,7 +164,7 @@ struct DecapService {
     malformed: Counter,
     fragment: Counter,
     /// Sends inner packets of the other family than the hook's.
-    resend: Resender,
+    resend: Tally,
 }
 
 impl Service for DecapService {
@@ -183,7 +183,7 @@ impl Service for DecapService {
                     return Action::Continue;
                 }
                 // An IPv4 hook cannot hand back IPv6: the inner packet is sent anew.
-                self.resend.forward(pkt, cx);
+                let _ = cx.forward_packet(pkt, &self.resend);
                 Action::Drop
             }
             Err(DecapError::NotMpls) => {
@@ -232,7 +232,7 @@ impl ServiceFactory for DecapFactory {
             unknown: counters.counter("dropped_unknown_label"),
             malformed: counters.counter("dropped_malformed"),
             fragment: counters.counter("dropped_fragment"),
-            resend: Resender::new(counters),
+            resend: Tally::resend(counters),
         })
     }
 }

@@ -25,9 +25,9 @@ use crate::lse::{self, LseRepr, PROTO_MPLS_IN_IP, UDP_PORT};
 use relay_core::wire::{UdpPacket, checksum, ipv4, proto, udp};
 use relay_core::{
     Action, Context, Counter, Counters, IpVersion, MssClamp, Packet, Service, ServiceConfig,
-    ServiceFactory,
+    ServiceFactory, Tally,
 };
-use relay_inject::{Resender, TooBig};
+use relay_inject::TooBig;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
@@ -132,7 +132,7 @@ struct EncapService {
     ident: u16,
     too_big: TooBig,
     /// Sends the encapsulation of packets queued from an IPv6 hook.
-    resend: Resender,
+    resend: Tally,
     c: EncapCounters,
 }
 
@@ -240,7 +240,7 @@ impl Service for EncapService {
         if df && new_len > s.mtu {
             // A router would not fragment it either: tell the sender what fits.
             let fits = s.mtu - overhead(s.encap);
-            self.too_big.send(&pkt.data()[..inner_len], fits as u16, cx);
+            self.too_big.emit(&pkt.data()[..inner_len], fits as u16, cx);
             self.c.dropped_too_big.inc();
             return Action::Drop;
         }
@@ -260,7 +260,7 @@ impl Service for EncapService {
         s.encapsulate(pkt, inner, self.ident, s.checked.paths[i]);
         self.c.encapsulated.inc();
         if reinject {
-            self.resend.send(pkt, cx);
+            let _ = cx.emit_packet(pkt, &self.resend);
             return Action::Drop;
         }
         Action::Continue
@@ -297,7 +297,7 @@ impl ServiceFactory for EncapFactory {
             shared: Arc::clone(&self.shared),
             ident: 0,
             too_big: TooBig::new(TooBig::DEFAULT_RATE, counters),
-            resend: Resender::new(counters),
+            resend: Tally::resend(counters),
             c: EncapCounters {
                 encapsulated: counters.counter("encapsulated"),
                 unclassified_passed: counters.counter("unclassified_passed"),

@@ -3,6 +3,8 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -71,4 +73,53 @@ pub fn cpu_rss(pid: u32) -> (f64, u64, u64) {
             .unwrap_or(0)
     };
     (ticks as f64 / hz, kib("VmRSS:"), kib("VmHWM:"))
+}
+
+/// A 1 MiB pseudo-random block; each copy sent carries its index in the first 8 bytes,
+/// so reordered or repeated blocks change the hash.
+pub fn block() -> Vec<u8> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    (0..1 << 20)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// A TCP server in `node` on `at` that answers each connection's first read with the
+/// same bytes; counts connections until the returned flag is set.
+pub fn echo_server(
+    node: &relay_testbed::Node,
+    at: &str,
+) -> (
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+) {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+    let at: SocketAddr = at.parse().unwrap();
+    let listener = node.run(move || TcpListener::bind(at).unwrap());
+    listener.set_nonblocking(true).unwrap();
+    let count = std::sync::Arc::new(AtomicUsize::new(0));
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let (c, st) = (count.clone(), stop.clone());
+    std::thread::spawn(move || {
+        while !st.load(Relaxed) {
+            match listener.accept() {
+                Ok((mut s, _)) => {
+                    c.fetch_add(1, Relaxed);
+                    s.set_nonblocking(false).unwrap();
+                    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                    let mut b = [0u8; 64];
+                    if let Ok(n) = s.read(&mut b) {
+                        let _ = s.write_all(&b[..n]);
+                    }
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+    });
+    (count, stop)
 }

@@ -1,8 +1,9 @@
 //! `relayd replay`: runs a configured chain over a capture file, offline and unprivileged,
 //! like `suricata -r` or `tcpdump -r`. Each packet gets its own capture timestamp as the
 //! clock services see, a conntrack-like flow state from a small tracker, and (for
-//! adaptive services) a fixed egress queue from the command line; what comes out is
-//! written to a pcap that tcpdump and Wireshark read.
+//! adaptive services) a fixed egress queue from the command line; what comes out (the
+//! packets that pass, and the packets services emit, such as re-sent tunnel packets,
+//! ICMP errors and resets) is written to a pcap that tcpdump and Wireshark read.
 
 mod capture;
 mod flows;
@@ -16,7 +17,7 @@ use crate::status::{QueueStatus, Status};
 use anyhow::{Context as _, bail};
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::{DataLink, TsResolution};
-use relay_core::{Context, Packet, PacketMeta, Verdict};
+use relay_core::{Context, Packet, PacketMeta, Route, Verdict};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -106,6 +107,18 @@ pub fn run(cfg: &Config, opts: &ReplayOptions, out: &mut dyn Write) -> anyhow::R
                 .with_context(|| format!("writing packet {}", rec.number))?;
             written += 1;
         }
+        // What the services emitted (a re-sent tunnel packet, an ICMP error, a reset)
+        // comes out too, after the packet, as the datapath sends it after the verdict.
+        // An ICMPv6 message the kernel would put a header on is counted, not written.
+        let emitted = cx.outbox().len();
+        if let Some(w) = writer.as_mut() {
+            for e in cx.outbox().iter().filter(|e| e.route != Route::Icmpv6) {
+                w.write_packet(&PcapPacket::new(rec.ts, e.bytes.len() as u32, e.bytes))
+                    .with_context(|| format!("writing what packet {} emitted", rec.number))?;
+                written += 1;
+            }
+        }
+        cx.outbox_mut().settle_all_sent();
         if opts.json {
             let verdict = match d.verdict {
                 Verdict::Accept => "accept",
@@ -120,6 +133,7 @@ pub fn run(cfg: &Config, opts: &ReplayOptions, out: &mut dyn Write) -> anyhow::R
                 "mark": d.mark,
                 "len_in": ip.len(),
                 "len_out": if passes { pkt.len() } else { 0 },
+                "emitted": emitted,
                 "ct": pkt.meta.ct.map(|c| format!("{:?}{}", c.state, if c.reply { " reply" } else { "" })),
             });
             writeln!(out, "{line}")?;

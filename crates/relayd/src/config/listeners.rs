@@ -1,0 +1,736 @@
+//! The proxy listeners (`socks5`, `tproxy` sections) and the split proxy as a whole:
+//! the listeners the daemon runs and the transparent diversion the `tcpsplit` services need.
+
+use super::daemon::{DaemonConfig, parse_u32};
+use super::error::{Ctx, line_col, line_span, section_error};
+use super::queue::QueueSpec;
+use super::services::{ListenerSection, ServiceEntry};
+use relay_control::{Family, Hook, Table};
+use relay_proxy::tproxy::{Divert, TproxySpec};
+use relay_proxy::{Socks5Config, TransparentConfig};
+use relay_svc_tcpsplit::TcpSplitConfig;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::ops::Range;
+use toml::Spanned;
+
+/// A proxy listener the daemon runs on its tokio runtime: a `[service.NAME]` of kind
+/// `socks5` or `tproxy` (or the transparent listener a `tcpsplit` service implies). Not a
+/// chain service: it never appears in a queue's `services`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerSpec {
+    /// The section name (for the implied transparent listener: the `tcpsplit` service's).
+    pub name: String,
+    /// Line of the section's `kind` (0 for an implied listener).
+    pub line: usize,
+    /// What it is and its options.
+    pub kind: ListenerKind,
+}
+
+/// The two listener kinds and their options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListenerKind {
+    /// A SOCKS5 (RFC 1928, RFC 1929) listener.
+    Socks5(Socks5Config),
+    /// The transparent listener TPROXY diverts split connections to.
+    Transparent(TransparentConfig),
+}
+
+impl ListenerKind {
+    /// The kind as configured and shown: `socks5` or `tproxy`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ListenerKind::Socks5(_) => "socks5",
+            ListenerKind::Transparent(_) => "tproxy",
+        }
+    }
+
+    /// The configured listen address.
+    pub fn listen(&self) -> SocketAddr {
+        match self {
+            ListenerKind::Socks5(c) => c.listen,
+            ListenerKind::Transparent(c) => c.listen,
+        }
+    }
+
+    /// The upstream transport.
+    pub fn upstream(&self) -> relay_proxy::Upstream {
+        match self {
+            ListenerKind::Socks5(c) => c.options.upstream,
+            ListenerKind::Transparent(c) => c.options.upstream,
+        }
+    }
+
+    /// How long live connections may run on when the listener stops.
+    pub fn drain_timeout(&self) -> std::time::Duration {
+        match self {
+            ListenerKind::Socks5(c) => c.options.drain_timeout(),
+            ListenerKind::Transparent(c) => c.options.drain_timeout(),
+        }
+    }
+}
+
+/// The transparent diversion of the split proxy: the TPROXY rules (marks, port) and the
+/// policy route relayd installs, for which families, to which listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TproxySetup {
+    /// Marks, port, routing table and rule preference.
+    pub spec: TproxySpec,
+    /// Families whose rules are installed (those of the `tcpsplit` queues).
+    pub families: Vec<Family>,
+    /// Name of the transparent listener.
+    pub listener: String,
+}
+
+/// Default `ip rule` preference and routing table of the split proxy's local route; they
+/// are how `relayd cleanup` finds them after a crash.
+pub const DEFAULT_TPROXY_TABLE: u32 = TproxySpec::DEFAULT_TABLE;
+/// See [`DEFAULT_TPROXY_TABLE`].
+pub const DEFAULT_TPROXY_RULE_PREF: u32 = TproxySpec::DEFAULT_RULE_PREF;
+
+/// Keys of a listener section besides `kind`: the proxy's own (read from its defaults, so
+/// a key the proxy crate adds is known here at once) and relayd's extras.
+fn listener_keys(kind: &str) -> Vec<String> {
+    let value = match kind {
+        "socks5" => serde_json::to_value(Socks5Config::default()),
+        _ => serde_json::to_value(TransparentConfig::default()),
+    };
+    let mut keys: Vec<String> = match value {
+        Ok(serde_json::Value::Object(m)) => m.keys().cloned().collect(),
+        _ => Vec::new(),
+    };
+    if kind == "tproxy" {
+        keys.extend(TPROXY_EXTRA_KEYS.map(String::from));
+    }
+    keys.sort();
+    keys
+}
+
+/// `tproxy` keys that are relayd's (rules and routes), not the listener's.
+const TPROXY_EXTRA_KEYS: [&str; 4] = ["tproxy_mark", "table", "rule_pref", "ports"];
+
+/// A `tcpsplit` instance that runs in a queue.
+struct SplitUse<'c> {
+    name: String,
+    cfg: &'c TcpSplitConfig,
+    span: Option<Range<usize>>,
+}
+
+/// Checks the listener sections and the split proxy as a whole: the listeners to run,
+/// and the transparent diversion (TPROXY rules and route) the `tcpsplit` services need.
+pub(super) fn check_listeners(
+    cx: &mut Ctx<'_>,
+    queues: &[QueueSpec],
+    services: &BTreeMap<String, ServiceEntry<'_>>,
+    daemon: &DaemonConfig,
+) -> (Vec<ListenerSpec>, Option<TproxySetup>) {
+    use toml::de::DeValue;
+    let default_split: TcpSplitConfig =
+        toml::from_str("").expect("tcpsplit has defaults for every option");
+    // Every tcpsplit instance in a queue, and the families of those queues.
+    let mut splits: Vec<SplitUse<'_>> = Vec::new();
+    let mut families: Vec<Family> = Vec::new();
+    for q in queues {
+        for (name, f) in &q.services {
+            if f.kind() != <TcpSplitConfig as relay_core::ServiceConfig>::KIND {
+                continue;
+            }
+            let (cfg, span) = match services.get(name).and_then(|e| e.split.as_ref()) {
+                Some((c, span)) => (c, Some(span.clone())),
+                None => (&default_split, None),
+            };
+            let field = format!("queue[{}].hook", q.index);
+            if q.hook != Hook::Prerouting {
+                cx.err(
+                    Some(line_span(cx.text, q.line)),
+                    field,
+                    format!(
+                        "service `{name}` (tcpsplit) must run in prerouting: TPROXY diverts only there"
+                    ),
+                );
+            } else if q.table == Table::Mangle && !cfg.repeat {
+                cx.err(
+                    Some(line_span(cx.text, q.line)),
+                    format!("queue[{}].table", q.index),
+                    format!(
+                        "service `{name}` (tcpsplit) in mangle prerouting needs repeat = true: an accepted SYN goes on to the next hook, past the TPROXY rules; or use table = \"raw\""
+                    ),
+                );
+            }
+            for fam in &q.families {
+                if !families.contains(fam) {
+                    families.push(*fam);
+                }
+            }
+            if !splits.iter().any(|s| s.name == *name) {
+                splits.push(SplitUse {
+                    name: name.clone(),
+                    cfg,
+                    span,
+                });
+            }
+        }
+    }
+    families.sort();
+    // All instances feed one transparent listener: they must agree on what it reads.
+    if let Some(first) = splits.first() {
+        for other in &splits[1..] {
+            let same = other.cfg.mark == first.cfg.mark
+                && other.cfg.upstream == first.cfg.upstream
+                && other.cfg.transparent_source == first.cfg.transparent_source;
+            if !same {
+                cx.err(
+                    other.span.clone(),
+                    format!("service.{}", other.name),
+                    format!(
+                        "mark, upstream and transparent_source must equal those of service `{}`: both divert to one transparent listener",
+                        first.name
+                    ),
+                );
+            }
+        }
+        let m = first.cfg.mark;
+        let taken = [
+            (daemon.bypass_mark, "daemon.bypass_mark"),
+            (daemon.ct_mark_bits.mask(), "daemon.ct_mark_bits"),
+        ];
+        for (bits, what) in taken {
+            if m & bits != 0 {
+                cx.err(
+                    first.span.clone(),
+                    format!("service.{}.mark", first.name),
+                    format!("{m:#x} overlaps {what} ({bits:#x})"),
+                );
+            }
+        }
+    }
+
+    let mut listeners = Vec::new();
+    let mut tproxy_section: Option<(String, &ListenerSection<'_>)> = None;
+    for (name, e) in services {
+        let Some(l) = &e.listener else { continue };
+        let field = format!("service.{name}");
+        let errors_before = cx.errors.len();
+        // Unknown keys are refused here: the proxy's own config types accept any.
+        let known = listener_keys(l.kind);
+        for (k, _) in l.options.iter() {
+            if !known.iter().any(|x| x == k.get_ref().as_ref()) {
+                cx.err(
+                    Some(k.span()),
+                    format!("{field}.{}", k.get_ref()),
+                    format!(
+                        "unknown field `{}`, expected one of {}",
+                        k.get_ref(),
+                        known.join(", ")
+                    ),
+                );
+            }
+        }
+        if l.kind == "socks5" {
+            check_dest_lists(cx, &field, l);
+        }
+        if cx.errors.len() > errors_before {
+            continue;
+        }
+        let mut proxy_opts = l.options.clone();
+        // relayd's own keys are read below, from the section itself.
+        let extra: Vec<_> = proxy_opts
+            .keys()
+            .filter(|k| TPROXY_EXTRA_KEYS.contains(&k.get_ref().as_ref()))
+            .cloned()
+            .collect();
+        for k in extra {
+            proxy_opts.remove(&k);
+        }
+        let de = || {
+            toml::de::ValueDeserializer::from(Spanned::new(
+                l.body_span.clone(),
+                DeValue::Table(proxy_opts.clone()),
+            ))
+        };
+        let deser_err = |cx: &mut Ctx<'_>, e: toml::de::Error| {
+            section_error(cx, &field, &e, l.body_span.clone())
+        };
+        let kind = if l.kind == "socks5" {
+            match <Socks5Config as serde::Deserialize>::deserialize(de()) {
+                Ok(c) => ListenerKind::Socks5(c),
+                Err(e) => {
+                    deser_err(cx, e);
+                    continue;
+                }
+            }
+        } else {
+            match <TransparentConfig as serde::Deserialize>::deserialize(de()) {
+                Ok(c) => ListenerKind::Transparent(c),
+                Err(e) => {
+                    deser_err(cx, e);
+                    continue;
+                }
+            }
+        };
+        check_proxy_options(cx, &field, l, &kind);
+        if l.kind == "tproxy" {
+            if let Some((prev, _)) = &tproxy_section {
+                cx.err(
+                    Some(l.kind_span.clone()),
+                    format!("{field}.kind"),
+                    format!(
+                        "a second tproxy listener (service `{prev}` is the first): relayd runs one"
+                    ),
+                );
+                continue;
+            }
+            tproxy_section = Some((name.clone(), l));
+        }
+        listeners.push(ListenerSpec {
+            name: name.clone(),
+            line: line_col(cx.text, l.kind_span.start).0,
+            kind,
+        });
+    }
+
+    // The transparent listener: the tproxy section's, or one the tcpsplit services imply.
+    let mut tproxy = None;
+    let tp_index = listeners
+        .iter()
+        .position(|l| matches!(l.kind, ListenerKind::Transparent(_)));
+    if tp_index.is_some() || !splits.is_empty() {
+        let extras_of = |key: &str| {
+            tproxy_section.as_ref().and_then(|(_, l)| {
+                l.options
+                    .iter()
+                    .find(|(k, _)| k.get_ref().as_ref() == key)
+                    .map(|(k, v)| (k.span(), v.clone()))
+            })
+        };
+        let mut spec = TproxySpec::default();
+        let section_name = tproxy_section.as_ref().map(|(n, _)| n.clone());
+        let f = |key: &str| format!("service.{}.{key}", section_name.as_deref().unwrap_or("?"));
+        let as_value = |v: &Spanned<DeValue<'_>>| {
+            <toml::Value as serde::Deserialize>::deserialize(toml::de::ValueDeserializer::from(
+                v.clone(),
+            ))
+            .ok()
+        };
+        if let Some((_, v)) = extras_of("tproxy_mark") {
+            match as_value(&v).as_ref().and_then(parse_u32) {
+                Some(m) if m != 0 => (spec.tproxy_mark, spec.tproxy_mask) = (m, m),
+                _ => cx.err(
+                    Some(v.span()),
+                    f("tproxy_mark"),
+                    "must be a non-zero 32-bit mark, e.g. \"0x10000000\"",
+                ),
+            }
+        }
+        for (key, slot) in [
+            ("table", &mut spec.table),
+            ("rule_pref", &mut spec.rule_pref),
+        ] {
+            if let Some((_, v)) = extras_of(key) {
+                match as_value(&v).as_ref().and_then(parse_u32) {
+                    Some(n) if n > 0 => *slot = n,
+                    _ => cx.err(Some(v.span()), f(key), "must be a positive integer"),
+                }
+            }
+        }
+        let ports = extras_of("ports");
+        let mut fams = families.clone();
+        match (&ports, splits.first()) {
+            (Some((_, v)), Some(s)) => cx.err(
+                Some(v.span()),
+                f("ports"),
+                format!(
+                    "not with a tcpsplit service (`{}` decides which connections to divert)",
+                    s.name
+                ),
+            ),
+            (Some((_, v)), None) => {
+                let list: Option<Vec<u16>> = as_value(v).and_then(|v| match v {
+                    toml::Value::Array(a) => a
+                        .iter()
+                        .map(|p| p.as_integer().and_then(|i| u16::try_from(i).ok()))
+                        .collect(),
+                    _ => None,
+                });
+                match list {
+                    Some(p) if !p.is_empty() && p.len() <= 15 && !p.contains(&0) => {
+                        spec.divert = Divert::Ports(p)
+                    }
+                    _ => cx.err(
+                        Some(v.span()),
+                        f("ports"),
+                        "must be a list of 1 to 15 destination ports, e.g. [80, 443]",
+                    ),
+                }
+            }
+            (None, Some(s)) => {
+                spec.divert_mark = s.cfg.mark;
+                spec.divert_mask = s.cfg.mark;
+            }
+            (None, None) => {
+                let (_, l) = tproxy_section.as_ref().expect("a tproxy section");
+                cx.err(
+                    Some(l.kind_span.clone()),
+                    f("kind"),
+                    "nothing diverts connections to this listener: put a tcpsplit service in a prerouting queue, or give `ports`",
+                );
+            }
+        }
+        // The implied or configured transparent listener, with the tcpsplit options.
+        let mut tcfg = match tp_index.map(|i| &listeners[i].kind) {
+            Some(ListenerKind::Transparent(c)) => c.clone(),
+            _ => TransparentConfig::default(),
+        };
+        if let Some(s) = splits.first() {
+            let upstream = match s.cfg.upstream.as_deref() {
+                Some("mptcp") => relay_proxy::Upstream::Mptcp,
+                _ => relay_proxy::Upstream::Tcp,
+            };
+            for (key, conflict) in [
+                ("upstream", tcfg.options.upstream != upstream),
+                (
+                    "transparent_source",
+                    tcfg.transparent_source != s.cfg.transparent_source,
+                ),
+            ] {
+                if let Some((kspan, _)) = extras_of(key)
+                    && conflict
+                {
+                    cx.err(
+                        Some(kspan),
+                        f(key),
+                        format!(
+                            "differs from service `{}`: set it there (the tcpsplit service carries the proxy's options)",
+                            s.name
+                        ),
+                    );
+                }
+            }
+            tcfg.options.upstream = upstream;
+            tcfg.transparent_source = s.cfg.transparent_source;
+        }
+        if ports.is_some() {
+            fams = match tcfg.listen {
+                SocketAddr::V6(a) if a.ip().is_unspecified() => vec![Family::Ipv4, Family::Ipv6],
+                SocketAddr::V6(_) => vec![Family::Ipv6],
+                SocketAddr::V4(_) => vec![Family::Ipv4],
+            };
+        }
+        let listen_given = extras_of("listen").is_some();
+        if !listen_given && fams.contains(&Family::Ipv6) {
+            tcfg.listen = SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 9040));
+        }
+        let listen_span = extras_of("listen").map(|(_, v)| v.span());
+        match tcfg.listen {
+            SocketAddr::V4(_) if fams.contains(&Family::Ipv6) => cx.err(
+                listen_span.clone(),
+                f("listen"),
+                "an IPv4 listener cannot take diverted IPv6 connections: listen on \"[::]:PORT\"",
+            ),
+            SocketAddr::V6(a) if !a.ip().is_unspecified() && fams.contains(&Family::Ipv4) => cx
+                .err(
+                    listen_span.clone(),
+                    f("listen"),
+                    "a listener on one IPv6 address cannot take diverted IPv4 connections: listen on \"[::]:PORT\" or an IPv4 address",
+                ),
+            _ => {}
+        }
+        spec.port = tcfg.listen.port();
+        if !tcfg.listen.ip().is_unspecified() {
+            spec.on_ip = Some(tcfg.listen.ip());
+        }
+        if spec.port == 0 {
+            cx.err(
+                listen_span.clone(),
+                f("listen"),
+                "the transparent listener needs a fixed port (TPROXY --on-port)",
+            );
+        }
+        let tm = spec.tproxy_mask;
+        for (bits, what) in [
+            (daemon.bypass_mark, "daemon.bypass_mark"),
+            (daemon.ct_mark_bits.mask(), "daemon.ct_mark_bits"),
+            (spec.divert_mask, "the divert mark"),
+        ] {
+            if tm & bits != 0 {
+                cx.err(
+                    extras_of("tproxy_mark").map(|(_, v)| v.span()),
+                    f("tproxy_mark"),
+                    format!("{tm:#x} overlaps {what} ({bits:#x})"),
+                );
+            }
+        }
+        if let Err(e) = spec.check()
+            && cx.errors.is_empty()
+        {
+            cx.err(None, f("(tproxy)"), e.to_string());
+        }
+        let name = section_name
+            .clone()
+            .or_else(|| splits.first().map(|s| s.name.clone()))
+            .unwrap_or_default();
+        let implied = ListenerSpec {
+            name: name.clone(),
+            line: tp_index.map_or(0, |i| listeners[i].line),
+            kind: ListenerKind::Transparent(tcfg),
+        };
+        match tp_index {
+            Some(i) => listeners[i] = implied,
+            None => listeners.push(implied),
+        }
+        tproxy = Some(TproxySetup {
+            spec,
+            families: fams,
+            listener: name,
+        });
+    }
+    // Two listeners on one address would fail at bind time: say so now, with the line.
+    for (i, a) in listeners.iter().enumerate() {
+        if let Some(b) = listeners[..i]
+            .iter()
+            .find(|b| b.kind.listen() == a.kind.listen() && a.kind.listen().port() != 0)
+        {
+            cx.err(
+                Some(line_span(cx.text, a.line)),
+                format!("service.{}.listen", a.name),
+                format!("{} is also service `{}`'s address", a.kind.listen(), b.name),
+            );
+        }
+    }
+    (listeners, tproxy)
+}
+
+/// A `socks5` section's `allow` and `deny` lists, each entry parsed here so that an error
+/// names its line and index (deserializing would refuse it too, less precisely).
+fn check_dest_lists(cx: &mut Ctx<'_>, field: &str, l: &ListenerSection<'_>) {
+    use toml::de::DeValue;
+    for key in ["allow", "deny"] {
+        let Some((_, v)) = l.options.iter().find(|(k, _)| k.get_ref().as_ref() == key) else {
+            continue;
+        };
+        let DeValue::Array(items) = v.get_ref() else {
+            cx.err(
+                Some(v.span()),
+                format!("{field}.{key}"),
+                "must be a list of strings, e.g. [\"10.0.0.0/8\", \"192.0.2.1:443\"]",
+            );
+            continue;
+        };
+        for (i, item) in items.iter().enumerate() {
+            let f = format!("{field}.{key}[{i}]");
+            match item.get_ref() {
+                DeValue::String(s) => {
+                    if let Err(e) = s.parse::<relay_proxy::DestRule>() {
+                        cx.err(Some(item.span()), f, e);
+                    }
+                }
+                _ => cx.err(
+                    Some(item.span()),
+                    f,
+                    "must be a string: ADDR[/LEN][:PORT[-PORT]], \"[IPV6]/LEN:PORTS\" or \"*:PORTS\"",
+                ),
+            }
+        }
+    }
+}
+
+/// The proxy crate's own limits, checked here so that they name the line.
+fn check_proxy_options(
+    cx: &mut Ctx<'_>,
+    field: &str,
+    l: &ListenerSection<'_>,
+    kind: &ListenerKind,
+) {
+    let span_of = |key: &str| {
+        l.options
+            .iter()
+            .find(|(k, _)| k.get_ref().as_ref() == key)
+            .map(|(_, v)| v.span())
+            .or(Some(l.body_span.clone()))
+    };
+    let opts = match kind {
+        ListenerKind::Socks5(c) => &c.options,
+        ListenerKind::Transparent(c) => &c.options,
+    };
+    if opts.max_connections == 0 {
+        cx.err(
+            span_of("max_connections"),
+            format!("{field}.max_connections"),
+            "must be at least 1",
+        );
+    }
+    if !(4096..=64 << 20).contains(&opts.buffer_size) {
+        cx.err(
+            span_of("buffer_size"),
+            format!("{field}.buffer_size"),
+            "must be 4096 bytes to 64 MiB",
+        );
+    }
+    if let ListenerKind::Socks5(c) = kind
+        && c.users.is_empty()
+        && !c.listen.ip().to_canonical().is_loopback()
+    {
+        let listen = l
+            .options
+            .iter()
+            .find(|(k, _)| k.get_ref().as_ref() == "listen")
+            .map_or(l.kind_span.clone(), |(_, v)| v.span());
+        cx.warn(
+            Some(listen),
+            format!("{field}.listen"),
+            format!(
+                "{} is not a loopback address and `users` is empty: any host that reaches it may use the proxy without authentication (add `users`, or listen on 127.0.0.1)",
+                c.listen
+            ),
+        );
+    }
+    if let ListenerKind::Socks5(c) = kind {
+        for u in &c.users {
+            let ok = |s: &str| (1..=255).contains(&s.len());
+            if !ok(&u.username) || !ok(&u.password) {
+                cx.err(
+                    span_of("users"),
+                    format!("{field}.users"),
+                    format!(
+                        "user {:?}: name and password must be 1 to 255 bytes (RFC 1929)",
+                        u.username
+                    ),
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::test_util::{errs, first_err, parsed};
+
+    #[test]
+    fn split_proxy_and_listeners() {
+        let split = "[[queue]]\nnum = 0\nhook = \"prerouting\"\ntable = \"raw\"\nmatch = \"-p tcp --syn\"\nservices = [\"split\"]\n[service.split]\nkind = \"tcpsplit\"\nports = [80]\nupstream = \"mptcp\"\n";
+        let socks = "[service.socks]\nkind = \"socks5\"\nlisten = \"127.0.0.1:1080\"\n";
+        let c = parsed(&format!("{split}{socks}"));
+        assert_eq!(c.listeners.len(), 2);
+        let t = c.tproxy.as_ref().unwrap();
+        assert_eq!((t.spec.divert_mark, t.spec.port), (0x1, 9040));
+        assert_eq!(t.listener, "split");
+        match &c.listeners.iter().find(|l| l.name == "split").unwrap().kind {
+            ListenerKind::Transparent(tc) => {
+                assert_eq!(tc.options.upstream, relay_proxy::Upstream::Mptcp)
+            }
+            other => panic!("{other:?}"),
+        }
+        let rules = crate::rules::restore_text(&c).unwrap();
+        assert!(
+            rules.contains(
+                "-A RELAYD-PREROUTING -p tcp -m mark --mark 0x1/0x1 -m addrtype ! --dst-type LOCAL -j TPROXY --on-port 9040"
+            ),
+            "{rules}"
+        );
+        // Unknown keys in a listener, a listener in a chain, tcpsplit in the wrong place.
+        first_err(
+            &format!(
+                "{split}[service.socks]\nkind = \"socks5\"\nlisten = \"0.0.0.0:1080\"\nlisen = 1\n"
+            ),
+            14,
+            "service.socks.lisen",
+        );
+        first_err(
+            &format!("{socks}[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"socks\"]\n"),
+            7,
+            "queue[0].services[0]",
+        );
+        let e = errs(&split.replace("table = \"raw\"\n", ""));
+        assert_eq!(e[0].field, "queue[0].table", "{e:?}");
+        let e = errs(&split.replace("\"prerouting\"\ntable = \"raw\"", "\"forward\""));
+        assert_eq!(e[0].field, "queue[0].hook", "{e:?}");
+        first_err(
+            &format!("{split}[service.tp]\nkind = \"tproxy\"\nupstream = \"tcp\"\n"),
+            13,
+            "service.tp.upstream",
+        );
+        let e = errs(&format!(
+            "{socks}[service.s2]\nkind = \"socks5\"\nlisten = \"127.0.0.1:1080\"\nbuffer_size = 10\n"
+        ));
+        assert!(
+            e.iter()
+                .any(|e| e.field == "service.s2.buffer_size" && e.line == 7),
+            "{e:?}"
+        );
+        assert!(e.iter().any(|e| e.field.ends_with(".listen")), "{e:?}");
+        // A socks5 listener alone is a whole configuration.
+        parsed(socks);
+    }
+
+    #[test]
+    fn socks5_defaults_lists_and_open_listener_warning() {
+        // No `listen`: loopback, and nothing to warn about.
+        let c = parsed("[service.s]\nkind = \"socks5\"\n");
+        match &c.listeners[0].kind {
+            ListenerKind::Socks5(s) => {
+                assert_eq!(s.listen, "127.0.0.1:1080".parse().unwrap());
+                assert!(s.allow.is_empty() && s.deny.is_empty());
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        // Open to the network without users: a warning at the `listen` line, no error.
+        let c = parsed("[service.s]\nkind = \"socks5\"\nlisten = \"0.0.0.0:1080\"\n");
+        assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+        let w = &c.warnings[0];
+        assert_eq!((w.line, w.field.as_str()), (3, "service.s.listen"), "{w:?}");
+        assert!(w.to_string().starts_with("t.toml:3:"), "{w}");
+        assert!(w.message.contains("without authentication"), "{w}");
+        for quiet in [
+            "listen = \"[::1]:1080\"\n",
+            "listen = \"[::ffff:127.0.0.1]:1080\"\n",
+            "listen = \"10.0.1.2:1080\"\nusers = [{ username = \"a\", password = \"b\" }]\n",
+        ] {
+            let c = parsed(&format!("[service.s]\nkind = \"socks5\"\n{quiet}"));
+            assert!(c.warnings.is_empty(), "{quiet}: {:?}", c.warnings);
+        }
+        // allow and deny: read, and every bad entry named by file, line, field and index.
+        let c = parsed(
+            "[service.s]\nkind = \"socks5\"\nallow = [\"127.0.0.1:8080\", \"10.0.0.0/8\"]\ndeny = [\"[2001:db8::]/32:80-90\"]\n",
+        );
+        match &c.listeners[0].kind {
+            ListenerKind::Socks5(s) => {
+                assert_eq!(s.allow.len(), 2);
+                assert_eq!(s.deny[0].to_string(), "[2001:db8::]/32:80-90");
+            }
+            other => panic!("{other:?}"),
+        }
+        let e = first_err(
+            "[service.s]\nkind = \"socks5\"\nallow = [\n  \"10.0.0.0/8\",\n  \"10.0.0.1/8\",\n]\ndeny = [\"2001:db8::/32:80\", 5]\n",
+            5,
+            "service.s.allow[1]",
+        );
+        assert!(e[0].message.contains("host bits"), "{e:?}");
+        assert!(
+            e[0].to_string()
+                .starts_with("t.toml:5:3: service.s.allow[1]:"),
+            "{}",
+            e[0]
+        );
+        assert_eq!(
+            (e[1].line, e[1].field.as_str()),
+            (7, "service.s.deny[0]"),
+            "{e:?}"
+        );
+        assert!(e[1].message.contains("brackets"), "{e:?}");
+        assert_eq!(e[2].field, "service.s.deny[1]", "{e:?}");
+        assert_eq!(e.len(), 3, "{e:?}");
+        first_err(
+            "[service.s]\nkind = \"socks5\"\ndeny = \"10.0.0.0/8\"\n",
+            3,
+            "service.s.deny",
+        );
+        // The transparent listener has no destination lists.
+        first_err(
+            "[service.t]\nkind = \"tproxy\"\nports = [80]\nallow = [\"10.0.0.0/8\"]\n",
+            4,
+            "service.t.allow",
+        );
+    }
+}

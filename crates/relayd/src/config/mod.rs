@@ -1,0 +1,242 @@
+//! The configuration file: TOML read with serde, then checked as a whole. Every error
+//! names the file, the line and column, and the field, and says what is wrong.
+//!
+//! One file per section of the configuration: `daemon` (`[daemon]`), `queue`
+//! (`[[queue]]`), `services` (`[service.NAME]`), `listeners` (the proxy listeners and the
+//! split proxy's diversion), and `error` (errors with their place in the file). Each
+//! checks its section and records every error in one [`ConfigErrors`]; `parse` here reads
+//! the file and runs them in order.
+
+mod daemon;
+mod error;
+mod listeners;
+mod queue;
+mod services;
+
+pub use daemon::{
+    DEFAULT_CT_MARK_BITS, DEFAULT_SOCKET, DaemonConfig, DaemonUser, IptablesFlavor,
+    ct_bits_from_mask,
+};
+pub use error::{ConfigError, ConfigErrors};
+pub use listeners::{
+    DEFAULT_TPROXY_RULE_PREF, DEFAULT_TPROXY_TABLE, ListenerKind, ListenerSpec, TproxySetup,
+};
+pub use queue::QueueSpec;
+pub use services::LISTENER_KINDS;
+
+use crate::registry::Registry;
+use daemon::{RawDaemon, check_daemon};
+use error::{Ctx, toml_error};
+use listeners::check_listeners;
+use queue::{RawQueue, check_queue};
+use serde::Deserialize;
+use services::read_services;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// A whole, checked configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where it was read from.
+    pub path: PathBuf,
+    /// `[daemon]`.
+    pub daemon: DaemonConfig,
+    /// `[[queue]]` entries in file order.
+    pub queues: Vec<QueueSpec>,
+    /// The proxy listeners the daemon runs (`socks5`, and the transparent listener of the
+    /// split proxy), in name order.
+    pub listeners: Vec<ListenerSpec>,
+    /// The transparent diversion relayd installs for its split proxy, if any.
+    pub tproxy: Option<TproxySetup>,
+    /// What is valid but probably unwise (a SOCKS5 listener open to the network without
+    /// authentication), in the errors' form; `relayd check` prints them, `run` logs them.
+    pub warnings: Vec<ConfigError>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    #[serde(default)]
+    daemon: RawDaemon,
+    #[serde(default)]
+    queue: Vec<RawQueue>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    service: Option<toml::Value>, // read separately, with positions
+}
+
+/// Reads and checks a configuration file.
+pub fn load(path: &Path, registry: &Registry) -> Result<Config, ConfigErrors> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ConfigErrors(vec![ConfigError {
+            file: path.to_path_buf(),
+            line: 0,
+            column: 0,
+            field: "(file)".into(),
+            message: format!("cannot read: {e}"),
+        }])
+    })?;
+    parse(&text, path, registry)
+}
+
+/// Parses and checks configuration text (`path` is used in error messages).
+pub fn parse(text: &str, path: &Path, registry: &Registry) -> Result<Config, ConfigErrors> {
+    let mut cx = Ctx {
+        path,
+        text,
+        errors: Vec::new(),
+        warnings: Vec::new(),
+    };
+    if let Err(e) = toml::de::DeTable::parse(text) {
+        return Err(ConfigErrors(vec![toml_error(&cx, &e, "(syntax)")]));
+    }
+    let raw: RawFile = match toml::from_str(text) {
+        Ok(r) => r,
+        Err(e) => return Err(ConfigErrors(vec![toml_error(&cx, &e, "")])),
+    };
+    let daemon = check_daemon(&mut cx, raw.daemon);
+    let services = read_services(&mut cx, registry, daemon.bypass_mark);
+    let mut queues = Vec::new();
+    let mut taken: BTreeMap<u16, usize> = BTreeMap::new();
+    for (index, q) in raw.queue.into_iter().enumerate() {
+        if let Some(spec) = check_queue(&mut cx, index, q, &services, registry, &mut taken) {
+            queues.push(spec);
+        }
+    }
+    let (listeners, tproxy) = check_listeners(&mut cx, &queues, &services, &daemon);
+    if let Some(u) = &daemon.user {
+        // Reloads read the file again as that user, and the key files and EVE log with it.
+        let rereads: Vec<String> = queues
+            .iter()
+            .flat_map(|q| q.services.iter())
+            .filter(|(_, f)| matches!(f.kind(), "encrypt" | "decrypt" | "ids"))
+            .map(|(name, f)| format!("{name} ({})", f.kind()))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        if !rereads.is_empty() {
+            cx.warn(
+                None,
+                "daemon.user",
+                format!(
+                    "reloads re-read key files and reopen EVE logs as `{}`, which cannot read \
+                     root's 0600 keys: with {} a reload will be refused; restart instead, or run \
+                     relayd as that user from the start (docs/operations.md, Least privilege)",
+                    u.name,
+                    rereads.join(", ")
+                ),
+            );
+        }
+    }
+    if queues.is_empty() && listeners.is_empty() && cx.errors.is_empty() {
+        cx.err(
+            None,
+            "queue",
+            "no [[queue]] entries and no listeners: nothing to do",
+        );
+    }
+    if !cx.errors.is_empty() {
+        return Err(ConfigErrors(cx.errors));
+    }
+    let config = Config {
+        path: path.to_path_buf(),
+        daemon,
+        queues,
+        listeners,
+        tproxy,
+        warnings: std::mem::take(&mut cx.warnings),
+    };
+    // The tc trees `run` installs: two services that want different trees on one
+    // interface, or a tree tc would refuse, are errors `check` reports too.
+    if let Err(e) = crate::qos::plans(&config) {
+        return Err(ConfigErrors(vec![cx.at(None, "service", e)]));
+    }
+    Ok(config)
+}
+
+#[cfg(test)]
+pub(crate) mod test_util {
+    use super::*;
+
+    /// Parses `text`, which must be a valid configuration.
+    pub(crate) fn parsed(text: &str) -> Config {
+        parse(text, Path::new("t.toml"), &Registry::with_builtins()).unwrap()
+    }
+
+    pub(crate) fn errs(text: &str) -> Vec<ConfigError> {
+        parse(text, Path::new("t.toml"), &Registry::with_builtins())
+            .unwrap_err()
+            .0
+    }
+
+    /// Parses `text`, which must fail, checks that the first error points at `line` and
+    /// `field`, and returns all the errors.
+    #[track_caller]
+    pub(crate) fn first_err(text: &str, line: usize, field: &str) -> Vec<ConfigError> {
+        let e = errs(text);
+        assert_eq!((e[0].line, e[0].field.as_str()), (line, field), "{e:?}");
+        e
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::test_util::{errs, parsed};
+
+    #[test]
+    fn check_refuses_tc_trees_run_would_refuse() {
+        let encap = |name: &str, rate: &str| {
+            format!(
+                "[service.{name}]\nkind = \"mpls-encap\"\ninterface = \"core0\"\nlocal = \"192.0.2.1\"\nlink_rate = \"{rate}\"\n"
+            )
+        };
+        let queue = "[[queue]]\nnum = 0\nhook = \"prerouting\"\ntable = \"raw\"\nservices = [\"a\", \"b\"]\n";
+        let e = errs(&format!(
+            "{queue}{}{}",
+            encap("a", "10mbit"),
+            encap("b", "20mbit")
+        ));
+        assert!(
+            e[0].message.contains("both want the tc tree of core0"),
+            "{e:?}"
+        );
+        // The same tree twice is one tree.
+        parsed(&format!(
+            "{queue}{}{}",
+            encap("a", "10mbit"),
+            encap("b", "10mbit")
+        ));
+    }
+
+    #[test]
+    fn parses_the_documented_example() {
+        let text = r#"
+[daemon]
+socket = "/tmp/r.sock"
+
+[[queue]]
+num = 0
+hook = "forward"
+match = "-i eth0 -p udp"
+services = ["dump0", "accept"]
+
+[[queue]]
+num = "2-3"
+hook = "output"
+table = "raw"
+services = ["drop"]
+
+[service.dump0]
+kind = "dump"
+rate = 5
+"#;
+        let c = parsed(text);
+        assert_eq!(c.queues.len(), 2);
+        assert_eq!(c.queues[0].services.len(), 2);
+        assert_eq!(c.queues[0].line, 6);
+        assert!(c.queues[0].fail_open && c.queues[0].gso);
+        assert_eq!((c.queues[1].first, c.queues[1].last), (2, 3));
+        assert_eq!(c.daemon.socket, PathBuf::from("/tmp/r.sock"));
+    }
+}
