@@ -193,14 +193,11 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
                     off += len;
                 }
                 next_header::FRAGMENT => {
-                    if off + 8 > end {
-                        return Err(Malformed::Truncated);
-                    }
-                    let offset = be16(b, off + 2..off + 4) & 0xfff8;
-                    frag = Some(offset == 0);
-                    nh = b[off];
-                    off += 8;
-                    if offset != 0 {
+                    let f = FragmentHeader::new_checked(&b[off.min(end)..end])?;
+                    frag = Some(f.frag_offset() == 0);
+                    nh = f.next_header();
+                    off += FRAGMENT_HEADER_LEN;
+                    if f.frag_offset() != 0 {
                         return Ok((nh, off, frag));
                     }
                 }
@@ -276,6 +273,61 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
         let b = self.buffer.as_mut();
         let end = end.min(b.len());
         &mut b[HEADER_LEN.min(end)..end]
+    }
+}
+
+/// The fragment header's length (RFC 8200 4.5).
+pub const FRAGMENT_HEADER_LEN: usize = 8;
+
+/// A read/write view of an IPv6 fragment header (RFC 8200 4.5): next header, fragment
+/// offset, more-fragments flag and identification.
+///
+/// [`FragmentHeader::new_checked`] fails, and only fails, on a buffer shorter than 8
+/// bytes ([`Malformed::Truncated`]).
+#[derive(Debug, Clone, Copy)]
+pub struct FragmentHeader<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+mod frag_field {
+    use std::ops::Range;
+    pub(super) const NXT_HDR: usize = 0;
+    pub(super) const OFF_M: Range<usize> = 2..4;
+    pub(super) const IDENT: Range<usize> = 4..8;
+}
+
+impl<T: AsRef<[u8]>> FragmentHeader<T> {
+    /// Wraps a buffer without checking it.
+    pub const fn new_unchecked(buffer: T) -> Self {
+        FragmentHeader { buffer }
+    }
+
+    /// Wraps a buffer (starting at the fragment header) after checking the header fits.
+    pub fn new_checked(buffer: T) -> Result<Self, Malformed> {
+        if buffer.as_ref().len() < FRAGMENT_HEADER_LEN {
+            return Err(Malformed::Truncated);
+        }
+        Ok(Self::new_unchecked(buffer))
+    }
+
+    /// The header after this one.
+    pub fn next_header(&self) -> u8 {
+        self.buffer.as_ref()[frag_field::NXT_HDR]
+    }
+
+    /// The fragment offset in bytes (0 for the first fragment).
+    pub fn frag_offset(&self) -> u16 {
+        be16(self.buffer.as_ref(), frag_field::OFF_M) & 0xfff8
+    }
+
+    /// The more-fragments flag.
+    pub fn more_frags(&self) -> bool {
+        be16(self.buffer.as_ref(), frag_field::OFF_M) & 1 != 0
+    }
+
+    /// The identification.
+    pub fn ident(&self) -> u32 {
+        super::ipv4::be32(self.buffer.as_ref(), frag_field::IDENT)
     }
 }
 
@@ -482,6 +534,21 @@ mod tests {
         );
         assert_eq!(p.payload_mut().len(), 8);
         assert_eq!(&b[40..], &V6_ECHO_REQUEST[40..], "payload untouched");
+    }
+
+    #[test]
+    fn fragment_header_fields() {
+        // Next header UDP, offset 185 * 8, M set, identification 7.
+        let h = [17u8, 0, 0x05, 0xc9, 0, 0, 0, 7];
+        let f = FragmentHeader::new_checked(&h[..]).unwrap();
+        assert_eq!(
+            (f.next_header(), f.frag_offset(), f.more_frags(), f.ident()),
+            (17, 1480, true, 7)
+        );
+        assert_eq!(
+            FragmentHeader::new_checked(&h[..7]).unwrap_err(),
+            Malformed::Truncated
+        );
     }
 
     #[test]
