@@ -175,27 +175,20 @@ mod tests {
 
     /// An IPv4 ICMP echo request (or, with `ty`, another ICMP message) from `src`.
     fn icmp4(src: [u8; 4], ty: u8, len: usize) -> Vec<u8> {
+        let ip = Ipv4Repr::new(src.into(), [127, 0, 0, 2].into(), proto::ICMP, len - 20);
         let mut p = vec![0u8; len];
-        p[0] = 0x45;
-        p[2..4].copy_from_slice(&(len as u16).to_be_bytes());
-        p[6] = 0x40;
-        p[8] = 64;
-        p[9] = 1;
-        p[12..16].copy_from_slice(&src);
-        p[16..20].copy_from_slice(&[127, 0, 0, 2]);
-        p[20] = ty;
+        ip.emit(&mut Ipv4Packet::new_unchecked(&mut p[..]));
+        IcmpPacket::new_unchecked(&mut p[20..]).set_msg_type(ty);
         p
     }
 
+    /// An IPv6 packet from `src` with 8 bytes of `next`, the first of them `first`.
     fn v6(src: std::net::Ipv6Addr, next: u8, first: u8) -> Vec<u8> {
-        let mut p = vec![0u8; 48];
-        p[0] = 0x60;
-        p[4..6].copy_from_slice(&8u16.to_be_bytes());
-        p[6] = next;
-        p[7] = 64;
-        p[8..24].copy_from_slice(&src.octets());
-        p[24..40].copy_from_slice(&std::net::Ipv6Addr::LOCALHOST.octets());
-        p[40] = first;
+        let ip = relay_core::wire::Ipv6Repr::new(src, std::net::Ipv6Addr::LOCALHOST, next, 8);
+        let mut p = vec![0u8; ip.buffer_len()];
+        let mut v = Ipv6Packet::new_unchecked(&mut p[..]);
+        ip.emit(&mut v);
+        v.payload_mut()[0] = first;
         p
     }
 
@@ -209,7 +202,7 @@ mod tests {
             assert_eq!(answerable_source(&icmp4(src, 8, 28)), None, "{src:?}");
         }
         let mut later = icmp4(lo, 8, 28);
-        later[7] = 1; // offset 8
+        Ipv4Packet::new_unchecked(&mut later[..]).set_frag_offset(8);
         assert_eq!(answerable_source(&later), None, "a later fragment");
 
         let lo6 = std::net::Ipv6Addr::LOCALHOST;
@@ -222,7 +215,7 @@ mod tests {
         assert_eq!(answerable_source(&v6("::".parse().unwrap(), 17, 0)), None);
         let mut frag = v6(lo6, 44, 17);
         assert_eq!(answerable_source(&frag), Some(IpAddr::V6(lo6)), "first");
-        frag[43] = 0x08; // offset 1
+        FragmentHeader::new_unchecked(&mut frag[40..]).set_frag_offset(8);
         assert_eq!(answerable_source(&frag), None, "a later fragment");
     }
 
@@ -232,12 +225,14 @@ mod tests {
         let mut b = Vec::new();
         frag_needed(&mut b, Ipv4Addr::LOCALHOST, &orig, 1476);
         assert_eq!(b.len(), 576);
-        assert_eq!(u16::from_be_bytes([b[2], b[3]]), 576);
-        assert_eq!((b[9], &b[16..20]), (1, &[127, 0, 0, 1][..]));
-        assert_eq!(&b[20..22], &[3, 4], "type 3 code 4");
-        assert_eq!(u16::from_be_bytes([b[26], b[27]]), 1476, "next-hop MTU");
-        assert_eq!(checksum::checksum(&b[20..]), 0);
-        assert_eq!(&b[28..], &orig[..548]);
+        let ip = Ipv4Packet::new_checked(&b[..]).unwrap();
+        assert_eq!(ip.total_len(), 576);
+        assert_eq!((ip.protocol(), ip.dst_addr()), (1, Ipv4Addr::LOCALHOST));
+        let m = IcmpPacket::new_checked(ip.payload()).unwrap();
+        assert_eq!((m.msg_type(), m.code()), (3, 4), "type 3 code 4");
+        assert_eq!(m.next_hop_mtu(), 1476, "next-hop MTU");
+        assert_eq!(checksum::checksum(ip.payload()), 0);
+        assert_eq!(m.data(), &orig[..548]);
 
         packet_too_big(&mut b, &[0x60; 2000], 1280);
         assert_eq!(b.len(), 1280 - 40);

@@ -331,6 +331,33 @@ impl<T: AsRef<[u8]>> FragmentHeader<T> {
     }
 }
 
+impl<T: AsRef<[u8]> + AsMut<[u8]>> FragmentHeader<T> {
+    /// Sets the header after this one.
+    pub fn set_next_header(&mut self, v: u8) {
+        self.buffer.as_mut()[frag_field::NXT_HDR] = v;
+    }
+
+    /// Sets the fragment offset in bytes (a multiple of 8; the low three bits are cut
+    /// off), keeping the more-fragments flag.
+    pub fn set_frag_offset(&mut self, bytes: u16) {
+        let b = self.buffer.as_mut();
+        let w = (be16(b, frag_field::OFF_M) & 0x0007) | (bytes & 0xfff8);
+        b[frag_field::OFF_M].copy_from_slice(&w.to_be_bytes());
+    }
+
+    /// Sets or clears the more-fragments flag.
+    pub fn set_more_frags(&mut self, v: bool) {
+        let b = self.buffer.as_mut();
+        let w = (be16(b, frag_field::OFF_M) & !1) | v as u16;
+        b[frag_field::OFF_M].copy_from_slice(&w.to_be_bytes());
+    }
+
+    /// Sets the identification.
+    pub fn set_ident(&mut self, v: u32) {
+        self.buffer.as_mut()[frag_field::IDENT].copy_from_slice(&v.to_be_bytes());
+    }
+}
+
 /// The high-level form of the fixed IPv6 header (extension headers are payload).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Ipv6Repr {
@@ -549,6 +576,18 @@ mod tests {
             FragmentHeader::new_checked(&h[..7]).unwrap_err(),
             Malformed::Truncated
         );
+        let mut b = [0u8, 0xaa, 0, 0, 0, 0, 0, 0];
+        let mut f = FragmentHeader::new_unchecked(&mut b[..]);
+        f.set_next_header(17);
+        f.set_frag_offset(1480);
+        f.set_more_frags(true);
+        f.set_ident(7);
+        assert_eq!(b[1], 0xaa, "reserved byte untouched");
+        b[1] = 0;
+        assert_eq!(b, h);
+        let mut f = FragmentHeader::new_unchecked(&mut b[..]);
+        f.set_more_frags(false);
+        assert_eq!((f.frag_offset(), f.more_frags()), (1480, false));
     }
 
     #[test]
