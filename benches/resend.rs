@@ -1,7 +1,9 @@
 //! Packets/s of 6in4 ESP re-sends on one core (issue 15): IPv6 packets queued from an IPv6
 //! hook, encrypted by `encrypt` in tunnel mode with IPv4 ends, so that their verdict cannot
-//! carry them and they leave anew from a socket. The relay's part only: the service and
-//! the send, in a namespace where the tunnel's remote end is routed through a veth whose
+//! carry them and they leave anew from a socket. The relay's part only: the service, which
+//! emits each ESP packet into the queue's outbox, and the datapath's [`Emitter`], which
+//! sends a batch's packets with one `sendmmsg` after the batch (before issue 15 the service
+//! sent each with its own `sendto`: 374k/s at 100 B, 298k/s at 1,400 B here), in a namespace where the tunnel's remote end is routed through a veth whose
 //! peer is down (the kernel has no dummy interfaces here: veth frees what it cannot pass
 //! on, after the whole IP output path), on CPU 1, batches of 64 as the datapath receives
 //! them.
@@ -10,6 +12,7 @@
 
 use criterion::{Criterion, Throughput};
 use relay_core::{Context, Counters, Packet, PacketMeta, ServiceConfig};
+use relay_nfq::Emitter;
 use relay_svc_crypto::EncryptConfig;
 use std::hint::black_box;
 use std::os::unix::fs::PermissionsExt;
@@ -73,6 +76,8 @@ fn main() {
         let counters = Counters::new();
         let mut enc = cfg.into_factory("esp").unwrap().build(&counters);
         let mut c = Criterion::default().configure_from_args();
+        let mut emitter = Emitter::new();
+        let mut cx = Context::new(0, Instant::now());
         for size in [100usize, 1400] {
             let plain = udp6(size);
             let meta = PacketMeta {
@@ -84,7 +89,7 @@ fn main() {
             g.throughput(Throughput::Elements(BATCH as u64));
             g.bench_function("encrypt_and_send", |b| {
                 b.iter(|| {
-                    let mut cx = Context::new(0, Instant::now());
+                    cx.now = Instant::now();
                     for buf in bufs.iter_mut() {
                         buf[128..128 + size].copy_from_slice(&plain);
                         let mut p =
@@ -92,6 +97,8 @@ fn main() {
                         black_box(enc.process(&mut p, &mut cx));
                         *buf = p.into_buffer();
                     }
+                    let now = cx.now;
+                    black_box(emitter.flush(cx.outbox_mut(), 0, now));
                 })
             });
             g.finish();

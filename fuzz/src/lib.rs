@@ -498,7 +498,10 @@ impl Sandbox for relay_svc_ids::IdsConfig {
 impl<C: ServiceConfig + Sandbox> ServiceConfig for Sandboxed<C> {
     const KIND: &'static str = C::KIND;
 
-    fn into_factory(mut self, name: &str) -> Result<Arc<dyn ServiceFactory>, String> {
+    fn into_factory(
+        mut self,
+        name: &str,
+    ) -> Result<Arc<dyn ServiceFactory>, relay_core::InvalidConfig> {
         self.0.sandbox();
         self.0.into_factory(name)
     }

@@ -28,4 +28,7 @@ pub use outbox::{EmitError, Emitted, Outbox, Route, Tally};
 pub use packet::{CtInfo, CtMarkBits, CtState, IpVersion, Layout, Packet, PacketMeta};
 pub use prefix::Prefix;
 pub use qos::{QosClass, QosPlan};
-pub use service::{Action, Context, FailPolicy, MssClamp, Service, ServiceConfig, ServiceFactory};
+pub use service::{
+    Action, Context, FailPolicy, InvalidConfig, Kept, MssClamp, Service, ServiceConfig,
+    ServiceFactory,
+};

@@ -187,6 +187,24 @@ pub struct MssClamp {
     pub ipv6: u16,
 }
 
+/// What a service asks of relayd's transparent proxy ([`ServiceFactory::proxy_diversion`]):
+/// divert the TCP connections whose SYN it marks with `mark` to the proxy, which carries
+/// them on upstream as given here. relayd owns the TPROXY rules, the policy route and the
+/// listener; the service only decides which connections go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProxyDiversion {
+    /// The fwmark the service sets on a SYN to divert its connection (non-zero).
+    pub mark: u32,
+    /// The service gives a marked SYN back to its hook ([`Action::Repeat`]) rather than
+    /// letting it go on: needed in mangle PREROUTING, where an accepted packet leaves the
+    /// hook before relayd's TPROXY rules in it.
+    pub repeat: bool,
+    /// The proxy's upstream leg uses Multipath TCP (else TCP).
+    pub mptcp: bool,
+    /// The proxy's upstream leg keeps the client's source address.
+    pub transparent_source: bool,
+}
+
 /// A packet service instance, owned by one queue thread.
 pub trait Service: Send {
     /// Handles one packet: inspect or rewrite it (through [`Packet::data_mut`] and the wire
@@ -248,6 +266,17 @@ pub trait ServiceFactory: Send + Sync {
         None
     }
 
+    /// The transparent proxy diversion the service asks for, if any (a split proxy's
+    /// per-connection decision): relayd then installs the TPROXY rules and route that send
+    /// the connections it marks to its transparent listener, set up as asked, and its
+    /// configuration check refuses a queue from which the marked SYNs cannot reach those
+    /// rules (any hook but prerouting; mangle without `repeat`). Every diverting service of
+    /// a configuration feeds the one listener, so they must ask the same. This is how the
+    /// daemon learns of it without knowing the service. `None` (the default): no diversion.
+    fn proxy_diversion(&self) -> Option<ProxyDiversion> {
+        None
+    }
+
     /// The tc tree the service's marks select classes of, if any: relayd installs it on
     /// start, applies changes on reload (only the differing classes) and removes it on exit.
     fn qos(&self) -> Option<crate::QosPlan> {
@@ -259,6 +288,67 @@ pub trait ServiceFactory: Send + Sync {
     fn build(&self, counters: &Counters) -> Box<dyn Service>;
 }
 
+/// Why [`ServiceConfig::into_factory`] refused a service's configuration: values that
+/// parse but make no sense (together), a key file that cannot be read. relayd prints it
+/// after the section's position (`relayd.toml:11:1: service.pm: MESSAGE`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidConfig(String);
+
+impl InvalidConfig {
+    /// A refusal saying `message` (which value is wrong, and why).
+    pub fn new(message: impl Into<String>) -> InvalidConfig {
+        InvalidConfig(message.into())
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<String> for InvalidConfig {
+    fn from(message: String) -> InvalidConfig {
+        InvalidConfig(message)
+    }
+}
+
+impl From<&str> for InvalidConfig {
+    fn from(message: &str) -> InvalidConfig {
+        InvalidConfig(message.to_string())
+    }
+}
+
+/// State a service kind keeps from one configuration to the next: the daemon owns one set
+/// for its whole life and hands it to every [`ServiceConfig::into_factory_kept`], so that
+/// a reload can carry over what must not start again (an ESP SA's sequence counter and
+/// replay window), without a process-wide static. One value per type, made on first use;
+/// taken only while a configuration is loaded, never per packet.
+#[derive(Debug, Default)]
+pub struct Kept {
+    slots: std::sync::Mutex<Vec<Arc<dyn std::any::Any + Send + Sync>>>,
+}
+
+impl Kept {
+    /// An empty set (a fresh daemon, or a test).
+    pub fn new() -> Kept {
+        Kept::default()
+    }
+
+    /// The kept value of type `T`, made with `T::default()` the first time.
+    pub fn get_or_default<T: std::any::Any + Send + Sync + Default>(&self) -> Arc<T> {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        for s in slots.iter() {
+            if let Ok(t) = Arc::clone(s).downcast::<T>() {
+                return t;
+            }
+        }
+        let t = Arc::new(T::default());
+        slots.push(t.clone());
+        t
+    }
+}
+
 /// A service's configuration section (`[service.NAME]`, less the `kind` key), parsed with
 /// serde; unknown keys should be refused (`#[serde(deny_unknown_fields)]`).
 pub trait ServiceConfig: DeserializeOwned {
@@ -267,5 +357,21 @@ pub trait ServiceConfig: DeserializeOwned {
 
     /// Checks the values and makes the factory for the instance called `name`. The error
     /// says which value is wrong.
-    fn into_factory(self, name: &str) -> Result<Arc<dyn ServiceFactory>, String>;
+    fn into_factory(self, name: &str) -> Result<Arc<dyn ServiceFactory>, InvalidConfig>;
+
+    /// Like [`ServiceConfig::into_factory`], with the state the daemon keeps across
+    /// reloads ([`Kept`]); relayd calls this one. Override it (and make `into_factory`
+    /// use a fresh [`Kept`]) only if a reload must carry state over; the default ignores
+    /// `kept`.
+    fn into_factory_kept(
+        self,
+        name: &str,
+        kept: &Kept,
+    ) -> Result<Arc<dyn ServiceFactory>, InvalidConfig>
+    where
+        Self: Sized,
+    {
+        let _ = kept;
+        self.into_factory(name)
+    }
 }

@@ -5,7 +5,11 @@
 //! A [`QueueMonitor`] thread dumps the root qdiscs over rtnetlink every poll interval
 //! (1 ms by default) and publishes each interface's backlog, drops and rate in atomics;
 //! services read them per packet with no system call and no lock.
+//!
+//! [`frame`] is the netlink framing (message and attribute iteration and building) that
+//! this crate's rtnetlink dump and relay-nfq's NFQUEUE layer share.
 
+pub mod frame;
 mod rtnl;
 
 #[doc(hidden)]

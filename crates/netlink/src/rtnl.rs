@@ -6,15 +6,15 @@
 //! task per poll) and leaves qdisc options untyped, while the monitor polls every
 //! millisecond from a plain thread and needs exactly these three attributes.
 
+use crate::frame::{
+    Attrs, Header, Messages, NLM_F_DUMP, NLM_F_REQUEST, NLMSG_DONE, NLMSG_ERROR, NLMSG_HDRLEN,
+    ne32_at, os_error,
+};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 const RTM_NEWQDISC: u16 = 36;
 const RTM_GETQDISC: u16 = 38;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
-const NLM_F_REQUEST: u16 = 1;
-const NLM_F_DUMP: u16 = 0x300;
 const TCA_KIND: u16 = 1;
 const TCA_OPTIONS: u16 = 2;
 const TCA_STATS2: u16 = 7;
@@ -80,12 +80,17 @@ impl RtnlSocket {
     /// Dumps the root qdiscs, calling `f` for each. Allocates nothing after the first call.
     pub fn dump_root_qdiscs(&mut self, mut f: impl FnMut(QdiscStats)) -> io::Result<()> {
         self.seq = self.seq.wrapping_add(1);
-        let mut req = [0u8; 16 + 20];
-        req[0..4].copy_from_slice(&36u32.to_ne_bytes());
-        req[4..6].copy_from_slice(&RTM_GETQDISC.to_ne_bytes());
-        req[6..8].copy_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
-        req[8..12].copy_from_slice(&self.seq.to_ne_bytes());
-        req[16] = libc::AF_UNSPEC as u8;
+        // The header and an empty struct tcmsg (family AF_UNSPEC: every interface).
+        let mut req = [0u8; NLMSG_HDRLEN + 20];
+        let header = Header {
+            len: req.len() as u32,
+            ty: RTM_GETQDISC,
+            flags: NLM_F_REQUEST | NLM_F_DUMP,
+            seq: self.seq,
+            pid: 0,
+        };
+        req[..NLMSG_HDRLEN].copy_from_slice(&header.to_bytes());
+        req[NLMSG_HDRLEN] = libc::AF_UNSPEC as u8;
         // SAFETY: req is a live buffer of req.len() bytes.
         cvt(unsafe {
             libc::send(
@@ -124,33 +129,23 @@ impl RtnlSocket {
 /// root qdisc, and returns `Some` once the dump is over (`NLMSG_DONE`, or the kernel's
 /// error), `None` if more datagrams follow. Stops at the first inconsistent length.
 fn parse_dump(dgram: &[u8], seq: u32, f: &mut impl FnMut(QdiscStats)) -> Option<io::Result<()>> {
-    let mut off = 0;
-    while off + 16 <= dgram.len() {
-        let b = &dgram[off..];
-        let len = u32::from_ne_bytes([b[0], b[1], b[2], b[3]]) as usize;
-        if len < 16 || len > b.len() {
-            break;
-        }
-        let ty = u16::from_ne_bytes([b[4], b[5]]);
-        if u32::from_ne_bytes([b[8], b[9], b[10], b[11]]) == seq {
-            match ty {
-                NLMSG_DONE => return Some(Ok(())),
-                NLMSG_ERROR if len >= 20 => {
-                    let e = i32::from_ne_bytes([b[16], b[17], b[18], b[19]]);
-                    if e != 0 {
-                        // i32::MIN has no negation: any error code will do.
-                        return Some(Err(io::Error::from_raw_os_error(e.saturating_neg())));
-                    }
+    for m in Messages::new(dgram).filter(|m| m.seq() == seq) {
+        match m.ty() {
+            NLMSG_DONE => return Some(Ok(())),
+            NLMSG_ERROR => {
+                if let Some(e) = m.error()
+                    && e != 0
+                {
+                    return Some(Err(os_error(e)));
                 }
-                RTM_NEWQDISC => {
-                    if let Some(q) = parse_qdisc(&b[16..len]) {
-                        f(q);
-                    }
-                }
-                _ => {}
             }
+            RTM_NEWQDISC => {
+                if let Some(q) = parse_qdisc(m.payload) {
+                    f(q);
+                }
+            }
+            _ => {}
         }
-        off += (len + 3) & !3;
     }
     None
 }
@@ -166,32 +161,11 @@ pub fn fuzz_parse_dump(
     parse_dump(dgram, seq, &mut f)
 }
 
-/// Iterates netlink attributes (type without the nested/byte-order flags, payload).
-fn attrs(mut b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
-    std::iter::from_fn(move || {
-        if b.len() < 4 {
-            return None;
-        }
-        let len = u16::from_ne_bytes([b[0], b[1]]) as usize;
-        let ty = u16::from_ne_bytes([b[2], b[3]]) & 0x3fff;
-        if len < 4 || len > b.len() {
-            return None;
-        }
-        let payload = &b[4..len];
-        b = &b[((len + 3) & !3).min(b.len())..];
-        Some((ty, payload))
-    })
-}
-
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
-}
-
 /// Parses one RTM_NEWQDISC body (tcmsg + attributes); `None` for a non-root qdisc.
 fn parse_qdisc(body: &[u8]) -> Option<QdiscStats> {
     // struct tcmsg { u8 family, pad[3]; i32 ifindex; u32 handle; u32 parent; u32 info }
-    let ifindex = u32_at(body, 4)?;
-    if u32_at(body, 12)? != TC_H_ROOT {
+    let ifindex = ne32_at(body, 4)?;
+    if ne32_at(body, 12)? != TC_H_ROOT {
         return None;
     }
     let mut q = QdiscStats {
@@ -200,29 +174,29 @@ fn parse_qdisc(body: &[u8]) -> Option<QdiscStats> {
     };
     let mut kind: &[u8] = b"";
     let mut options: &[u8] = b"";
-    for (ty, p) in attrs(body.get(20..)?) {
-        match ty {
-            TCA_KIND => kind = p.strip_suffix(b"\0").unwrap_or(p),
-            TCA_OPTIONS => options = p,
+    for a in Attrs::new(body.get(20..)?) {
+        match a.ty {
+            TCA_KIND => kind = a.data.strip_suffix(b"\0").unwrap_or(a.data),
+            TCA_OPTIONS => options = a.data,
             TCA_STATS2 => {
-                for (t, s) in attrs(p) {
+                for s in Attrs::new(a.data).filter(|s| s.ty == TCA_STATS_QUEUE) {
                     // struct gnet_stats_queue { qlen, backlog, drops, requeues, overlimits }
-                    if t == TCA_STATS_QUEUE {
-                        q.qlen = u32_at(s, 0)?;
-                        q.backlog_bytes = u32_at(s, 4)?;
-                        q.drops = u32_at(s, 8)?;
-                    }
+                    q.qlen = s.ne32_at(0)?;
+                    q.backlog_bytes = s.ne32_at(4)?;
+                    q.drops = s.ne32_at(8)?;
                 }
             }
             _ => {}
         }
     }
     if kind == b"tbf" {
-        for (t, o) in attrs(options) {
-            match t {
+        for o in Attrs::new(options) {
+            match o.ty {
                 // struct tc_tbf_qopt { struct tc_ratespec rate; ... }, rate at offset 8
-                TCA_TBF_PARMS if q.rate_bytes == 0 => q.rate_bytes = u32_at(o, 8)? as u64,
-                TCA_TBF_RATE64 => q.rate_bytes = u64::from_ne_bytes(o.get(..8)?.try_into().ok()?),
+                TCA_TBF_PARMS if q.rate_bytes == 0 => q.rate_bytes = o.ne32_at(8)? as u64,
+                TCA_TBF_RATE64 => {
+                    q.rate_bytes = u64::from_ne_bytes(o.data.get(..8)?.try_into().ok()?)
+                }
                 _ => {}
             }
         }
@@ -233,22 +207,10 @@ fn parse_qdisc(body: &[u8]) -> Option<QdiscStats> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn attr(out: &mut Vec<u8>, ty: u16, data: &[u8]) {
-        out.extend_from_slice(&((4 + data.len()) as u16).to_ne_bytes());
-        out.extend_from_slice(&ty.to_ne_bytes());
-        out.extend_from_slice(data);
-        out.resize(out.len().next_multiple_of(4), 0);
-    }
+    use crate::frame::{Builder, put_attr as attr};
 
     fn nlmsg(ty: u16, seq: u32, body: &[u8]) -> Vec<u8> {
-        let mut m = ((16 + body.len()) as u32).to_ne_bytes().to_vec();
-        m.extend_from_slice(&ty.to_ne_bytes());
-        m.extend_from_slice(&[0, 0]);
-        m.extend_from_slice(&seq.to_ne_bytes());
-        m.extend_from_slice(&[0; 4]);
-        m.extend_from_slice(body);
-        m
+        Builder::new(ty, 0, seq).push(body).finish().to_vec()
     }
 
     fn qdisc(ifindex: i32, parent: u32, kind: &[u8], rate: Option<u32>) -> Vec<u8> {

@@ -7,27 +7,36 @@
 //!
 //! Packets the services emit of their own ([`relay_core::Context::emit`]) leave after the
 //! batch's verdicts through an [`Emitter`]: one `sendmmsg` per socket (IPv4, IPv6, ICMPv6),
-//! so at most three system calls per batch.
+//! so at most three system calls per batch, one more for each packet the kernel refuses.
+//!
+//! Each queue thread is a pure engine (decode a batch, run the chain, plan the verdicts;
+//! unit-tested in memory) inside a thin shell that makes the system calls; the netlink
+//! framing is [`relay_netlink::frame`], shared with the rtnetlink code.
 //!
 //! Failure behaviour: ENOBUFS (our receive buffer overran) is counted and survived;
 //! a malformed netlink message or packet is counted and never panics the thread.
 
 mod affinity;
+mod config;
 mod emit;
+mod engine;
 mod hold;
 mod netlink;
 mod priority;
 pub mod procfs;
 mod queue;
 mod raw;
+mod socket;
+mod worker;
 
 pub use affinity::{MAX_CPU, available_cpus, format_cpu_list};
+pub use config::{HoldConfig, QueueConfig};
 pub use emit::{Emitter, Flushed};
 #[doc(hidden)]
 pub use netlink::fuzz_decode_datagram;
 pub use priority::NICE_RANGE;
 pub use procfs::KernelQueueStats;
-pub use queue::{HoldConfig, IDLE_WAKE, Queue, QueueConfig};
+pub use queue::{IDLE_WAKE, Queue};
 
 /// Why a queue could not be set up.
 #[derive(Debug, thiserror::Error)]

@@ -11,8 +11,8 @@ use crate::status::{KernelStatus, QueueStatus, ServiceStatus, Status};
 use anyhow::{Context as _, bail};
 use relay_control::Family;
 use relay_control::tc::Tc;
+use relay_core::StageMark;
 use relay_core::{Chain, ChainSettings, Counter, CounterKind, Counters, QueueCounters};
-use relay_core::{CtMarkBits, StageMark};
 use relay_nfq::{Queue, QueueConfig};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -87,25 +87,6 @@ impl std::fmt::Debug for Daemon {
         f.debug_struct("Daemon")
             .field("queues", &self.queues.keys().collect::<Vec<_>>())
             .finish()
-    }
-}
-
-/// The kernel queue and thread settings of queue `num` of `spec`.
-pub(crate) fn queue_config(spec: &QueueSpec, num: u16, ct_bits: CtMarkBits) -> QueueConfig {
-    QueueConfig {
-        num,
-        copy_range: spec.copy_range,
-        max_len: spec.max_len,
-        fail_open: spec.fail_open,
-        gso: spec.gso,
-        rcvbuf: spec.rcvbuf,
-        batch: spec.batch,
-        batch_verdicts: true,
-        conntrack: spec.conntrack,
-        ct_mark_bits: spec.conntrack.then_some(ct_bits),
-        hold: spec.hold,
-        cpu: spec.cpu_for(num),
-        nice: spec.nice,
     }
 }
 
@@ -270,8 +251,8 @@ impl Daemon {
             tracing::info!(
                 queues = %format!("{}-{}", q.first, q.last),
                 hook = %q.hook,
-                fail_open = q.fail_open,
-                gso = q.gso,
+                fail_open = q.queue.fail_open,
+                gso = q.queue.gso,
                 "serving chain [{}]",
                 names.join(", ")
             );
@@ -287,7 +268,7 @@ impl Daemon {
                 if self.queues.contains_key(&num) {
                     continue;
                 }
-                let cfg = queue_config(spec, num, config.daemon.ct_mark_bits);
+                let cfg = spec.queue_config(num);
                 let chain = self.counters.chain(spec, num, config.daemon.bypass_mark);
                 let counters = self.counters.queue(num);
                 match Queue::start(&cfg, chain, counters) {
@@ -393,7 +374,7 @@ impl Daemon {
                     continue;
                 };
                 let now = r.queue.effective_nice();
-                let want = spec.nice.unwrap_or(r.queue.inherited_nice());
+                let want = spec.queue.nice.unwrap_or(r.queue.inherited_nice());
                 if want < now
                     && !caps::has_cap(
                         None,
@@ -448,7 +429,7 @@ impl Daemon {
         let bypass = new.daemon.bypass_mark;
         for (num, r) in self.queues.iter_mut() {
             if let Some(spec) = wanted.get(num) {
-                let cfg = queue_config(spec, *num, new.daemon.ct_mark_bits);
+                let cfg = spec.queue_config(*num);
                 let chain = self.counters.chain(spec, *num, bypass);
                 // Checked by the configuration already; what is left is the kernel refusing
                 // a CPU pin or a nice value (no CAP_SYS_NICE, say).

@@ -74,7 +74,7 @@ pub fn needed(cfg: &Config) -> Vec<Need> {
         }
     }
     for q in &cfg.queues {
-        if let Some(n) = q.nice.filter(|n| *n < 0) {
+        if let Some(n) = q.queue.nice.filter(|n| *n < 0) {
             let which = if q.first == q.last {
                 format!("queue {}", q.first)
             } else {

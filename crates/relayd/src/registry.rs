@@ -4,7 +4,7 @@
 //! any bad value) and makes the service's factory.
 
 use relay_core::builtin::{AcceptConfig, DropConfig, DumpConfig, MarkConfig};
-use relay_core::{ServiceConfig, ServiceFactory};
+use relay_core::{Kept, ServiceConfig, ServiceFactory};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -20,20 +20,25 @@ pub enum BuildError {
 type Builder = for<'i> fn(
     toml::de::ValueDeserializer<'i>,
     &str,
+    &Kept,
 ) -> Result<Arc<dyn ServiceFactory>, BuildError>;
 
 fn build<C: ServiceConfig>(
     de: toml::de::ValueDeserializer<'_>,
     name: &str,
+    kept: &Kept,
 ) -> Result<Arc<dyn ServiceFactory>, BuildError> {
     let cfg = <C as serde::Deserialize>::deserialize(de).map_err(BuildError::Options)?;
-    cfg.into_factory(name).map_err(BuildError::Invalid)
+    cfg.into_factory_kept(name, kept)
+        .map_err(|e| BuildError::Invalid(e.to_string()))
 }
 
-/// Service kinds by name.
+/// Service kinds by name, and the state they keep from one configuration to the next
+/// ([`Kept`]: shared by the registry's clones, so one registry serves a daemon's life).
 #[derive(Clone)]
 pub struct Registry {
     kinds: BTreeMap<&'static str, Builder>,
+    kept: Arc<Kept>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -53,6 +58,7 @@ impl Registry {
     pub fn empty() -> Registry {
         Registry {
             kinds: BTreeMap::new(),
+            kept: Arc::new(Kept::new()),
         }
     }
 
@@ -99,7 +105,7 @@ impl Registry {
         name: &str,
         options: toml::de::ValueDeserializer<'_>,
     ) -> Option<Result<Arc<dyn ServiceFactory>, BuildError>> {
-        self.kinds.get(kind).map(|b| b(options, name))
+        self.kinds.get(kind).map(|b| b(options, name, &self.kept))
     }
 
     /// Builds `kind` with no options at all (a built-in named directly in a chain).

@@ -25,7 +25,7 @@ pub fn ruleset(cfg: &Config) -> RuleSet {
                 matches: q.matches.clone(),
                 first_queue: q.first,
                 last_queue: q.last,
-                bypass: q.fail_open,
+                bypass: q.queue.fail_open,
                 cpu_fanout: q.cpu_fanout,
                 pre: pre_rules(q, ct),
             })
@@ -79,7 +79,7 @@ fn tproxy_rules(cfg: &Config) -> Vec<OwnedRule> {
 /// MSS clamp any of them asks for, per family.
 fn pre_rules(q: &QueueSpec, ct: CtMarkBits) -> Vec<PreRule> {
     let mut out = Vec::new();
-    if q.conntrack {
+    if q.queue.conntrack {
         for (what, bit) in [
             (["--ctstate", "NEW,ESTABLISHED,RELATED"], ct.tracked),
             (["--ctstate", "ESTABLISHED"], ct.established),

@@ -19,7 +19,10 @@ pub struct TtlGuardConfig {
 impl ServiceConfig for TtlGuardConfig {
     const KIND: &'static str = "ttl-guard";
 
-    fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, String> {
+    fn into_factory(
+        self,
+        _name: &str,
+    ) -> Result<Arc<dyn ServiceFactory>, relay_core::InvalidConfig> {
         if self.min_ttl == 0 {
             return Err("min_ttl = 0 would drop nothing; remove the service instead".into());
         }

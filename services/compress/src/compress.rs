@@ -101,21 +101,25 @@ struct Factory {
 impl ServiceConfig for CompressConfig {
     const KIND: &'static str = "compress";
 
-    fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, String> {
+    fn into_factory(
+        self,
+        _name: &str,
+    ) -> Result<Arc<dyn ServiceFactory>, relay_core::InvalidConfig> {
         if !self.algorithm.available() {
             return Err("algorithm = \"lzo\" needs relayd built with the `lzo` feature".into());
         }
         if !(self.ratio > 0.0 && self.ratio <= 1.0) {
-            return Err(format!("ratio = {} must be in (0, 1]", self.ratio));
+            return Err(format!("ratio = {} must be in (0, 1]", self.ratio).into());
         }
         if !(self.compress_time_us >= 0.0 && self.compress_time_us < 1e6) {
             return Err(format!(
                 "compress_time_us = {} is out of range",
                 self.compress_time_us
-            ));
+            )
+            .into());
         }
         if !(1..=9).contains(&self.level) {
-            return Err(format!("level = {} must be 1-9", self.level));
+            return Err(format!("level = {} must be 1-9", self.level).into());
         }
         let bandwidth_bytes = match &self.bandwidth {
             Some(b) => Some(parse_rate(b).map_err(|e| format!("bandwidth: {e}"))? as f64 / 8.0),

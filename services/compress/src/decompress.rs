@@ -42,12 +42,12 @@ struct Factory {
 impl ServiceConfig for DecompressConfig {
     const KIND: &'static str = "decompress";
 
-    fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, String> {
+    fn into_factory(
+        self,
+        _name: &str,
+    ) -> Result<Arc<dyn ServiceFactory>, relay_core::InvalidConfig> {
         if !(576..=65531).contains(&self.max_size) {
-            return Err(format!(
-                "max_size = {} must be 576-65531 bytes",
-                self.max_size
-            ));
+            return Err(format!("max_size = {} must be 576-65531 bytes", self.max_size).into());
         }
         Ok(Arc::new(Factory {
             max_size: self.max_size,

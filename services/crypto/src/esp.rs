@@ -25,8 +25,8 @@ use relay_core::wire::{
     EspPacket, EspRepr, IpRepr, Ipv4Packet, Ipv6Packet, esp, fix_ip_header, ipv4, ipv6, proto,
 };
 use relay_core::{
-    Action, Context, Counter, Counters, FailPolicy, IpVersion, MssClamp, Packet, Service,
-    ServiceConfig, ServiceFactory, Tally,
+    Action, Context, Counter, Counters, FailPolicy, InvalidConfig, IpVersion, Kept, MssClamp,
+    Packet, Service, ServiceConfig, ServiceFactory, Tally,
 };
 use relay_inject::TooBig;
 use serde::Deserialize;
@@ -142,8 +142,6 @@ struct Outbound {
     seq: AtomicU64,
 }
 
-static OUTBOUND: Registry<Outbound> = Registry::new();
-
 /// An inbound SA: keys and the replay window, shared and kept the same way.
 struct Inbound {
     spi: u32,
@@ -152,7 +150,13 @@ struct Inbound {
     window: Mutex<ReplayWindow>,
 }
 
-static INBOUND: Registry<Inbound> = Registry::new();
+/// The live SAs of both directions, kept by the daemon from one configuration to the
+/// next ([`Kept`]): an SA the new configuration keeps keeps its state.
+#[derive(Default)]
+pub(crate) struct SaStates {
+    outbound: Registry<Outbound>,
+    inbound: Registry<Inbound>,
+}
 
 /// Where the encrypted packet goes.
 #[derive(Debug, Clone, Copy)]
@@ -199,7 +203,16 @@ impl EncryptFactory {
 impl ServiceConfig for EncryptConfig {
     const KIND: &'static str = "encrypt";
 
-    fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, String> {
+    /// With a fresh SA state: the sequence counter starts at 1.
+    fn into_factory(self, name: &str) -> Result<Arc<dyn ServiceFactory>, InvalidConfig> {
+        self.into_factory_kept(name, &Kept::new())
+    }
+
+    fn into_factory_kept(
+        self,
+        _name: &str,
+        kept: &Kept,
+    ) -> Result<Arc<dyn ServiceFactory>, InvalidConfig> {
         check_spi(self.spi)?;
         let wrap = match (self.mode, self.local, self.remote) {
             (EspMode::Transport, None, None) => Wrap::Transport,
@@ -210,7 +223,8 @@ impl ServiceConfig for EncryptConfig {
                 if local.is_ipv4() != remote.is_ipv4() {
                     return Err(format!(
                         "local = {local} and remote = {remote} are not of one address family"
-                    ));
+                    )
+                    .into());
                 }
                 Wrap::Tunnel { local, remote }
             }
@@ -221,16 +235,19 @@ impl ServiceConfig for EncryptConfig {
             }
         };
         if self.mtu < 576 {
-            return Err(format!("mtu = {} is below 576", self.mtu));
+            return Err(format!("mtu = {} is below 576", self.mtu).into());
         }
         let key = load_key(&self.key_file, self.cipher).map_err(|e| e.to_string())?;
         let id = SaId::new(self.spi, self.cipher, self.esn, &key);
-        let sa = OUTBOUND.get_or_make(id, || Outbound {
-            spi: self.spi,
-            crypto: SaCrypto::new(self.cipher, &key),
-            esn: self.esn,
-            seq: AtomicU64::new(0),
-        });
+        let sa = kept
+            .get_or_default::<SaStates>()
+            .outbound
+            .get_or_make(id, || Outbound {
+                spi: self.spi,
+                crypto: SaCrypto::new(self.cipher, &key),
+                esn: self.esn,
+                seq: AtomicU64::new(0),
+            });
         Ok(Arc::new(EncryptFactory {
             sa,
             wrap,
@@ -484,12 +501,18 @@ struct DecryptFactory {
 impl ServiceConfig for DecryptConfig {
     const KIND: &'static str = "decrypt";
 
-    fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, String> {
+    /// With a fresh SA state: an empty replay window.
+    fn into_factory(self, name: &str) -> Result<Arc<dyn ServiceFactory>, InvalidConfig> {
+        self.into_factory_kept(name, &Kept::new())
+    }
+
+    fn into_factory_kept(
+        self,
+        _name: &str,
+        kept: &Kept,
+    ) -> Result<Arc<dyn ServiceFactory>, InvalidConfig> {
         if !(1..=4096).contains(&self.replay_window) {
-            return Err(format!(
-                "replay_window = {} must be 1-4096",
-                self.replay_window
-            ));
+            return Err(format!("replay_window = {} must be 1-4096", self.replay_window).into());
         }
         if self.sa.is_empty() {
             return Err("no [[service.NAME.sa]]: decrypt needs at least one SA".into());
@@ -498,23 +521,27 @@ impl ServiceConfig for DecryptConfig {
         for s in &self.sa {
             check_spi(s.spi)?;
             if sas.iter().any(|x| x.state.spi == s.spi) {
-                return Err(format!("spi = {:#x} appears twice", s.spi));
+                return Err(format!("spi = {:#x} appears twice", s.spi).into());
             }
             if s.mode == EspMode::Tunnel && s.peer.is_none() {
                 return Err(format!(
                     "the SA with spi = {:#x} is in mode = \"tunnel\" and needs peer: the \
                      peer relay's address (its encrypt's local), the only outer source accepted",
                     s.spi
-                ));
+                )
+                .into());
             }
             let key = load_key(&s.key_file, s.cipher).map_err(|e| e.to_string())?;
             let id = SaId::new(s.spi, s.cipher, s.esn, &key);
-            let sa = INBOUND.get_or_make(id, || Inbound {
-                spi: s.spi,
-                crypto: SaCrypto::new(s.cipher, &key),
-                esn: s.esn,
-                window: Mutex::new(ReplayWindow::new(self.replay_window)),
-            });
+            let sa = kept
+                .get_or_default::<SaStates>()
+                .inbound
+                .get_or_make(id, || Inbound {
+                    spi: s.spi,
+                    crypto: SaCrypto::new(s.cipher, &key),
+                    esn: s.esn,
+                    window: Mutex::new(ReplayWindow::new(self.replay_window)),
+                });
             // A kept SA keeps what it has seen, in a window of the configured size.
             let mut w = sa.window.lock().unwrap_or_else(|e| e.into_inner());
             if w.size() != ReplayWindow::new(self.replay_window).size() {
@@ -801,11 +828,21 @@ impl Service for Decrypt {
 }
 
 /// Makes the next sequence number of the live outbound SA `spi` (with this suite, ESN
-/// setting and key) `next`: how tests reach the end of the sequence space.
+/// setting and key) in `kept` `next`: how tests reach the end of the sequence space.
 #[cfg(test)]
-pub(crate) fn jump_sequence(spi: u32, cipher: Cipher, esn: bool, key: &[u8], next: u64) {
-    let sa = OUTBOUND.get_or_make(SaId::new(spi, cipher, esn, key), || {
-        panic!("no live SA {spi:#x}")
-    });
+pub(crate) fn jump_sequence(
+    kept: &Kept,
+    spi: u32,
+    cipher: Cipher,
+    esn: bool,
+    key: &[u8],
+    next: u64,
+) {
+    let states = kept.get_or_default::<SaStates>();
+    let sa = states
+        .outbound
+        .get_or_make(SaId::new(spi, cipher, esn, key), || {
+            panic!("no live SA {spi:#x}")
+        });
     sa.seq.store(next - 1, Ordering::Relaxed);
 }

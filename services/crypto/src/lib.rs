@@ -99,14 +99,23 @@ mod tests {
         e: EncryptConfig,
         esn: bool,
     ) -> (Box<dyn Service>, Box<dyn Service>, Counters, Counters) {
+        pair_kept(e, esn, &relay_core::Kept::new())
+    }
+
+    /// [`pair_with`], the SAs' state in `kept`.
+    fn pair_kept(
+        e: EncryptConfig,
+        esn: bool,
+        kept: &relay_core::Kept,
+    ) -> (Box<dyn Service>, Box<dyn Service>, Counters, Counters) {
         let mut d = dec_config(e.cipher, e.key_file.clone(), esn);
         // The receiving SA knows the sender's mode, and in tunnel mode its address.
         d.sa[0].mode = e.mode;
         d.sa[0].peer = e.local.map(|a| a.to_string().parse().unwrap());
         let (ec, dc) = (Counters::new(), Counters::new());
         (
-            e.into_factory("e").unwrap().build(&ec),
-            d.into_factory("d").unwrap().build(&dc),
+            e.into_factory_kept("e", kept).unwrap().build(&ec),
+            d.into_factory_kept("d", kept).unwrap().build(&dc),
             ec,
             dc,
         )
@@ -290,13 +299,20 @@ mod tests {
             ..bad(0x1001)
         };
         let e = tunnel.clone().into_factory("e").err().unwrap();
-        assert!(e.contains("needs local"), "{e}");
+        assert!(e.message().contains("needs local"), "{e}");
         let mixed = EncryptConfig {
             local: Some("192.0.2.1".parse().unwrap()),
             remote: Some("2001:db8::2".parse().unwrap()),
             ..tunnel
         };
-        assert!(mixed.into_factory("e").err().unwrap().contains("family"));
+        assert!(
+            mixed
+                .into_factory("e")
+                .err()
+                .unwrap()
+                .message()
+                .contains("family")
+        );
         let transport_with_peer = EncryptConfig {
             remote: Some("192.0.2.2".parse().unwrap()),
             ..bad(0x1001)
@@ -307,7 +323,39 @@ mod tests {
             k.display()
         ))
         .unwrap();
-        assert!(cfg.into_factory("e").err().unwrap().contains("takes 36"));
+        assert!(
+            cfg.into_factory("e")
+                .err()
+                .unwrap()
+                .message()
+                .contains("takes 36")
+        );
+    }
+
+    /// What a reload does: the daemon's [`relay_core::Kept`] carries the SA over, so the
+    /// sequence counter goes on; a fresh one (another daemon) starts again at 1.
+    #[test]
+    fn a_kept_sa_keeps_its_sequence_across_a_reload() {
+        let cipher = Cipher::Aes128Gcm;
+        let k = key_file("reload", cipher);
+        let seq_of = |enc: &mut Box<dyn Service>| {
+            let mut p = Packet::from_bytes(&udp_packet(10));
+            enc.process(&mut p, &mut cx());
+            u32::from_be_bytes(p.data()[24..28].try_into().unwrap())
+        };
+        let kept = relay_core::Kept::new();
+        let build = |kept: &relay_core::Kept| {
+            enc_config(cipher, k.clone())
+                .into_factory_kept("e", kept)
+                .unwrap()
+                .build(&Counters::new())
+        };
+        let mut first = build(&kept);
+        assert_eq!((seq_of(&mut first), seq_of(&mut first)), (1, 2));
+        let mut reloaded = build(&kept);
+        assert_eq!(seq_of(&mut reloaded), 3, "the same SA goes on");
+        let mut fresh = build(&relay_core::Kept::new());
+        assert_eq!(seq_of(&mut fresh), 1, "another daemon's SA starts at 1");
     }
 
     /// 6in4: an IPv6 packet queued from an IPv6 hook, in a tunnel with IPv4 ends. The
@@ -413,15 +461,17 @@ mod tests {
             let cipher = Cipher::Aes256Gcm;
             let k = key_file(&format!("esn-{esn}"), cipher);
             let key = load_key(&k, cipher).unwrap();
-            let (mut enc, mut dec, ec, dc) = pair_with(
+            let kept = relay_core::Kept::new();
+            let (mut enc, mut dec, ec, dc) = pair_kept(
                 EncryptConfig {
                     esn,
                     ..enc_config(cipher, k)
                 },
                 esn,
+                &kept,
             );
             let mut low_bytes = Vec::new();
-            esp::jump_sequence(0x1001, cipher, esn, &key, u32::MAX as u64 - 3);
+            esp::jump_sequence(&kept, 0x1001, cipher, esn, &key, u32::MAX as u64 - 3);
             for i in 0..10 {
                 let orig = udp_packet(50 + i);
                 let mut p = Packet::from_bytes(&orig);
@@ -575,7 +625,7 @@ mod tests {
         let mut no_peer = dec_config(cipher, k.clone(), false);
         no_peer.sa[0].mode = EspMode::Tunnel;
         let e = no_peer.into_factory("d").err().unwrap();
-        assert!(e.contains("needs peer"), "{e}");
+        assert!(e.message().contains("needs peer"), "{e}");
 
         // A transport SA does not decapsulate a tunnel packet, even an authentic one
         // from its peer; a tunnel SA does not take a transport packet.

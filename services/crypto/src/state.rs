@@ -1,7 +1,8 @@
 //! SA state that outlives a reload: an SA that the new configuration keeps (same SPI,
 //! suite, key and ESN setting) keeps its sequence counter and replay window, so a SIGHUP
 //! neither restarts the sender at 1 (which the peer would drop as replays) nor reopens the
-//! receiver's window to replays.
+//! receiver's window to replays. The daemon keeps the registries
+//! ([`relay_core::Kept`]); nothing here is process-wide.
 
 use crate::keys::Cipher;
 use sha2::{Digest, Sha256};
@@ -30,6 +31,12 @@ impl SaId {
 
 /// The live SAs of one direction, by identity. Entries die with the last service using them.
 pub(crate) struct Registry<T>(Mutex<Vec<(SaId, Weak<T>)>>);
+
+impl<T> Default for Registry<T> {
+    fn default() -> Registry<T> {
+        Registry::new()
+    }
+}
 
 impl<T> Registry<T> {
     pub(crate) const fn new() -> Registry<T> {

@@ -73,20 +73,21 @@ const FLOW_SLOTS: usize = 4096;
 impl ServiceConfig for DelayConfig {
     const KIND: &'static str = "delay";
 
-    fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, String> {
+    fn into_factory(
+        self,
+        _name: &str,
+    ) -> Result<Arc<dyn ServiceFactory>, relay_core::InvalidConfig> {
         let delay = match (&self.delay, self.delay_ms) {
             (Some(d), None) => parse_duration(d).map_err(|e| format!("delay: {e}"))?,
             (None, Some(ms)) if ms.is_finite() && ms >= 0.0 => {
                 Duration::from_secs_f64(ms / 1e3).min(MAX_DELAY + Duration::from_secs(1))
             }
-            (None, Some(ms)) => return Err(format!("delay_ms = {ms} is not a delay")),
+            (None, Some(ms)) => return Err(format!("delay_ms = {ms} is not a delay").into()),
             (Some(_), Some(_)) => return Err("give either delay or delay_ms, not both".into()),
             (None, None) => return Err("missing delay (e.g. delay = \"40ms\")".into()),
         };
         if delay > MAX_DELAY {
-            return Err(format!(
-                "delay {delay:?} is over the limit of {MAX_DELAY:?}"
-            ));
+            return Err(format!("delay {delay:?} is over the limit of {MAX_DELAY:?}").into());
         }
         let jitter = match &self.jitter {
             Some(j) => parse_duration(j).map_err(|e| format!("jitter: {e}"))?,
@@ -96,13 +97,14 @@ impl ServiceConfig for DelayConfig {
             return Err(format!(
                 "jitter {jitter:?} is larger than the delay {delay:?}: a packet cannot leave \
                  before it came"
-            ));
+            )
+            .into());
         }
         if !(0.0..1.0).contains(&self.loss) {
-            return Err(format!("loss = {} must be in [0, 1)", self.loss));
+            return Err(format!("loss = {} must be in [0, 1)", self.loss).into());
         }
         if !(1..=1_000_000).contains(&self.limit) {
-            return Err(format!("limit = {} must be 1-1000000", self.limit));
+            return Err(format!("limit = {} must be 1-1000000", self.limit).into());
         }
         let seed = self.seed.unwrap_or_else(|| {
             std::time::SystemTime::now()
@@ -392,7 +394,11 @@ mod tests {
             ("delay = \"61s\"", "over the limit"),
         ] {
             let cfg: DelayConfig = toml::from_str(text).unwrap();
-            let e = cfg.into_factory("d").err().unwrap_or_default();
+            let e = cfg
+                .into_factory("d")
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
             assert!(e.contains(want), "{text:?}: {e}");
         }
         assert!(toml::from_str::<DelayConfig>("delay = \"1ms\"\nlatency = 1").is_err());

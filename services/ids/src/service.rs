@@ -110,7 +110,10 @@ fn default_eve_queue() -> usize {
 impl ServiceConfig for IdsConfig {
     const KIND: &'static str = "ids";
 
-    fn into_factory(self, name: &str) -> Result<Arc<dyn ServiceFactory>, String> {
+    fn into_factory(
+        self,
+        name: &str,
+    ) -> Result<Arc<dyn ServiceFactory>, relay_core::InvalidConfig> {
         if self.rules.is_empty() {
             return Err("rules: list at least one rules file".into());
         }
@@ -130,10 +133,9 @@ impl ServiceConfig for IdsConfig {
             let n = set.errors().len();
             if self.strict {
                 let list: Vec<String> = set.errors().iter().map(ToString::to_string).collect();
-                return Err(format!(
-                    "{n} rule(s) failed to load (strict): {}",
-                    list.join("; ")
-                ));
+                return Err(
+                    format!("{n} rule(s) failed to load (strict): {}", list.join("; ")).into(),
+                );
             }
             for e in set.errors() {
                 tracing::warn!(service = name, "ids rule not loaded: {e}");

@@ -431,7 +431,7 @@ fn strict_refuses_and_lenient_loads_the_rest() {
         toml::from_str(&format!("rules = [{rules:?}]\nstrict = {strict}\n")).unwrap()
     };
     let e = cfg(true).into_factory("ids").err().unwrap();
-    assert!(e.contains("bad.rules:2: `bogus_kw`"), "{e}");
+    assert!(e.message().contains("bad.rules:2: `bogus_kw`"), "{e}");
     let f = cfg(false).into_factory("ids").unwrap();
     assert_eq!(
         f.fail_policy(),
@@ -444,6 +444,7 @@ fn strict_refuses_and_lenient_loads_the_rest() {
             .into_factory("ids")
             .err()
             .unwrap()
+            .message()
             .contains("/nonexistent/x.rules")
     );
     assert!(toml::from_str::<IdsConfig>("rules = []\nunknown_key = 1").is_err());

@@ -240,7 +240,10 @@ impl ServiceFactory for DecapFactory {
 impl ServiceConfig for DecapConfig {
     const KIND: &'static str = "mpls-decap";
 
-    fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, String> {
+    fn into_factory(
+        self,
+        _name: &str,
+    ) -> Result<Arc<dyn ServiceFactory>, relay_core::InvalidConfig> {
         Ok(Arc::new(DecapFactory {
             checked: Arc::new(self.check()?),
         }))

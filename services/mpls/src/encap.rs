@@ -297,7 +297,10 @@ impl ServiceFactory for EncapFactory {
 impl ServiceConfig for EncapConfig {
     const KIND: &'static str = "mpls-encap";
 
-    fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, String> {
+    fn into_factory(
+        self,
+        _name: &str,
+    ) -> Result<Arc<dyn ServiceFactory>, relay_core::InvalidConfig> {
         let checked = self.check()?;
         Ok(Arc::new(EncapFactory {
             shared: Arc::new(Shared {

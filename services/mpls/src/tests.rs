@@ -432,7 +432,7 @@ fn qos_table_and_config_errors_name_the_field() {
         let text = CONFIG.replace("ENCAP", "ip").replace("label = 100", edit);
         let err = match toml::from_str::<EncapConfig>(&text) {
             Err(e) => e.to_string(),
-            Ok(c) => c.into_factory("e").err().expect(edit),
+            Ok(c) => c.into_factory("e").err().expect(edit).to_string(),
         };
         assert!(err.contains(want), "{edit}: {err}");
     };
@@ -449,7 +449,8 @@ fn qos_table_and_config_errors_name_the_field() {
         .unwrap()
         .into_factory("e")
         .err()
-        .unwrap();
+        .unwrap()
+        .to_string();
     assert!(e.contains("match.dst") && e.contains("host bits"), "{e}");
     let text = CONFIG
         .replace("ENCAP", "ip")
@@ -458,7 +459,8 @@ fn qos_table_and_config_errors_name_the_field() {
         .unwrap()
         .into_factory("e")
         .err()
-        .unwrap();
+        .unwrap()
+        .to_string();
     assert!(e.contains("ports only exist"), "{e}");
     let text = CONFIG
         .replace("ENCAP", "ip")
@@ -467,7 +469,8 @@ fn qos_table_and_config_errors_name_the_field() {
         .unwrap()
         .into_factory("e")
         .err()
-        .unwrap();
+        .unwrap()
+        .to_string();
     assert!(
         e.contains("vcan[0] (\"video\"): match.dport: range \"90-80\" is empty"),
         "{e}"
@@ -479,7 +482,8 @@ fn qos_table_and_config_errors_name_the_field() {
         .unwrap()
         .into_factory("e")
         .err()
-        .unwrap();
+        .unwrap()
+        .to_string();
     assert!(e.contains("vcan[0] (\"video\"): rate:"), "{e}");
     assert!(
         toml::from_str::<EncapConfig>("interface = \"eth1\"")
@@ -600,7 +604,7 @@ fn decap_without_peers_is_refused() {
     let err = |text: &str| {
         toml::from_str::<DecapConfig>(text)
             .map_err(|e| e.to_string())
-            .and_then(|c| c.into_factory("d").map(drop))
+            .and_then(|c| c.into_factory("d").map(drop).map_err(|e| e.to_string()))
             .unwrap_err()
     };
     let e = err("labels = [100]");
@@ -631,6 +635,7 @@ fn check_refuses_what_tc_would() {
             .unwrap()
             .into_factory("e")
             .err()
+            .map(|e| e.to_string())
     };
     for bad in [
         "eth\\n1",

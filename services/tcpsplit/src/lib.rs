@@ -25,10 +25,16 @@
 //!
 //! Packets that are not a TCP SYN (without ACK) pass untouched and are counted: the queue
 //! should only carry SYNs (`match = "-p tcp --syn"`, `ct state new`).
+//!
+//! The diversion itself is relayd's: the factory asks for it through
+//! [`ServiceFactory::proxy_diversion`] (the mark, `repeat`, and the proxy's `upstream` and
+//! `transparent_source`), and relayd installs the TPROXY rules, the route and the
+//! transparent listener, and checks that the queue sits where the rules see its marks.
 
 pub use relay_core::Prefix;
 
 use relay_core::builtin::{HEADER_BYTES, de_u32};
+use relay_core::service::ProxyDiversion;
 use relay_core::wire::{Ipv4Packet, Ipv6Packet, proto, tcp};
 use relay_core::{
     Action, Context, Counter, Counters, IpVersion, Packet, Service, ServiceConfig, ServiceFactory,
@@ -96,12 +102,11 @@ impl TcpSplitConfig {
         if self.mark == 0 {
             return Err("mark = 0 cannot mark a connection for diversion".into());
         }
-        if let Some(u) = &self.upstream
-            && u != "tcp"
-            && u != "mptcp"
-        {
-            return Err(format!("upstream = \"{u}\" must be \"tcp\" or \"mptcp\""));
-        }
+        let mptcp = match self.upstream.as_deref() {
+            None | Some("tcp") => false,
+            Some("mptcp") => true,
+            Some(u) => return Err(format!("upstream = \"{u}\" must be \"tcp\" or \"mptcp\"")),
+        };
         let prefixes = self
             .prefixes
             .iter()
@@ -133,6 +138,8 @@ impl TcpSplitConfig {
             ifindex,
             mark: self.mark,
             repeat: self.repeat,
+            mptcp,
+            transparent_source: self.transparent_source,
             monitor,
         })
     }
@@ -141,7 +148,10 @@ impl TcpSplitConfig {
 impl ServiceConfig for TcpSplitConfig {
     const KIND: &'static str = "tcpsplit";
 
-    fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, String> {
+    fn into_factory(
+        self,
+        _name: &str,
+    ) -> Result<Arc<dyn ServiceFactory>, relay_core::InvalidConfig> {
         let monitor = match self.adaptive {
             Some(_) => Some(QueueMonitor::shared().map_err(|e| {
                 format!("adaptive cannot read the egress queues over rtnetlink: {e}")
@@ -181,6 +191,9 @@ struct Factory {
     ifindex: Option<u32>,
     mark: u32,
     repeat: bool,
+    /// For the proxy, which relayd runs ([`ProxyDiversion`]).
+    mptcp: bool,
+    transparent_source: bool,
     monitor: Option<Arc<QueueMonitor>>,
 }
 
@@ -191,6 +204,15 @@ impl ServiceFactory for Factory {
 
     fn needs_bytes(&self) -> Option<u32> {
         Some(HEADER_BYTES)
+    }
+
+    fn proxy_diversion(&self) -> Option<ProxyDiversion> {
+        Some(ProxyDiversion {
+            mark: self.mark,
+            repeat: self.repeat,
+            mptcp: self.mptcp,
+            transparent_source: self.transparent_source,
+        })
     }
 
     fn build(&self, counters: &Counters) -> Box<dyn Service> {
@@ -480,6 +502,33 @@ mark = 0x4",
         let (mut s, c) = build(text, Some(QueueMonitor::fixed(100_000, 0)));
         assert_eq!(run(&mut s, &syn, 0), Some(1));
         assert_eq!(counts(&c)["wait_us"], 8000);
+    }
+
+    #[test]
+    fn asks_relayd_for_the_diversion_it_marks_for() {
+        let div = |text: &str| {
+            let cfg: TcpSplitConfig = toml::from_str(text).unwrap();
+            cfg.factory(None).unwrap().proxy_diversion()
+        };
+        assert_eq!(
+            div(""),
+            Some(ProxyDiversion {
+                mark: 0x1,
+                repeat: false,
+                mptcp: false,
+                transparent_source: false,
+            })
+        );
+        assert_eq!(
+            div("mark = \"0x20\"\nrepeat = true\nupstream = \"mptcp\"\ntransparent_source = true"),
+            Some(ProxyDiversion {
+                mark: 0x20,
+                repeat: true,
+                mptcp: true,
+                transparent_source: true,
+            })
+        );
+        assert_eq!(div("upstream = \"tcp\"").map(|d| d.mptcp), Some(false));
     }
 
     #[test]

@@ -74,7 +74,7 @@ impl ServiceFactory for DumpFactory {
 
 impl ServiceConfig for DumpConfig {
     const KIND: &'static str = "dump";
-    fn into_factory(self, name: &str) -> Result<Arc<dyn ServiceFactory>, String> {
+    fn into_factory(self, name: &str) -> Result<Arc<dyn ServiceFactory>, crate::InvalidConfig> {
         Ok(Arc::new(DumpFactory {
             cfg: self,
             name: name.to_string(),

@@ -63,12 +63,13 @@ impl ServiceFactory for Mark {
 
 impl ServiceConfig for MarkConfig {
     const KIND: &'static str = "mark";
-    fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, String> {
+    fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, crate::InvalidConfig> {
         if self.mark & !self.mask != 0 {
             return Err(format!(
                 "mark {:#x} has bits outside mask {:#x}; they would be ignored",
                 self.mark, self.mask
-            ));
+            )
+            .into());
         }
         Ok(Arc::new(Mark { cfg: self }))
     }

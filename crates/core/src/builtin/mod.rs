@@ -54,14 +54,14 @@ impl ServiceFactory for Fixed {
 
 impl ServiceConfig for AcceptConfig {
     const KIND: &'static str = "accept";
-    fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, String> {
+    fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, crate::InvalidConfig> {
         Ok(Arc::new(Fixed("accept", Action::Accept, FailPolicy::Open)))
     }
 }
 
 impl ServiceConfig for DropConfig {
     const KIND: &'static str = "drop";
-    fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, String> {
+    fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, crate::InvalidConfig> {
         // Its point is to stop traffic: with relayd down, the traffic stays stopped.
         Ok(Arc::new(Fixed("drop", Action::Drop, FailPolicy::Closed)))
     }

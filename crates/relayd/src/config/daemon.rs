@@ -2,6 +2,7 @@
 //! and the user relayd drops to.
 
 use super::error::Ctx;
+use super::queue::QueueSpec;
 use relay_core::CtMarkBits;
 use serde::Deserialize;
 use std::path::PathBuf;
@@ -93,9 +94,13 @@ pub(super) struct RawDaemon {
 /// Default status socket path.
 pub const DEFAULT_SOCKET: &str = "/run/relayd/relayd.sock";
 
+/// Checks `[daemon]`: every key given replaces its default.
 pub(super) fn check_daemon(cx: &mut Ctx<'_>, d: RawDaemon) -> DaemonConfig {
     let mut out = DaemonConfig {
-        socket: d.socket.unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET)),
+        socket: d
+            .socket
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET)),
         chain_prefix: "RELAYD".into(),
         bypass_mark: relay_core::StageMark::DEFAULT_MASK,
         iptables: d.iptables.unwrap_or(IptablesFlavor::Auto),
@@ -104,7 +109,16 @@ pub(super) fn check_daemon(cx: &mut Ctx<'_>, d: RawDaemon) -> DaemonConfig {
         user: None,
         socket_group: None,
     };
-    if let Some(u) = d.user {
+    check_user_and_group(cx, &d, &mut out);
+    check_metrics(cx, &d, &mut out);
+    check_chain_prefix(cx, &d, &mut out);
+    check_mark_bits(cx, &d, &mut out);
+    out
+}
+
+/// `user` (resolved now, and not root) and `socket_group`.
+fn check_user_and_group(cx: &mut Ctx<'_>, d: &RawDaemon, out: &mut DaemonConfig) {
+    if let Some(u) = &d.user {
         match crate::privilege::lookup_user(u.get_ref()) {
             Ok((0, _)) => cx.err(
                 Some(u.span()),
@@ -125,13 +139,17 @@ pub(super) fn check_daemon(cx: &mut Ctx<'_>, d: RawDaemon) -> DaemonConfig {
             Err(e) => cx.err(Some(u.span()), "daemon.user", e),
         }
     }
-    if let Some(g) = d.socket_group {
+    if let Some(g) = &d.socket_group {
         match crate::privilege::lookup_group(g.get_ref()) {
             Ok(gid) => out.socket_group = Some(gid),
             Err(e) => cx.err(Some(g.span()), "daemon.socket_group", e),
         }
     }
-    if let Some(m) = d.metrics {
+}
+
+/// `metrics`: an address and port, on loopback unless `metrics_public`.
+fn check_metrics(cx: &mut Ctx<'_>, d: &RawDaemon, out: &mut DaemonConfig) {
+    if let Some(m) = &d.metrics {
         match m.get_ref().trim().parse::<std::net::SocketAddr>() {
             Ok(a) if a.ip().is_loopback() || d.metrics_public == Some(true) => {
                 out.metrics = Some(a);
@@ -151,7 +169,11 @@ pub(super) fn check_daemon(cx: &mut Ctx<'_>, d: RawDaemon) -> DaemonConfig {
             ),
         }
     }
-    if let Some(p) = d.chain_prefix {
+}
+
+/// `chain_prefix`: a short name iptables takes in a chain name.
+fn check_chain_prefix(cx: &mut Ctx<'_>, d: &RawDaemon, out: &mut DaemonConfig) {
+    if let Some(p) = &d.chain_prefix {
         let ok = p.get_ref().len() <= 16
             && p.get_ref().starts_with(|c: char| c.is_ascii_alphanumeric())
             && p.get_ref()
@@ -167,7 +189,11 @@ pub(super) fn check_daemon(cx: &mut Ctx<'_>, d: RawDaemon) -> DaemonConfig {
             );
         }
     }
-    if let Some(m) = d.bypass_mark {
+}
+
+/// `bypass_mark` (relayd's two stage bits) and `ct_mark_bits` (four bits besides them).
+fn check_mark_bits(cx: &mut Ctx<'_>, d: &RawDaemon, out: &mut DaemonConfig) {
+    if let Some(m) = &d.bypass_mark {
         match parse_u32(m.get_ref()) {
             Some(v) if v.count_ones() == 2 => out.bypass_mark = v,
             _ => cx.err(
@@ -178,7 +204,7 @@ pub(super) fn check_daemon(cx: &mut Ctx<'_>, d: RawDaemon) -> DaemonConfig {
             ),
         }
     }
-    if let Some(m) = d.ct_mark_bits {
+    if let Some(m) = &d.ct_mark_bits {
         match parse_u32(m.get_ref()).and_then(ct_bits_from_mask) {
             Some(b) if b.mask() & out.bypass_mark == 0 => out.ct_mark_bits = b,
             Some(_) => cx.err(
@@ -199,7 +225,36 @@ pub(super) fn check_daemon(cx: &mut Ctx<'_>, d: RawDaemon) -> DaemonConfig {
             "the default bits 0x0f000000 overlap daemon.bypass_mark: choose other ones",
         );
     }
-    out
+}
+
+/// Warns when relayd drops to `daemon.user` and runs services that re-read files on a
+/// reload (key files, EVE logs) as that user, which cannot read root's 0600 keys.
+pub(super) fn warn_rereads_as_user(cx: &mut Ctx<'_>, daemon: &DaemonConfig, queues: &[QueueSpec]) {
+    let Some(u) = &daemon.user else {
+        return;
+    };
+    // Reloads read the file again as that user, and the key files and EVE log with it.
+    let rereads: Vec<String> = queues
+        .iter()
+        .flat_map(|q| q.services.iter())
+        .filter(|(_, f)| matches!(f.kind(), "encrypt" | "decrypt" | "ids"))
+        .map(|(name, f)| format!("{name} ({})", f.kind()))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    if !rereads.is_empty() {
+        cx.warn(
+            None,
+            "daemon.user",
+            format!(
+                "reloads re-read key files and reopen EVE logs as `{}`, which cannot read \
+                 root's 0600 keys: with {} a reload will be refused; restart instead, or run \
+                 relayd as that user from the start (docs/operations.md, Least privilege)",
+                u.name,
+                rereads.join(", ")
+            ),
+        );
+    }
 }
 
 pub(super) fn parse_u32(v: &toml::Value) -> Option<u32> {
@@ -271,8 +326,8 @@ mod tests {
         let q = "[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"d\"]\n";
         let svc = "[service.d]\nkind = \"delay\"\ndelay = \"10ms\"\nlimit = 5000\n";
         let cfg = parsed(&format!("{q}{svc}"));
-        assert_eq!(cfg.queues[0].hold.max_packets, 5000);
-        assert!(cfg.queues[0].max_len >= 5000 + cfg.queues[0].batch as u32);
+        assert_eq!(cfg.queues[0].queue.hold.max_packets, 5000);
+        assert!(cfg.queues[0].queue.max_len >= 5000 + cfg.queues[0].queue.batch as u32);
         let e = errs(&format!("{q}max_len = 100\n{svc}"));
         assert_eq!(e[0].field, "queue[0].max_len", "{e:?}");
     }

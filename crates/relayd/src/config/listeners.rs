@@ -1,25 +1,23 @@
-//! The proxy listeners (`socks5`, `tproxy` sections) and the split proxy as a whole:
-//! the listeners the daemon runs and the transparent diversion the `tcpsplit` services need.
+//! The proxy listeners the daemon runs: the `socks5` and `tproxy` sections, each checked
+//! against the proxy's own options, and the transparent listener of the split proxy (its
+//! diversion is checked in `tproxy`).
 
-use super::daemon::{DaemonConfig, parse_u32};
+use super::daemon::DaemonConfig;
 use super::error::{Ctx, line_col, line_span, section_error};
 use super::queue::QueueSpec;
 use super::services::{ListenerSection, ServiceEntry};
-use relay_control::{Family, Hook, Table};
-use relay_proxy::tproxy::{Divert, TproxySpec};
+use super::tproxy::{self, TproxySetup};
 use relay_proxy::{Socks5Config, TransparentConfig};
-use relay_svc_tcpsplit::TcpSplitConfig;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::ops::Range;
 use toml::Spanned;
 
 /// A proxy listener the daemon runs on its tokio runtime: a `[service.NAME]` of kind
-/// `socks5` or `tproxy` (or the transparent listener a `tcpsplit` service implies). Not a
+/// `socks5` or `tproxy` (or the transparent listener a diverting service implies). Not a
 /// chain service: it never appears in a queue's `services`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListenerSpec {
-    /// The section name (for the implied transparent listener: the `tcpsplit` service's).
+    /// The section name (for the implied transparent listener: the diverting service's).
     pub name: String,
     /// Line of the section's `kind` (0 for an implied listener).
     pub line: usize,
@@ -70,24 +68,6 @@ impl ListenerKind {
     }
 }
 
-/// The transparent diversion of the split proxy: the TPROXY rules (marks, port) and the
-/// policy route relayd installs, for which families, to which listener.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TproxySetup {
-    /// Marks, port, routing table and rule preference.
-    pub spec: TproxySpec,
-    /// Families whose rules are installed (those of the `tcpsplit` queues).
-    pub families: Vec<Family>,
-    /// Name of the transparent listener.
-    pub listener: String,
-}
-
-/// Default `ip rule` preference and routing table of the split proxy's local route; they
-/// are how `relayd cleanup` finds them after a crash.
-pub const DEFAULT_TPROXY_TABLE: u32 = TproxySpec::DEFAULT_TABLE;
-/// See [`DEFAULT_TPROXY_TABLE`].
-pub const DEFAULT_TPROXY_RULE_PREF: u32 = TproxySpec::DEFAULT_RULE_PREF;
-
 /// Keys of a listener section besides `kind`: the proxy's own (read from its defaults, so
 /// a key the proxy crate adds is known here at once) and relayd's extras.
 fn listener_keys(kind: &str) -> Vec<String> {
@@ -109,171 +89,47 @@ fn listener_keys(kind: &str) -> Vec<String> {
 /// `tproxy` keys that are relayd's (rules and routes), not the listener's.
 const TPROXY_EXTRA_KEYS: [&str; 4] = ["tproxy_mark", "table", "rule_pref", "ports"];
 
-/// A `tcpsplit` instance that runs in a queue.
-struct SplitUse<'c> {
-    name: String,
-    cfg: &'c TcpSplitConfig,
-    span: Option<Range<usize>>,
-}
-
 /// Checks the listener sections and the split proxy as a whole: the listeners to run,
-/// and the transparent diversion (TPROXY rules and route) the `tcpsplit` services need.
+/// and the transparent diversion (TPROXY rules and route) the diverting services need.
 pub(super) fn check_listeners(
     cx: &mut Ctx<'_>,
     queues: &[QueueSpec],
     services: &BTreeMap<String, ServiceEntry<'_>>,
     daemon: &DaemonConfig,
 ) -> (Vec<ListenerSpec>, Option<TproxySetup>) {
-    use toml::de::DeValue;
-    let default_split: TcpSplitConfig =
-        toml::from_str("").expect("tcpsplit has defaults for every option");
-    // Every tcpsplit instance in a queue, and the families of those queues.
-    let mut splits: Vec<SplitUse<'_>> = Vec::new();
-    let mut families: Vec<Family> = Vec::new();
-    for q in queues {
-        for (name, f) in &q.services {
-            if f.kind() != <TcpSplitConfig as relay_core::ServiceConfig>::KIND {
-                continue;
-            }
-            let (cfg, span) = match services.get(name).and_then(|e| e.split.as_ref()) {
-                Some((c, span)) => (c, Some(span.clone())),
-                None => (&default_split, None),
-            };
-            let field = format!("queue[{}].hook", q.index);
-            if q.hook != Hook::Prerouting {
-                cx.err(
-                    Some(line_span(cx.text, q.line)),
-                    field,
-                    format!(
-                        "service `{name}` (tcpsplit) must run in prerouting: TPROXY diverts only there"
-                    ),
-                );
-            } else if q.table == Table::Mangle && !cfg.repeat {
-                cx.err(
-                    Some(line_span(cx.text, q.line)),
-                    format!("queue[{}].table", q.index),
-                    format!(
-                        "service `{name}` (tcpsplit) in mangle prerouting needs repeat = true: an accepted SYN goes on to the next hook, past the TPROXY rules; or use table = \"raw\""
-                    ),
-                );
-            }
-            for fam in &q.families {
-                if !families.contains(fam) {
-                    families.push(*fam);
-                }
-            }
-            if !splits.iter().any(|s| s.name == *name) {
-                splits.push(SplitUse {
-                    name: name.clone(),
-                    cfg,
-                    span,
-                });
-            }
-        }
-    }
-    families.sort();
-    // All instances feed one transparent listener: they must agree on what it reads.
-    if let Some(first) = splits.first() {
-        for other in &splits[1..] {
-            let same = other.cfg.mark == first.cfg.mark
-                && other.cfg.upstream == first.cfg.upstream
-                && other.cfg.transparent_source == first.cfg.transparent_source;
-            if !same {
-                cx.err(
-                    other.span.clone(),
-                    format!("service.{}", other.name),
-                    format!(
-                        "mark, upstream and transparent_source must equal those of service `{}`: both divert to one transparent listener",
-                        first.name
-                    ),
-                );
-            }
-        }
-        let m = first.cfg.mark;
-        let taken = [
-            (daemon.bypass_mark, "daemon.bypass_mark"),
-            (daemon.ct_mark_bits.mask(), "daemon.ct_mark_bits"),
-        ];
-        for (bits, what) in taken {
-            if m & bits != 0 {
-                cx.err(
-                    first.span.clone(),
-                    format!("service.{}.mark", first.name),
-                    format!("{m:#x} overlaps {what} ({bits:#x})"),
-                );
-            }
-        }
-    }
+    let (splits, families) = tproxy::diverters(cx, queues, services);
+    tproxy::check_diverters_agree(cx, &splits, daemon);
+    let (mut listeners, section) = read_listeners(cx, services);
+    let setup = tproxy::check_tproxy(
+        cx,
+        &mut listeners,
+        section.as_ref(),
+        &splits,
+        families,
+        daemon,
+    );
+    check_addresses(cx, &listeners);
+    (listeners, setup)
+}
 
+/// The listener sections that check, in name order, and the `tproxy` one (relayd runs
+/// one transparent listener).
+fn read_listeners<'s, 'a>(
+    cx: &mut Ctx<'_>,
+    services: &'s BTreeMap<String, ServiceEntry<'a>>,
+) -> (Vec<ListenerSpec>, Option<(String, &'s ListenerSection<'a>)>) {
     let mut listeners = Vec::new();
     let mut tproxy_section: Option<(String, &ListenerSection<'_>)> = None;
     for (name, e) in services {
         let Some(l) = &e.listener else { continue };
-        let field = format!("service.{name}");
-        let errors_before = cx.errors.len();
-        // Unknown keys are refused here: the proxy's own config types accept any.
-        let known = listener_keys(l.kind);
-        for (k, _) in l.options.iter() {
-            if !known.iter().any(|x| x == k.get_ref().as_ref()) {
-                cx.err(
-                    Some(k.span()),
-                    format!("{field}.{}", k.get_ref()),
-                    format!(
-                        "unknown field `{}`, expected one of {}",
-                        k.get_ref(),
-                        known.join(", ")
-                    ),
-                );
-            }
-        }
-        if l.kind == "socks5" {
-            check_dest_lists(cx, &field, l);
-        }
-        if cx.errors.len() > errors_before {
+        let Some(kind) = read_listener(cx, name, l) else {
             continue;
-        }
-        let mut proxy_opts = l.options.clone();
-        // relayd's own keys are read below, from the section itself.
-        let extra: Vec<_> = proxy_opts
-            .keys()
-            .filter(|k| TPROXY_EXTRA_KEYS.contains(&k.get_ref().as_ref()))
-            .cloned()
-            .collect();
-        for k in extra {
-            proxy_opts.remove(&k);
-        }
-        let de = || {
-            toml::de::ValueDeserializer::from(Spanned::new(
-                l.body_span.clone(),
-                DeValue::Table(proxy_opts.clone()),
-            ))
         };
-        let deser_err = |cx: &mut Ctx<'_>, e: toml::de::Error| {
-            section_error(cx, &field, &e, l.body_span.clone())
-        };
-        let kind = if l.kind == "socks5" {
-            match <Socks5Config as serde::Deserialize>::deserialize(de()) {
-                Ok(c) => ListenerKind::Socks5(c),
-                Err(e) => {
-                    deser_err(cx, e);
-                    continue;
-                }
-            }
-        } else {
-            match <TransparentConfig as serde::Deserialize>::deserialize(de()) {
-                Ok(c) => ListenerKind::Transparent(c),
-                Err(e) => {
-                    deser_err(cx, e);
-                    continue;
-                }
-            }
-        };
-        check_proxy_options(cx, &field, l, &kind);
         if l.kind == "tproxy" {
             if let Some((prev, _)) = &tproxy_section {
                 cx.err(
                     Some(l.kind_span.clone()),
-                    format!("{field}.kind"),
+                    format!("service.{name}.kind"),
                     format!(
                         "a second tproxy listener (service `{prev}` is the first): relayd runs one"
                     ),
@@ -288,203 +144,70 @@ pub(super) fn check_listeners(
             kind,
         });
     }
+    (listeners, tproxy_section)
+}
 
-    // The transparent listener: the tproxy section's, or one the tcpsplit services imply.
-    let mut tproxy = None;
-    let tp_index = listeners
-        .iter()
-        .position(|l| matches!(l.kind, ListenerKind::Transparent(_)));
-    if tp_index.is_some() || !splits.is_empty() {
-        let extras_of = |key: &str| {
-            tproxy_section.as_ref().and_then(|(_, l)| {
-                l.options
-                    .iter()
-                    .find(|(k, _)| k.get_ref().as_ref() == key)
-                    .map(|(k, v)| (k.span(), v.clone()))
-            })
-        };
-        let mut spec = TproxySpec::default();
-        let section_name = tproxy_section.as_ref().map(|(n, _)| n.clone());
-        let f = |key: &str| format!("service.{}.{key}", section_name.as_deref().unwrap_or("?"));
-        let as_value = |v: &Spanned<DeValue<'_>>| {
-            <toml::Value as serde::Deserialize>::deserialize(toml::de::ValueDeserializer::from(
-                v.clone(),
-            ))
-            .ok()
-        };
-        if let Some((_, v)) = extras_of("tproxy_mark") {
-            match as_value(&v).as_ref().and_then(parse_u32) {
-                Some(m) if m != 0 => (spec.tproxy_mark, spec.tproxy_mask) = (m, m),
-                _ => cx.err(
-                    Some(v.span()),
-                    f("tproxy_mark"),
-                    "must be a non-zero 32-bit mark, e.g. \"0x10000000\"",
-                ),
-            }
-        }
-        for (key, slot) in [
-            ("table", &mut spec.table),
-            ("rule_pref", &mut spec.rule_pref),
-        ] {
-            if let Some((_, v)) = extras_of(key) {
-                match as_value(&v).as_ref().and_then(parse_u32) {
-                    Some(n) if n > 0 => *slot = n,
-                    _ => cx.err(Some(v.span()), f(key), "must be a positive integer"),
-                }
-            }
-        }
-        let ports = extras_of("ports");
-        let mut fams = families.clone();
-        match (&ports, splits.first()) {
-            (Some((_, v)), Some(s)) => cx.err(
-                Some(v.span()),
-                f("ports"),
-                format!(
-                    "not with a tcpsplit service (`{}` decides which connections to divert)",
-                    s.name
-                ),
-            ),
-            (Some((_, v)), None) => {
-                let list: Option<Vec<u16>> = as_value(v).and_then(|v| match v {
-                    toml::Value::Array(a) => a
-                        .iter()
-                        .map(|p| p.as_integer().and_then(|i| u16::try_from(i).ok()))
-                        .collect(),
-                    _ => None,
-                });
-                match list {
-                    Some(p) if !p.is_empty() && p.len() <= 15 && !p.contains(&0) => {
-                        spec.divert = Divert::Ports(p)
-                    }
-                    _ => cx.err(
-                        Some(v.span()),
-                        f("ports"),
-                        "must be a list of 1 to 15 destination ports, e.g. [80, 443]",
-                    ),
-                }
-            }
-            (None, Some(s)) => {
-                spec.divert_mark = s.cfg.mark;
-                spec.divert_mask = s.cfg.mark;
-            }
-            (None, None) => {
-                let (_, l) = tproxy_section.as_ref().expect("a tproxy section");
-                cx.err(
-                    Some(l.kind_span.clone()),
-                    f("kind"),
-                    "nothing diverts connections to this listener: put a tcpsplit service in a prerouting queue, or give `ports`",
-                );
-            }
-        }
-        // The implied or configured transparent listener, with the tcpsplit options.
-        let mut tcfg = match tp_index.map(|i| &listeners[i].kind) {
-            Some(ListenerKind::Transparent(c)) => c.clone(),
-            _ => TransparentConfig::default(),
-        };
-        if let Some(s) = splits.first() {
-            let upstream = match s.cfg.upstream.as_deref() {
-                Some("mptcp") => relay_proxy::Upstream::Mptcp,
-                _ => relay_proxy::Upstream::Tcp,
-            };
-            for (key, conflict) in [
-                ("upstream", tcfg.options.upstream != upstream),
-                (
-                    "transparent_source",
-                    tcfg.transparent_source != s.cfg.transparent_source,
-                ),
-            ] {
-                if let Some((kspan, _)) = extras_of(key)
-                    && conflict
-                {
-                    cx.err(
-                        Some(kspan),
-                        f(key),
-                        format!(
-                            "differs from service `{}`: set it there (the tcpsplit service carries the proxy's options)",
-                            s.name
-                        ),
-                    );
-                }
-            }
-            tcfg.options.upstream = upstream;
-            tcfg.transparent_source = s.cfg.transparent_source;
-        }
-        if ports.is_some() {
-            fams = match tcfg.listen {
-                SocketAddr::V6(a) if a.ip().is_unspecified() => vec![Family::Ipv4, Family::Ipv6],
-                SocketAddr::V6(_) => vec![Family::Ipv6],
-                SocketAddr::V4(_) => vec![Family::Ipv4],
-            };
-        }
-        let listen_given = extras_of("listen").is_some();
-        if !listen_given && fams.contains(&Family::Ipv6) {
-            tcfg.listen = SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 9040));
-        }
-        let listen_span = extras_of("listen").map(|(_, v)| v.span());
-        match tcfg.listen {
-            SocketAddr::V4(_) if fams.contains(&Family::Ipv6) => cx.err(
-                listen_span.clone(),
-                f("listen"),
-                "an IPv4 listener cannot take diverted IPv6 connections: listen on \"[::]:PORT\"",
-            ),
-            SocketAddr::V6(a) if !a.ip().is_unspecified() && fams.contains(&Family::Ipv4) => cx
-                .err(
-                    listen_span.clone(),
-                    f("listen"),
-                    "a listener on one IPv6 address cannot take diverted IPv4 connections: listen on \"[::]:PORT\" or an IPv4 address",
-                ),
-            _ => {}
-        }
-        spec.port = tcfg.listen.port();
-        if !tcfg.listen.ip().is_unspecified() {
-            spec.on_ip = Some(tcfg.listen.ip());
-        }
-        if spec.port == 0 {
+/// One listener section: every key known, the `socks5` destination lists, the proxy's
+/// options read (without relayd's own keys) and within its limits. `None` if it cannot
+/// be read.
+fn read_listener(cx: &mut Ctx<'_>, name: &str, l: &ListenerSection<'_>) -> Option<ListenerKind> {
+    use toml::de::DeValue;
+    let field = format!("service.{name}");
+    let errors_before = cx.errors.len();
+    // Unknown keys are refused here: the proxy's own config types accept any.
+    let known = listener_keys(l.kind);
+    for (k, _) in l.options.iter() {
+        if !known.iter().any(|x| x == k.get_ref().as_ref()) {
             cx.err(
-                listen_span.clone(),
-                f("listen"),
-                "the transparent listener needs a fixed port (TPROXY --on-port)",
+                Some(k.span()),
+                format!("{field}.{}", k.get_ref()),
+                format!(
+                    "unknown field `{}`, expected one of {}",
+                    k.get_ref(),
+                    known.join(", ")
+                ),
             );
         }
-        let tm = spec.tproxy_mask;
-        for (bits, what) in [
-            (daemon.bypass_mark, "daemon.bypass_mark"),
-            (daemon.ct_mark_bits.mask(), "daemon.ct_mark_bits"),
-            (spec.divert_mask, "the divert mark"),
-        ] {
-            if tm & bits != 0 {
-                cx.err(
-                    extras_of("tproxy_mark").map(|(_, v)| v.span()),
-                    f("tproxy_mark"),
-                    format!("{tm:#x} overlaps {what} ({bits:#x})"),
-                );
-            }
-        }
-        if let Err(e) = spec.check()
-            && cx.errors.is_empty()
-        {
-            cx.err(None, f("(tproxy)"), e.to_string());
-        }
-        let name = section_name
-            .clone()
-            .or_else(|| splits.first().map(|s| s.name.clone()))
-            .unwrap_or_default();
-        let implied = ListenerSpec {
-            name: name.clone(),
-            line: tp_index.map_or(0, |i| listeners[i].line),
-            kind: ListenerKind::Transparent(tcfg),
-        };
-        match tp_index {
-            Some(i) => listeners[i] = implied,
-            None => listeners.push(implied),
-        }
-        tproxy = Some(TproxySetup {
-            spec,
-            families: fams,
-            listener: name,
-        });
     }
-    // Two listeners on one address would fail at bind time: say so now, with the line.
+    if l.kind == "socks5" {
+        check_dest_lists(cx, &field, l);
+    }
+    if cx.errors.len() > errors_before {
+        return None;
+    }
+    let mut proxy_opts = l.options.clone();
+    // relayd's own keys are read by the diversion, from the section itself.
+    let extra: Vec<_> = proxy_opts
+        .keys()
+        .filter(|k| TPROXY_EXTRA_KEYS.contains(&k.get_ref().as_ref()))
+        .cloned()
+        .collect();
+    for k in extra {
+        proxy_opts.remove(&k);
+    }
+    let de = toml::de::ValueDeserializer::from(Spanned::new(
+        l.body_span.clone(),
+        DeValue::Table(proxy_opts),
+    ));
+    let kind = if l.kind == "socks5" {
+        <Socks5Config as serde::Deserialize>::deserialize(de).map(ListenerKind::Socks5)
+    } else {
+        <TransparentConfig as serde::Deserialize>::deserialize(de).map(ListenerKind::Transparent)
+    };
+    match kind {
+        Ok(kind) => {
+            check_proxy_options(cx, &field, l, &kind);
+            Some(kind)
+        }
+        Err(e) => {
+            section_error(cx, &field, &e, l.body_span.clone());
+            None
+        }
+    }
+}
+
+/// Two listeners on one address would fail at bind time: say so now, with the line.
+fn check_addresses(cx: &mut Ctx<'_>, listeners: &[ListenerSpec]) {
     for (i, a) in listeners.iter().enumerate() {
         if let Some(b) = listeners[..i]
             .iter()
@@ -497,7 +220,6 @@ pub(super) fn check_listeners(
             );
         }
     }
-    (listeners, tproxy)
 }
 
 /// A `socks5` section's `allow` and `deny` lists, each entry parsed here so that an error

@@ -2,30 +2,30 @@
 //! names the file, the line and column, and the field, and says what is wrong.
 //!
 //! One file per section of the configuration: `daemon` (`[daemon]`), `queue`
-//! (`[[queue]]`), `services` (`[service.NAME]`), `listeners` (the proxy listeners and the
-//! split proxy's diversion), and `error` (errors with their place in the file). Each
-//! checks its section and records every error in one [`ConfigErrors`]; `parse` here reads
-//! the file and runs them in order.
+//! (`[[queue]]`), `services` (`[service.NAME]`), `listeners` (the proxy listeners),
+//! `tproxy` (the split proxy's diversion), and `error` (errors with their place in the
+//! file). Each checks its section and records every error, so that one run reports all
+//! of them ([`ConfigErrors`]); `parse` here reads the file and runs them in order.
 
 mod daemon;
 mod error;
 mod listeners;
 mod queue;
 mod services;
+mod tproxy;
 
 pub use daemon::{
     DEFAULT_CT_MARK_BITS, DEFAULT_SOCKET, DaemonConfig, DaemonUser, IptablesFlavor,
     ct_bits_from_mask,
 };
 pub use error::{ConfigError, ConfigErrors};
-pub use listeners::{
-    DEFAULT_TPROXY_RULE_PREF, DEFAULT_TPROXY_TABLE, ListenerKind, ListenerSpec, TproxySetup,
-};
+pub use listeners::{ListenerKind, ListenerSpec};
 pub use queue::QueueSpec;
 pub use services::LISTENER_KINDS;
+pub use tproxy::{DEFAULT_TPROXY_RULE_PREF, DEFAULT_TPROXY_TABLE, TproxySetup};
 
 use crate::registry::Registry;
-use daemon::{RawDaemon, check_daemon};
+use daemon::{RawDaemon, check_daemon, warn_rereads_as_user};
 use error::{Ctx, toml_error};
 use listeners::check_listeners;
 use queue::{RawQueue, check_queue};
@@ -99,35 +99,20 @@ pub fn parse(text: &str, path: &Path, registry: &Registry) -> Result<Config, Con
     let mut queues = Vec::new();
     let mut taken: BTreeMap<u16, usize> = BTreeMap::new();
     for (index, q) in raw.queue.into_iter().enumerate() {
-        if let Some(spec) = check_queue(&mut cx, index, q, &services, registry, &mut taken) {
+        if let Some(spec) = check_queue(
+            &mut cx,
+            index,
+            q,
+            &services,
+            registry,
+            &mut taken,
+            daemon.ct_mark_bits,
+        ) {
             queues.push(spec);
         }
     }
     let (listeners, tproxy) = check_listeners(&mut cx, &queues, &services, &daemon);
-    if let Some(u) = &daemon.user {
-        // Reloads read the file again as that user, and the key files and EVE log with it.
-        let rereads: Vec<String> = queues
-            .iter()
-            .flat_map(|q| q.services.iter())
-            .filter(|(_, f)| matches!(f.kind(), "encrypt" | "decrypt" | "ids"))
-            .map(|(name, f)| format!("{name} ({})", f.kind()))
-            .collect::<std::collections::BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        if !rereads.is_empty() {
-            cx.warn(
-                None,
-                "daemon.user",
-                format!(
-                    "reloads re-read key files and reopen EVE logs as `{}`, which cannot read \
-                     root's 0600 keys: with {} a reload will be refused; restart instead, or run \
-                     relayd as that user from the start (docs/operations.md, Least privilege)",
-                    u.name,
-                    rereads.join(", ")
-                ),
-            );
-        }
-    }
+    warn_rereads_as_user(&mut cx, &daemon, &queues);
     if queues.is_empty() && listeners.is_empty() && cx.errors.is_empty() {
         cx.err(
             None,
@@ -235,7 +220,7 @@ rate = 5
         assert_eq!(c.queues.len(), 2);
         assert_eq!(c.queues[0].services.len(), 2);
         assert_eq!(c.queues[0].line, 6);
-        assert!(c.queues[0].fail_open && c.queues[0].gso);
+        assert!(c.queues[0].queue.fail_open && c.queues[0].queue.gso);
         assert_eq!((c.queues[1].first, c.queues[1].last), (2, 3));
         assert_eq!(c.daemon.socket, PathBuf::from("/tmp/r.sock"));
     }

@@ -2,10 +2,10 @@
 //! runs, and the kernel queue and thread settings that chain needs.
 
 use super::error::{Ctx, line_col};
-use super::services::ServiceEntry;
-use crate::registry::{BuildError, Registry};
+use super::services::{ServiceEntry, resolve_chain};
+use crate::registry::Registry;
 use relay_control::{Family, Hook, Table};
-use relay_core::{FailPolicy, ServiceFactory, Verdict};
+use relay_core::{CtMarkBits, FailPolicy, ServiceFactory, Verdict};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -35,32 +35,18 @@ pub struct QueueSpec {
     pub matches: Option<String>,
     /// The chain: instance names and their factories, in order.
     pub services: Vec<(String, Arc<dyn ServiceFactory>)>,
-    /// Fail open (bypass and queue fail-open flag) or closed.
-    pub fail_open: bool,
-    /// GSO on for this queue.
-    pub gso: bool,
-    /// Verdict for malformed packets.
+    /// Verdict for malformed packets (the chain's).
     pub malformed: Verdict,
-    /// Bytes copied per packet.
-    pub copy_range: u32,
-    /// Kernel queue length.
-    pub max_len: u32,
-    /// Receive buffer bytes.
-    pub rcvbuf: usize,
-    /// Packets per receive system call.
-    pub batch: usize,
-    /// Spread a range by CPU rather than by flow.
+    /// Spread a range by CPU rather than by flow (the NFQUEUE rule's).
     pub cpu_fanout: bool,
     /// CPUs the queue threads are pinned to: queue `first + i` on `cpus[i % len]`; empty
     /// leaves them unpinned.
     pub cpus: Vec<usize>,
-    /// The nice value of every queue thread of the entry (`setpriority`, -20 to 19);
-    /// `None` leaves the one relayd was started with.
-    pub nice: Option<i32>,
-    /// A service reads the packets' conntrack state.
-    pub conntrack: bool,
-    /// How many packets the queue may hold for a later verdict (services that delay).
-    pub hold: relay_nfq::HoldConfig,
+    /// The kernel queue and thread settings all the entry's queues share, in the one type
+    /// relay_nfq takes (fail-open, GSO, copy range, lengths, batch, conntrack and its mark
+    /// bits, held packets, nice value): those of queue `first`, unpinned.
+    /// [`QueueSpec::queue_config`] gives each queue's own.
+    pub queue: relay_nfq::QueueConfig,
 }
 
 impl fmt::Debug for QueueSpec {
@@ -71,8 +57,8 @@ impl fmt::Debug for QueueSpec {
             .field("hook", &self.hook)
             .field("table", &self.table)
             .field("services", &names)
-            .field("fail_open", &self.fail_open)
-            .field("gso", &self.gso)
+            .field("fail_open", &self.queue.fail_open)
+            .field("gso", &self.queue.gso)
             .finish()
     }
 }
@@ -87,6 +73,15 @@ impl QueueSpec {
     pub fn cpu_for(&self, num: u16) -> Option<usize> {
         let i = usize::from(num.saturating_sub(self.first));
         self.cpus.get(i.checked_rem(self.cpus.len())?).copied()
+    }
+
+    /// The settings of queue `num` of this entry: the shared ones with its number and CPU.
+    pub fn queue_config(&self, num: u16) -> relay_nfq::QueueConfig {
+        relay_nfq::QueueConfig {
+            num,
+            cpu: self.cpu_for(num),
+            ..self.queue.clone()
+        }
     }
 }
 
@@ -124,6 +119,15 @@ pub(super) struct RawQueue {
     nice: Option<Spanned<toml::Value>>,
 }
 
+/// The field path of key `key` of queue entry `index` (`queue[1].num`).
+pub(super) fn field(index: usize, key: &str) -> String {
+    format!("queue[{index}].{key}")
+}
+
+/// Checks one `[[queue]]` entry and records every error; `None` if it has any. `taken`
+/// maps the queue numbers of the entries before it to their index; `ct_bits` are the
+/// daemon's conntrack mark bits. The steps run in the order of the entry's keys, so that
+/// errors come in the order of the file.
 pub(super) fn check_queue(
     cx: &mut Ctx<'_>,
     index: usize,
@@ -131,293 +135,25 @@ pub(super) fn check_queue(
     services: &BTreeMap<String, ServiceEntry<'_>>,
     registry: &Registry,
     taken: &mut BTreeMap<u16, usize>,
+    ct_bits: CtMarkBits,
 ) -> Option<QueueSpec> {
-    let f = |name: &str| format!("queue[{index}].{name}");
     let errors_before = cx.errors.len();
     let (line, _) = line_col(cx.text, q.num.span().start);
-    let (first, last) = match q.num.get_ref() {
-        toml::Value::Integer(n) => match u16::try_from(*n) {
-            Ok(n) => (n, n),
-            Err(_) => {
-                cx.err(
-                    Some(q.num.span()),
-                    f("num"),
-                    format!("{n} is not a queue number (0-65535)"),
-                );
-                (0, 0)
-            }
-        },
-        toml::Value::String(s) => relay_control::parse_queue_range(s).unwrap_or_else(|e| {
-            cx.err(Some(q.num.span()), f("num"), e);
-            (0, 0)
-        }),
-        _ => {
-            cx.err(
-                Some(q.num.span()),
-                f("num"),
-                "must be a number or a range like \"0-3\"",
-            );
-            (0, 0)
-        }
-    };
-    if cx.errors.len() == errors_before {
-        for n in first..=last {
-            if let Some(prev) = taken.insert(n, index) {
-                cx.err(
-                    Some(q.num.span()),
-                    f("num"),
-                    format!("queue {n} is already used by queue[{prev}]"),
-                );
-                break;
-            }
-        }
-    }
-    let hook = q.hook.get_ref().parse::<Hook>().unwrap_or_else(|e| {
-        cx.err(Some(q.hook.span()), f("hook"), e);
-        Hook::Forward
-    });
-    let table = match &q.table {
-        None => Table::Mangle,
-        Some(t) => t.get_ref().parse::<Table>().unwrap_or_else(|e| {
-            cx.err(Some(t.span()), f("table"), e);
-            Table::Mangle
-        }),
-    };
-    if !table.has_hook(hook) {
-        let span = q.table.as_ref().map_or(q.hook.span(), |t| t.span());
-        cx.err(
-            Some(span),
-            f("table"),
-            format!("table {table} has no {hook} hook (raw has prerouting and output)"),
-        );
-    }
-    let families = match q.family.as_ref().map(|s| (s.get_ref().as_str(), s.span())) {
-        None | Some(("ipv4", _)) => vec![Family::Ipv4],
-        Some(("ipv6", _)) => vec![Family::Ipv6],
-        Some(("both", _)) => vec![Family::Ipv4, Family::Ipv6],
-        Some((other, span)) => {
-            cx.err(
-                Some(span),
-                f("family"),
-                format!("unknown family `{other}` (ipv4, ipv6 or both)"),
-            );
-            vec![Family::Ipv4]
-        }
-    };
+    let (first, last) = check_numbers(cx, index, &q.num, taken);
+    let (hook, table) = check_hook_and_table(cx, index, &q);
+    let families = check_family(cx, index, q.family.as_ref());
     if let Some(m) = &q.matches
         && let Err(e) = relay_control::split_matches(m.get_ref())
     {
-        cx.err(Some(m.span()), f("match"), e.to_string());
+        cx.err(Some(m.span()), field(index, "match"), e.to_string());
     }
-    let mut chain = Vec::new();
-    if q.services.get_ref().is_empty() {
-        cx.err(
-            Some(q.services.span()),
-            f("services"),
-            "empty: name at least one service",
-        );
-    }
-    for (i, s) in q.services.get_ref().iter().enumerate() {
-        let name = s.get_ref();
-        if let Some(ServiceEntry {
-            listener: Some(l), ..
-        }) = services.get(name)
-        {
-            cx.err(
-                Some(s.span()),
-                format!("queue[{index}].services[{i}]"),
-                format!(
-                    "`{name}` is a {} listener the daemon runs, not a chain service",
-                    l.kind
-                ),
-            );
-            continue;
-        }
-        if let Some(e) = services.get(name) {
-            // A section with errors was reported already; don't report it again here.
-            if let Some(factory) = &e.factory {
-                chain.push((name.clone(), factory.clone()));
-            }
-            continue;
-        }
-        match registry.build_default(name) {
-            Some(Ok(factory)) => chain.push((name.clone(), factory)),
-            Some(Err(BuildError::Options(e))) => cx.err(
-                Some(s.span()),
-                format!("queue[{index}].services[{i}]"),
-                format!(
-                    "built-in `{name}` needs options ({}); add a [service.NAME] section",
-                    e.message().trim()
-                ),
-            ),
-            Some(Err(BuildError::Invalid(m))) => {
-                cx.err(Some(s.span()), format!("queue[{index}].services[{i}]"), m)
-            }
-            None => cx.err(
-                Some(s.span()),
-                format!("queue[{index}].services[{i}]"),
-                format!(
-                    "unknown service `{name}`: not a [service.{name}] section nor a built-in kind"
-                ),
-            ),
-        }
-    }
-    let wants_closed = chain
-        .iter()
-        .any(|(_, s)| s.fail_policy() == FailPolicy::Closed);
-    let fail_open = q.fail_open.unwrap_or(!wants_closed);
-    let rewriter = chain
-        .iter()
-        .find(|(_, s)| s.rewrites_payload())
-        .map(|(n, _)| n.clone());
-    let gso = match (&q.gso, &rewriter) {
-        (Some(g), Some(r)) if *g.get_ref() => {
-            cx.err(
-                Some(g.span()),
-                f("gso"),
-                format!("service `{r}` rewrites packets, which needs GSO off"),
-            );
-            false
-        }
-        (Some(g), _) => *g.get_ref(),
-        (None, r) => r.is_none(),
-    };
-    let malformed = match q
-        .malformed
-        .as_ref()
-        .map(|m| (m.get_ref().as_str(), m.span()))
-    {
-        None => {
-            if fail_open {
-                Verdict::Accept
-            } else {
-                Verdict::Drop
-            }
-        }
-        Some(("accept", _)) => Verdict::Accept,
-        Some(("drop", _)) => Verdict::Drop,
-        Some((other, span)) => {
-            cx.err(
-                Some(span),
-                f("malformed"),
-                format!("unknown policy `{other}` (accept or drop)"),
-            );
-            Verdict::Accept
-        }
-    };
-    let defaults = relay_nfq::QueueConfig::new(first);
-    // Copy only what the chain needs: the headers relayd checks, or whole packets as
-    // soon as one service wants them.
-    let needed = chain
-        .iter()
-        .try_fold(relay_core::builtin::HEADER_BYTES, |acc, (_, s)| {
-            s.needs_bytes().map(|n| acc.max(n))
-        });
-    let copy_range = match &q.copy_range {
-        Some(c) if *c.get_ref() < 64 || *c.get_ref() > 0xffff => {
-            cx.err(Some(c.span()), f("copy_range"), "must be 64-65535 bytes");
-            defaults.copy_range
-        }
-        Some(c) => {
-            if let Some((name, _)) = chain
-                .iter()
-                .find(|(_, s)| s.needs_bytes().is_none_or(|n| n > *c.get_ref()))
-            {
-                cx.err(
-                    Some(c.span()),
-                    f("copy_range"),
-                    format!("service `{name}` needs more of each packet"),
-                );
-            }
-            *c.get_ref()
-        }
-        None => needed.unwrap_or(defaults.copy_range),
-    };
-    let max_len = match &q.max_len {
-        Some(m) if *m.get_ref() == 0 => {
-            cx.err(Some(m.span()), f("max_len"), "must be at least 1");
-            defaults.max_len
-        }
-        Some(m) => *m.get_ref(),
-        None => defaults.max_len,
-    };
-    let min_rcvbuf = copy_range as usize + relay_nfq::QueueConfig::OVERHEAD;
-    let rcvbuf = match &q.rcvbuf {
-        Some(r) if *r.get_ref() < min_rcvbuf => {
-            cx.err(
-                Some(r.span()),
-                f("rcvbuf"),
-                format!(
-                    "must be larger than copy_range plus netlink overhead ({min_rcvbuf} bytes)"
-                ),
-            );
-            defaults.rcvbuf
-        }
-        Some(r) => *r.get_ref(),
-        None => defaults.rcvbuf,
-    };
-    let batch = match &q.batch {
-        Some(b) if !(1..=1024).contains(b.get_ref()) => {
-            cx.err(Some(b.span()), f("batch"), "must be 1-1024 packets");
-            defaults.batch
-        }
-        Some(b) => *b.get_ref(),
-        None => defaults.batch,
-    };
-    let conntrack = chain.iter().find(|(_, s)| s.needs_conntrack());
-    if let (Some((name, _)), Table::Raw) = (conntrack, table) {
-        let span = q.table.as_ref().map(|t| t.span());
-        cx.err(
-            span,
-            f("table"),
-            format!(
-                "service `{name}` reads conntrack state, which the raw table comes before: use table = \"mangle\""
-            ),
-        );
-    }
-    let conntrack = conntrack.is_some();
-    let held: u32 = chain.iter().map(|(_, s)| s.max_held()).sum();
-    let mut hold = relay_nfq::HoldConfig::default();
-    let mut max_len = max_len;
-    if held > 0 {
-        hold.max_packets = held;
-        // Beyond its capacity a delaying queue drops, as a full netem queue does.
-        hold.overflow = Verdict::Drop;
-        // The kernel counts held packets against the queue length.
-        let need = held.saturating_add(batch as u32);
-        match &q.max_len {
-            Some(m) if *m.get_ref() < need => cx.err(
-                Some(m.span()),
-                f("max_len"),
-                format!(
-                    "must be at least {need}: the services hold up to {held} packets, plus a batch"
-                ),
-            ),
-            Some(_) => {}
-            None => max_len = max_len.max(need),
-        }
-    }
-    let cpu_fanout = q.cpu_fanout.unwrap_or(false);
-    if cpu_fanout && first == last {
-        cx.err(
-            Some(q.num.span()),
-            f("cpu_fanout"),
-            "needs a queue range such as \"0-3\"",
-        );
-    }
-    let cpus = q
-        .cpu
-        .as_ref()
-        .map(|c| {
-            check_cpus(
-                cx,
-                c,
-                &f("cpu"),
-                usize::from(last.saturating_sub(first)) + 1,
-            )
-        })
-        .unwrap_or_default();
-    let nice = q.nice.as_ref().and_then(|n| check_nice(cx, n, &f("nice")));
+    let chain = resolve_chain(cx, index, &q.services, services, registry);
+    let mut queue = relay_nfq::QueueConfig::new(first);
+    let malformed = check_policy(cx, index, &q, &chain, &mut queue);
+    check_kernel(cx, index, &q, &chain, table, &mut queue);
+    queue.ct_mark_bits = queue.conntrack.then_some(ct_bits);
+    let threads = check_threads(cx, index, &q, first, last);
+    queue.nice = threads.nice;
     if cx.errors.len() > errors_before {
         return None;
     }
@@ -435,19 +171,314 @@ pub(super) fn check_queue(
         families,
         matches: q.matches.map(|m| m.into_inner()),
         services: chain,
-        fail_open,
-        gso,
         malformed,
-        copy_range,
-        max_len,
-        rcvbuf,
-        batch,
+        cpu_fanout: threads.cpu_fanout,
+        cpus: threads.cpus,
+        queue,
+    })
+}
+
+/// `num`: one queue number or a range `"first-last"`, none of them used by an earlier
+/// entry. `(0, 0)` after an error.
+fn check_numbers(
+    cx: &mut Ctx<'_>,
+    index: usize,
+    num: &Spanned<toml::Value>,
+    taken: &mut BTreeMap<u16, usize>,
+) -> (u16, u16) {
+    let parsed = match num.get_ref() {
+        toml::Value::Integer(n) => u16::try_from(*n)
+            .map(|n| (n, n))
+            .map_err(|_| format!("{n} is not a queue number (0-65535)")),
+        toml::Value::String(s) => relay_control::parse_queue_range(s),
+        _ => Err("must be a number or a range like \"0-3\"".to_string()),
+    };
+    let (first, last) = match parsed {
+        Ok(range) => range,
+        Err(e) => {
+            cx.err(Some(num.span()), field(index, "num"), e);
+            return (0, 0);
+        }
+    };
+    for n in first..=last {
+        if let Some(prev) = taken.insert(n, index) {
+            cx.err(
+                Some(num.span()),
+                field(index, "num"),
+                format!("queue {n} is already used by queue[{prev}]"),
+            );
+            break;
+        }
+    }
+    (first, last)
+}
+
+/// `hook` and `table` (default mangle), and that the table has the hook.
+fn check_hook_and_table(cx: &mut Ctx<'_>, index: usize, q: &RawQueue) -> (Hook, Table) {
+    let hook = q.hook.get_ref().parse::<Hook>().unwrap_or_else(|e| {
+        cx.err(Some(q.hook.span()), field(index, "hook"), e);
+        Hook::Forward
+    });
+    let table = match &q.table {
+        None => Table::Mangle,
+        Some(t) => t.get_ref().parse::<Table>().unwrap_or_else(|e| {
+            cx.err(Some(t.span()), field(index, "table"), e);
+            Table::Mangle
+        }),
+    };
+    if !table.has_hook(hook) {
+        let span = q.table.as_ref().map_or(q.hook.span(), |t| t.span());
+        cx.err(
+            Some(span),
+            field(index, "table"),
+            format!("table {table} has no {hook} hook (raw has prerouting and output)"),
+        );
+    }
+    (hook, table)
+}
+
+/// `family`: the families the queue's rule is installed for (default IPv4).
+fn check_family(cx: &mut Ctx<'_>, index: usize, family: Option<&Spanned<String>>) -> Vec<Family> {
+    match family.map(|s| (s.get_ref().as_str(), s.span())) {
+        None | Some(("ipv4", _)) => vec![Family::Ipv4],
+        Some(("ipv6", _)) => vec![Family::Ipv6],
+        Some(("both", _)) => vec![Family::Ipv4, Family::Ipv6],
+        Some((other, span)) => {
+            cx.err(
+                Some(span),
+                field(index, "family"),
+                format!("unknown family `{other}` (ipv4, ipv6 or both)"),
+            );
+            vec![Family::Ipv4]
+        }
+    }
+}
+
+/// `fail_open` (default: open unless a service wants closed) and `gso` (default: on unless
+/// a service rewrites packets, which needs it off), set in `queue`; and the verdict for
+/// malformed packets (default: as fail_open), returned.
+fn check_policy(
+    cx: &mut Ctx<'_>,
+    index: usize,
+    q: &RawQueue,
+    chain: &[(String, Arc<dyn ServiceFactory>)],
+    queue: &mut relay_nfq::QueueConfig,
+) -> Verdict {
+    let wants_closed = chain
+        .iter()
+        .any(|(_, s)| s.fail_policy() == FailPolicy::Closed);
+    let fail_open = q.fail_open.unwrap_or(!wants_closed);
+    let rewriter = chain
+        .iter()
+        .find(|(_, s)| s.rewrites_payload())
+        .map(|(n, _)| n.clone());
+    let gso = match (&q.gso, &rewriter) {
+        (Some(g), Some(r)) if *g.get_ref() => {
+            cx.err(
+                Some(g.span()),
+                field(index, "gso"),
+                format!("service `{r}` rewrites packets, which needs GSO off"),
+            );
+            false
+        }
+        (Some(g), _) => *g.get_ref(),
+        (None, r) => r.is_none(),
+    };
+    let malformed = match q
+        .malformed
+        .as_ref()
+        .map(|m| (m.get_ref().as_str(), m.span()))
+    {
+        None if fail_open => Verdict::Accept,
+        None => Verdict::Drop,
+        Some(("accept", _)) => Verdict::Accept,
+        Some(("drop", _)) => Verdict::Drop,
+        Some((other, span)) => {
+            cx.err(
+                Some(span),
+                field(index, "malformed"),
+                format!("unknown policy `{other}` (accept or drop)"),
+            );
+            Verdict::Accept
+        }
+    };
+    queue.fail_open = fail_open;
+    queue.gso = gso;
+    malformed
+}
+
+/// The kernel queue's settings, in `queue` (which holds the defaults): what the chain
+/// needs of it (bytes copied, conntrack state, room for held packets) and the configured
+/// sizes, each within the kernel's limits.
+///
+/// relay_nfq checks the same limits again when a queue starts (its `check_config`, not
+/// public): relayd checks them here so that each error names its line and field.
+fn check_kernel(
+    cx: &mut Ctx<'_>,
+    index: usize,
+    q: &RawQueue,
+    chain: &[(String, Arc<dyn ServiceFactory>)],
+    table: Table,
+    queue: &mut relay_nfq::QueueConfig,
+) {
+    if let Some(c) = check_copy_range(cx, index, q.copy_range.as_ref(), chain) {
+        queue.copy_range = c;
+    }
+    match &q.max_len {
+        Some(m) if *m.get_ref() == 0 => cx.err(
+            Some(m.span()),
+            field(index, "max_len"),
+            "must be at least 1",
+        ),
+        Some(m) => queue.max_len = *m.get_ref(),
+        None => {}
+    }
+    let min_rcvbuf = queue.copy_range as usize + relay_nfq::QueueConfig::OVERHEAD;
+    match &q.rcvbuf {
+        Some(r) if *r.get_ref() < min_rcvbuf => cx.err(
+            Some(r.span()),
+            field(index, "rcvbuf"),
+            format!("must be larger than copy_range plus netlink overhead ({min_rcvbuf} bytes)"),
+        ),
+        Some(r) => queue.rcvbuf = *r.get_ref(),
+        None => {}
+    }
+    match &q.batch {
+        Some(b) if !(1..=1024).contains(b.get_ref()) => cx.err(
+            Some(b.span()),
+            field(index, "batch"),
+            "must be 1-1024 packets",
+        ),
+        Some(b) => queue.batch = *b.get_ref(),
+        None => {}
+    }
+    queue.conntrack = check_conntrack(cx, index, q, chain, table);
+    check_hold(cx, index, q.max_len.as_ref(), chain, queue);
+}
+
+/// `copy_range`: 64-65535 bytes, and at least what every service needs. Not given: only
+/// the headers relayd checks, or whole packets as soon as one service wants them (`None`:
+/// the queue's default).
+fn check_copy_range(
+    cx: &mut Ctx<'_>,
+    index: usize,
+    copy_range: Option<&Spanned<u32>>,
+    chain: &[(String, Arc<dyn ServiceFactory>)],
+) -> Option<u32> {
+    let Some(c) = copy_range else {
+        return chain
+            .iter()
+            .try_fold(relay_core::builtin::HEADER_BYTES, |acc, (_, s)| {
+                s.needs_bytes().map(|n| acc.max(n))
+            });
+    };
+    let c_val = *c.get_ref();
+    if !(64..=0xffff).contains(&c_val) {
+        cx.err(
+            Some(c.span()),
+            field(index, "copy_range"),
+            "must be 64-65535 bytes",
+        );
+        return None;
+    }
+    if let Some((name, _)) = chain
+        .iter()
+        .find(|(_, s)| s.needs_bytes().is_none_or(|n| n > c_val))
+    {
+        cx.err(
+            Some(c.span()),
+            field(index, "copy_range"),
+            format!("service `{name}` needs more of each packet"),
+        );
+    }
+    Some(c_val)
+}
+
+/// Whether a service reads the packets' conntrack state, which the raw table, coming
+/// before conntrack, cannot give it.
+fn check_conntrack(
+    cx: &mut Ctx<'_>,
+    index: usize,
+    q: &RawQueue,
+    chain: &[(String, Arc<dyn ServiceFactory>)],
+    table: Table,
+) -> bool {
+    let reader = chain.iter().find(|(_, s)| s.needs_conntrack());
+    if let (Some((name, _)), Table::Raw) = (reader, table) {
+        cx.err(
+            q.table.as_ref().map(|t| t.span()),
+            field(index, "table"),
+            format!(
+                "service `{name}` reads conntrack state, which the raw table comes before: use table = \"mangle\""
+            ),
+        );
+    }
+    reader.is_some()
+}
+
+/// How many packets the services may hold, and a queue length that leaves room for them
+/// plus a batch (the kernel counts held packets against it): a configured `max_len` must,
+/// a default one grows.
+fn check_hold(
+    cx: &mut Ctx<'_>,
+    index: usize,
+    configured: Option<&Spanned<u32>>,
+    chain: &[(String, Arc<dyn ServiceFactory>)],
+    queue: &mut relay_nfq::QueueConfig,
+) {
+    let held: u32 = chain.iter().map(|(_, s)| s.max_held()).sum();
+    if held == 0 {
+        return;
+    }
+    queue.hold.max_packets = held;
+    // Beyond its capacity a delaying queue drops, as a full netem queue does.
+    queue.hold.overflow = Verdict::Drop;
+    let need = held.saturating_add(queue.batch as u32);
+    match configured {
+        Some(m) if *m.get_ref() < need => cx.err(
+            Some(m.span()),
+            field(index, "max_len"),
+            format!(
+                "must be at least {need}: the services hold up to {held} packets, plus a batch"
+            ),
+        ),
+        Some(_) => {}
+        None => queue.max_len = queue.max_len.max(need),
+    }
+}
+
+/// How the entry's queue threads run.
+struct Threads {
+    cpu_fanout: bool,
+    cpus: Vec<usize>,
+    nice: Option<i32>,
+}
+
+/// `cpu_fanout` (only for a range), `cpu` and `nice`.
+fn check_threads(cx: &mut Ctx<'_>, index: usize, q: &RawQueue, first: u16, last: u16) -> Threads {
+    let cpu_fanout = q.cpu_fanout.unwrap_or(false);
+    if cpu_fanout && first == last {
+        cx.err(
+            Some(q.num.span()),
+            field(index, "cpu_fanout"),
+            "needs a queue range such as \"0-3\"",
+        );
+    }
+    let threads = usize::from(last.saturating_sub(first)) + 1;
+    let cpus = q
+        .cpu
+        .as_ref()
+        .map(|c| check_cpus(cx, c, &field(index, "cpu"), threads))
+        .unwrap_or_default();
+    let nice = q
+        .nice
+        .as_ref()
+        .and_then(|n| check_nice(cx, n, &field(index, "nice")));
+    Threads {
         cpu_fanout,
         cpus,
         nice,
-        conntrack,
-        hold,
-    })
+    }
 }
 
 /// A queue's `nice`: an integer the kernel takes as is (it would clamp others silently).
@@ -607,19 +638,19 @@ mod tests {
                 "[[queue]]\nnum = {num}\nhook = \"forward\"\nservices = [\"accept\"]\nnice = {nice}\n"
             )
         };
-        assert_eq!(parsed(&q("0", "-5")).queues[0].nice, Some(-5));
-        assert_eq!(parsed(&q("0", "-20")).queues[0].nice, Some(-20));
-        assert_eq!(parsed(&q("0", "19")).queues[0].nice, Some(19));
+        assert_eq!(parsed(&q("0", "-5")).queues[0].queue.nice, Some(-5));
+        assert_eq!(parsed(&q("0", "-20")).queues[0].queue.nice, Some(-20));
+        assert_eq!(parsed(&q("0", "19")).queues[0].queue.nice, Some(19));
         // A range: every thread gets the same value.
         let c = parsed(&q("\"4-7\"", "-10"));
         let cfgs: Vec<Option<i32>> = c.queues[0]
             .nums()
-            .map(|n| crate::daemon::queue_config(&c.queues[0], n, c.daemon.ct_mark_bits).nice)
+            .map(|n| c.queues[0].queue_config(n).nice)
             .collect();
         assert_eq!(cfgs, vec![Some(-10); 4]);
         // No `nice`: inherited.
         let c = parsed("[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"accept\"]\n");
-        assert_eq!(c.queues[0].nice, None);
+        assert_eq!(c.queues[0].queue.nice, None);
         // Out of range, not an integer: the file, line and field.
         let e = first_err(&q("0", "20"), 5, "queue[0].nice");
         let text = e[0].to_string();
@@ -633,5 +664,83 @@ mod tests {
         first_err(&q("0", "\"-5\""), 5, "queue[0].nice");
         first_err(&q("0", "-5.0"), 5, "queue[0].nice");
         first_err(&q("0", "[-5]"), 5, "queue[0].nice");
+    }
+
+    /// A service that reads the packets' conntrack state.
+    #[derive(serde::Deserialize)]
+    struct CtConfig {}
+
+    struct CtFactory;
+
+    impl relay_core::ServiceFactory for CtFactory {
+        fn kind(&self) -> &'static str {
+            "ct-test"
+        }
+
+        fn needs_conntrack(&self) -> bool {
+            true
+        }
+
+        fn build(&self, _: &relay_core::Counters) -> Box<dyn relay_core::Service> {
+            Box::new(Pass)
+        }
+    }
+
+    struct Pass;
+
+    impl relay_core::Service for Pass {
+        fn process(
+            &mut self,
+            _: &mut relay_core::Packet,
+            _: &mut relay_core::Context,
+        ) -> relay_core::Action {
+            relay_core::Action::Continue
+        }
+    }
+
+    impl relay_core::ServiceConfig for CtConfig {
+        const KIND: &'static str = "ct-test";
+
+        fn into_factory(
+            self,
+            _name: &str,
+        ) -> Result<std::sync::Arc<dyn relay_core::ServiceFactory>, String> {
+            Ok(std::sync::Arc::new(CtFactory))
+        }
+    }
+
+    #[test]
+    fn each_queue_of_an_entry_gets_its_number_and_cpu_and_the_shared_settings() {
+        let a = relay_nfq::available_cpus().unwrap()[0];
+        let entry = format!(
+            "[[queue]]\nnum = \"4-5\"\nhook = \"forward\"\nservices = [\"accept\"]\ncpu = [{a}]\nmax_len = 300\nbatch = 8\n"
+        );
+        let c = parsed(&entry);
+        let s = &c.queues[0];
+        let q5 = s.queue_config(5);
+        assert_eq!((q5.num, q5.cpu, q5.max_len, q5.batch), (5, Some(a), 300, 8));
+        assert_eq!(
+            q5,
+            relay_nfq::QueueConfig {
+                num: 5,
+                cpu: Some(a),
+                ..s.queue.clone()
+            }
+        );
+        // What the file does not set is relay_nfq's default; no conntrack, no mark bits.
+        let defaults = relay_nfq::QueueConfig::new(4);
+        assert_eq!(
+            (s.queue.rcvbuf, s.queue.hold),
+            (defaults.rcvbuf, defaults.hold)
+        );
+        assert_eq!((s.queue.conntrack, s.queue.ct_mark_bits), (false, None));
+        // A service that reads conntrack state: the daemon's mark bits go with the queue.
+        let mut r = crate::Registry::with_builtins();
+        r.register::<CtConfig>();
+        let text = "[daemon]\nct_mark_bits = \"0xf0\"\n[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"c\"]\n[service.c]\nkind = \"ct-test\"\n";
+        let c = crate::config::parse(text, std::path::Path::new("t.toml"), &r).unwrap();
+        let q0 = c.queues[0].queue_config(0);
+        assert!(q0.conntrack);
+        assert_eq!(q0.ct_mark_bits.map(|b| b.mask()), Some(0xf0));
     }
 }

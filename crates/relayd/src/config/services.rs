@@ -2,20 +2,20 @@
 //! factory through the registry, or kept as a listener section for the daemon.
 
 use super::error::{Ctx, section_error, toml_error};
+use super::queue::field;
 use crate::registry::{BuildError, Registry};
 use relay_core::ServiceFactory;
-use relay_svc_tcpsplit::TcpSplitConfig;
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
 use toml::Spanned;
+use toml::de::{DeString, DeTable, DeValue};
 
 pub(super) struct ServiceEntry<'a> {
     /// `None` if the section has errors (already reported).
     pub(super) factory: Option<Arc<dyn ServiceFactory>>,
-    /// A `tcpsplit` section's options (the proxy and the rules read them too), and the
-    /// span of its name.
-    pub(super) split: Option<(TcpSplitConfig, Range<usize>)>,
+    /// The span of the section's name, where errors about the service as a whole point.
+    pub(super) name_span: Range<usize>,
     /// A listener section (`socks5`, `tproxy`): not a chain service.
     pub(super) listener: Option<ListenerSection<'a>>,
 }
@@ -37,7 +37,6 @@ pub(super) fn read_services<'a>(
     registry: &Registry,
     stage_mask: u32,
 ) -> BTreeMap<String, ServiceEntry<'a>> {
-    use toml::de::{DeTable, DeValue};
     let mut out = BTreeMap::new();
     let doc = match DeTable::parse(cx.text) {
         Ok(d) => d,
@@ -59,128 +58,184 @@ pub(super) fn read_services<'a>(
         return out;
     };
     for (name, body) in section.iter() {
-        let name_s = name.get_ref().to_string();
-        let field = format!("service.{name_s}");
-        // Until it builds, the section counts as present but broken (errors said once).
-        out.insert(
-            name_s.clone(),
-            ServiceEntry {
-                factory: None,
-                split: None,
-                listener: None,
-            },
-        );
-        if !valid_name(&name_s) {
+        let entry = read_service(cx, registry, stage_mask, name, body);
+        out.insert(name.get_ref().to_string(), entry);
+    }
+    out
+}
+
+/// One `[service.NAME]`: a listener section kept for the daemon, or a chain service built
+/// by the registry from its options. Without a factory or listener if it has errors
+/// (reported here, once): it still counts as present.
+fn read_service<'a>(
+    cx: &mut Ctx<'_>,
+    registry: &Registry,
+    stage_mask: u32,
+    name: &Spanned<DeString<'a>>,
+    body: &Spanned<DeValue<'a>>,
+) -> ServiceEntry<'a> {
+    let mut entry = ServiceEntry {
+        factory: None,
+        name_span: name.span(),
+        listener: None,
+    };
+    let field = format!("service.{}", name.get_ref());
+    let Some((kind, kind_span, options)) = split_kind(cx, &field, name, body) else {
+        return entry;
+    };
+    if let Some(k) = LISTENER_KINDS.iter().find(|k| **k == kind) {
+        entry.listener = Some(ListenerSection {
+            kind: k,
+            kind_span,
+            body_span: body.span(),
+            options,
+        });
+        return entry;
+    }
+    let de = toml::de::ValueDeserializer::from(Spanned::new(body.span(), DeValue::Table(options)));
+    match registry.build(&kind, name.get_ref(), de) {
+        None => {
+            let known: Vec<&str> = registry.kinds().collect();
             cx.err(
-                Some(name.span()),
-                field.clone(),
-                "service names use A-Z, a-z, 0-9, _ and -",
-            );
-            continue;
-        }
-        let DeValue::Table(table) = body.get_ref() else {
-            cx.err(
-                Some(body.span()),
-                field,
-                "must be a table with at least `kind`",
-            );
-            continue;
-        };
-        let mut options = table.clone();
-        let kind = options
-            .iter()
-            .find(|(k, _)| k.get_ref() == "kind")
-            .map(|(k, v)| (k.clone(), v.clone()));
-        let Some((kind_key, kind_val)) = kind else {
-            cx.err(
-                Some(name.span()),
+                Some(kind_span),
                 format!("{field}.kind"),
-                "missing: every service needs a `kind`",
+                format!(
+                    "unknown service kind `{kind}` (known: {})",
+                    known.join(", ")
+                ),
             );
-            continue;
-        };
-        options.remove(&kind_key);
-        let DeValue::String(kind) = kind_val.get_ref() else {
-            cx.err(
-                Some(kind_val.span()),
-                format!("{field}.kind"),
-                "must be a string",
-            );
-            continue;
-        };
-        if let Some(k) = LISTENER_KINDS.iter().find(|k| **k == kind.as_ref()) {
-            out.insert(
-                name_s,
-                ServiceEntry {
-                    factory: None,
-                    split: None,
-                    listener: Some(ListenerSection {
-                        kind: k,
-                        kind_span: kind_val.span(),
-                        body_span: body.span(),
-                        options,
-                    }),
-                },
-            );
-            continue;
         }
-        let split = if kind.as_ref() == <TcpSplitConfig as relay_core::ServiceConfig>::KIND {
-            let de = toml::de::ValueDeserializer::from(Spanned::new(
-                body.span(),
-                DeValue::Table(options.clone()),
-            ));
-            <TcpSplitConfig as serde::Deserialize>::deserialize(de)
-                .ok()
-                .map(|c| (c, name.span()))
-        } else {
-            None
-        };
-        let de =
-            toml::de::ValueDeserializer::from(Spanned::new(body.span(), DeValue::Table(options)));
-        match registry.build(kind, &name_s, de) {
-            None => {
-                let known: Vec<&str> = registry.kinds().collect();
+        Some(Err(BuildError::Options(e))) => section_error(cx, &field, &e, body.span()),
+        Some(Err(BuildError::Invalid(msg))) => cx.err(Some(body.span()), field, msg),
+        Some(Ok(factory)) => {
+            let bits = factory.mark_bits() & stage_mask;
+            if bits != 0 {
                 cx.err(
-                    Some(kind_val.span()),
-                    format!("{field}.kind"),
+                    Some(body.span()),
+                    field,
                     format!(
-                        "unknown service kind `{kind}` (known: {})",
-                        known.join(", ")
+                        "sets mark bits {bits:#x}, which are relayd's stage bits \
+                         (daemon.bypass_mark {stage_mask:#x}): choose other bits"
                     ),
                 );
             }
-            Some(Err(BuildError::Options(e))) => section_error(cx, &field, &e, body.span()),
-            Some(Err(BuildError::Invalid(msg))) => cx.err(Some(body.span()), field, msg),
-            Some(Ok(factory)) => {
-                let bits = factory.mark_bits() & stage_mask;
-                if bits != 0 {
-                    cx.err(
-                        Some(body.span()),
-                        field.clone(),
-                        format!(
-                            "sets mark bits {bits:#x}, which are relayd's stage bits \
-                             (daemon.bypass_mark {stage_mask:#x}): choose other bits"
-                        ),
-                    );
-                }
-                out.insert(
-                    name_s,
-                    ServiceEntry {
-                        factory: Some(factory),
-                        split,
-                        listener: None,
-                    },
-                );
-            }
+            entry.factory = Some(factory);
         }
     }
-    out
+    entry
+}
+
+/// A section's name checked, and its body split into the `kind` (a string, with its span)
+/// and the options; `None` after an error.
+fn split_kind<'a>(
+    cx: &mut Ctx<'_>,
+    field: &str,
+    name: &Spanned<DeString<'a>>,
+    body: &Spanned<DeValue<'a>>,
+) -> Option<(String, Range<usize>, DeTable<'a>)> {
+    if !valid_name(name.get_ref()) {
+        cx.err(
+            Some(name.span()),
+            field,
+            "service names use A-Z, a-z, 0-9, _ and -",
+        );
+        return None;
+    }
+    let DeValue::Table(table) = body.get_ref() else {
+        cx.err(
+            Some(body.span()),
+            field,
+            "must be a table with at least `kind`",
+        );
+        return None;
+    };
+    let mut options = table.clone();
+    let Some((kind_key, kind_val)) = options
+        .iter()
+        .find(|(k, _)| k.get_ref() == "kind")
+        .map(|(k, v)| (k.clone(), v.clone()))
+    else {
+        cx.err(
+            Some(name.span()),
+            format!("{field}.kind"),
+            "missing: every service needs a `kind`",
+        );
+        return None;
+    };
+    options.remove(&kind_key);
+    let DeValue::String(kind) = kind_val.get_ref() else {
+        cx.err(
+            Some(kind_val.span()),
+            format!("{field}.kind"),
+            "must be a string",
+        );
+        return None;
+    };
+    Some((kind.to_string(), kind_val.span(), options))
 }
 
 fn valid_name(s: &str) -> bool {
     !s.is_empty()
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// `services`: each name a `[service.NAME]` section that built (one with errors was
+/// reported already) or a built-in kind that needs no options; never a listener.
+pub(super) fn resolve_chain(
+    cx: &mut Ctx<'_>,
+    index: usize,
+    list: &Spanned<Vec<Spanned<String>>>,
+    services: &BTreeMap<String, ServiceEntry<'_>>,
+    registry: &Registry,
+) -> Vec<(String, Arc<dyn ServiceFactory>)> {
+    let mut chain = Vec::new();
+    if list.get_ref().is_empty() {
+        cx.err(
+            Some(list.span()),
+            field(index, "services"),
+            "empty: name at least one service",
+        );
+    }
+    for (i, s) in list.get_ref().iter().enumerate() {
+        let name = s.get_ref();
+        let f = || format!("queue[{index}].services[{i}]");
+        if let Some(e) = services.get(name) {
+            if let Some(l) = &e.listener {
+                cx.err(
+                    Some(s.span()),
+                    f(),
+                    format!(
+                        "`{name}` is a {} listener the daemon runs, not a chain service",
+                        l.kind
+                    ),
+                );
+            } else if let Some(factory) = &e.factory {
+                chain.push((name.clone(), factory.clone()));
+            }
+            continue;
+        }
+        match registry.build_default(name) {
+            Some(Ok(factory)) => chain.push((name.clone(), factory)),
+            Some(Err(BuildError::Options(e))) => cx.err(
+                Some(s.span()),
+                f(),
+                format!(
+                    "built-in `{name}` needs options ({}); add a [service.NAME] section",
+                    e.message().trim()
+                ),
+            ),
+            Some(Err(BuildError::Invalid(m))) => cx.err(Some(s.span()), f(), m),
+            None => cx.err(
+                Some(s.span()),
+                f(),
+                format!(
+                    "unknown service `{name}`: not a [service.{name}] section nor a built-in kind"
+                ),
+            ),
+        }
+    }
+    chain
 }
 
 #[cfg(test)]
