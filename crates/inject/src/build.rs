@@ -10,7 +10,10 @@
 //! as exact; the one to the receiver, in the sender's name, carries the segment's own
 //! sequence number, which the receiver expects next.
 
-use relay_core::wire::{IcmpPacket, Ipv4Packet, TcpPacket, checksum, proto, tcp::flags};
+use relay_core::wire::{
+    IcmpPacket, Icmpv4Repr, Icmpv6Repr, IpRepr, TcpPacket, TcpRepr, checksum, icmp, icmpv4, icmpv6,
+    proto, tcp, tcp::flags,
+};
 use std::net::IpAddr;
 
 /// The largest answer worth building: the IPv6 minimum MTU (RFC 8200 5), which every path
@@ -23,36 +26,16 @@ pub const MAX_ICMP4: usize = 576;
 /// `payload` bytes of protocol `p` from `src` to `dst`; returns the header's length.
 /// `out` must have room for the header and the payload that follows it.
 pub fn emit_ip(out: &mut [u8], src: IpAddr, dst: IpAddr, p: u8, payload: usize) -> Option<usize> {
-    match (src, dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            let total = 20 + payload;
-            let len = u16::try_from(total).ok()?;
-            let h = out.get_mut(..total)?;
-            h[..20].fill(0);
-            h[0] = 0x45;
-            h[2..4].copy_from_slice(&len.to_be_bytes());
-            h[6] = 0x40; // DF
-            h[8] = 64;
-            h[9] = p;
-            h[12..16].copy_from_slice(&s.octets());
-            h[16..20].copy_from_slice(&d.octets());
-            Ipv4Packet::new_unchecked(&mut h[..]).fill_checksum();
-            Some(20)
-        }
-        (IpAddr::V6(s), IpAddr::V6(d)) => {
-            let len = u16::try_from(payload).ok()?;
-            let h = out.get_mut(..40 + payload)?;
-            h[..40].fill(0);
-            h[0] = 0x60;
-            h[4..6].copy_from_slice(&len.to_be_bytes());
-            h[6] = p;
-            h[7] = 64;
-            h[8..24].copy_from_slice(&s.octets());
-            h[24..40].copy_from_slice(&d.octets());
-            Some(40)
-        }
-        _ => None,
-    }
+    let ip = IpRepr::new(src, dst, p, payload)?;
+    // The length field must say it: 65535 bytes in all (IPv4) or of payload (IPv6).
+    let field = match ip {
+        IpRepr::V4(_) => ip.buffer_len(),
+        IpRepr::V6(_) => payload,
+    };
+    u16::try_from(field).ok()?;
+    let h = out.get_mut(..ip.buffer_len())?;
+    ip.emit(h);
+    Some(ip.header_len())
 }
 
 /// The pseudo-header sum of TCP, UDP and ICMPv6 (0 for mixed families).
@@ -77,17 +60,21 @@ pub fn emit_tcp(
     ack: u32,
     tcp_flags: u8,
 ) -> Option<usize> {
-    let ip_len = emit_ip(out, src, dst, proto::TCP, 20)?;
-    let t = &mut out[ip_len..ip_len + 20];
-    t.fill(0);
-    t[0..2].copy_from_slice(&sport.to_be_bytes());
-    t[2..4].copy_from_slice(&dport.to_be_bytes());
-    t[4..8].copy_from_slice(&seq.to_be_bytes());
-    t[8..12].copy_from_slice(&ack.to_be_bytes());
-    t[12] = 5 << 4;
-    t[13] = tcp_flags;
-    TcpPacket::new_unchecked(t).fill_checksum(pseudo(src, dst, proto::TCP, 20));
-    Some(ip_len + 20)
+    let ip_len = emit_ip(out, src, dst, proto::TCP, tcp::HEADER_LEN)?;
+    let mut t = TcpPacket::new_unchecked(&mut out[ip_len..ip_len + tcp::HEADER_LEN]);
+    TcpRepr {
+        src_port: sport,
+        dst_port: dport,
+        seq,
+        ack,
+        flags: tcp_flags,
+        window: 0,
+        urgent: 0,
+        options_len: 0,
+    }
+    .emit(&mut t);
+    t.fill_checksum(pseudo(src, dst, proto::TCP, tcp::HEADER_LEN as u32));
+    Some(ip_len + tcp::HEADER_LEN)
 }
 
 /// Writes an ICMP port unreachable (type 3 code 3) or ICMPv6 port unreachable (type 1
@@ -99,23 +86,32 @@ pub fn emit_port_unreachable(
     dst: IpAddr,
     orig: &[u8],
 ) -> Option<usize> {
-    let (p, ty, code, quote) = match src {
-        IpAddr::V4(_) => (proto::ICMP, 3, 3, orig.len().min(MAX_ICMP4 - 28)),
-        IpAddr::V6(_) => (proto::ICMPV6, 1, 4, orig.len().min(MAX_ANSWER - 48)),
+    let (p, quote) = match src {
+        IpAddr::V4(_) => (proto::ICMP, orig.len().min(MAX_ICMP4 - 28)),
+        IpAddr::V6(_) => (proto::ICMPV6, orig.len().min(MAX_ANSWER - 48)),
     };
-    let ip_len = emit_ip(out, src, dst, p, 8 + quote)?;
-    let m = &mut out[ip_len..ip_len + 8 + quote];
-    m[..8].fill(0);
-    m[0] = ty;
-    m[1] = code;
-    m[8..].copy_from_slice(&orig[..quote]);
+    let len = icmp::HEADER_LEN + quote;
+    let ip_len = emit_ip(out, src, dst, p, len)?;
+    let mut m = IcmpPacket::new_unchecked(&mut out[ip_len..ip_len + len]);
+    if p == proto::ICMPV6 {
+        Icmpv6Repr::DstUnreachable {
+            code: icmpv6::dst_unreachable::PORT,
+        }
+        .emit(&mut m);
+    } else {
+        Icmpv4Repr::DstUnreachable {
+            code: icmpv4::dst_unreachable::PORT,
+        }
+        .emit(&mut m);
+    }
+    m.data_mut().copy_from_slice(&orig[..quote]);
     let ps = if p == proto::ICMPV6 {
-        pseudo(src, dst, p, (8 + quote) as u32)
+        pseudo(src, dst, p, len as u32)
     } else {
         0
     };
-    IcmpPacket::new_unchecked(m).fill_checksum(ps);
-    Some(ip_len + 8 + quote)
+    m.fill_checksum(ps);
+    Some(ip_len + len)
 }
 
 /// The TCP facts of a segment a reset answers.

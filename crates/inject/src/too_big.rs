@@ -5,7 +5,11 @@
 //! sources nobody can answer are never sent (RFC 1812 4.3.2.7, RFC 4443 2.4).
 
 use relay_core::ratelimit::RateLimit;
-use relay_core::wire::checksum;
+use relay_core::wire::ipv6::{FragmentHeader, next_header};
+use relay_core::wire::{
+    IcmpPacket, Icmpv4Repr, Icmpv6Repr, Ipv4Packet, Ipv4Repr, Ipv6Packet, icmp, icmpv4, icmpv6,
+    ipv4, ipv6, proto,
+};
 use relay_core::{Context, Counter, Counters, Tally};
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -94,31 +98,33 @@ impl TooBig {
 /// The source of `pkt` if an ICMP error may be sent to it about `pkt`.
 fn answerable_source(pkt: &[u8]) -> Option<IpAddr> {
     let src = match pkt.first()? >> 4 {
-        4 if pkt.len() >= 20 => {
-            let src: [u8; 4] = pkt[12..16].try_into().ok()?;
-            let ihl = ((pkt[0] & 0xf) as usize) * 4;
-            let first_fragment = u16::from_be_bytes([pkt[6], pkt[7]]) & 0x1fff == 0;
-            let icmp_type = (pkt[9] == 1).then(|| pkt.get(ihl).copied()).flatten();
-            let error = icmp_type.is_some_and(|t| matches!(t, 3 | 4 | 5 | 11 | 12));
-            if error || !first_fragment {
+        4 if pkt.len() >= ipv4::HEADER_LEN => {
+            // Only the fixed header is read: lengths are the caller's (it hands over the
+            // packet as the layout parsed it).
+            let ip = Ipv4Packet::new_unchecked(pkt);
+            let icmp_type = (ip.protocol() == proto::ICMP)
+                .then(|| pkt.get(ip.header_len()).copied())
+                .flatten();
+            let error = icmp_type.is_some_and(icmpv4::is_error);
+            if error || ip.frag_offset() != 0 {
                 return None;
             }
-            IpAddr::from(src)
+            IpAddr::from(ip.src_addr())
         }
-        6 if pkt.len() >= 40 => {
-            let src: [u8; 16] = pkt[8..24].try_into().ok()?;
+        6 if pkt.len() >= ipv6::HEADER_LEN => {
+            let ip = Ipv6Packet::new_unchecked(pkt);
             // Directly after the fixed header only: a packet with other extension headers
             // is answered even if it is an error or a later fragment, which RFC 4443 2.4
             // allows to be missed by a router that does not parse them either.
-            let error = pkt[6] == 58 && pkt.get(40).is_some_and(|&t| t < 128);
-            let later_fragment = pkt[6] == 44
-                && pkt
-                    .get(42..44)
-                    .is_some_and(|o| o[0] != 0 || o[1] & 0xf8 != 0);
+            let after = &pkt[ipv6::HEADER_LEN..];
+            let error = ip.next_header() == proto::ICMPV6
+                && after.first().is_some_and(|&t| icmpv6::is_error(t));
+            let later_fragment = ip.next_header() == next_header::FRAGMENT
+                && FragmentHeader::new_checked(after).is_ok_and(|f| f.frag_offset() != 0);
             if error || later_fragment {
                 return None;
             }
-            IpAddr::from(src)
+            IpAddr::from(ip.src_addr())
         }
         _ => return None,
     };
@@ -127,61 +133,62 @@ fn answerable_source(pkt: &[u8]) -> Option<IpAddr> {
 }
 
 /// Writes ICMP "fragmentation needed" to `dst` about `pkt` into `b`, with an IP header
-/// whose source, identification and checksum the kernel fills in (raw(7)).
+/// whose source and identification the kernel fills in (raw(7); it fills the checksum
+/// again too).
 fn frag_needed(b: &mut Vec<u8>, dst: Ipv4Addr, pkt: &[u8], mtu: u16) {
     let quote = &pkt[..pkt.len().min(QUOTE_V4)];
-    b.clear();
-    let total = (20 + 8 + quote.len()) as u16;
+    let mut ip = Ipv4Repr::new(
+        Ipv4Addr::UNSPECIFIED,
+        dst,
+        proto::ICMP,
+        icmp::HEADER_LEN + quote.len(),
+    );
     // TOS 0xc0: internetwork control, as the kernel's own ICMP errors.
-    b.extend_from_slice(&[0x45, 0xc0]);
-    b.extend_from_slice(&total.to_be_bytes());
-    b.extend_from_slice(&[0, 0, 0, 0, 64, 1, 0, 0, 0, 0, 0, 0]);
-    b.extend_from_slice(&dst.octets());
+    ip.tos = 0xc0;
+    ip.dont_frag = false;
+    b.clear();
+    b.resize(ip.buffer_len(), 0);
+    ip.emit(&mut Ipv4Packet::new_unchecked(&mut b[..]));
     // Destination unreachable, fragmentation needed, next-hop MTU (RFC 1191 4).
-    b.extend_from_slice(&[3, 4, 0, 0, 0, 0]);
-    b.extend_from_slice(&mtu.to_be_bytes());
-    b.extend_from_slice(quote);
-    let sum = checksum::checksum(&b[20..]);
-    b[22..24].copy_from_slice(&sum.to_be_bytes());
+    let mut m = IcmpPacket::new_unchecked(&mut b[ip.header_len()..]);
+    Icmpv4Repr::FragNeeded { mtu }.emit(&mut m);
+    m.data_mut().copy_from_slice(quote);
+    m.fill_checksum(0);
 }
 
 /// Writes ICMPv6 "packet too big" about `pkt` into `b`, without IPv6 header: the kernel
 /// adds it and the checksum.
 fn packet_too_big(b: &mut Vec<u8>, pkt: &[u8], mtu: u16) {
+    let quote = &pkt[..pkt.len().min(QUOTE_V6)];
     b.clear();
-    b.extend_from_slice(&[2, 0, 0, 0]);
-    b.extend_from_slice(&u32::from(mtu).to_be_bytes());
-    b.extend_from_slice(&pkt[..pkt.len().min(QUOTE_V6)]);
+    b.resize(icmp::HEADER_LEN + quote.len(), 0);
+    let mut m = IcmpPacket::new_unchecked(&mut b[..]);
+    Icmpv6Repr::PacketTooBig { mtu: mtu.into() }.emit(&mut m);
+    m.data_mut().copy_from_slice(quote);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use relay_core::wire::checksum;
     use std::time::Instant;
 
     /// An IPv4 ICMP echo request (or, with `ty`, another ICMP message) from `src`.
     fn icmp4(src: [u8; 4], ty: u8, len: usize) -> Vec<u8> {
+        let ip = Ipv4Repr::new(src.into(), [127, 0, 0, 2].into(), proto::ICMP, len - 20);
         let mut p = vec![0u8; len];
-        p[0] = 0x45;
-        p[2..4].copy_from_slice(&(len as u16).to_be_bytes());
-        p[6] = 0x40;
-        p[8] = 64;
-        p[9] = 1;
-        p[12..16].copy_from_slice(&src);
-        p[16..20].copy_from_slice(&[127, 0, 0, 2]);
-        p[20] = ty;
+        ip.emit(&mut Ipv4Packet::new_unchecked(&mut p[..]));
+        IcmpPacket::new_unchecked(&mut p[20..]).set_msg_type(ty);
         p
     }
 
+    /// An IPv6 packet from `src` with 8 bytes of `next`, the first of them `first`.
     fn v6(src: std::net::Ipv6Addr, next: u8, first: u8) -> Vec<u8> {
-        let mut p = vec![0u8; 48];
-        p[0] = 0x60;
-        p[4..6].copy_from_slice(&8u16.to_be_bytes());
-        p[6] = next;
-        p[7] = 64;
-        p[8..24].copy_from_slice(&src.octets());
-        p[24..40].copy_from_slice(&std::net::Ipv6Addr::LOCALHOST.octets());
-        p[40] = first;
+        let ip = relay_core::wire::Ipv6Repr::new(src, std::net::Ipv6Addr::LOCALHOST, next, 8);
+        let mut p = vec![0u8; ip.buffer_len()];
+        let mut v = Ipv6Packet::new_unchecked(&mut p[..]);
+        ip.emit(&mut v);
+        v.payload_mut()[0] = first;
         p
     }
 
@@ -195,7 +202,7 @@ mod tests {
             assert_eq!(answerable_source(&icmp4(src, 8, 28)), None, "{src:?}");
         }
         let mut later = icmp4(lo, 8, 28);
-        later[7] = 1; // offset 8
+        Ipv4Packet::new_unchecked(&mut later[..]).set_frag_offset(8);
         assert_eq!(answerable_source(&later), None, "a later fragment");
 
         let lo6 = std::net::Ipv6Addr::LOCALHOST;
@@ -208,7 +215,7 @@ mod tests {
         assert_eq!(answerable_source(&v6("::".parse().unwrap(), 17, 0)), None);
         let mut frag = v6(lo6, 44, 17);
         assert_eq!(answerable_source(&frag), Some(IpAddr::V6(lo6)), "first");
-        frag[43] = 0x08; // offset 1
+        FragmentHeader::new_unchecked(&mut frag[40..]).set_frag_offset(8);
         assert_eq!(answerable_source(&frag), None, "a later fragment");
     }
 
@@ -218,12 +225,14 @@ mod tests {
         let mut b = Vec::new();
         frag_needed(&mut b, Ipv4Addr::LOCALHOST, &orig, 1476);
         assert_eq!(b.len(), 576);
-        assert_eq!(u16::from_be_bytes([b[2], b[3]]), 576);
-        assert_eq!((b[9], &b[16..20]), (1, &[127, 0, 0, 1][..]));
-        assert_eq!(&b[20..22], &[3, 4], "type 3 code 4");
-        assert_eq!(u16::from_be_bytes([b[26], b[27]]), 1476, "next-hop MTU");
-        assert_eq!(checksum::checksum(&b[20..]), 0);
-        assert_eq!(&b[28..], &orig[..548]);
+        let ip = Ipv4Packet::new_checked(&b[..]).unwrap();
+        assert_eq!(ip.total_len(), 576);
+        assert_eq!((ip.protocol(), ip.dst_addr()), (1, Ipv4Addr::LOCALHOST));
+        let m = IcmpPacket::new_checked(ip.payload()).unwrap();
+        assert_eq!((m.msg_type(), m.code()), (3, 4), "type 3 code 4");
+        assert_eq!(m.next_hop_mtu(), 1476, "next-hop MTU");
+        assert_eq!(checksum::checksum(ip.payload()), 0);
+        assert_eq!(m.data(), &orig[..548]);
 
         packet_too_big(&mut b, &[0x60; 2000], 1280);
         assert_eq!(b.len(), 1280 - 40);

@@ -21,7 +21,9 @@ use crate::window::{Replay, ReplayWindow};
 use relay_core::Prefix;
 use relay_core::builtin::de_u32;
 use relay_core::ratelimit::RateLimit;
-use relay_core::wire::{fix_ip_header, proto};
+use relay_core::wire::{
+    EspPacket, EspRepr, IpRepr, Ipv4Packet, Ipv6Packet, esp, fix_ip_header, ipv4, ipv6, proto,
+};
 use relay_core::{
     Action, Context, Counter, Counters, FailPolicy, InvalidConfig, IpVersion, Kept, MssClamp,
     Packet, Service, ServiceConfig, ServiceFactory, Tally,
@@ -171,8 +173,8 @@ impl Wrap {
             Wrap::Tunnel {
                 local: IpAddr::V4(_),
                 ..
-            } => 20,
-            Wrap::Tunnel { .. } => 40,
+            } => ipv4::HEADER_LEN,
+            Wrap::Tunnel { .. } => ipv6::HEADER_LEN,
         }
     }
 }
@@ -316,8 +318,8 @@ impl Encrypt {
     /// The largest packet like this one (its upper layer at `l4`) that fits once encrypted.
     fn max_for(&self, version: IpVersion, l4: usize) -> usize {
         let (plain, base) = match version {
-            IpVersion::V4 => (self.max_v4, 20),
-            IpVersion::V6 => (self.max_v6, 40),
+            IpVersion::V4 => (self.max_v4, ipv4::HEADER_LEN),
+            IpVersion::V6 => (self.max_v6, ipv6::HEADER_LEN),
         };
         match self.wrap {
             // Options or extension headers take room from the payload.
@@ -359,7 +361,8 @@ impl Service for Encrypt {
         // What is protected starts at `start`: the upper layer (transport) or the packet.
         let (start, next) = match self.wrap {
             Wrap::Transport => {
-                let direct = l.version == IpVersion::V4 || pkt.data()[6] == l.proto;
+                let direct = l.version == IpVersion::V4
+                    || Ipv6Packet::new_unchecked(pkt.data()).next_header() == l.proto;
                 match l.l4.filter(|_| !l.fragment && direct) {
                     Some(off) => (off, l.proto),
                     // Fail closed: what cannot be protected does not leave.
@@ -380,7 +383,7 @@ impl Service for Encrypt {
         }
         let plen = l.len - start;
         let padded = (plen + 2).next_multiple_of(cipher.block());
-        let hdr = 8 + cipher.iv_len();
+        let hdr = esp::HEADER_LEN + cipher.iv_len();
         let outer = self.wrap.outer_len();
         let esp_at = start + outer;
         let total = esp_at + hdr + padded + ICV_LEN;
@@ -393,7 +396,7 @@ impl Service for Encrypt {
         let d = pkt.data();
         let df = reinject
             || match l.version {
-                IpVersion::V4 => d[6] & 0x40 != 0,
+                IpVersion::V4 => Ipv4Packet::new_unchecked(d).dont_frag(),
                 IpVersion::V6 => true,
             };
         if total > self.factory_mtu as usize && df {
@@ -409,8 +412,8 @@ impl Service for Encrypt {
         }
         // Traffic class and DF of the inner packet, for the outer header.
         let tos = match l.version {
-            IpVersion::V4 => d[1],
-            IpVersion::V6 => (d[0] << 4) | (d[1] >> 4),
+            IpVersion::V4 => Ipv4Packet::new_unchecked(d).tos(),
+            IpVersion::V6 => Ipv6Packet::new_unchecked(d).traffic_class(),
         };
         let Some(seq) = self.next_seq(cx) else {
             return Action::Drop;
@@ -420,8 +423,11 @@ impl Service for Encrypt {
         pkt.insert(start, outer + hdr);
         pkt.resize(total);
         let d = pkt.data_mut();
-        d[esp_at..esp_at + 4].copy_from_slice(&self.sa.spi.to_be_bytes());
-        d[esp_at + 4..esp_at + 8].copy_from_slice(&(seq as u32).to_be_bytes());
+        EspRepr {
+            spi: self.sa.spi,
+            seq_no: seq as u32,
+        }
+        .emit(&mut EspPacket::new_unchecked(&mut d[esp_at..]));
         // RFC 4303 2.4: padding bytes 1, 2, 3, ...; then pad length and next header.
         let trailer = esp_at + hdr + plen;
         let pad = padded - plen - 2;
@@ -443,8 +449,7 @@ impl Service for Encrypt {
         match self.wrap {
             Wrap::Transport => fix_ip_header(d, l.version, total, proto::ESP),
             Wrap::Tunnel { local, remote } => {
-                write_outer(d, local, remote, tos, df, seq as u16);
-                fix_ip_header(d, IpVersion::of_addr(local), total, proto::ESP);
+                outer_header(local, remote, tos, df, seq as u16, total - outer).emit(d);
             }
         }
         self.encrypted.inc();
@@ -457,28 +462,26 @@ impl Service for Encrypt {
     }
 }
 
-/// The tunnel's outer header (all but length, protocol and checksum): traffic class copied
-/// from the inner packet (RFC 4301 5.1.2.1), DF copied, TTL 64.
-fn write_outer(d: &mut [u8], local: IpAddr, remote: IpAddr, tos: u8, df: bool, id: u16) {
-    match (local, remote) {
-        (IpAddr::V4(s), IpAddr::V4(t)) => {
-            d[0] = 0x45;
-            d[1] = tos;
-            d[4..6].copy_from_slice(&id.to_be_bytes());
-            d[6..8].copy_from_slice(&if df { [0x40, 0] } else { [0, 0] });
-            d[8] = 64;
-            d[12..16].copy_from_slice(&s.octets());
-            d[16..20].copy_from_slice(&t.octets());
+/// The tunnel's outer header for `payload_len` bytes of ESP: traffic class copied from
+/// the inner packet (RFC 4301 5.1.2.1), DF copied, TTL 64.
+fn outer_header(
+    local: IpAddr,
+    remote: IpAddr,
+    tos: u8,
+    df: bool,
+    id: u16,
+    payload_len: usize,
+) -> IpRepr {
+    match IpRepr::new(local, remote, proto::ESP, payload_len) {
+        Some(IpRepr::V4(mut r)) => {
+            (r.tos, r.dont_frag, r.ident) = (tos, df, id);
+            IpRepr::V4(r)
         }
-        (IpAddr::V6(s), IpAddr::V6(t)) => {
-            d[0] = 0x60 | (tos >> 4);
-            d[1] = tos << 4;
-            d[2..4].copy_from_slice(&[0, 0]);
-            d[7] = 64;
-            d[8..24].copy_from_slice(&s.octets());
-            d[24..40].copy_from_slice(&t.octets());
+        Some(IpRepr::V6(mut r)) => {
+            r.traffic_class = tos;
+            IpRepr::V6(r)
         }
-        _ => unreachable!("families checked in into_factory"),
+        None => unreachable!("families checked in into_factory"),
     }
 }
 
@@ -637,11 +640,12 @@ impl Decrypt {
 /// Whether `inner` is a whole IP packet of version `next` (4 or 41) and exactly its length.
 fn is_whole_packet(inner: &[u8], next: u8) -> bool {
     match (next, inner.first().map(|b| b >> 4)) {
-        (proto::IPV4, Some(4)) if inner.len() >= 20 => {
-            u16::from_be_bytes([inner[2], inner[3]]) as usize == inner.len()
+        (proto::IPV4, Some(4)) if inner.len() >= ipv4::HEADER_LEN => {
+            Ipv4Packet::new_unchecked(inner).total_len() as usize == inner.len()
         }
-        (proto::IPV6, Some(6)) if inner.len() >= 40 => {
-            40 + u16::from_be_bytes([inner[4], inner[5]]) as usize == inner.len()
+        (proto::IPV6, Some(6)) if inner.len() >= ipv6::HEADER_LEN => {
+            ipv6::HEADER_LEN + Ipv6Packet::new_unchecked(inner).payload_len() as usize
+                == inner.len()
         }
         _ => false,
     }
@@ -650,14 +654,13 @@ fn is_whole_packet(inner: &[u8], next: u8) -> bool {
 /// The outer source address of an IP packet whose layout parsed (so its header is whole).
 fn source(d: &[u8], version: IpVersion) -> Option<IpAddr> {
     match version {
-        IpVersion::V4 => {
-            let a: [u8; 4] = d.get(12..16)?.try_into().ok()?;
-            Some(IpAddr::from(a))
+        IpVersion::V4 if d.len() >= ipv4::HEADER_LEN => {
+            Some(Ipv4Packet::new_unchecked(d).src_addr().into())
         }
-        IpVersion::V6 => {
-            let a: [u8; 16] = d.get(8..24)?.try_into().ok()?;
-            Some(IpAddr::from(a))
+        IpVersion::V6 if d.len() >= ipv6::HEADER_LEN => {
+            Some(Ipv6Packet::new_unchecked(d).src_addr().into())
         }
+        _ => None,
     }
 }
 
@@ -665,7 +668,7 @@ fn source(d: &[u8], version: IpVersion) -> Option<IpAddr> {
 /// or `None` if it can: room for SPI, sequence number, IV and ICV, and a body of whole
 /// blocks with room for the trailer (pad length and next header).
 fn bad_length(cipher: Cipher, len: usize) -> Option<&'static str> {
-    let Some(body) = len.checked_sub(8 + cipher.iv_len() + ICV_LEN) else {
+    let Some(body) = len.checked_sub(esp::HEADER_LEN + cipher.iv_len() + ICV_LEN) else {
         return Some("shorter than ESP header, IV and ICV");
     };
     if body < 2 {
@@ -698,7 +701,8 @@ impl Service for Decrypt {
         let Ok(l) = pkt.layout() else {
             return self.drop(|d| &d.dropped_malformed, "not an IP packet", 0, cx);
         };
-        let direct = l.version == IpVersion::V4 || pkt.data().get(6) == Some(&proto::ESP);
+        let direct = l.version == IpVersion::V4
+            || Ipv6Packet::new_unchecked(pkt.data()).next_header() == proto::ESP;
         if l.proto != proto::ESP || !direct {
             self.passed.inc();
             return Action::Continue;
@@ -707,7 +711,10 @@ impl Service for Decrypt {
             return self.drop(|d| &d.dropped_malformed, "fragment or partial copy", 0, cx);
         };
         let d = pkt.data();
-        let Some(esp) = d.get(off..l.len).filter(|e| e.len() >= 8) else {
+        let Some(esp) = d
+            .get(off..l.len)
+            .and_then(|e| EspPacket::new_checked(e).ok())
+        else {
             return self.drop(
                 |d| &d.dropped_malformed,
                 "shorter than an ESP header",
@@ -715,9 +722,8 @@ impl Service for Decrypt {
                 cx,
             );
         };
-        let spi = u32::from_be_bytes([esp[0], esp[1], esp[2], esp[3]]);
-        let low = u32::from_be_bytes([esp[4], esp[5], esp[6], esp[7]]);
-        let esp_len = esp.len();
+        let (spi, low) = (esp.spi(), esp.seq_no());
+        let esp_len = esp.into_inner().len();
         let Some(i) = self.sas.iter().position(|s| s.state.spi == spi) else {
             return self.drop(|d| &d.dropped_unknown_spi, "unknown SPI", spi, cx);
         };
@@ -750,7 +756,7 @@ impl Service for Decrypt {
             }
             seq
         };
-        let hdr = 8 + cipher.iv_len();
+        let hdr = esp::HEADER_LEN + cipher.iv_len();
         let hi = sa.esn.then_some((seq >> 32) as u32);
         let opened = match pkt.data_mut().get_mut(off..l.len) {
             Some(esp) => sa.crypto.open(hi, esp).is_ok(),

@@ -19,8 +19,13 @@ pub use window::{Replay, ReplayWindow};
 #[cfg(test)]
 mod tests {
     use super::*;
-    use relay_core::wire::{Ipv4Packet, checksum};
+    use relay_core::wire::esp::HEADER_LEN as ESP_LEN;
+    use relay_core::wire::{
+        EspPacket, EspRepr, IcmpPacket, Icmpv4Repr, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr,
+        UdpPacket, UdpRepr, checksum, ipv4, udp,
+    };
     use relay_core::{Action, Context, Counters, Packet, Service, ServiceConfig};
+    use std::net::Ipv4Addr;
     use std::os::unix::fs::PermissionsExt;
     use std::time::Instant;
 
@@ -37,17 +42,28 @@ mod tests {
         p
     }
 
+    /// A UDP datagram 10.0.1.1:4000 -> 10.0.2.2:5000 (DF, identification 1, no UDP
+    /// checksum) with `n` bytes of data 0, 1, 2, ...
     fn udp_packet(n: usize) -> Vec<u8> {
-        let mut b = vec![
-            0x45, 0, 0, 0, 0, 1, 0x40, 0, 64, 17, 0, 0, 10, 0, 1, 1, 10, 0, 2, 2,
-        ];
-        b.extend_from_slice(&[0x0f, 0xa0, 0x13, 0x88]);
-        b.extend_from_slice(&((8 + n) as u16).to_be_bytes());
-        b.extend_from_slice(&[0, 0]);
-        b.extend((0..n).map(|i| i as u8));
-        let total = b.len() as u16;
-        b[2..4].copy_from_slice(&total.to_be_bytes());
-        Ipv4Packet::new_unchecked(&mut b[..]).fill_checksum();
+        let u = UdpRepr {
+            src_port: 4000,
+            dst_port: 5000,
+            payload_len: n,
+        };
+        let mut ip = Ipv4Repr::new(
+            Ipv4Addr::new(10, 0, 1, 1),
+            Ipv4Addr::new(10, 0, 2, 2),
+            17,
+            u.buffer_len(),
+        );
+        ip.ident = 1;
+        let mut b = vec![0u8; ip.buffer_len()];
+        ip.emit(&mut Ipv4Packet::new_unchecked(&mut b[..]));
+        let mut d = UdpPacket::new_unchecked(&mut b[ipv4::HEADER_LEN..]);
+        u.emit(&mut d);
+        for (i, x) in d.payload_mut().iter_mut().enumerate() {
+            *x = i as u8;
+        }
         b
     }
 
@@ -113,22 +129,49 @@ mod tests {
     /// `udp_packet` from 127.0.0.1, so that any ICMP error about it stays on loopback.
     fn loopback_packet(n: usize) -> Vec<u8> {
         let mut b = udp_packet(n);
-        b[12..16].copy_from_slice(&[127, 0, 0, 1]);
-        Ipv4Packet::new_unchecked(&mut b[..]).fill_checksum();
+        let mut ip = Ipv4Packet::new_unchecked(&mut b[..]);
+        ip.set_src_addr(Ipv4Addr::LOCALHOST);
+        ip.fill_checksum();
         b
     }
 
+    /// A UDP datagram [fd00:1::1]:4000 -> [fd00:2::2]:5000 (UDP checksum 0x1234, not
+    /// the right one) with `n` bytes of data 0, 3, 6, ...
     fn udp6_packet(n: usize) -> Vec<u8> {
-        let mut b = vec![0x60, 0, 0, 0];
-        b.extend_from_slice(&((8 + n) as u16).to_be_bytes());
-        b.extend_from_slice(&[17, 64]);
-        b.extend_from_slice(&[0xfd, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
-        b.extend_from_slice(&[0xfd, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
-        b.extend_from_slice(&[0x0f, 0xa0, 0x13, 0x88]);
-        b.extend_from_slice(&((8 + n) as u16).to_be_bytes());
-        b.extend_from_slice(&[0x12, 0x34]);
-        b.extend((0..n).map(|i| (i * 3) as u8));
+        let u = UdpRepr {
+            src_port: 4000,
+            dst_port: 5000,
+            payload_len: n,
+        };
+        let ip = Ipv6Repr::new(
+            "fd00:1::1".parse().unwrap(),
+            "fd00:2::2".parse().unwrap(),
+            17,
+            u.buffer_len(),
+        );
+        let mut b = vec![0u8; ip.buffer_len()];
+        ip.emit(&mut Ipv6Packet::new_unchecked(&mut b[..]));
+        let mut d = UdpPacket::new_unchecked(&mut b[ip.header_len()..]);
+        u.emit(&mut d);
+        d.set_checksum(0x1234);
+        for (i, x) in d.payload_mut().iter_mut().enumerate() {
+            *x = (i * 3) as u8;
+        }
         b
+    }
+
+    /// `pkt` made a later fragment (offset 128, DF and MF clear), checksum fixed.
+    fn later_fragment(mut pkt: Vec<u8>) -> Vec<u8> {
+        let mut ip = Ipv4Packet::new_unchecked(&mut pkt[..]);
+        ip.set_dont_frag(false);
+        ip.set_frag_offset(128);
+        ip.fill_checksum();
+        pkt
+    }
+
+    /// The ESP header of an ESP-over-IPv4 packet (no IP options).
+    fn esp_of(d: &[u8]) -> EspRepr {
+        EspRepr::parse(&EspPacket::new_unchecked(&d[ipv4::HEADER_LEN..])).unwrap()
     }
 
     fn cx() -> Context {
@@ -158,23 +201,24 @@ mod tests {
                     "{name}"
                 );
                 assert!(ip.verify_checksum());
-                assert_eq!(&d[20..24], &[0, 0, 0x10, 0x01], "SPI");
-                let seq = u32::from_be_bytes(d[24..28].try_into().unwrap());
+                assert_eq!(esp_of(&d).spi, 0x1001, "SPI");
+                let seq = esp_of(&d).seq_no;
                 assert!(seq >= 1);
                 if cipher.is_gcm() {
                     assert_eq!(
-                        &d[28..36],
+                        &EspPacket::new_unchecked(ip.payload()).payload()[..8],
                         &(seq as u64).to_be_bytes(),
                         "GCM explicit IV = sequence number"
                     );
                 }
-                let enc_len = d.len() - 20 - 8 - cipher.iv_len() - ICV_LEN;
+                let enc_len = d.len() - ipv4::HEADER_LEN - ESP_LEN - cipher.iv_len() - ICV_LEN;
                 assert_eq!(
                     enc_len % cipher.block(),
                     0,
                     "{name}: payload + trailer aligned"
                 );
-                assert!(enc_len >= 8 + n + 2 && enc_len < 8 + n + 2 + cipher.block());
+                let udp = udp::HEADER_LEN + n;
+                assert!(enc_len >= udp + 2 && enc_len < udp + 2 + cipher.block());
                 // The peer restores every byte, checksum included.
                 let mut q = Packet::from_bytes(&d);
                 assert_eq!(
@@ -215,9 +259,7 @@ mod tests {
     fn fails_closed_and_refuses_bad_configuration() {
         let (mut enc, mut dec, dc) = pair(Cipher::Aes128Gcm, "closed");
         // A later fragment cannot be protected in transport mode: dropped, never sent clear.
-        let mut frag = udp_packet(100);
-        frag[6..8].copy_from_slice(&0x0010u16.to_be_bytes());
-        Ipv4Packet::new_unchecked(&mut frag[..]).fill_checksum();
+        let frag = later_fragment(udp_packet(100));
         assert_eq!(
             enc.process(&mut Packet::from_bytes(&frag), &mut cx()),
             Action::Drop
@@ -231,14 +273,14 @@ mod tests {
         let mut p = Packet::from_bytes(&udp_packet(100));
         enc.process(&mut p, &mut cx());
         let mut other = p.data().to_vec();
-        other[23] = 0x02;
+        EspPacket::new_unchecked(&mut other[ipv4::HEADER_LEN..]).set_spi(0x1002);
         assert_eq!(
             dec.process(&mut Packet::from_bytes(&other), &mut cx()),
             Action::Drop
         );
-        for cut in 20..p.len() {
+        for cut in ipv4::HEADER_LEN..p.len() {
             let mut b = p.data()[..cut].to_vec();
-            b[2..4].copy_from_slice(&(cut as u16).to_be_bytes());
+            Ipv4Packet::new_unchecked(&mut b[..]).set_total_len(cut as u16);
             assert_eq!(
                 dec.process(&mut Packet::from_bytes(&b), &mut cx()),
                 Action::Drop,
@@ -340,7 +382,11 @@ mod tests {
         assert_eq!(sent[0].route, relay_core::Route::Originate);
         assert_eq!(sent[0].destination, std::net::IpAddr::from([192, 0, 2, 2]));
         let esp = sent[0].bytes.to_vec();
-        assert_eq!(esp[9], 50, "ESP over IPv4");
+        assert_eq!(
+            Ipv4Packet::new_checked(&esp[..]).unwrap().protocol(),
+            50,
+            "ESP over IPv4"
+        );
         assert_eq!(out.outbox_mut().settle_all_sent(), 1);
         assert_eq!(count(&ec, "reinjected"), 1);
 
@@ -356,7 +402,8 @@ mod tests {
         assert_eq!(fwd.len(), 1);
         assert_eq!(fwd[0].route, relay_core::Route::Forward);
         let mut want = orig.clone();
-        want[7] -= 1;
+        let mut w = Ipv6Packet::new_unchecked(&mut want[..]);
+        w.set_hop_limit(w.hop_limit() - 1);
         assert_eq!(
             fwd[0].bytes,
             &want[..],
@@ -377,9 +424,7 @@ mod tests {
             };
             let (mut enc, mut dec, _, dc) = pair_with(e, false);
             // A later fragment and an IPv6 packet are fine in tunnel mode.
-            let mut frag = udp_packet(200);
-            frag[6..8].copy_from_slice(&0x0010u16.to_be_bytes());
-            Ipv4Packet::new_unchecked(&mut frag[..]).fill_checksum();
+            let frag = later_fragment(udp_packet(200));
             for orig in [udp_packet(0), udp_packet(1000), frag, udp6_packet(77)] {
                 let mut p = Packet::from_bytes(&orig);
                 assert_eq!(enc.process(&mut p, &mut cx()), Action::Continue, "{name}");
@@ -389,13 +434,14 @@ mod tests {
                 assert_eq!(ip.total_len() as usize, d.len());
                 assert!(ip.verify_checksum());
                 assert_eq!(
-                    (&d[12..16], &d[16..20]),
-                    (&[192, 0, 2, 1][..], &[192, 0, 2, 2][..])
+                    (ip.src_addr(), ip.dst_addr()),
+                    (Ipv4Addr::new(192, 0, 2, 1), Ipv4Addr::new(192, 0, 2, 2))
                 );
-                assert_eq!(d[8], 64, "outer TTL");
-                let inner_df = orig[0] >> 4 == 6 || orig[6] & 0x40 != 0;
-                assert_eq!(d[6] & 0x40 != 0, inner_df, "DF copied");
-                assert_eq!(&d[20..24], &[0, 0, 0x10, 0x01]);
+                assert_eq!(ip.ttl(), 64, "outer TTL");
+                let inner_df = relay_core::IpVersion::of(&orig) == Some(relay_core::IpVersion::V6)
+                    || Ipv4Packet::new_unchecked(&orig[..]).dont_frag();
+                assert_eq!(ip.dont_frag(), inner_df, "DF copied");
+                assert_eq!(esp_of(&d).spi, 0x1001);
                 // Nothing of the inner packet is visible.
                 assert!(
                     !d.windows(8).any(|w| w == &orig[12..20]),
@@ -431,7 +477,7 @@ mod tests {
                 let mut p = Packet::from_bytes(&orig);
                 let a = enc.process(&mut p, &mut cx());
                 if a == Action::Continue {
-                    low_bytes.push(p.data()[27]);
+                    low_bytes.push(esp_of(p.data()).seq_no as u8);
                     // The window sits at the end of a subspace: the peer infers the next one.
                     let mut q = Packet::from_bytes(p.data());
                     assert_eq!(
@@ -462,18 +508,24 @@ mod tests {
     /// its ICV verifies whatever the body holds.
     fn forged(sa: &SaCrypto, seq: u32, body: &[u8]) -> Vec<u8> {
         let c = sa.cipher();
-        let mut p = vec![
-            0x45, 0, 0, 0, 0, 9, 0, 0, 64, 50, 0, 0, 10, 0, 1, 1, 10, 0, 2, 2,
-        ];
-        let mut esp = vec![0u8; 8 + c.iv_len() + body.len() + ICV_LEN];
-        esp[..4].copy_from_slice(&0x1001u32.to_be_bytes());
-        esp[4..8].copy_from_slice(&seq.to_be_bytes());
-        esp[8 + c.iv_len()..8 + c.iv_len() + body.len()].copy_from_slice(body);
-        sa.seal_unchecked(seq as u64, false, &mut esp);
-        p.extend_from_slice(&esp);
-        let len = p.len() as u16;
-        p[2..4].copy_from_slice(&len.to_be_bytes());
-        Ipv4Packet::new_unchecked(&mut p[..]).fill_checksum();
+        let body_at = ESP_LEN + c.iv_len();
+        let mut ip = Ipv4Repr::new(
+            Ipv4Addr::new(10, 0, 1, 1),
+            Ipv4Addr::new(10, 0, 2, 2),
+            50,
+            body_at + body.len() + ICV_LEN,
+        );
+        (ip.ident, ip.dont_frag) = (9, false);
+        let mut p = vec![0u8; ip.buffer_len()];
+        ip.emit(&mut Ipv4Packet::new_unchecked(&mut p[..]));
+        let esp = &mut p[ipv4::HEADER_LEN..];
+        EspRepr {
+            spi: 0x1001,
+            seq_no: seq,
+        }
+        .emit(&mut EspPacket::new_unchecked(&mut esp[..]));
+        esp[body_at..body_at + body.len()].copy_from_slice(body);
+        sa.seal_unchecked(seq as u64, false, esp);
         p
     }
 
@@ -525,7 +577,11 @@ mod tests {
             ok[b - 1] = 17;
             let mut p = Packet::from_bytes(&forged(&sa, 100, &ok));
             assert_eq!(dec.process(&mut p, &mut cx()), Action::Continue, "{name}");
-            assert_eq!(p.len(), 20, "{name}: nothing but the IP header left");
+            assert_eq!(
+                p.len(),
+                ipv4::HEADER_LEN,
+                "{name}: nothing but the IP header left"
+            );
         }
     }
 
@@ -546,10 +602,11 @@ mod tests {
         // The same packet from another source: dropped before the ICV is even computed,
         // so a corrupt ICV makes no difference, and the window does not move.
         let mut stranger = good.clone();
-        stranger[12..16].copy_from_slice(&[203, 0, 113, 9]);
         let last = stranger.len() - 1;
         stranger[last] ^= 1;
-        Ipv4Packet::new_unchecked(&mut stranger[..]).fill_checksum();
+        let mut ip = Ipv4Packet::new_unchecked(&mut stranger[..]);
+        ip.set_src_addr(Ipv4Addr::new(203, 0, 113, 9));
+        ip.fill_checksum();
         assert_eq!(
             dec.process(&mut Packet::from_bytes(&stranger), &mut cx()),
             Action::Drop
@@ -627,7 +684,7 @@ mod tests {
     fn seal_refuses_what_cannot_be_an_esp_packet() {
         for (name, cipher) in Cipher::ALL {
             let sa = SaCrypto::new(cipher, &vec![7u8; cipher.key_len()]);
-            let min = 8 + cipher.iv_len() + ICV_LEN;
+            let min = ESP_LEN + cipher.iv_len() + ICV_LEN;
             for len in [0, min - 1, min + 1, min + cipher.block() + 1] {
                 let mut b = vec![0u8; len];
                 assert_eq!(sa.seal(1, false, &mut b), Err(BadLength), "{name} {len}");
@@ -674,17 +731,24 @@ mod tests {
             assert_eq!(count(&ec, "dropped_too_big"), 1);
             let errors: Vec<_> = out.outbox().iter().collect();
             assert_eq!(errors.len(), 1, "{name}: one error emitted");
-            let icmp = &errors[0].bytes[20..];
-            assert_eq!(&icmp[..2], &[3, 4], "{name}: fragmentation needed");
-            let told = u16::from_be_bytes([icmp[6], icmp[7]]) as usize;
+            let icmp = IcmpPacket::new_checked(&errors[0].bytes[ipv4::HEADER_LEN..]).unwrap();
+            let Ok(Icmpv4Repr::FragNeeded { mtu }) = Icmpv4Repr::parse(&icmp) else {
+                panic!("{name}: not fragmentation needed");
+            };
+            let told = mtu as usize;
             assert!(
                 (max..bigger.len()).contains(&told),
                 "{name}: told {told}, what fits is {max}.."
             );
-            assert_eq!(&icmp[8..36], &bigger[..28], "{name}: the packet quoted");
+            assert_eq!(
+                &icmp.data()[..28],
+                &bigger[..28],
+                "{name}: the packet quoted"
+            );
             let mut no_df = bigger.clone();
-            no_df[6] = 0;
-            Ipv4Packet::new_unchecked(&mut no_df[..]).fill_checksum();
+            let mut ip = Ipv4Packet::new_unchecked(&mut no_df[..]);
+            ip.set_dont_frag(false);
+            ip.fill_checksum();
             let mut p = Packet::from_bytes(&no_df);
             assert_eq!(enc.process(&mut p, &mut cx()), Action::Continue);
             assert!(p.len() > 1400);

@@ -24,7 +24,7 @@
 pub use relay_core::units::parse_duration;
 
 use relay_core::builtin::HEADER_BYTES;
-use relay_core::wire::proto;
+use relay_core::wire::{Ipv4Packet, Ipv6Packet, UdpPacket, proto};
 use relay_core::{
     Action, Context, Counter, Counters, IpVersion, Packet, Service, ServiceConfig, ServiceFactory,
 };
@@ -218,22 +218,35 @@ impl Service for Delay {
 fn flow_hash(pkt: &mut Packet) -> u64 {
     let Ok(l) = pkt.layout() else { return 0 };
     let d = pkt.data();
-    let addrs = match l.version {
-        IpVersion::V4 => &d[12..20],
-        IpVersion::V6 => &d[8..40],
-    };
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut mix = |b: u8| {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x100_0000_01b3);
+    let mut mix = |bytes: &[u8]| {
+        for &b in bytes {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x100_0000_01b3);
+        }
     };
-    addrs.iter().for_each(|&b| mix(b));
-    mix(l.proto);
+    // The layout parsed: the fixed header is whole.
+    match l.version {
+        IpVersion::V4 => {
+            let ip = Ipv4Packet::new_unchecked(d);
+            mix(&ip.src_addr().octets());
+            mix(&ip.dst_addr().octets());
+        }
+        IpVersion::V6 => {
+            let ip = Ipv6Packet::new_unchecked(d);
+            mix(&ip.src_addr().octets());
+            mix(&ip.dst_addr().octets());
+        }
+    }
+    mix(&[l.proto]);
+    // TCP and UDP both start with the two ports (the view reads only those four bytes).
     if let Some(off) = l.l4
         && matches!(l.proto, proto::TCP | proto::UDP)
         && let Some(ports) = d.get(off..off + 4)
     {
-        ports.iter().for_each(|&b| mix(b));
+        let u = UdpPacket::new_unchecked(ports);
+        mix(&u.src_port().to_be_bytes());
+        mix(&u.dst_port().to_be_bytes());
     }
     h
 }

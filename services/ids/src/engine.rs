@@ -15,7 +15,9 @@ use crate::parse::{Ctx, RuleError, parse_text};
 use crate::prefilter::{Prefilter, Scratch};
 use crate::rule::{Content, Rule, RuleAction, RuleProto, ip_key, port_match};
 use crate::track::{Addrs, Tracker};
-use relay_core::wire::{Ipv4Packet, Ipv6Packet, TcpPacket, proto};
+use relay_core::wire::{
+    IcmpPacket, Ipv4Packet, Ipv6Packet, TcpPacket, UdpPacket, icmp, proto, udp,
+};
 use relay_core::{Counter, Counters, CtInfo, IpVersion, Packet};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
@@ -321,7 +323,6 @@ pub(crate) fn pkt_info(pkt: &mut Packet) -> Option<PktInfo> {
     };
     let Some(off) = l.l4 else { return Some(p) };
     let l4 = data.get(off..end)?;
-    let be16 = |b: &[u8], i: usize| u16::from_be_bytes([b[i], b[i + 1]]);
     match l.proto {
         proto::TCP => {
             let t = TcpPacket::new_checked(l4).ok()?;
@@ -331,16 +332,19 @@ pub(crate) fn pkt_info(pkt: &mut Packet) -> Option<PktInfo> {
             p.class = 0;
             p.pay = ((off + t.header_len()).min(end), end);
         }
-        proto::UDP if l4.len() >= 8 => {
-            p.sport = Some(be16(l4, 0));
-            p.dport = Some(be16(l4, 2));
+        // The length field is not checked: the rules see the bytes as they came.
+        proto::UDP if l4.len() >= udp::HEADER_LEN => {
+            let u = UdpPacket::new_unchecked(l4);
+            p.sport = Some(u.src_port());
+            p.dport = Some(u.dst_port());
             p.class = 1;
-            p.pay = (off + 8, end);
+            p.pay = (off + udp::HEADER_LEN, end);
         }
-        proto::ICMP | proto::ICMPV6 if l4.len() >= 8 => {
-            p.icmp = Some((l4[0], l4[1]));
+        proto::ICMP | proto::ICMPV6 if l4.len() >= icmp::HEADER_LEN => {
+            let m = IcmpPacket::new_unchecked(l4);
+            p.icmp = Some((m.msg_type(), m.code()));
             p.class = 2;
-            p.pay = (off + 8, end);
+            p.pay = (off + icmp::HEADER_LEN, end);
         }
         _ => p.pay = (off, end),
     }

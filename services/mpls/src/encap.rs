@@ -21,8 +21,10 @@
 
 use crate::classify::{Addr, FlowKey};
 use crate::config::{Checked, Encap, EncapConfig, Unclassified, VcanPath};
-use crate::lse::{self, LseRepr, PROTO_MPLS_IN_IP, UDP_PORT};
-use relay_core::wire::{UdpPacket, checksum, ipv4, proto, udp};
+use crate::lse::{self, LseRepr, UDP_PORT};
+use relay_core::wire::{
+    Ipv4Packet, Ipv4Repr, Ipv6Packet, UdpPacket, UdpRepr, checksum, ipv4, proto, udp,
+};
 use relay_core::{
     Action, Context, Counter, Counters, IpVersion, MssClamp, Packet, Service, ServiceConfig,
     ServiceFactory, Tally,
@@ -30,15 +32,6 @@ use relay_core::{
 use relay_inject::TooBig;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
-
-/// Field offsets of the IPv4 header the encap writes (RFC 791). `relay_core`'s
-/// `Ipv4Packet` has no setters for TOS, identification and flags, which a new header needs.
-mod field {
-    pub(super) const VER_IHL: usize = 0;
-    pub(super) const TOS: usize = 1;
-    pub(super) const IDENT: std::ops::Range<usize> = 4..6;
-    pub(super) const FLG_OFF: std::ops::Range<usize> = 6..8;
-}
 
 /// Bytes the encapsulation adds: outer IPv4 + label (+ UDP).
 pub fn overhead(encap: Encap) -> usize {
@@ -70,33 +63,33 @@ pub fn flow_port(k: &FlowKey) -> u16 {
 pub(crate) fn flow_key(pkt: &mut Packet) -> Option<(FlowKey, IpVersion, usize, u8)> {
     let l = pkt.layout().ok()?;
     let d = pkt.data();
+    // The layout parsed: the fixed header is whole.
     let (dscp_ecn, src, dst, ttl) = match l.version {
-        IpVersion::V4 => (
-            d[1],
-            Addr::V4(u32::from_be_bytes([d[12], d[13], d[14], d[15]])),
-            Addr::V4(u32::from_be_bytes([d[16], d[17], d[18], d[19]])),
-            d[8],
-        ),
-        IpVersion::V6 => {
-            let a = |r: std::ops::Range<usize>| {
-                let mut b = [0u8; 16];
-                b.copy_from_slice(&d[r]);
-                u128::from_be_bytes(b)
-            };
+        IpVersion::V4 => {
+            let ip = Ipv4Packet::new_unchecked(d);
             (
-                (d[0] << 4) | (d[1] >> 4),
-                Addr::V6(a(8..24)),
-                Addr::V6(a(24..40)),
-                d[7],
+                ip.tos(),
+                Addr::V4(ip.src_addr().into()),
+                Addr::V4(ip.dst_addr().into()),
+                ip.ttl(),
+            )
+        }
+        IpVersion::V6 => {
+            let ip = Ipv6Packet::new_unchecked(d);
+            (
+                ip.traffic_class(),
+                Addr::V6(ip.src_addr().into()),
+                Addr::V6(ip.dst_addr().into()),
+                ip.hop_limit(),
             )
         }
     };
+    // TCP, UDP, SCTP and UDP-Lite all start with the two ports, as UDP does (the view
+    // reads only those four bytes).
     let ports = match (l.l4, l.proto) {
         (Some(off), proto::TCP | proto::UDP | 132 | 136) => d.get(off..off + 4).map(|p| {
-            (
-                u16::from_be_bytes([p[0], p[1]]),
-                u16::from_be_bytes([p[2], p[3]]),
-            )
+            let u = UdpPacket::new_unchecked(p);
+            (u.src_port(), u.dst_port())
         }),
         _ => None,
     };
@@ -148,17 +141,12 @@ impl Shared {
     /// Writes the outer headers in front of the inner packet.
     fn encapsulate(&self, pkt: &mut Packet, inner: Inner<'_>, ident: u16, path: VcanPath) {
         let (s, k, v, inner_len, ttl) = (self, inner.key, inner.version, inner.len, inner.ttl);
-        let tos = pkt.data()[match v {
-            IpVersion::V4 => 1,
-            IpVersion::V6 => 0,
-        }];
-        let tos = match v {
-            IpVersion::V4 => tos,
-            IpVersion::V6 => (tos << 4) | (pkt.data()[1] >> 4),
-        };
-        let df = match v {
-            IpVersion::V4 => pkt.data()[field::FLG_OFF.start] & 0x40 != 0,
-            IpVersion::V6 => false,
+        let (tos, df) = match v {
+            IpVersion::V4 => {
+                let ip = Ipv4Packet::new_unchecked(pkt.data());
+                (ip.tos(), ip.dont_frag())
+            }
+            IpVersion::V6 => (Ipv6Packet::new_unchecked(pkt.data()).traffic_class(), false),
         };
         if pkt.len() > inner_len {
             pkt.resize(inner_len);
@@ -166,20 +154,13 @@ impl Shared {
         let over = overhead(s.encap);
         let total = inner_len + over;
         let b = pkt.insert(0, over);
-        b[field::VER_IHL] = 0x45;
-        b[field::TOS] = tos;
-        b[field::IDENT].copy_from_slice(&ident.to_be_bytes());
-        b[field::FLG_OFF].copy_from_slice(&(if df { 0x4000u16 } else { 0 }).to_be_bytes());
-        let mut ip = relay_core::wire::Ipv4Packet::new_unchecked(&mut b[..ipv4::HEADER_LEN]);
-        ip.set_total_len(total as u16);
-        ip.set_ttl(64);
-        ip.set_protocol(match s.encap {
-            Encap::Ip => PROTO_MPLS_IN_IP,
+        let protocol = match s.encap {
+            Encap::Ip => proto::MPLS,
             Encap::Udp => proto::UDP,
-        });
-        ip.set_src_addr(s.local);
-        ip.set_dst_addr(path.remote);
-        ip.fill_checksum();
+        };
+        let mut ip = Ipv4Repr::new(s.local, path.remote, protocol, total - ipv4::HEADER_LEN);
+        (ip.tos, ip.ident, ip.dont_frag) = (tos, ident, df);
+        ip.emit(&mut Ipv4Packet::new_unchecked(&mut b[..ipv4::HEADER_LEN]));
         let lse_at = over - lse::HEADER_LEN;
         LseRepr {
             label: path.label,
@@ -191,10 +172,13 @@ impl Shared {
         if s.encap == Encap::Udp {
             let ulen = total - ipv4::HEADER_LEN;
             let u = &mut pkt.data_mut()[ipv4::HEADER_LEN..total];
-            u[0..2].copy_from_slice(&flow_port(k).to_be_bytes());
-            u[2..4].copy_from_slice(&UDP_PORT.to_be_bytes());
             let mut up = UdpPacket::new_unchecked(u);
-            up.set_len(ulen as u16);
+            UdpRepr {
+                src_port: flow_port(k),
+                dst_port: UDP_PORT,
+                payload_len: ulen - udp::HEADER_LEN,
+            }
+            .emit(&mut up);
             if s.udp_checksum {
                 up.fill_checksum(checksum::pseudo_v4(
                     s.local,
@@ -235,7 +219,8 @@ impl Service for EncapService {
         // An IPv6 hook cannot hand back an IPv4 packet: the encapsulation is sent anew.
         let reinject = !pkt.meta.verdict_carries(IpVersion::V4);
         // The kernel fragments neither a raw socket's packet nor one with DF.
-        let df = reinject || (v == IpVersion::V4 && pkt.data()[field::FLG_OFF.start] & 0x40 != 0);
+        let df =
+            reinject || (v == IpVersion::V4 && Ipv4Packet::new_unchecked(pkt.data()).dont_frag());
         let new_len = inner_len + overhead(s.encap);
         if df && new_len > s.mtu {
             // A router would not fragment it either: tell the sender what fits.

@@ -35,13 +35,13 @@ pub use relay_core::Prefix;
 
 use relay_core::builtin::{HEADER_BYTES, de_u32};
 use relay_core::service::ProxyDiversion;
-use relay_core::wire::{proto, tcp};
+use relay_core::wire::{Ipv4Packet, Ipv6Packet, proto, tcp};
 use relay_core::{
     Action, Context, Counter, Counters, IpVersion, Packet, Service, ServiceConfig, ServiceFactory,
 };
 use relay_netlink::QueueMonitor;
 use serde::Deserialize;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -282,13 +282,10 @@ impl TcpSplit {
         }
         if !self.policy.prefixes.is_empty() {
             let d = pkt.data();
-            let dst = match l.version {
-                IpVersion::V4 => IpAddr::V4(Ipv4Addr::new(d[16], d[17], d[18], d[19])),
-                IpVersion::V6 => {
-                    let mut a = [0u8; 16];
-                    a.copy_from_slice(&d[24..40]);
-                    IpAddr::V6(Ipv6Addr::from(a))
-                }
+            // The layout parsed: the fixed header is whole.
+            let dst: IpAddr = match l.version {
+                IpVersion::V4 => Ipv4Packet::new_unchecked(d).dst_addr().into(),
+                IpVersion::V6 => Ipv6Packet::new_unchecked(d).dst_addr().into(),
             };
             if !self.policy.prefixes.iter().any(|p| p.contains(dst)) {
                 return Outcome::Pass(&n.passed_prefix);
@@ -347,31 +344,43 @@ impl Service for TcpSplit {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use relay_core::wire::{Ipv4Packet, checksum};
+    use relay_core::wire::{IpRepr, Ipv4Packet, Ipv4Repr, TcpPacket, TcpRepr, UdpPacket};
+    use std::net::Ipv6Addr;
     use std::time::Instant;
 
-    /// A TCP/IPv4 segment 10.0.1.1:40000 -> `dst`:`port` with `flags`.
-    fn tcp4(dst: [u8; 4], port: u16, flags: u8) -> Vec<u8> {
-        let mut b = vec![0x45, 0, 0, 40, 0, 1, 0x40, 0, 64, 6, 0, 0, 10, 0, 1, 1];
-        b.extend_from_slice(&dst);
-        b.extend_from_slice(&40000u16.to_be_bytes());
-        b.extend_from_slice(&port.to_be_bytes());
-        b.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, flags, 0xff, 0xff, 0, 0, 0, 0]);
-        Ipv4Packet::new_unchecked(&mut b[..]).fill_checksum();
-        let pseudo = checksum::pseudo_v4([10, 0, 1, 1].into(), dst.into(), 6, 20);
-        relay_core::wire::TcpPacket::new_unchecked(&mut b[20..]).fill_checksum(pseudo);
+    /// A bare TCP segment from port 40000 to `port` (sequence number 1, window 65535).
+    fn segment(ip: IpRepr, port: u16, flags: u8) -> Vec<u8> {
+        let mut b = vec![0u8; ip.buffer_len()];
+        ip.emit(&mut b);
+        TcpRepr {
+            src_port: 40000,
+            dst_port: port,
+            seq: 1,
+            ack: 0,
+            flags,
+            window: 0xffff,
+            urgent: 0,
+            options_len: 0,
+        }
+        .emit(&mut TcpPacket::new_unchecked(&mut b[ip.header_len()..]));
         b
     }
 
-    /// A TCP/IPv6 SYN to `dst`:`port`.
-    fn syn6(dst: Ipv6Addr, port: u16) -> Vec<u8> {
-        let mut b = vec![0x60, 0, 0, 0, 0, 20, 6, 64];
-        b.extend_from_slice(&"fd00:1::1".parse::<Ipv6Addr>().unwrap().octets());
-        b.extend_from_slice(&dst.octets());
-        b.extend_from_slice(&40000u16.to_be_bytes());
-        b.extend_from_slice(&port.to_be_bytes());
-        b.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0xff, 0xff, 0, 0, 0, 0]);
+    /// A TCP/IPv4 segment 10.0.1.1:40000 -> `dst`:`port` with `flags`.
+    fn tcp4(dst: [u8; 4], port: u16, flags: u8) -> Vec<u8> {
+        let mut ip = Ipv4Repr::new([10, 0, 1, 1].into(), dst.into(), proto::TCP, 20);
+        ip.ident = 1;
+        let ip = IpRepr::V4(ip);
+        let mut b = segment(ip, port, flags);
+        TcpPacket::new_unchecked(&mut b[20..]).fill_checksum(ip.pseudo_sum());
         b
+    }
+
+    /// A TCP/IPv6 SYN to `dst`:`port` (its TCP checksum left 0).
+    fn syn6(dst: Ipv6Addr, port: u16) -> Vec<u8> {
+        let src = "fd00:1::1".parse::<Ipv6Addr>().unwrap();
+        let ip = IpRepr::new(src.into(), dst.into(), proto::TCP, 20).unwrap();
+        segment(ip, port, tcp::flags::SYN)
     }
 
     const SYN: u8 = tcp::flags::SYN;
@@ -426,9 +435,10 @@ mod tests {
             None
         );
         let mut udp = tcp4([10, 0, 2, 2], 80, SYN);
-        udp[9] = 17;
-        udp[24..26].copy_from_slice(&20u16.to_be_bytes());
-        Ipv4Packet::new_unchecked(&mut udp[..]).fill_checksum();
+        let mut ip = Ipv4Packet::new_unchecked(&mut udp[..]);
+        ip.set_protocol(proto::UDP);
+        ip.fill_checksum();
+        UdpPacket::new_unchecked(ip.payload_mut()).set_len(20);
         assert_eq!(run(&mut s, &udp, 0), None);
         let n = counts(&c);
         assert_eq!((n["split"], n["split_policy"]), (2, 2), "{n:?}");

@@ -1,5 +1,9 @@
 //! IPComp header view (RFC 3173 section 3): next header, flags, and the compression
 //! parameter index (CPI) naming the algorithm.
+//!
+//! [`IpcompPacket::new_checked`] fails, and only fails, on a buffer shorter than 4 bytes
+//! ([`Malformed::Truncated`]); after it no getter or setter panics. The CPI is not checked:
+//! an unknown one is the decompressor's to refuse.
 
 use super::Malformed;
 use super::ipv4::be16;
@@ -59,6 +63,21 @@ impl<T: AsRef<[u8]>> IpcompPacket<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> IpcompPacket<T> {
+    /// Sets the next header.
+    pub fn set_next_header(&mut self, v: u8) {
+        self.buffer.as_mut()[0] = v;
+    }
+
+    /// Sets the flags byte.
+    pub fn set_flags(&mut self, v: u8) {
+        self.buffer.as_mut()[1] = v;
+    }
+
+    /// Sets the compression parameter index.
+    pub fn set_cpi(&mut self, v: u16) {
+        self.buffer.as_mut()[2..4].copy_from_slice(&v.to_be_bytes());
+    }
+
     /// Writes the whole header (flags zero).
     pub fn set_header(&mut self, next_header: u8, cpi: u16) {
         let b = self.buffer.as_mut();
@@ -85,5 +104,16 @@ mod tests {
             (17, 0, 2, 4)
         );
         assert!(IpcompPacket::new_checked(&b[..3]).is_err());
+    }
+
+    #[test]
+    fn setters_touch_only_their_field() {
+        let mut b = [0xffu8; 6];
+        let mut p = IpcompPacket::new_unchecked(&mut b[..]);
+        p.set_next_header(6);
+        p.set_flags(0);
+        p.set_cpi(cpi::LZ4);
+        assert_eq!((p.next_header(), p.flags(), p.cpi()), (6, 0, 61441));
+        assert_eq!(b, [6, 0, 0xf0, 0x01, 0xff, 0xff]);
     }
 }

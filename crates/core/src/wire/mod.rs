@@ -1,24 +1,53 @@
-//! Typed views of the headers relayd reads and rewrites, in the smoltcp style.
+//! Typed views of the headers relayd reads and rewrites, and their high-level forms, in
+//! the smoltcp style. Every header offset of relayd lives here: services read and write
+//! packets through these types, never by hand.
 //!
-//! Each view wraps a byte buffer (`T: AsRef<[u8]>`, writable with `AsMut<[u8]>`).
-//! `new_checked` validates the lengths once and returns [`Malformed`] on bad input;
-//! after a successful check no getter or setter panics. `new_unchecked` skips the check
-//! and may panic on a short buffer: use it only on a buffer already checked.
+//! Each view (`Ipv4Packet`, `Ipv6Packet`, `UdpPacket`, `TcpPacket`, `IcmpPacket`,
+//! `EspPacket`, `IpcompPacket`, `mpls::Lse`) wraps a byte buffer (`T: AsRef<[u8]>`,
+//! writable with `AsMut<[u8]>`) and reads and writes its fields in place.
+//! `new_checked` validates the lengths once and returns [`Malformed`] on bad input (each
+//! module's docs say exactly which input fails and how); after a successful check no
+//! getter or setter panics. `new_unchecked` skips the check and may panic on a short
+//! buffer: use it only on a buffer already checked, or one about to be written by a
+//! `Repr`.
+//!
+//! Each `Repr` (`Ipv4Repr`, `Ipv6Repr`, `IpRepr`, `UdpRepr`, `TcpRepr`, `Icmpv4Repr`,
+//! `Icmpv6Repr`, `EspRepr`, `mpls::LseRepr`) is a header's fields as plain values:
+//! `parse(&view)` checks the view as `new_checked` would and fails the same way;
+//! `emit(&self, &mut view)` writes the header, and panics only if the buffer is shorter
+//! than the header (`header_len()`; `buffer_len()` where the header carries a length).
+//! Payloads, TCP options and ICMP bodies are the caller's; checksums that cover them are
+//! filled afterwards with the view's `fill_checksum`, given the pseudo-header sum of
+//! `IpRepr::pseudo_sum` (0 for ICMPv4). No `parse` verifies a checksum: the views'
+//! `verify_checksum` do.
 
 pub mod checksum;
+pub mod esp;
 pub mod icmp;
+pub mod icmpv4;
+pub mod icmpv6;
+pub mod ip;
 pub mod ipcomp;
 pub mod ipv4;
 pub mod ipv6;
+pub mod mpls;
 pub mod tcp;
 pub mod udp;
 
+#[cfg(test)]
+mod captures;
+
+pub use esp::{EspPacket, EspRepr};
 pub use icmp::IcmpPacket;
+pub use icmpv4::Icmpv4Repr;
+pub use icmpv6::Icmpv6Repr;
+pub use ip::IpRepr;
 pub use ipcomp::IpcompPacket;
-pub use ipv4::Ipv4Packet;
-pub use ipv6::Ipv6Packet;
-pub use tcp::TcpPacket;
-pub use udp::UdpPacket;
+pub use ipv4::{Ipv4Packet, Ipv4Repr};
+pub use ipv6::{Ipv6Packet, Ipv6Repr};
+pub use mpls::{Lse, LseRepr};
+pub use tcp::{TcpPacket, TcpRepr};
+pub use udp::{UdpPacket, UdpRepr};
 
 /// IP protocol numbers relayd knows by name.
 pub mod proto {
