@@ -7,7 +7,7 @@ use crate::decision::{Estimate, should_compress};
 use relay_core::units::parse_rate;
 use relay_core::wire::{IpcompPacket, fix_ip_header, ipcomp, proto};
 use relay_core::{
-    Action, Context, Counter, Counters, IpVersion, Packet, Service, ServiceConfig, ServiceFactory,
+    Action, Context, Counter, Counters, Packet, Service, ServiceConfig, ServiceFactory,
 };
 use relay_netlink::QueueMonitor;
 use serde::Deserialize;
@@ -250,7 +250,7 @@ impl Compress {
             Some(&n.skip_compressed)
         } else if l.len < self.min_size {
             Some(&n.skip_small)
-        } else if l.version == IpVersion::V6 && pkt.data()[6] != l.proto {
+        } else if pkt.ipv6().is_some_and(|ip| ip.next_header() != l.proto) {
             // IPComp goes right after the fixed header; extension headers are left alone.
             Some(&n.skip_ipv6_ext)
         } else {

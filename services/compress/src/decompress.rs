@@ -129,7 +129,9 @@ impl Service for Decompress {
         let direct = match l.version {
             IpVersion::V4 => true,
             // Only directly after the fixed header, as `compress` puts it.
-            IpVersion::V6 => pkt.data()[6] == proto::IPCOMP,
+            IpVersion::V6 => pkt
+                .ipv6()
+                .is_some_and(|ip| ip.next_header() == proto::IPCOMP),
         };
         if l.proto != proto::IPCOMP || !direct || l.fragment || pkt.is_partial() {
             self.passed.inc();

@@ -22,7 +22,7 @@ use relay_core::Prefix;
 use relay_core::builtin::de_u32;
 use relay_core::ratelimit::RateLimit;
 use relay_core::wire::{
-    EspPacket, EspRepr, IpRepr, Ipv4Packet, Ipv6Packet, esp, fix_ip_header, ipv4, ipv6, proto,
+    EspPacket, EspRepr, IpRepr, Ipv4Packet, Ipv6Packet, esp, fix_ip_header, ipv4, ipv6, proto, tcp,
 };
 use relay_core::{
     Action, Context, Counter, Counters, FailPolicy, InvalidConfig, IpVersion, Kept, MssClamp,
@@ -268,10 +268,11 @@ impl ServiceFactory for EncryptFactory {
     }
     fn clamp_mss(&self) -> Option<MssClamp> {
         // Transport mode keeps the IP header, so the room depends on its length.
-        let mss = |ip: usize| (self.max_inner(ip).saturating_sub(ip + 20)).min(65535) as u16;
+        let mss =
+            |ip: usize| (self.max_inner(ip).saturating_sub(ip + tcp::HEADER_LEN)).min(65535) as u16;
         Some(MssClamp {
-            ipv4: mss(20),
-            ipv6: mss(40),
+            ipv4: mss(ipv4::HEADER_LEN),
+            ipv6: mss(ipv6::HEADER_LEN),
         })
     }
     fn build(&self, counters: &Counters) -> Box<dyn Service> {
@@ -279,8 +280,8 @@ impl ServiceFactory for EncryptFactory {
         Box::new(Encrypt {
             sa: self.sa.clone(),
             wrap: self.wrap,
-            max_v4: self.max_inner(20),
-            max_v6: self.max_inner(40),
+            max_v4: self.max_inner(ipv4::HEADER_LEN),
+            max_v6: self.max_inner(ipv6::HEADER_LEN),
             factory_mtu: self.mtu,
             too_big: TooBig::new(TooBig::DEFAULT_RATE, counters),
             resend: Tally::resend(counters),
@@ -401,7 +402,7 @@ impl Service for Encrypt {
             };
         if total > self.factory_mtu as usize && df {
             // A router would not fragment it either: tell the sender what fits.
-            let fits = self.max_for(l.version, start.max(20));
+            let fits = self.max_for(l.version, start.max(ipv4::HEADER_LEN));
             self.too_big.emit(&d[..l.len], fits.min(65535) as u16, cx);
             self.dropped_too_big.inc();
             return Action::Drop;
