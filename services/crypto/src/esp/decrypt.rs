@@ -1,0 +1,359 @@
+//! `decrypt`: checks and opens the ESP packets of the configured SAs (see the parent
+//! module).
+
+use super::*;
+use crate::keys::{Cipher, ICV_LEN, load_key};
+use crate::sa::SaCrypto;
+use crate::state::SaId;
+use crate::window::{Replay, ReplayWindow};
+use relay_core::Prefix;
+use relay_core::ratelimit::RateLimit;
+use relay_core::wire::{EspPacket, Ipv4Packet, Ipv6Packet, esp, fix_ip_header, ipv4, ipv6, proto};
+use relay_core::{
+    Action, Context, Counter, Counters, FailPolicy, InvalidConfig, IpVersion, Kept, Packet,
+    Service, ServiceConfig, ServiceFactory, Tally,
+};
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+
+/// An inbound SA as one `decrypt` service configures it: the shared state, and what this
+/// configuration says about the SA's mode and peer (not part of the state kept across
+/// reloads, so that a reload may change them).
+struct InboundSa {
+    state: Arc<Inbound>,
+    mode: EspMode,
+    peer: Option<Prefix>,
+}
+
+struct DecryptFactory {
+    sas: Arc<Vec<InboundSa>>,
+}
+
+impl ServiceConfig for DecryptConfig {
+    const KIND: &'static str = "decrypt";
+
+    /// With a fresh SA state: an empty replay window.
+    fn into_factory(self, name: &str) -> Result<Arc<dyn ServiceFactory>, InvalidConfig> {
+        self.into_factory_kept(name, &Kept::new())
+    }
+
+    fn into_factory_kept(
+        self,
+        _name: &str,
+        kept: &Kept,
+    ) -> Result<Arc<dyn ServiceFactory>, InvalidConfig> {
+        if !(1..=4096).contains(&self.replay_window) {
+            return Err(format!("replay_window = {} must be 1-4096", self.replay_window).into());
+        }
+        if self.sa.is_empty() {
+            return Err("no [[service.NAME.sa]]: decrypt needs at least one SA".into());
+        }
+        let mut sas: Vec<InboundSa> = Vec::new();
+        for s in &self.sa {
+            check_spi(s.spi)?;
+            if sas.iter().any(|x| x.state.spi == s.spi) {
+                return Err(format!("spi = {:#x} appears twice", s.spi).into());
+            }
+            if s.mode == EspMode::Tunnel && s.peer.is_none() {
+                return Err(format!(
+                    "the SA with spi = {:#x} is in mode = \"tunnel\" and needs peer: the \
+                     peer relay's address (its encrypt's local), the only outer source accepted",
+                    s.spi
+                )
+                .into());
+            }
+            let key = load_key(&s.key_file, s.cipher).map_err(|e| e.to_string())?;
+            let id = SaId::new(s.spi, s.cipher, s.esn, &key);
+            let sa = kept
+                .get_or_default::<SaStates>()
+                .inbound
+                .get_or_make(id, || Inbound {
+                    spi: s.spi,
+                    crypto: SaCrypto::new(s.cipher, &key),
+                    esn: s.esn,
+                    window: Mutex::new(ReplayWindow::new(self.replay_window)),
+                });
+            // A kept SA keeps what it has seen, in a window of the configured size.
+            let mut w = sa.window.lock().unwrap_or_else(|e| e.into_inner());
+            if w.size() != ReplayWindow::new(self.replay_window).size() {
+                *w = w.resized(self.replay_window);
+            }
+            drop(w);
+            sas.push(InboundSa {
+                state: sa,
+                mode: s.mode,
+                peer: s.peer,
+            });
+        }
+        Ok(Arc::new(DecryptFactory { sas: Arc::new(sas) }))
+    }
+}
+
+impl ServiceFactory for DecryptFactory {
+    fn kind(&self) -> &'static str {
+        "decrypt"
+    }
+    fn fail_policy(&self) -> FailPolicy {
+        FailPolicy::Closed
+    }
+    fn rewrites_payload(&self) -> bool {
+        true
+    }
+    fn build(&self, counters: &Counters) -> Box<dyn Service> {
+        let c = |n: &str| counters.counter(n);
+        Box::new(Decrypt {
+            sas: self.sas.clone(),
+            resend: Tally::resend(counters),
+            decrypted: c("decrypted"),
+            passed: c("passed_not_esp"),
+            dropped_unknown_spi: c("dropped_unknown_spi"),
+            dropped_unknown_peer: c("dropped_unknown_peer"),
+            dropped_wrong_mode: c("dropped_wrong_mode"),
+            dropped_replayed: c("dropped_replayed"),
+            dropped_too_old: c("dropped_too_old"),
+            dropped_auth: c("dropped_auth_failed"),
+            dropped_malformed: c("dropped_malformed"),
+            dropped_dummy: c("dropped_dummy"),
+            log: RateLimit::new(10),
+        })
+    }
+}
+
+struct Decrypt {
+    sas: Arc<Vec<InboundSa>>,
+    /// Sends inner packets whose family differs from the hook's.
+    resend: Tally,
+    decrypted: Counter,
+    passed: Counter,
+    dropped_unknown_spi: Counter,
+    /// The outer source is not the SA's peer.
+    dropped_unknown_peer: Counter,
+    /// A tunnel packet on a transport SA, or the reverse.
+    dropped_wrong_mode: Counter,
+    dropped_replayed: Counter,
+    dropped_too_old: Counter,
+    dropped_auth: Counter,
+    dropped_malformed: Counter,
+    dropped_dummy: Counter,
+    log: RateLimit,
+}
+
+impl Decrypt {
+    fn drop(
+        &mut self,
+        counter: fn(&Decrypt) -> &Counter,
+        why: &str,
+        spi: u32,
+        cx: &Context,
+    ) -> Action {
+        counter(self).inc();
+        if let Some(suppressed) = self.log.allow(cx.now) {
+            tracing::warn!(
+                queue = cx.queue,
+                spi,
+                suppressed,
+                "dropping ESP packet: {why}"
+            );
+        }
+        Action::Drop
+    }
+
+    fn replay_drop(&mut self, r: Replay, spi: u32, cx: &Context) -> Action {
+        match r {
+            Replay::Duplicate => self.drop(|d| &d.dropped_replayed, "replayed", spi, cx),
+            Replay::TooOld => {
+                self.drop(|d| &d.dropped_too_old, "outside the replay window", spi, cx)
+            }
+        }
+    }
+}
+
+/// Whether `inner` is a whole IP packet of version `next` (4 or 41) and exactly its length.
+fn is_whole_packet(inner: &[u8], next: u8) -> bool {
+    match (next, inner.first().map(|b| b >> 4)) {
+        (proto::IPV4, Some(4)) if inner.len() >= ipv4::HEADER_LEN => {
+            Ipv4Packet::new_unchecked(inner).total_len() as usize == inner.len()
+        }
+        (proto::IPV6, Some(6)) if inner.len() >= ipv6::HEADER_LEN => {
+            ipv6::HEADER_LEN + Ipv6Packet::new_unchecked(inner).payload_len() as usize
+                == inner.len()
+        }
+        _ => false,
+    }
+}
+
+/// The outer source address of an IP packet whose layout parsed (so its header is whole).
+fn source(d: &[u8], version: IpVersion) -> Option<IpAddr> {
+    match version {
+        IpVersion::V4 if d.len() >= ipv4::HEADER_LEN => {
+            Some(Ipv4Packet::new_unchecked(d).src_addr().into())
+        }
+        IpVersion::V6 if d.len() >= ipv6::HEADER_LEN => {
+            Some(Ipv6Packet::new_unchecked(d).src_addr().into())
+        }
+        _ => None,
+    }
+}
+
+/// Why the length of an ESP packet (SPI to ICV, `len` bytes) cannot be one of `cipher`'s,
+/// or `None` if it can: room for SPI, sequence number, IV and ICV, and a body of whole
+/// blocks with room for the trailer (pad length and next header).
+fn bad_length(cipher: Cipher, len: usize) -> Option<&'static str> {
+    let Some(body) = len.checked_sub(esp::HEADER_LEN + cipher.iv_len() + ICV_LEN) else {
+        return Some("shorter than ESP header, IV and ICV");
+    };
+    if body < 2 {
+        return Some("no room for the ESP trailer");
+    }
+    if !body.is_multiple_of(cipher.block()) {
+        return Some("body not a whole number of cipher blocks");
+    }
+    None
+}
+
+/// The ESP trailer of a decrypted `body`: the length of the payload before the padding and
+/// the next header, or `None` if the pad length does not fit the body or the padding is
+/// not 1, 2, 3, ... (RFC 4303 2.4).
+fn trailer(body: &[u8]) -> Option<(usize, u8)> {
+    let [rest @ .., pad, next] = body else {
+        return None;
+    };
+    let plain = rest.len().checked_sub(*pad as usize)?;
+    let padding = rest.get(plain..)?;
+    padding
+        .iter()
+        .enumerate()
+        .all(|(k, &b)| b == (k as u8).wrapping_add(1))
+        .then_some((plain, *next))
+}
+
+impl Service for Decrypt {
+    fn process(&mut self, pkt: &mut Packet, cx: &mut Context) -> Action {
+        let Ok(l) = pkt.layout() else {
+            return self.drop(|d| &d.dropped_malformed, "not an IP packet", 0, cx);
+        };
+        let direct = l.version == IpVersion::V4
+            || Ipv6Packet::new_unchecked(pkt.data()).next_header() == proto::ESP;
+        if l.proto != proto::ESP || !direct {
+            self.passed.inc();
+            return Action::Continue;
+        }
+        let Some(off) = l.l4.filter(|_| !l.fragment && !pkt.is_partial()) else {
+            return self.drop(|d| &d.dropped_malformed, "fragment or partial copy", 0, cx);
+        };
+        let d = pkt.data();
+        let Some(esp) = d
+            .get(off..l.len)
+            .and_then(|e| EspPacket::new_checked(e).ok())
+        else {
+            return self.drop(
+                |d| &d.dropped_malformed,
+                "shorter than an ESP header",
+                0,
+                cx,
+            );
+        };
+        let (spi, low) = (esp.spi(), esp.seq_no());
+        let esp_len = esp.into_inner().len();
+        let Some(i) = self.sas.iter().position(|s| s.state.spi == spi) else {
+            return self.drop(|d| &d.dropped_unknown_spi, "unknown SPI", spi, cx);
+        };
+        let (sa, mode, peer) = {
+            let s = &self.sas[i];
+            (s.state.clone(), s.mode, s.peer)
+        };
+        // Only the SA's peer may use it: checked before any cryptographic work.
+        if let Some(peer) = peer
+            && !source(d, l.version).is_some_and(|a| peer.contains(a))
+        {
+            return self.drop(
+                |d| &d.dropped_unknown_peer,
+                "outer source is not the SA's peer",
+                spi,
+                cx,
+            );
+        }
+        let cipher = sa.crypto.cipher();
+        if let Some(why) = bad_length(cipher, esp_len) {
+            return self.drop(|d| &d.dropped_malformed, why, spi, cx);
+        }
+        // RFC 4303 3.4.3: a cheap replay check first, the ICV next, the window last.
+        let seq = {
+            let w = sa.window.lock().unwrap_or_else(|e| e.into_inner());
+            let seq = if sa.esn { w.infer_esn(low) } else { low as u64 };
+            if let Err(r) = w.check(seq) {
+                drop(w);
+                return self.replay_drop(r, spi, cx);
+            }
+            seq
+        };
+        let hdr = esp::HEADER_LEN + cipher.iv_len();
+        let hi = sa.esn.then_some((seq >> 32) as u32);
+        let opened = match pkt.data_mut().get_mut(off..l.len) {
+            Some(esp) => sa.crypto.open(hi, esp).is_ok(),
+            None => false,
+        };
+        if !opened {
+            return self.drop(|d| &d.dropped_auth, "integrity check failed", spi, cx);
+        }
+        {
+            // Another queue thread may have taken the same number meanwhile.
+            let mut w = sa.window.lock().unwrap_or_else(|e| e.into_inner());
+            if let Err(r) = w.check(seq) {
+                drop(w);
+                return self.replay_drop(r, spi, cx);
+            }
+            w.update(seq);
+        }
+        // The lengths were checked above; `get` keeps a mistake from becoming a panic.
+        let body = pkt
+            .data()
+            .get(off + hdr..l.len.saturating_sub(ICV_LEN))
+            .unwrap_or_default();
+        let Some((plain, next)) = trailer(body) else {
+            return self.drop(|d| &d.dropped_malformed, "bad padding", spi, cx);
+        };
+        let tunnel = matches!(next, proto::IPV4 | proto::IPV6);
+        if next != proto::NO_NEXT_HEADER && tunnel != (mode == EspMode::Tunnel) {
+            let why = if tunnel {
+                "a tunnel-mode packet on a transport SA (set mode = \"tunnel\" and peer)"
+            } else {
+                "a transport-mode packet on a tunnel SA"
+            };
+            return self.drop(|d| &d.dropped_wrong_mode, why, spi, cx);
+        }
+        match next {
+            proto::IPV4 | proto::IPV6 => {
+                // Tunnel mode: the inner packet replaces the whole packet.
+                if !body.get(..plain).is_some_and(|b| is_whole_packet(b, next)) {
+                    return self.drop(|d| &d.dropped_malformed, "bad inner packet", spi, cx);
+                }
+                pkt.remove(0, off + hdr);
+                pkt.resize(plain);
+                let v = if next == proto::IPV4 {
+                    IpVersion::V4
+                } else {
+                    IpVersion::V6
+                };
+                if !pkt.meta.verdict_carries(v) {
+                    // The other family than the hook's: forwarded from a raw socket.
+                    self.decrypted.inc();
+                    let _ = cx.forward_packet(pkt, &self.resend);
+                    return Action::Drop;
+                }
+            }
+            proto::NO_NEXT_HEADER => {
+                // A dummy packet (RFC 4303 2.6): authenticated, then discarded.
+                self.dropped_dummy.inc();
+                return Action::Drop;
+            }
+            _ => {
+                pkt.remove(off, hdr);
+                pkt.resize(off + plain);
+                fix_ip_header(pkt.data_mut(), l.version, off + plain, next);
+            }
+        }
+        self.decrypted.inc();
+        Action::Continue
+    }
+}

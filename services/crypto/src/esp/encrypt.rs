@@ -1,0 +1,366 @@
+//! `encrypt`: protects each packet in an ESP packet of the SA (see the parent module).
+
+use super::*;
+use crate::keys::{ICV_LEN, load_key};
+use crate::sa::SaCrypto;
+use crate::state::SaId;
+use relay_core::ratelimit::RateLimit;
+use relay_core::wire::{
+    EspPacket, EspRepr, IpRepr, Ipv4Packet, Ipv6Packet, esp, fix_ip_header, ipv4, ipv6, proto, tcp,
+};
+use relay_core::{
+    Action, Context, Counter, Counters, FailPolicy, InvalidConfig, IpVersion, Kept, MssClamp,
+    Packet, Service, ServiceConfig, ServiceFactory, Tally,
+};
+use relay_inject::TooBig;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Where the encrypted packet goes.
+#[derive(Debug, Clone, Copy)]
+enum Wrap {
+    Transport,
+    Tunnel { local: IpAddr, remote: IpAddr },
+}
+
+impl Wrap {
+    /// Bytes of the new outer header (tunnel mode).
+    fn outer_len(self) -> usize {
+        match self {
+            Wrap::Transport => 0,
+            Wrap::Tunnel {
+                local: IpAddr::V4(_),
+                ..
+            } => ipv4::HEADER_LEN,
+            Wrap::Tunnel { .. } => ipv6::HEADER_LEN,
+        }
+    }
+}
+
+struct EncryptFactory {
+    sa: Arc<Outbound>,
+    wrap: Wrap,
+    mtu: u16,
+}
+
+impl EncryptFactory {
+    /// The largest packet whose upper layer starts at `l4` (transport mode) that still fits
+    /// the path MTU once encrypted.
+    fn max_inner(&self, l4: usize) -> usize {
+        let c = self.sa.crypto.cipher();
+        let fixed = 8 + c.iv_len() + ICV_LEN;
+        let (kept, outer) = match self.wrap {
+            Wrap::Transport => (l4, 0),
+            w @ Wrap::Tunnel { .. } => (0, w.outer_len()),
+        };
+        let room = (self.mtu as usize).saturating_sub(kept + outer + fixed);
+        (kept + (room / c.block()) * c.block()).saturating_sub(2)
+    }
+}
+
+impl ServiceConfig for EncryptConfig {
+    const KIND: &'static str = "encrypt";
+
+    /// With a fresh SA state: the sequence counter starts at 1.
+    fn into_factory(self, name: &str) -> Result<Arc<dyn ServiceFactory>, InvalidConfig> {
+        self.into_factory_kept(name, &Kept::new())
+    }
+
+    fn into_factory_kept(
+        self,
+        _name: &str,
+        kept: &Kept,
+    ) -> Result<Arc<dyn ServiceFactory>, InvalidConfig> {
+        check_spi(self.spi)?;
+        let wrap = match (self.mode, self.local, self.remote) {
+            (EspMode::Transport, None, None) => Wrap::Transport,
+            (EspMode::Transport, _, _) => {
+                return Err("local and remote are for mode = \"tunnel\"".into());
+            }
+            (EspMode::Tunnel, Some(local), Some(remote)) => {
+                if local.is_ipv4() != remote.is_ipv4() {
+                    return Err(format!(
+                        "local = {local} and remote = {remote} are not of one address family"
+                    )
+                    .into());
+                }
+                Wrap::Tunnel { local, remote }
+            }
+            (EspMode::Tunnel, _, _) => {
+                return Err(
+                    "mode = \"tunnel\" needs local (this relay) and remote (the peer relay)".into(),
+                );
+            }
+        };
+        if self.mtu < 576 {
+            return Err(format!("mtu = {} is below 576", self.mtu).into());
+        }
+        let key = load_key(&self.key_file, self.cipher).map_err(|e| e.to_string())?;
+        let id = SaId::new(self.spi, self.cipher, self.esn, &key);
+        let sa = kept
+            .get_or_default::<SaStates>()
+            .outbound
+            .get_or_make(id, || Outbound {
+                spi: self.spi,
+                crypto: SaCrypto::new(self.cipher, &key),
+                esn: self.esn,
+                seq: AtomicU64::new(0),
+            });
+        Ok(Arc::new(EncryptFactory {
+            sa,
+            wrap,
+            mtu: self.mtu,
+        }))
+    }
+}
+
+impl ServiceFactory for EncryptFactory {
+    fn kind(&self) -> &'static str {
+        "encrypt"
+    }
+    fn fail_policy(&self) -> FailPolicy {
+        FailPolicy::Closed
+    }
+    fn rewrites_payload(&self) -> bool {
+        true
+    }
+    fn clamp_mss(&self) -> Option<MssClamp> {
+        // Transport mode keeps the IP header, so the room depends on its length.
+        let mss =
+            |ip: usize| (self.max_inner(ip).saturating_sub(ip + tcp::HEADER_LEN)).min(65535) as u16;
+        Some(MssClamp {
+            ipv4: mss(ipv4::HEADER_LEN),
+            ipv6: mss(ipv6::HEADER_LEN),
+        })
+    }
+    fn build(&self, counters: &Counters) -> Box<dyn Service> {
+        let c = |n: &str| counters.counter(n);
+        Box::new(Encrypt {
+            sa: self.sa.clone(),
+            wrap: self.wrap,
+            max_v4: self.max_inner(ipv4::HEADER_LEN),
+            max_v6: self.max_inner(ipv6::HEADER_LEN),
+            factory_mtu: self.mtu,
+            too_big: TooBig::new(TooBig::DEFAULT_RATE, counters),
+            resend: Tally::resend(counters),
+            encrypted: c("encrypted"),
+            bytes_in: c("bytes_in"),
+            bytes_out: c("bytes_out"),
+            dropped_unfit: c("dropped_unfit"),
+            dropped_too_big: c("dropped_too_big"),
+            dropped_seq_exhausted: c("dropped_seq_exhausted"),
+            log: RateLimit::new(1),
+        })
+    }
+}
+
+struct Encrypt {
+    sa: Arc<Outbound>,
+    wrap: Wrap,
+    /// The largest IPv4 / IPv6 packet (plain header) that fits once encrypted.
+    max_v4: usize,
+    max_v6: usize,
+    factory_mtu: u16,
+    too_big: TooBig,
+    /// Sends tunnel packets whose outer family differs from the hook's.
+    resend: Tally,
+    encrypted: Counter,
+    bytes_in: Counter,
+    bytes_out: Counter,
+    dropped_unfit: Counter,
+    dropped_too_big: Counter,
+    dropped_seq_exhausted: Counter,
+    log: RateLimit,
+}
+
+impl Encrypt {
+    /// The largest packet like this one (its upper layer at `l4`) that fits once encrypted.
+    fn max_for(&self, version: IpVersion, l4: usize) -> usize {
+        let (plain, base) = match version {
+            IpVersion::V4 => (self.max_v4, ipv4::HEADER_LEN),
+            IpVersion::V6 => (self.max_v6, ipv6::HEADER_LEN),
+        };
+        match self.wrap {
+            // Options or extension headers take room from the payload.
+            Wrap::Transport => plain.saturating_sub(l4.saturating_sub(base)),
+            Wrap::Tunnel { .. } => plain,
+        }
+    }
+
+    /// The next sequence number, or `None` when the SA's numbers are used up.
+    fn next_seq(&mut self, cx: &Context) -> Option<u64> {
+        let seq = self.sa.seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        let last = if self.sa.esn {
+            u64::MAX
+        } else {
+            u32::MAX as u64
+        };
+        if seq == 0 || seq > last {
+            // The counter must never wrap (RFC 4303 3.3.3): the SA needs a new key.
+            self.dropped_seq_exhausted.inc();
+            if self.log.allow(cx.now).is_some() {
+                tracing::error!(
+                    spi = self.sa.spi,
+                    "sequence numbers exhausted: rotate the key (SIGHUP)"
+                );
+            }
+            return None;
+        }
+        Some(seq)
+    }
+}
+
+impl Service for Encrypt {
+    fn process(&mut self, pkt: &mut Packet, cx: &mut Context) -> Action {
+        let Ok(l) = pkt.layout() else {
+            self.dropped_unfit.inc();
+            return Action::Drop;
+        };
+        let cipher = self.sa.crypto.cipher();
+        // What is protected starts at `start`: the upper layer (transport) or the packet.
+        let (start, next) = match self.wrap {
+            Wrap::Transport => {
+                let direct = l.version == IpVersion::V4
+                    || Ipv6Packet::new_unchecked(pkt.data()).next_header() == l.proto;
+                match l.l4.filter(|_| !l.fragment && direct) {
+                    Some(off) => (off, l.proto),
+                    // Fail closed: what cannot be protected does not leave.
+                    None => {
+                        self.dropped_unfit.inc();
+                        return Action::Drop;
+                    }
+                }
+            }
+            Wrap::Tunnel { .. } => match l.version {
+                IpVersion::V4 => (0, proto::IPV4),
+                IpVersion::V6 => (0, proto::IPV6),
+            },
+        };
+        if pkt.is_partial() || pkt.meta.gso {
+            self.dropped_unfit.inc();
+            return Action::Drop;
+        }
+        let plen = l.len - start;
+        let padded = (plen + 2).next_multiple_of(cipher.block());
+        let hdr = esp::HEADER_LEN + cipher.iv_len();
+        let outer = self.wrap.outer_len();
+        let esp_at = start + outer;
+        let total = esp_at + hdr + padded + ICV_LEN;
+        // A verdict cannot change the family: such a tunnel packet is emitted anew, and
+        // the datapath's raw socket never fragments.
+        let reinject = match self.wrap {
+            Wrap::Tunnel { local, .. } => !pkt.meta.verdict_carries(IpVersion::of_addr(local)),
+            Wrap::Transport => false,
+        };
+        let d = pkt.data();
+        let df = reinject
+            || match l.version {
+                IpVersion::V4 => Ipv4Packet::new_unchecked(d).dont_frag(),
+                IpVersion::V6 => true,
+            };
+        if total > self.factory_mtu as usize && df {
+            // A router would not fragment it either: tell the sender what fits.
+            let fits = self.max_for(l.version, start.max(ipv4::HEADER_LEN));
+            self.too_big.emit(&d[..l.len], fits.min(65535) as u16, cx);
+            self.dropped_too_big.inc();
+            return Action::Drop;
+        }
+        if total > 0xffff {
+            self.dropped_unfit.inc();
+            return Action::Drop;
+        }
+        // Traffic class and DF of the inner packet, for the outer header.
+        let tos = match l.version {
+            IpVersion::V4 => Ipv4Packet::new_unchecked(d).tos(),
+            IpVersion::V6 => Ipv6Packet::new_unchecked(d).traffic_class(),
+        };
+        let Some(seq) = self.next_seq(cx) else {
+            return Action::Drop;
+        };
+        self.bytes_in.add(l.len as u64);
+        pkt.resize(l.len);
+        pkt.insert(start, outer + hdr);
+        pkt.resize(total);
+        let d = pkt.data_mut();
+        EspRepr {
+            spi: self.sa.spi,
+            seq_no: seq as u32,
+        }
+        .emit(&mut EspPacket::new_unchecked(&mut d[esp_at..]));
+        // RFC 4303 2.4: padding bytes 1, 2, 3, ...; then pad length and next header.
+        let trailer = esp_at + hdr + plen;
+        let pad = padded - plen - 2;
+        for (i, b) in d[trailer..trailer + pad].iter_mut().enumerate() {
+            *b = i as u8 + 1;
+        }
+        d[trailer + pad] = pad as u8;
+        d[trailer + pad + 1] = next;
+        if self
+            .sa
+            .crypto
+            .seal(seq, self.sa.esn, &mut d[esp_at..total])
+            .is_err()
+        {
+            // Cannot happen (the lengths are the suite's); never send what is not sealed.
+            self.dropped_unfit.inc();
+            return Action::Drop;
+        }
+        match self.wrap {
+            Wrap::Transport => fix_ip_header(d, l.version, total, proto::ESP),
+            Wrap::Tunnel { local, remote } => {
+                outer_header(local, remote, tos, df, seq as u16, total - outer).emit(d);
+            }
+        }
+        self.encrypted.inc();
+        self.bytes_out.add(total as u64);
+        if reinject {
+            let _ = cx.emit_packet(pkt, &self.resend);
+            return Action::Drop;
+        }
+        Action::Continue
+    }
+}
+
+/// The tunnel's outer header for `payload_len` bytes of ESP: traffic class copied from
+/// the inner packet (RFC 4301 5.1.2.1), DF copied, TTL 64.
+fn outer_header(
+    local: IpAddr,
+    remote: IpAddr,
+    tos: u8,
+    df: bool,
+    id: u16,
+    payload_len: usize,
+) -> IpRepr {
+    match IpRepr::new(local, remote, proto::ESP, payload_len) {
+        Some(IpRepr::V4(mut r)) => {
+            (r.tos, r.dont_frag, r.ident) = (tos, df, id);
+            IpRepr::V4(r)
+        }
+        Some(IpRepr::V6(mut r)) => {
+            r.traffic_class = tos;
+            IpRepr::V6(r)
+        }
+        None => unreachable!("families checked in into_factory"),
+    }
+}
+
+/// Makes the next sequence number of the live outbound SA `spi` (with this suite, ESN
+/// setting and key) in `kept` `next`: how tests reach the end of the sequence space.
+#[cfg(test)]
+pub(crate) fn jump_sequence(
+    kept: &Kept,
+    spi: u32,
+    cipher: Cipher,
+    esn: bool,
+    key: &[u8],
+    next: u64,
+) {
+    let states = kept.get_or_default::<SaStates>();
+    let sa = states
+        .outbound
+        .get_or_make(SaId::new(spi, cipher, esn, key), || {
+            panic!("no live SA {spi:#x}")
+        });
+    sa.seq.store(next - 1, Ordering::Relaxed);
+}
