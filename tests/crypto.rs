@@ -374,9 +374,11 @@ fn ipv6_sites_through_an_ipv4_tunnel() {
     let to = addr("[fd00:3::2]:6003");
     assert_tcp_intact(&l.src, &l.dst, to, 8 << 20, "IPv6 through the tunnel");
 
-    for r in [&a, &b] {
+    // The data direction carries the 8 MiB; the other only ACKs, whose number depends on
+    // how the receiver's GRO and delayed ACKs fall (under load, fewer than 1,000).
+    for (r, least) in [(&a, 1000), (&b, 100)] {
         let e = r.assert_all_resent("enc", "encrypted");
-        assert!(e["encrypted"] > 1000, "{e:?}");
+        assert!(e["encrypted"] > least, "{e:?}");
         r.assert_all_resent("dec", "decrypted");
     }
     let encrypted = assert_all_decrypted(&a, &b);
