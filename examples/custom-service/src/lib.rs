@@ -2,6 +2,8 @@
 //! way a router protects a service behind it from traceroute-style probing. A complete
 //! relayd service in one file: its configuration, its factory, and its per-packet code.
 
+pub mod pong;
+
 use relay_core::{
     Action, Context, Counter, Counters, IpVersion, Packet, Service, ServiceConfig, ServiceFactory,
 };
