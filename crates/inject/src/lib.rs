@@ -3,15 +3,13 @@
 //! unreachables ([`build`]). Services emit them into their queue's outbox
 //! ([`relay_core::Context::emit`]); the datapath sends them.
 //!
-//! Also the raw sockets relayd sends through ([`RawSender`]) and the box's own addresses
-//! ([`LocalAddrs`]), used by the datapath, never by a service.
+//! Also the box's own addresses ([`LocalAddrs`]), which the datapath checks forwarded
+//! packets against (a service never needs them).
 
 pub mod build;
 mod local;
-mod raw;
 mod too_big;
 
 pub use local::{LocalAddrs, local_addresses};
-pub use raw::{RawSender, SendError};
 pub use relay_core::outbox::forwardable;
 pub use too_big::{Answer, TooBig};

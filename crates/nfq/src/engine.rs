@@ -20,9 +20,8 @@ use crate::netlink::{
     self, HDR_LEN, Messages, NF_ACCEPT, NF_DROP, NF_REPEAT, NFNL_SUBSYS_QUEUE, NFQNL_MSG_PACKET,
     PacketMsg, QueueParams, VERDICT_HDR_MAX, align,
 };
-use relay_core::packet::PacketMeta;
 use relay_core::ratelimit::RateLimit;
-use relay_core::{Chain, Context, Decision, Hook, Outbox, Packet, QueueCounters, Verdict};
+use relay_core::{Chain, Context, Decision, Outbox, Packet, QueueCounters, Verdict};
 use relay_netlink::frame::os_error;
 use std::io;
 use std::time::Instant;
@@ -367,31 +366,9 @@ impl Engine {
             }
             return;
         };
-        let mut meta = PacketMeta {
-            id: p.id,
-            queue: self.cfg.num,
-            hw_protocol: p.hw_protocol,
-            hook: Hook::from_kernel(p.hook),
-            mark: p.mark,
-            indev: p.indev,
-            outdev: p.outdev,
-            orig_len: p.cap_len,
-            gso: p.gso,
-            ct: None,
-        };
+        let meta = p.meta(self.cfg.num, self.cfg.ct_mark_bits);
         // The mark the verdict must restore when the conntrack bits were set on the packet.
-        let mut restore_mark = None;
-        if let Some(bits) = self.cfg.ct_mark_bits {
-            let (ct, rest) = bits.decode(p.mark);
-            meta.ct = ct;
-            meta.mark = rest;
-            if p.mark != rest {
-                restore_mark = Some(rest);
-            }
-        }
-        if let Some(info) = p.ct_info {
-            meta.ct = netlink::ct_from_kernel(info);
-        }
+        let restore_mark = (meta.mark != p.mark).then_some(meta.mark);
         let buf = std::mem::take(&mut self.slots[slot]);
         let mut pkt = Packet::in_buffer(buf, start, end, meta);
         // A service bug must not take the queue down with it: the packet gets the queue's

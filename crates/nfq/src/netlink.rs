@@ -180,6 +180,37 @@ pub(crate) struct PacketMsg {
     pub(crate) payload: Option<(usize, usize)>,
 }
 
+impl PacketMsg {
+    /// The packet's metadata as services see it, on queue `queue`: its conntrack state
+    /// decoded from the mark bits `ct_bits` (which leave the mark) when given, and from
+    /// the kernel's NFQA_CT_INFO, which wins, when sent.
+    pub(crate) fn meta(
+        &self,
+        queue: u16,
+        ct_bits: Option<relay_core::CtMarkBits>,
+    ) -> relay_core::PacketMeta {
+        let mut meta = relay_core::PacketMeta {
+            id: self.id,
+            queue,
+            hw_protocol: self.hw_protocol,
+            hook: relay_core::Hook::from_kernel(self.hook),
+            mark: self.mark,
+            indev: self.indev,
+            outdev: self.outdev,
+            orig_len: self.cap_len,
+            gso: self.gso,
+            ct: None,
+        };
+        if let Some(bits) = ct_bits {
+            (meta.ct, meta.mark) = bits.decode(self.mark);
+        }
+        if let Some(info) = self.ct_info {
+            meta.ct = ct_from_kernel(info);
+        }
+        meta
+    }
+}
+
 fn be32(b: &[u8]) -> Option<u32> {
     Some(u32::from_be_bytes(b.get(..4)?.try_into().ok()?))
 }
@@ -273,24 +304,7 @@ pub fn fuzz_decode_datagram(
             .or_else(|| packet_id_of_damaged(dgram));
         return (id, None);
     };
-    let mut meta = relay_core::PacketMeta {
-        id: p.id,
-        queue: 0,
-        hw_protocol: p.hw_protocol,
-        hook: relay_core::Hook::from_kernel(p.hook),
-        mark: p.mark,
-        indev: p.indev,
-        outdev: p.outdev,
-        orig_len: p.cap_len,
-        gso: p.gso,
-        ct: None,
-    };
-    if let Some(bits) = ct_bits {
-        (meta.ct, meta.mark) = bits.decode(p.mark);
-    }
-    if let Some(info) = p.ct_info {
-        meta.ct = ct_from_kernel(info);
-    }
+    let meta = p.meta(0, ct_bits);
     let pkt = relay_core::Packet::in_buffer(dgram.to_vec(), start, end, meta);
     (Some(p.id), Some(pkt))
 }

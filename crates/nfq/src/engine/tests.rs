@@ -151,7 +151,7 @@ fn config() -> QueueConfig {
 fn harness(cfg: QueueConfig, malformed: Verdict, services: Vec<Box<dyn Service>>) -> Harness {
     let mut chain = Chain::new(ChainSettings {
         malformed,
-        hook: Hook::Output,
+        hook: relay_core::Hook::Output,
         stages: StageMark::DEFAULT,
     });
     for s in services {
