@@ -2,7 +2,7 @@
 //! names the file, the line and column, and the field, and says what is wrong.
 
 use crate::registry::{BuildError, Registry};
-use relay_control::{Family, Hook, Table};
+use relay_control::{Hook, IpVersion, Table};
 use relay_core::{CtMarkBits, FailPolicy, ServiceFactory, Verdict};
 use relay_proxy::tproxy::{Divert, TproxySpec};
 use relay_proxy::{Socks5Config, TransparentConfig};
@@ -150,7 +150,7 @@ pub struct QueueSpec {
     /// Table.
     pub table: Table,
     /// Families the rule is installed for.
-    pub families: Vec<Family>,
+    pub families: Vec<IpVersion>,
     /// Optional iptables match.
     pub matches: Option<String>,
     /// The chain: instance names and their factories, in order.
@@ -292,7 +292,7 @@ pub struct TproxySetup {
     /// Marks, port, routing table and rule preference.
     pub spec: TproxySpec,
     /// Families whose rules are installed (those of the `tcpsplit` queues).
-    pub families: Vec<Family>,
+    pub families: Vec<IpVersion>,
     /// Name of the transparent listener.
     pub listener: String,
 }
@@ -921,16 +921,16 @@ fn check_queue(
         );
     }
     let families = match q.family.as_ref().map(|s| (s.get_ref().as_str(), s.span())) {
-        None | Some(("ipv4", _)) => vec![Family::Ipv4],
-        Some(("ipv6", _)) => vec![Family::Ipv6],
-        Some(("both", _)) => vec![Family::Ipv4, Family::Ipv6],
+        None | Some(("ipv4", _)) => vec![IpVersion::V4],
+        Some(("ipv6", _)) => vec![IpVersion::V6],
+        Some(("both", _)) => vec![IpVersion::V4, IpVersion::V6],
         Some((other, span)) => {
             cx.err(
                 Some(span),
                 f("family"),
                 format!("unknown family `{other}` (ipv4, ipv6 or both)"),
             );
-            vec![Family::Ipv4]
+            vec![IpVersion::V4]
         }
     };
     if let Some(m) = &q.matches
@@ -1305,7 +1305,7 @@ fn check_listeners(
         toml::from_str("").expect("tcpsplit has defaults for every option");
     // Every tcpsplit instance in a queue, and the families of those queues.
     let mut splits: Vec<SplitUse<'_>> = Vec::new();
-    let mut families: Vec<Family> = Vec::new();
+    let mut families: Vec<IpVersion> = Vec::new();
     for q in queues {
         for (name, f) in &q.services {
             if f.kind() != <TcpSplitConfig as relay_core::ServiceConfig>::KIND {
@@ -1587,23 +1587,23 @@ fn check_listeners(
         }
         if ports.is_some() {
             fams = match tcfg.listen {
-                SocketAddr::V6(a) if a.ip().is_unspecified() => vec![Family::Ipv4, Family::Ipv6],
-                SocketAddr::V6(_) => vec![Family::Ipv6],
-                SocketAddr::V4(_) => vec![Family::Ipv4],
+                SocketAddr::V6(a) if a.ip().is_unspecified() => vec![IpVersion::V4, IpVersion::V6],
+                SocketAddr::V6(_) => vec![IpVersion::V6],
+                SocketAddr::V4(_) => vec![IpVersion::V4],
             };
         }
         let listen_given = extras_of("listen").is_some();
-        if !listen_given && fams.contains(&Family::Ipv6) {
+        if !listen_given && fams.contains(&IpVersion::V6) {
             tcfg.listen = SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 9040));
         }
         let listen_span = extras_of("listen").map(|(_, v)| v.span());
         match tcfg.listen {
-            SocketAddr::V4(_) if fams.contains(&Family::Ipv6) => cx.err(
+            SocketAddr::V4(_) if fams.contains(&IpVersion::V6) => cx.err(
                 listen_span.clone(),
                 f("listen"),
                 "an IPv4 listener cannot take diverted IPv6 connections: listen on \"[::]:PORT\"",
             ),
-            SocketAddr::V6(a) if !a.ip().is_unspecified() && fams.contains(&Family::Ipv4) => cx
+            SocketAddr::V6(a) if !a.ip().is_unspecified() && fams.contains(&IpVersion::V4) => cx
                 .err(
                     listen_span.clone(),
                     f("listen"),
