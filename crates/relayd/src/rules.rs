@@ -6,7 +6,6 @@ use relay_control::{
     Backend, ControlError, Hook, IpVersion, OwnedRule, PreRule, QueueRule, RuleSet, Table,
 };
 use relay_core::{CtMarkBits, MssClamp};
-use relay_proxy::tproxy::IpFamily;
 
 /// The rule set a configuration implies: one rule per `[[queue]]` entry in file order,
 /// and the split proxy's TPROXY rules at the top of relayd's mangle PREROUTING chain.
@@ -52,11 +51,7 @@ fn tproxy_rules(cfg: &Config) -> Vec<OwnedRule> {
     };
     let mut out = Vec::new();
     for &family in &t.families {
-        let ip = match family {
-            IpVersion::V4 => IpFamily::V4,
-            IpVersion::V6 => IpFamily::V6,
-        };
-        for line in t.spec.mangle_rules("C", ip) {
+        for line in t.spec.mangle_rules("C", family) {
             let args: Vec<String> = line
                 .strip_prefix("-A C ")
                 .unwrap_or(&line)
@@ -148,7 +143,7 @@ pub fn restore_text(cfg: &Config) -> Result<String, ControlError> {
     }
     if let Some(t) = &cfg.tproxy {
         out.push_str("# the split proxy's local delivery (ip rule and route), both families\n");
-        for f in IpFamily::BOTH {
+        for f in IpVersion::ALL {
             for c in t.spec.routing_commands(f) {
                 out.push_str(&format!("# ip {}\n", c.join(" ")));
             }
