@@ -20,7 +20,7 @@
 //! (`reinjected`). One whose hop limit runs out is dropped (`dropped_hop_limit`).
 
 use crate::config::{DecapChecked, DecapConfig};
-use crate::lse::{self, Lse, PROTO_MPLS_IN_IP, UDP_PORT};
+use crate::lse::{self, Lse, UDP_PORT};
 use relay_core::wire::{Ipv4Packet, Ipv6Packet, UdpPacket, checksum, proto, udp};
 use relay_core::{
     Action, Context, Counter, Counters, IpVersion, Packet, Service, ServiceConfig, ServiceFactory,
@@ -87,7 +87,7 @@ fn locate(
         _ => Ok(()),
     };
     let mut off = match ip.protocol() {
-        PROTO_MPLS_IN_IP => {
+        proto::MPLS => {
             from_peer()?;
             hl
         }

@@ -21,7 +21,7 @@
 
 use crate::classify::{Addr, FlowKey};
 use crate::config::{Checked, Encap, EncapConfig, Unclassified, VcanPath};
-use crate::lse::{self, LseRepr, PROTO_MPLS_IN_IP, UDP_PORT};
+use crate::lse::{self, LseRepr, UDP_PORT};
 use relay_core::wire::{UdpPacket, checksum, ipv4, proto, udp};
 use relay_core::{
     Action, Context, Counter, Counters, IpVersion, MssClamp, Packet, Service, ServiceConfig,
@@ -174,7 +174,7 @@ impl Shared {
         ip.set_total_len(total as u16);
         ip.set_ttl(64);
         ip.set_protocol(match s.encap {
-            Encap::Ip => PROTO_MPLS_IN_IP,
+            Encap::Ip => proto::MPLS,
             Encap::Udp => proto::UDP,
         });
         ip.set_src_addr(s.local);

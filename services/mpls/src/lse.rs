@@ -1,6 +1,7 @@
 //! The MPLS label stack entry (RFC 3032 section 2.1) as a typed view over four bytes, in
 //! the style of `relay_core::wire`, plus the constants of the two encapsulations relayd
-//! speaks: MPLS-in-IP (RFC 4023) and MPLS-in-UDP (RFC 7510).
+//! speaks: MPLS-in-IP (RFC 4023; its protocol number is `relay_core::wire::proto::MPLS`)
+//! and MPLS-in-UDP (RFC 7510).
 //!
 //! ```text
 //!  0                   1                   2                   3
@@ -17,8 +18,6 @@ use relay_core::wire::Malformed;
 
 /// Length of one label stack entry.
 pub const HEADER_LEN: usize = 4;
-/// IPv4 protocol number of MPLS-in-IP (RFC 4023 section 3).
-pub const PROTO_MPLS_IN_IP: u8 = 137;
 /// UDP destination port of MPLS-in-UDP (RFC 7510 section 3).
 pub const UDP_PORT: u16 = 6635;
 /// The largest label value (20 bits).
