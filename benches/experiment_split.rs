@@ -88,12 +88,12 @@ services = ["d1"]
 
 [service.d0]
 kind = "delay"
-delay_ms = {in0_ms}
+delay = "{in0_ms}ms"
 limit = 20000
 
 [service.d1]
 kind = "delay"
-delay_ms = {in1_ms}
+delay = "{in1_ms}ms"
 limit = 20000
 "#
     );

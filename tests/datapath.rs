@@ -382,7 +382,7 @@ rate = 1
     assert_eq!(st.reloads, 1);
     assert_eq!(st.queues.len(), 2);
     let q0 = st.queues.iter().find(|q| q.num == 0).unwrap();
-    assert_eq!(q0.chain, vec!["d".to_string(), "accept".to_string()]);
+    assert_eq!(q0.services, vec!["d".to_string(), "accept".to_string()]);
     // The copy range grew from headers only to whole packets while traffic flowed: no
     // packet may be left unanswered in the kernel's queue.
     assert_eq!(q0.copy_range, 65535);

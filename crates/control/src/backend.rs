@@ -8,13 +8,30 @@ use tracing::debug;
 
 use crate::cmd;
 use crate::error::ControlError;
-use crate::model::Family;
+use crate::model::IpVersion;
+
+/// The name of an address family's iptables program, which relay-control (and the split
+/// proxy's diversion) run. An extension of [`IpVersion`] rather than a method of it: the
+/// hot path's type has no business knowing tool names.
+pub trait IptablesName {
+    /// The iptables program: `iptables` or `ip6tables`.
+    fn iptables(self) -> &'static str;
+}
+
+impl IptablesName for IpVersion {
+    fn iptables(self) -> &'static str {
+        match self {
+            IpVersion::V4 => "iptables",
+            IpVersion::V6 => "ip6tables",
+        }
+    }
+}
 
 /// The iptables tools for one address family.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Backend {
     /// The family these tools manage.
-    pub family: Family,
+    pub family: IpVersion,
     /// The restore program, e.g. `iptables-restore`.
     pub restore: String,
     /// The save program, e.g. `iptables-save`.
@@ -28,29 +45,23 @@ pub struct Backend {
 impl Backend {
     /// The system's default tools (`iptables-restore`/`iptables-save` or the `ip6tables`
     /// ones), whichever backend (nf_tables or legacy) they are built for.
-    pub fn system(family: Family) -> Self {
-        let (restore, save) = match family {
-            Family::Ipv4 => ("iptables-restore", "iptables-save"),
-            Family::Ipv6 => ("ip6tables-restore", "ip6tables-save"),
-        };
+    pub fn system(family: IpVersion) -> Self {
+        let t = family.iptables();
         Backend {
             family,
-            restore: restore.to_owned(),
-            save: save.to_owned(),
+            restore: format!("{t}-restore"),
+            save: format!("{t}-save"),
             netns: None,
         }
     }
 
     /// The legacy (x_tables) tools, for hosts whose other rules live there.
-    pub fn legacy(family: Family) -> Self {
-        let (restore, save) = match family {
-            Family::Ipv4 => ("iptables-legacy-restore", "iptables-legacy-save"),
-            Family::Ipv6 => ("ip6tables-legacy-restore", "ip6tables-legacy-save"),
-        };
+    pub fn legacy(family: IpVersion) -> Self {
+        let t = family.iptables();
         Backend {
             family,
-            restore: restore.to_owned(),
-            save: save.to_owned(),
+            restore: format!("{t}-legacy-restore"),
+            save: format!("{t}-legacy-save"),
             netns: None,
         }
     }
@@ -97,21 +108,28 @@ mod tests {
 
     #[test]
     fn tool_names() {
-        assert_eq!(Backend::system(Family::Ipv6).restore, "ip6tables-restore");
-        assert_eq!(Backend::system(Family::Ipv4).save, "iptables-save");
+        assert_eq!(Backend::system(IpVersion::V6).restore, "ip6tables-restore");
+        assert_eq!(Backend::system(IpVersion::V4).save, "iptables-save");
+        assert_eq!(Backend::system(IpVersion::V6).save, "ip6tables-save");
+        assert_eq!(Backend::system(IpVersion::V4).restore, "iptables-restore");
+        assert_eq!(Backend::legacy(IpVersion::V6).save, "ip6tables-legacy-save");
+        assert_eq!(IpVersion::V6.iptables(), "ip6tables");
         assert_eq!(
-            Backend::legacy(Family::Ipv4).restore,
+            Backend::legacy(IpVersion::V4).restore,
             "iptables-legacy-restore"
         );
         assert_eq!(
-            Backend::legacy(Family::Ipv6).in_netns("x").netns.as_deref(),
+            Backend::legacy(IpVersion::V6)
+                .in_netns("x")
+                .netns
+                .as_deref(),
             Some("x")
         );
     }
 
     #[test]
     fn missing_tool_is_named() {
-        let mut b = Backend::system(Family::Ipv4);
+        let mut b = Backend::system(IpVersion::V4);
         b.save = "relayd-no-such-iptables-save".into();
         let err = b.run_save().unwrap_err();
         assert!(

@@ -2,7 +2,7 @@
 //! family, the tool's own stderr) for an operator to fix it without re-running by hand.
 
 use crate::args::MatchError;
-use crate::model::Family;
+use crate::model::IpVersion;
 
 /// Everything that can go wrong while checking, rendering, installing or removing rules.
 ///
@@ -36,7 +36,7 @@ pub enum ControlError {
         /// Position of the rule in [`RuleSet::rules`](crate::RuleSet::rules).
         index: usize,
         /// The family whose tool refused it.
-        family: Family,
+        family: IpVersion,
         /// The program that refused it, e.g. `iptables-restore`.
         program: String,
         /// The rule line that was tested.

@@ -26,9 +26,11 @@ mod saved;
 pub mod tc;
 
 pub use args::{MatchError, quote_arg, split_matches};
-pub use backend::Backend;
+pub use backend::{Backend, IptablesName};
 pub use error::ControlError;
-pub use model::{Family, Hook, OwnedRule, PreRule, QueueRule, RuleSet, Table, parse_queue_range};
+pub use model::{
+    Hook, IpVersion, OwnedRule, PreRule, QueueRule, RuleSet, Table, parse_queue_range,
+};
 pub use ops::cleanup;
 pub use render::{CleanupReport, InstallReport};
 pub use tc::{ClassStats, HtbClass, HtbPlan, InstallOutcome, Tc, TcError};

@@ -6,49 +6,7 @@ use std::str::FromStr;
 
 use crate::args::{MatchError, split_matches};
 use crate::error::ControlError;
-pub use relay_core::Hook;
-
-/// An address family, i.e. which of `iptables` / `ip6tables` a rule goes to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Family {
-    /// IPv4: `iptables`.
-    Ipv4,
-    /// IPv6: `ip6tables`.
-    Ipv6,
-}
-
-impl Family {
-    /// Both families, IPv4 first.
-    pub const ALL: [Family; 2] = [Family::Ipv4, Family::Ipv6];
-
-    /// The configuration name: `ipv4` or `ipv6`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Family::Ipv4 => "ipv4",
-            Family::Ipv6 => "ipv6",
-        }
-    }
-}
-
-impl fmt::Display for Family {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Family {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "ipv4" => Ok(Family::Ipv4),
-            "ipv6" => Ok(Family::Ipv6),
-            _ => Err(format!(
-                "unknown address family `{s}` (expected ipv4 or ipv6)"
-            )),
-        }
-    }
-}
+pub use relay_core::{Hook, IpVersion};
 
 /// The iptables table a queue rule lives in.
 ///
@@ -115,7 +73,7 @@ pub struct QueueRule {
     /// The hook whose built-in chain jumps to relayd's chain.
     pub hook: Hook,
     /// Which of iptables/ip6tables get the rule; must not be empty.
-    pub families: Vec<Family>,
+    pub families: Vec<IpVersion>,
     /// Plain iptables match syntax (`-i eth0 -p udp --dport 5000`), split shell-like.
     /// Must not pick the target, chain, table or family. `None` queues everything.
     pub matches: Option<String>,
@@ -139,7 +97,7 @@ pub struct QueueRule {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PreRule {
     /// Only for this family (`None`: wherever the queue rule is installed).
-    pub family: Option<Family>,
+    pub family: Option<IpVersion>,
     /// Everything after `-A CHAIN`: the queue rule's match (narrowed), then the target
     /// (`-s 10.0.1.0/24 -p tcp --tcp-flags SYN,RST SYN -j TCPMSS --set-mss 1400`).
     pub args: Vec<String>,
@@ -149,7 +107,7 @@ impl PreRule {
     /// The queue rule's match `matches` followed by `args`, for `family` (`None`: both);
     /// `None` if the match does not split into arguments.
     pub fn with_match(
-        family: Option<Family>,
+        family: Option<IpVersion>,
         matches: Option<&str>,
         args: Vec<String>,
     ) -> Option<PreRule> {
@@ -163,7 +121,7 @@ impl PreRule {
 
     /// A TCPMSS clamp for `family`, for a queue whose match is `matches`, narrowed to TCP
     /// SYNs; `None` when that match cannot select TCP, since then there is nothing to clamp.
-    pub fn clamp_mss(family: Family, matches: Option<&str>, mss: u16) -> Option<PreRule> {
+    pub fn clamp_mss(family: IpVersion, matches: Option<&str>, mss: u16) -> Option<PreRule> {
         let mut out = match matches {
             Some(m) => split_matches(m).ok()?,
             None => Vec::new(),
@@ -195,7 +153,7 @@ impl PreRule {
 
 impl QueueRule {
     /// Whether this rule is installed for `family`.
-    pub fn applies_to(&self, family: Family) -> bool {
+    pub fn applies_to(&self, family: IpVersion) -> bool {
         self.families.contains(&family)
     }
 
@@ -280,7 +238,7 @@ pub struct OwnedRule {
     /// The hook whose relayd chain holds the rule.
     pub hook: Hook,
     /// Only for this family (`None`: both).
-    pub family: Option<Family>,
+    pub family: Option<IpVersion>,
     /// Everything after `-A CHAIN`, match and target (`-p tcp -m mark --mark 0x1/0x1 -j
     /// TPROXY --on-port 9040 --tproxy-mark 0x10000000/0x10000000`).
     pub args: Vec<String>,
@@ -288,7 +246,7 @@ pub struct OwnedRule {
 
 impl OwnedRule {
     /// Whether this rule is installed for `family`.
-    pub fn applies_to(&self, family: Family) -> bool {
+    pub fn applies_to(&self, family: IpVersion) -> bool {
         self.family.is_none_or(|f| f == family)
     }
 }
@@ -446,8 +404,8 @@ mod tests {
         for t in Table::ALL {
             assert_eq!(t.to_string().parse::<Table>(), Ok(t));
         }
-        for f in Family::ALL {
-            assert_eq!(f.to_string().parse::<Family>(), Ok(f));
+        for f in IpVersion::ALL {
+            assert_eq!(f.to_string().parse::<IpVersion>(), Ok(f));
         }
         assert!("sideways".parse::<Hook>().is_err());
         assert!("filter".parse::<Table>().is_err());

@@ -6,7 +6,7 @@ use tracing::{debug, info};
 
 use crate::backend::Backend;
 use crate::error::ControlError;
-use crate::model::{Family, RuleSet, check_prefix};
+use crate::model::{IpVersion, RuleSet, check_prefix};
 use crate::render::{
     CleanupReport, InstallReport, is_install_chain, plan_install, plan_removal, test_texts,
 };
@@ -25,7 +25,7 @@ impl RuleSet {
     ///
     /// Fails (rather than printing something iptables would refuse or, worse, accept with
     /// another meaning) if the rule set does not pass [`check`](Self::check).
-    pub fn restore_text(&self, family: Family) -> Result<String, ControlError> {
+    pub fn restore_text(&self, family: IpVersion) -> Result<String, ControlError> {
         Ok(plan_install(self, family, None)?.text)
     }
 

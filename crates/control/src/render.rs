@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 
 use crate::args::{for_output_copy, join_args};
 use crate::error::ControlError;
-use crate::model::{Family, Hook, RuleSet, Table, chain_name};
+use crate::model::{Hook, IpVersion, RuleSet, Table, chain_name};
 use crate::saved::{Saved, SavedTable};
 
 /// What [`RuleSet::install`](crate::RuleSet::install) did for one family.
@@ -63,7 +63,7 @@ pub(crate) struct ChainPlan {
 /// returns them before its own queue rules, which are for locally generated traffic. The
 /// copies leave out `-i`/`--in-interface`: the re-sent packet has no input interface, and a
 /// FORWARD queue (an IDS) must rather see too much than nothing.
-pub(crate) fn plan_chains(rs: &RuleSet, family: Family) -> Result<Vec<ChainPlan>, ControlError> {
+pub(crate) fn plan_chains(rs: &RuleSet, family: IpVersion) -> Result<Vec<ChainPlan>, ControlError> {
     rs.check()?;
     let stages = rs.stages()?;
     let copies = rs.resends_before_forward();
@@ -116,7 +116,7 @@ pub(crate) fn plan_chains(rs: &RuleSet, family: Family) -> Result<Vec<ChainPlan>
 /// out.
 fn queue_lines(
     rs: &RuleSet,
-    family: Family,
+    family: IpVersion,
     table: Table,
     hook: Hook,
     name: &str,
@@ -229,7 +229,7 @@ pub(crate) struct InstallPlan {
 /// this is the text for a clean box: every jump is inserted and nothing stale is removed.
 pub(crate) fn plan_install(
     rs: &RuleSet,
-    family: Family,
+    family: IpVersion,
     saved: Option<&Saved>,
 ) -> Result<InstallPlan, ControlError> {
     let chains = plan_chains(rs, family)?;
@@ -347,7 +347,7 @@ mod tests {
         QueueRule {
             table,
             hook,
-            families: vec![Family::Ipv4],
+            families: vec![IpVersion::V4],
             matches: matches.map(str::to_owned),
             first_queue: q.0,
             last_queue: q.1,
@@ -362,7 +362,7 @@ mod tests {
         balanced.cpu_fanout = true;
         let mut closed = rule(Table::Mangle, Hook::Postrouting, None, (9, 9));
         closed.bypass = false;
-        closed.families = vec![Family::Ipv4, Family::Ipv6];
+        closed.families = vec![IpVersion::V4, IpVersion::V6];
         RuleSet::new(vec![
             rule(
                 Table::Mangle,
@@ -377,7 +377,7 @@ mod tests {
 
     #[test]
     fn restore_text_for_a_fresh_box() {
-        let text = sample().restore_text(Family::Ipv4).unwrap();
+        let text = sample().restore_text(IpVersion::V4).unwrap();
         assert_eq!(
             text,
             "*mangle\n\
@@ -403,34 +403,34 @@ mod tests {
             Some("-s 10.0.1.0/24"),
             (1, 1),
         );
-        r.families = vec![Family::Ipv4, Family::Ipv6];
+        r.families = vec![IpVersion::V4, IpVersion::V6];
         r.pre = vec![
-            PreRule::clamp_mss(Family::Ipv4, r.matches.as_deref(), 1400).unwrap(),
-            PreRule::clamp_mss(Family::Ipv6, r.matches.as_deref(), 1380).unwrap(),
+            PreRule::clamp_mss(IpVersion::V4, r.matches.as_deref(), 1400).unwrap(),
+            PreRule::clamp_mss(IpVersion::V6, r.matches.as_deref(), 1380).unwrap(),
         ];
         let rs = RuleSet::new(vec![r]);
-        let v4 = rs.restore_text(Family::Ipv4).unwrap();
+        let v4 = rs.restore_text(IpVersion::V4).unwrap();
         assert!(v4.contains(
             "-A RELAYD-PREROUTING -s 10.0.1.0/24 -p tcp --tcp-flags SYN,RST SYN -j TCPMSS --set-mss 1400\n\
              -A RELAYD-PREROUTING -s 10.0.1.0/24 -j NFQUEUE --queue-num 1 --queue-bypass\n"
         ), "{v4}");
         assert!(!v4.contains("1380"));
         assert!(
-            rs.restore_text(Family::Ipv6)
+            rs.restore_text(IpVersion::V6)
                 .unwrap()
                 .contains("--set-mss 1380")
         );
         // A queue that selects TCP already gets no second -p; one that cannot see TCP, no clamp.
-        let tcp = PreRule::clamp_mss(Family::Ipv4, Some("-p tcp --dport 80"), 1400).unwrap();
+        let tcp = PreRule::clamp_mss(IpVersion::V4, Some("-p tcp --dport 80"), 1400).unwrap();
         assert_eq!(tcp.args[..4], ["-p", "tcp", "--dport", "80"]);
         assert_eq!(tcp.args[4], "--tcp-flags");
-        let not_esp = PreRule::clamp_mss(Family::Ipv4, Some("-d 10.0.3.0/24 ! -p esp"), 1400);
+        let not_esp = PreRule::clamp_mss(IpVersion::V4, Some("-d 10.0.3.0/24 ! -p esp"), 1400);
         assert_eq!(
             not_esp.unwrap().args[..4],
             ["-d", "10.0.3.0/24", "-p", "tcp"]
         );
-        assert!(PreRule::clamp_mss(Family::Ipv4, Some("-p udp"), 1400).is_none());
-        assert!(PreRule::clamp_mss(Family::Ipv4, Some("! -p tcp"), 1400).is_none());
+        assert!(PreRule::clamp_mss(IpVersion::V4, Some("-p udp"), 1400).is_none());
+        assert!(PreRule::clamp_mss(IpVersion::V4, Some("! -p tcp"), 1400).is_none());
     }
 
     #[test]
@@ -450,10 +450,10 @@ mod tests {
         };
         rs.owned = vec![
             owned("-p tcp -m mark --mark 0x1/0x1 -j ACCEPT", None),
-            owned("-p tcp -j MARK --set-mark 0x2", Some(Family::Ipv6)),
+            owned("-p tcp -j MARK --set-mark 0x2", Some(IpVersion::V6)),
         ];
         assert_eq!(
-            rs.restore_text(Family::Ipv4).unwrap(),
+            rs.restore_text(IpVersion::V4).unwrap(),
             "*mangle\n\
              :RELAYD-PREROUTING - [0:0]\n\
              -I PREROUTING 1 -j RELAYD-PREROUTING\n\
@@ -469,7 +469,7 @@ mod tests {
         // Owned rules of one family only; none for the other means no chain there.
         rs.rules.clear();
         assert!(
-            rs.restore_text(Family::Ipv6)
+            rs.restore_text(IpVersion::V6)
                 .unwrap()
                 .contains("-A RELAYD-PREROUTING -p tcp -j MARK --set-mark 0x2\n")
         );
@@ -479,7 +479,7 @@ mod tests {
     fn restore_text_per_family_and_table() {
         let mut rs = sample();
         assert_eq!(
-            rs.restore_text(Family::Ipv6).unwrap(),
+            rs.restore_text(IpVersion::V6).unwrap(),
             "*mangle\n\
              :RELAYD-POSTROUTING - [0:0]\n\
              -I POSTROUTING 1 -j RELAYD-POSTROUTING\n\
@@ -488,12 +488,12 @@ mod tests {
              COMMIT\n"
         );
         rs.rules.truncate(1);
-        assert_eq!(rs.restore_text(Family::Ipv6).unwrap(), "");
+        assert_eq!(rs.restore_text(IpVersion::V6).unwrap(), "");
         rs.rules = vec![rule(Table::Raw, Hook::Prerouting, Some("-p udp"), (0, 1))];
         rs.prefix = "R2".into();
         rs.bypass_mark = 0x3;
         assert_eq!(
-            rs.restore_text(Family::Ipv4).unwrap(),
+            rs.restore_text(IpVersion::V4).unwrap(),
             "*raw\n\
              :R2-PREROUTING - [0:0]\n\
              -I PREROUTING 1 -j R2-PREROUTING\n\
@@ -506,12 +506,12 @@ mod tests {
     #[test]
     fn forward_queues_see_what_a_prerouting_queue_resends() {
         let mut ids = rule(Table::Mangle, Hook::Forward, Some("-i eth0 -p udp"), (3, 3));
-        ids.families = vec![Family::Ipv6];
+        ids.families = vec![IpVersion::V6];
         let mut local = rule(Table::Mangle, Hook::Output, Some("-p tcp"), (4, 4));
-        local.families = vec![Family::Ipv6];
+        local.families = vec![IpVersion::V6];
         let decap = rule(Table::Raw, Hook::Prerouting, Some("-p 137"), (1, 1));
         let rs = RuleSet::new(vec![decap, ids.clone(), local]);
-        let v6 = rs.restore_text(Family::Ipv6).unwrap();
+        let v6 = rs.restore_text(IpVersion::V6).unwrap();
         assert_eq!(
             v6,
             "*mangle\n\
@@ -530,7 +530,7 @@ mod tests {
         );
         // Without a PREROUTING queue nothing is re-sent from there: no copies.
         let rs = RuleSet::new(vec![ids]);
-        assert!(!rs.restore_text(Family::Ipv6).unwrap().contains("OUTPUT"));
+        assert!(!rs.restore_text(IpVersion::V6).unwrap().contains("OUTPUT"));
     }
 
     #[test]
@@ -541,7 +541,7 @@ mod tests {
             Some(r#"-m comment --comment 'say "hi" \o/' -p udp"#),
             (1, 1),
         )]);
-        let text = rs.restore_text(Family::Ipv4).unwrap();
+        let text = rs.restore_text(IpVersion::V4).unwrap();
         assert!(
             text.contains(
                 r#"-A RELAYD-INPUT -m comment --comment "say \"hi\" \\o/" -p udp -j NFQUEUE"#
@@ -556,7 +556,7 @@ mod tests {
             rule(Table::Mangle, Hook::Forward, None, (1, 1)),
             rule(Table::Raw, Hook::Forward, None, (1, 1)),
         ]);
-        let err = rs.restore_text(Family::Ipv4).unwrap_err();
+        let err = rs.restore_text(IpVersion::V4).unwrap_err();
         assert!(
             matches!(err, ControlError::InvalidRule { index: 1, .. }),
             "{err}"
@@ -569,7 +569,7 @@ mod tests {
             Some("-p udp -j ACCEPT"),
             (1, 1),
         )]);
-        let err = rs.restore_text(Family::Ipv4).unwrap_err();
+        let err = rs.restore_text(IpVersion::V4).unwrap_err();
         assert!(
             matches!(err, ControlError::BadMatch { index: 0, .. }),
             "{err}"
@@ -615,7 +615,7 @@ COMMIT
     #[test]
     fn install_over_existing_state() {
         let rs = RuleSet::new(vec![rule(Table::Mangle, Hook::Forward, None, (2, 2))]);
-        let plan = plan_install(&rs, Family::Ipv4, Some(&Saved::parse(STATE))).unwrap();
+        let plan = plan_install(&rs, IpVersion::V4, Some(&Saved::parse(STATE))).unwrap();
         assert_eq!(
             plan.text,
             "*mangle\n\

@@ -47,11 +47,6 @@ pub enum TcError {
         /// What is wrong.
         reason: String,
     },
-    /// A rate string is not in tc syntax.
-    #[error(
-        "\"{0}\" is not a rate (e.g. \"20mbit\", \"1gbit\", \"500kbit\", \"10mbps\" for bytes)"
-    )]
-    BadRate(String),
     /// The interface's root qdisc belongs to someone else: relayd does not replace it.
     #[error(
         "{dev} has a root qdisc relayd does not own ({kind} {handle}); remove it or choose \
@@ -188,16 +183,6 @@ impl Tc {
             return Ok(());
         }
         self.run(&["-batch", "-"], Some(script)).map(drop)
-    }
-}
-
-/// Parses a rate in tc syntax into bits per second: a number with an optional unit `bit`,
-/// `kbit`, `mbit`, `gbit`, `tbit` (powers of 1000), `kibit`..`tibit` (powers of 1024), or
-/// `bps`, `kbps`, `mbps`, `gbps`, `tbps` (bytes per second, as tc reads them).
-pub fn parse_rate(rate: &str) -> Result<u64, TcError> {
-    match relay_core::units::parse_rate(rate) {
-        Ok(bits) if bits >= 8 => Ok(bits),
-        _ => Err(TcError::BadRate(rate.to_owned())),
     }
 }
 
@@ -663,18 +648,6 @@ mod tests {
                 })
                 .collect(),
         }
-    }
-
-    #[test]
-    fn rates() {
-        assert_eq!(parse_rate("20mbit").unwrap(), 20_000_000);
-        assert_eq!(parse_rate("1gbit").unwrap(), 1_000_000_000);
-        assert_eq!(parse_rate("500kbit").unwrap(), 500_000);
-        assert_eq!(parse_rate("10mbps").unwrap(), 80_000_000);
-        assert_eq!(parse_rate("1mibit").unwrap(), 1_048_576);
-        let e = parse_rate("20 furlongs").unwrap_err().to_string();
-        assert!(e.contains("\"20 furlongs\" is not a rate"), "{e}");
-        assert!(parse_rate("0").is_err());
     }
 
     #[test]

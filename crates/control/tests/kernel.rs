@@ -7,7 +7,7 @@
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use relay_control::{Backend, ControlError, Family, Hook, QueueRule, RuleSet, Table, cleanup};
+use relay_control::{Backend, ControlError, Hook, IpVersion, QueueRule, RuleSet, Table, cleanup};
 
 /// A network namespace owned by one test.
 struct NetNs {
@@ -35,7 +35,7 @@ impl NetNs {
         NetNs { name }
     }
 
-    fn backend(&self, family: Family) -> Backend {
+    fn backend(&self, family: IpVersion) -> Backend {
         Backend::system(family).in_netns(&self.name)
     }
 
@@ -56,19 +56,19 @@ impl NetNs {
     }
 
     /// iptables-save (or ip6tables-save) of the whole namespace, comment lines dropped.
-    fn save(&self, family: Family) -> String {
+    fn save(&self, family: IpVersion) -> String {
         let prog = match family {
-            Family::Ipv4 => "iptables-save",
-            Family::Ipv6 => "ip6tables-save",
+            IpVersion::V4 => "iptables-save",
+            IpVersion::V6 => "ip6tables-save",
         };
         strip_comments(&self.exec(&[prog]))
     }
 
     /// The `-A` lines of one table.
-    fn rules(&self, family: Family, table: &str) -> Vec<String> {
+    fn rules(&self, family: IpVersion, table: &str) -> Vec<String> {
         let prog = match family {
-            Family::Ipv4 => "iptables-save",
-            Family::Ipv6 => "ip6tables-save",
+            IpVersion::V4 => "iptables-save",
+            IpVersion::V6 => "ip6tables-save",
         };
         self.exec(&[prog, "-t", table])
             .lines()
@@ -130,7 +130,7 @@ fn rule(hook: Hook, matches: Option<&str>, first: u16, last: u16) -> QueueRule {
     QueueRule {
         table: Table::Mangle,
         hook,
-        families: vec![Family::Ipv4],
+        families: vec![IpVersion::V4],
         matches: matches.map(str::to_owned),
         first_queue: first,
         last_queue: last,
@@ -163,7 +163,7 @@ fn count(lines: &[String], wanted: &str) -> usize {
 #[test]
 fn validate_names_the_rejected_rule() {
     let ns = NetNs::new();
-    let b = ns.backend(Family::Ipv4);
+    let b = ns.backend(IpVersion::V4);
     let mut rs = RuleSet::new(vec![
         rule(Hook::Forward, Some("-p udp --dport 5000"), 0, 0),
         rule(Hook::Forward, Some("-p udp --dport notaport"), 1, 1),
@@ -177,7 +177,7 @@ fn validate_names_the_rejected_rule() {
             ..
         } => {
             assert_eq!(*index, 1);
-            assert_eq!(*family, Family::Ipv4);
+            assert_eq!(*family, IpVersion::V4);
             assert!(stderr.contains("notaport"), "{stderr}");
         }
         other => panic!("expected RuleRejected, got {other:?}"),
@@ -194,13 +194,13 @@ fn validate_names_the_rejected_rule() {
         Err(ControlError::RuleRejected { index: 0, .. })
     ));
     // Validation never leaves anything behind.
-    assert!(!ns.save(Family::Ipv4).contains("RELAYD"));
+    assert!(!ns.save(IpVersion::V4).contains("RELAYD"));
 }
 
 #[test]
 fn install_is_idempotent_and_jumps_first() {
     let ns = NetNs::new();
-    let b = ns.backend(Family::Ipv4);
+    let b = ns.backend(IpVersion::V4);
     ns.exec(&[
         "iptables", "-t", "mangle", "-A", "FORWARD", "-p", "tcp", "-j", "ACCEPT",
     ]);
@@ -208,13 +208,13 @@ fn install_is_idempotent_and_jumps_first() {
 
     let first = rs.install(&b).unwrap();
     assert_eq!(first.jumps_added, 1);
-    let after_one = ns.save(Family::Ipv4);
+    let after_one = ns.save(IpVersion::V4);
     let second = rs.install(&b).unwrap();
     assert_eq!(second.jumps_added, 0);
-    let after_two = ns.save(Family::Ipv4);
+    let after_two = ns.save(IpVersion::V4);
     assert_eq!(after_one, after_two);
 
-    let rules = ns.rules(Family::Ipv4, "mangle");
+    let rules = ns.rules(IpVersion::V4, "mangle");
     assert_eq!(
         rules,
         [
@@ -230,7 +230,7 @@ fn install_is_idempotent_and_jumps_first() {
 #[test]
 fn install_repairs_duplicate_jumps_and_drops_stale_chains() {
     let ns = NetNs::new();
-    let b = ns.backend(Family::Ipv4);
+    let b = ns.backend(IpVersion::V4);
     let mut rs = forward_set();
     rs.rules.push(rule(Hook::Input, None, 9, 9));
     rs.install(&b).unwrap();
@@ -244,10 +244,10 @@ fn install_repairs_duplicate_jumps_and_drops_stale_chains() {
         "-j",
         "RELAYD-FORWARD",
     ]);
-    assert!(ns.save(Family::Ipv4).contains(":RELAYD-INPUT"));
+    assert!(ns.save(IpVersion::V4).contains(":RELAYD-INPUT"));
 
     // The input queue may re-send packets that FORWARD queues must see: copies in OUTPUT.
-    assert!(ns.save(Family::Ipv4).contains(":RELAYD-OUTPUT"));
+    assert!(ns.save(IpVersion::V4).contains(":RELAYD-OUTPUT"));
 
     // A reload drops the input hook (and so the copies) and changes the forward queue.
     rs.rules = vec![rule(Hook::Forward, None, 2, 2)];
@@ -260,7 +260,7 @@ fn install_repairs_duplicate_jumps_and_drops_stale_chains() {
         ]
     );
     assert_eq!(report.removed.rules, 2);
-    let rules = ns.rules(Family::Ipv4, "mangle");
+    let rules = ns.rules(IpVersion::V4, "mangle");
     assert_eq!(
         rules,
         [
@@ -269,13 +269,13 @@ fn install_repairs_duplicate_jumps_and_drops_stale_chains() {
             "-A RELAYD-FORWARD -j NFQUEUE --queue-num 2 --queue-bypass",
         ]
     );
-    assert!(!ns.save(Family::Ipv4).contains("RELAYD-INPUT"));
+    assert!(!ns.save(IpVersion::V4).contains("RELAYD-INPUT"));
 }
 
 #[test]
 fn remove_leaves_no_trace() {
     let ns = NetNs::new();
-    let b = ns.backend(Family::Ipv4);
+    let b = ns.backend(IpVersion::V4);
     // Nothing installed: fine.
     assert!(forward_set().remove(&b).unwrap().is_empty());
 
@@ -285,7 +285,7 @@ fn remove_leaves_no_trace() {
     rs.rules.push(raw);
     rs.rules.push(rule(Hook::Postrouting, None, 5, 5));
     rs.install(&b).unwrap();
-    let save = ns.save(Family::Ipv4);
+    let save = ns.save(IpVersion::V4);
     assert!(
         save.contains("-A PREROUTING -j RELAYD-PREROUTING"),
         "{save}"
@@ -311,7 +311,7 @@ fn remove_leaves_no_trace() {
     let report = rs.remove(&b).unwrap();
     assert_eq!(report.chains.len(), 4);
     assert_eq!(report.rules, 4);
-    let save = ns.save(Family::Ipv4);
+    let save = ns.save(IpVersion::V4);
     assert!(!save.contains("RELAYD"), "{save}");
     let mangle = ns.exec(&["iptables-save", "-t", "mangle"]);
     assert!(!mangle.contains("RELAYD"), "{mangle}");
@@ -321,7 +321,7 @@ fn remove_leaves_no_trace() {
 #[test]
 fn cleanup_after_crash_keeps_the_users_rules() {
     let ns = NetNs::new();
-    let b = ns.backend(Family::Ipv4);
+    let b = ns.backend(IpVersion::V4);
     let ipt = |args: &[&str]| {
         let mut full = vec!["iptables"];
         full.extend_from_slice(args);
@@ -332,7 +332,7 @@ fn cleanup_after_crash_keeps_the_users_rules() {
     ipt(&["-t", "mangle", "-A", "MYCHAIN", "-p", "udp", "-j", "RETURN"]);
     ipt(&["-t", "mangle", "-A", "FORWARD", "-j", "MYCHAIN"]);
     ipt(&["-A", "INPUT", "-p", "icmp", "-j", "ACCEPT"]);
-    let before = ns.save(Family::Ipv4);
+    let before = ns.save(IpVersion::V4);
 
     let mut rs = forward_set();
     let mut raw = rule(Hook::Output, None, 0, 0);
@@ -354,12 +354,12 @@ fn cleanup_after_crash_keeps_the_users_rules() {
         "-j",
         "RELAYD-FORWARD",
     ]);
-    assert_ne!(ns.save(Family::Ipv4), before);
+    assert_ne!(ns.save(IpVersion::V4), before);
 
     let report = cleanup("RELAYD", &b).unwrap();
     assert_eq!(report.chains.len(), 2);
     assert_eq!(report.rules, 3);
-    let after = ns.save(Family::Ipv4);
+    let after = ns.save(IpVersion::V4);
     assert!(!after.contains("RELAYD"), "{after}");
     // Everything the user had is still there, in order, and nothing else changed. The one
     // leftover is the raw table itself (empty, ACCEPT policies): iptables created it for
@@ -371,7 +371,7 @@ fn cleanup_after_crash_keeps_the_users_rules() {
 #[test]
 fn quoted_matches_round_trip() {
     let ns = NetNs::new();
-    let b = ns.backend(Family::Ipv4);
+    let b = ns.backend(IpVersion::V4);
     let rs = RuleSet::new(vec![rule(
         Hook::Output,
         Some(r#"-p udp -m comment --comment 'say "hi" \o/'"#),
@@ -381,7 +381,7 @@ fn quoted_matches_round_trip() {
     rs.validate(&b).unwrap();
     rs.install(&b).unwrap();
     assert_eq!(rs.install(&b).unwrap().jumps_added, 0);
-    let rules = ns.rules(Family::Ipv4, "mangle");
+    let rules = ns.rules(IpVersion::V4, "mangle");
     assert_eq!(
         rules[2],
         r#"-A RELAYD-OUTPUT -p udp -m comment --comment "say \"hi\" \\o/" -j NFQUEUE --queue-num 1 --queue-bypass"#
@@ -392,15 +392,15 @@ fn quoted_matches_round_trip() {
 #[test]
 fn ipv6_works_too() {
     let ns = NetNs::new();
-    let b6 = ns.backend(Family::Ipv6);
+    let b6 = ns.backend(IpVersion::V6);
     let mut rs = forward_set();
     for r in &mut rs.rules {
-        r.families = vec![Family::Ipv6];
+        r.families = vec![IpVersion::V6];
     }
     rs.validate(&b6).unwrap();
     rs.install(&b6).unwrap();
     rs.install(&b6).unwrap();
-    let rules = ns.rules(Family::Ipv6, "mangle");
+    let rules = ns.rules(IpVersion::V6, "mangle");
     assert_eq!(
         rules,
         [
@@ -411,33 +411,33 @@ fn ipv6_works_too() {
         ]
     );
     // The IPv4 side got nothing (and installing it is a no-op).
-    assert!(!ns.save(Family::Ipv4).contains("RELAYD"));
+    assert!(!ns.save(IpVersion::V4).contains("RELAYD"));
     assert!(
-        rs.install(&ns.backend(Family::Ipv4))
+        rs.install(&ns.backend(IpVersion::V4))
             .unwrap()
             .chains
             .is_empty()
     );
-    assert!(!ns.save(Family::Ipv4).contains("RELAYD"));
+    assert!(!ns.save(IpVersion::V4).contains("RELAYD"));
 
     rs.rules[1].matches = Some("-p udp --dport notaport".into());
     assert!(matches!(
         rs.validate(&b6),
         Err(ControlError::RuleRejected {
             index: 1,
-            family: Family::Ipv6,
+            family: IpVersion::V6,
             ..
         })
     ));
 
     rs.remove(&b6).unwrap();
-    assert!(!ns.save(Family::Ipv6).contains("RELAYD"));
+    assert!(!ns.save(IpVersion::V6).contains("RELAYD"));
 }
 
 #[test]
 fn legacy_backend_works() {
     let ns = NetNs::new();
-    let b = Backend::legacy(Family::Ipv4).in_netns(&ns.name);
+    let b = Backend::legacy(IpVersion::V4).in_netns(&ns.name);
     let rs = forward_set();
     rs.install(&b).unwrap();
     rs.install(&b).unwrap();
@@ -474,20 +474,20 @@ fn output_copies_of_input_only_matches_install_on_both_backends() {
         ),
     ]);
     for b in [
-        ns.backend(Family::Ipv4),
-        Backend::legacy(Family::Ipv4).in_netns(&ns.name),
+        ns.backend(IpVersion::V4),
+        Backend::legacy(IpVersion::V4).in_netns(&ns.name),
     ] {
         rs.validate(&b).unwrap();
         rs.install(&b).unwrap();
         rs.remove(&b).unwrap();
     }
-    assert!(!ns.save(Family::Ipv4).contains("RELAYD"));
+    assert!(!ns.save(IpVersion::V4).contains("RELAYD"));
 }
 
 #[test]
 fn missing_and_unprivileged_tools_are_reported() {
     let ns = NetNs::new();
-    let mut b = ns.backend(Family::Ipv4);
+    let mut b = ns.backend(IpVersion::V4);
     b.save = "relayd-no-such-iptables-save".into();
     let err = forward_set().install(&b).unwrap_err();
     assert!(matches!(err, ControlError::ToolMissing { .. }), "{err:?}");
@@ -513,7 +513,7 @@ fn missing_and_unprivileged_tools_are_reported() {
         .arg(&script)
         .status()
         .unwrap();
-    let mut b = ns.backend(Family::Ipv4);
+    let mut b = ns.backend(IpVersion::V4);
     b.restore = script.to_string_lossy().into_owned();
     let err = forward_set().validate(&b).unwrap_err();
     let _ = std::fs::remove_dir_all(&dir);
@@ -524,7 +524,7 @@ fn missing_and_unprivileged_tools_are_reported() {
 #[test]
 fn cleanup_leaves_another_instance_with_a_longer_prefix_alone() {
     let ns = NetNs::new();
-    let b = ns.backend(Family::Ipv4);
+    let b = ns.backend(IpVersion::V4);
     forward_set().install(&b).unwrap();
     let mut other = forward_set();
     other.prefix = "RELAYD-B".into();

@@ -153,8 +153,10 @@ impl CtMarkBits {
     }
 }
 
-/// IP version of a parsed packet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// An IP version, or address family: of a parsed packet on the hot path, and of a queue's
+/// rules (`family = "ipv4"`), of `iptables` / `ip6tables`, of a listener. One type for all
+/// of them, so a family has one name in configuration, rules, status and code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum IpVersion {
     /// IPv4
     V4,
@@ -163,6 +165,17 @@ pub enum IpVersion {
 }
 
 impl IpVersion {
+    /// Both versions, IPv4 first.
+    pub const ALL: [IpVersion; 2] = [IpVersion::V4, IpVersion::V6];
+
+    /// The configuration name: `ipv4` or `ipv6`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IpVersion::V4 => "ipv4",
+            IpVersion::V6 => "ipv6",
+        }
+    }
+
     /// The version a packet's first byte announces, if it is 4 or 6 (nothing else checked).
     pub fn of(data: &[u8]) -> Option<IpVersion> {
         match data.first()? >> 4 {
@@ -178,6 +191,27 @@ impl IpVersion {
             IpVersion::V4
         } else {
             IpVersion::V6
+        }
+    }
+}
+
+impl std::fmt::Display for IpVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for IpVersion {
+    type Err = String;
+
+    /// Accepts the configuration names, `ipv4` and `ipv6`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "ipv4" => Ok(IpVersion::V4),
+            "ipv6" => Ok(IpVersion::V6),
+            _ => Err(format!(
+                "unknown address family `{s}` (expected ipv4 or ipv6)"
+            )),
         }
     }
 }
@@ -524,6 +558,18 @@ pub(crate) mod tests {
         );
         UdpPacket::new_unchecked(&mut b[20..]).fill_checksum(pseudo);
         b
+    }
+
+    #[test]
+    fn ip_version_names_round_trip() {
+        assert_eq!(IpVersion::ALL, [IpVersion::V4, IpVersion::V6]);
+        for v in IpVersion::ALL {
+            assert_eq!(v.to_string().parse::<IpVersion>(), Ok(v));
+        }
+        assert_eq!(IpVersion::V6.to_string(), "ipv6");
+        let e = "both".parse::<IpVersion>().unwrap_err();
+        assert!(e.contains("unknown address family `both`"), "{e}");
+        assert!(IpVersion::V4 < IpVersion::V6);
     }
 
     #[test]

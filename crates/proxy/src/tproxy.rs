@@ -29,44 +29,25 @@
 use std::fmt::Write as _;
 use std::net::IpAddr;
 
-use relay_control::cmd;
+use relay_control::{IptablesName, cmd};
+use relay_core::IpVersion;
 use serde::{Deserialize, Serialize};
 
 use crate::ProxyError;
 
-/// IP version of a rule set or route.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum IpFamily {
-    /// IPv4 (`iptables`, `ip -4`).
-    V4,
-    /// IPv6 (`ip6tables`, `ip -6`).
-    V6,
+/// `ip`'s family flag for `family`: `-4` or `-6`.
+fn ip_flag(family: IpVersion) -> &'static str {
+    match family {
+        IpVersion::V4 => "-4",
+        IpVersion::V6 => "-6",
+    }
 }
 
-impl IpFamily {
-    /// Both families, IPv4 first.
-    pub const BOTH: [IpFamily; 2] = [IpFamily::V4, IpFamily::V6];
-
-    fn ip_flag(self) -> &'static str {
-        match self {
-            IpFamily::V4 => "-4",
-            IpFamily::V6 => "-6",
-        }
-    }
-
-    fn default_route(self) -> &'static str {
-        match self {
-            IpFamily::V4 => "0.0.0.0/0",
-            IpFamily::V6 => "::/0",
-        }
-    }
-
-    fn iptables(self) -> &'static str {
-        match self {
-            IpFamily::V4 => "iptables",
-            IpFamily::V6 => "ip6tables",
-        }
+/// The default route of `family`: `0.0.0.0/0` or `::/0`.
+fn default_route(family: IpVersion) -> &'static str {
+    match family {
+        IpVersion::V4 => "0.0.0.0/0",
+        IpVersion::V6 => "::/0",
     }
 }
 
@@ -177,7 +158,7 @@ impl TproxySpec {
     /// The mangle-table rules, as `-A CHAIN ...` lines in order, for a chain that
     /// `PREROUTING` jumps to. Put the chain before relayd's NFQUEUE rule for the SYNs; the
     /// queue rule must skip packets that already carry the divert mark.
-    pub fn mangle_rules(&self, chain: &str, family: IpFamily) -> Vec<String> {
+    pub fn mangle_rules(&self, chain: &str, family: IpVersion) -> Vec<String> {
         let dv = format!("0x{:x}/0x{:x}", self.divert_mark, self.divert_mask);
         let tp = format!("0x{:x}/0x{:x}", self.tproxy_mark, self.tproxy_mask);
         let dmask = format!("0x{:x}", self.divert_mask);
@@ -200,7 +181,7 @@ impl TproxySpec {
         // delivers it as it would without the proxy, so the relay's own services see the
         // client, not the proxy connecting to them from the relay (issue 12). Nor one to
         // `::`, which addrtype does not call LOCAL but the listener would reach as `::1`.
-        if family == IpFamily::V6 {
+        if family == IpVersion::V6 {
             v.push(format!(
                 "-A {chain} -d ::/128 -p tcp -m mark --mark {dv} -j MARK --set-xmark 0x0/{dmask}"
             ));
@@ -216,7 +197,8 @@ impl TproxySpec {
             self.port
         );
         match (self.on_ip, family) {
-            (Some(ip @ IpAddr::V4(_)), IpFamily::V4) | (Some(ip @ IpAddr::V6(_)), IpFamily::V6) => {
+            (Some(ip @ IpAddr::V4(_)), IpVersion::V4)
+            | (Some(ip @ IpAddr::V6(_)), IpVersion::V6) => {
                 let _ = write!(tproxy, " --on-ip {ip}");
             }
             _ => {}
@@ -228,7 +210,7 @@ impl TproxySpec {
 
     /// The `ip` commands [`TproxySpec::install_routing`] runs for `family`, as argument
     /// lists (without `ip -n NS`), for documentation and for users who script it.
-    pub fn routing_commands(&self, family: IpFamily) -> Vec<Vec<String>> {
+    pub fn routing_commands(&self, family: IpVersion) -> Vec<Vec<String>> {
         vec![
             self.rule_args(family, "add"),
             self.route_args(family, "replace"),
@@ -236,11 +218,11 @@ impl TproxySpec {
     }
 
     /// `ip -4|-6 rule VERB` for the fwmark rule that sends diverted packets to our table.
-    fn rule_args(&self, family: IpFamily, verb: &str) -> Vec<String> {
+    fn rule_args(&self, family: IpVersion, verb: &str) -> Vec<String> {
         let mark = format!("0x{:x}/0x{:x}", self.tproxy_mark, self.tproxy_mask);
         let (table, pref) = (self.table.to_string(), self.rule_pref.to_string());
         [
-            family.ip_flag(),
+            ip_flag(family),
             "rule",
             verb,
             "pref",
@@ -255,14 +237,14 @@ impl TproxySpec {
     }
 
     /// `ip -4|-6 route VERB` for the local default route in our table.
-    fn route_args(&self, family: IpFamily, verb: &str) -> Vec<String> {
+    fn route_args(&self, family: IpVersion, verb: &str) -> Vec<String> {
         let table = self.table.to_string();
         [
-            family.ip_flag(),
+            ip_flag(family),
             "route",
             verb,
             "local",
-            family.default_route(),
+            default_route(family),
             "dev",
             "lo",
             "table",
@@ -277,7 +259,7 @@ impl TproxySpec {
     /// table is left alone, the route is `replace`d.
     pub fn install_routing(&self, netns: Option<&str>) -> Result<(), ProxyError> {
         self.check()?;
-        for family in IpFamily::BOTH {
+        for family in IpVersion::ALL {
             let cmds = self.routing_commands(family);
             if !self.rule_present(netns, family)? {
                 ip(netns, &cmds[0])?;
@@ -290,7 +272,7 @@ impl TproxySpec {
     /// Removes what [`TproxySpec::install_routing`] added, for both families. Idempotent:
     /// missing rules and routes are not errors; duplicate rules are all removed.
     pub fn remove_routing(&self, netns: Option<&str>) -> Result<(), ProxyError> {
-        for family in IpFamily::BOTH {
+        for family in IpVersion::ALL {
             // Bounded: each pass removes one copy; a kernel keeps at most a handful.
             for _ in 0..64 {
                 if !self.rule_present(netns, family)? {
@@ -311,11 +293,11 @@ impl TproxySpec {
         Ok(())
     }
 
-    fn rule_present(&self, netns: Option<&str>, family: IpFamily) -> Result<bool, ProxyError> {
+    fn rule_present(&self, netns: Option<&str>, family: IpVersion) -> Result<bool, ProxyError> {
         let out = ip(
             netns,
             &[
-                family.ip_flag(),
+                ip_flag(family),
                 "rule",
                 "show",
                 "pref",
@@ -338,7 +320,7 @@ impl TproxySpec {
     /// chain's contents atomically with `iptables-restore --noflush`).
     pub fn install_chain(&self, netns: Option<&str>, chain: &str) -> Result<(), ProxyError> {
         self.check()?;
-        for family in IpFamily::BOTH {
+        for family in IpVersion::ALL {
             let mut text = format!("*mangle\n:{chain} - [0:0]\n");
             for line in self.mangle_rules(chain, family) {
                 text.push_str(&line);
@@ -364,7 +346,7 @@ impl TproxySpec {
     /// Removes what [`TproxySpec::install_chain`] added: every jump to `chain` from
     /// `PREROUTING`, then the chain. Idempotent.
     pub fn remove_chain(&self, netns: Option<&str>, chain: &str) -> Result<(), ProxyError> {
-        for family in IpFamily::BOTH {
+        for family in IpVersion::ALL {
             let tool = family.iptables();
             for _ in 0..64 {
                 let del = ["-w", "-t", "mangle", "-D", "PREROUTING", "-j", chain];
@@ -430,7 +412,7 @@ mod tests {
     fn mark_mode_rules() {
         let spec = TproxySpec::default();
         assert!(spec.check().is_ok());
-        let lines = spec.mangle_rules("RELAYD-TPROXY", IpFamily::V4);
+        let lines = spec.mangle_rules("RELAYD-TPROXY", IpVersion::V4);
         assert_eq!(
             lines,
             [
@@ -447,10 +429,10 @@ mod tests {
     fn static_ports_and_on_ip() {
         let mut spec = TproxySpec::static_ports(9040, vec![80, 443]);
         spec.on_ip = Some("127.0.0.1".parse().unwrap());
-        let v4 = spec.mangle_rules("C", IpFamily::V4);
+        let v4 = spec.mangle_rules("C", IpVersion::V4);
         assert!(v4[2].contains("--syn -m multiport --dports 80,443 -j MARK"));
         assert!(v4.last().unwrap().contains("--on-ip 127.0.0.1 "));
-        let v6 = spec.mangle_rules("C", IpFamily::V6);
+        let v6 = spec.mangle_rules("C", IpVersion::V6);
         assert!(!v6.last().unwrap().contains("--on-ip"));
         // IPv6 only: `::` loses the divert mark before the save and TPROXY rules.
         assert_eq!(
@@ -459,7 +441,7 @@ mod tests {
         );
         assert!(v6[4].contains("--save-mark") && v6.len() == v4.len() + 1);
         assert!(!v4.iter().any(|l| l.contains("-d ")));
-        let cmds = spec.routing_commands(IpFamily::V6);
+        let cmds = spec.routing_commands(IpVersion::V6);
         assert_eq!(
             cmds[0].join(" "),
             "-6 rule add pref 10233 fwmark 0x10000000/0x10000000 lookup 233"

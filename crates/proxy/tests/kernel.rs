@@ -290,7 +290,7 @@ fn unspecified_destination_never_reaches_the_relays_loopback() {
     // 2. A divert that takes `::` anyway: the listener's own check refuses it.
     let chain = "RPX-TPROXY";
     let mut text = format!("*mangle\n:{chain} - [0:0]\n");
-    for line in spec.mangle_rules(chain, relay_proxy::tproxy::IpFamily::V6) {
+    for line in spec.mangle_rules(chain, relay_core::IpVersion::V6) {
         if !line.contains("-d ::/128") {
             text.push_str(&line);
             text.push('\n');

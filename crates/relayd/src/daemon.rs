@@ -9,7 +9,7 @@ use crate::qos::{self, QosSet};
 use crate::rules;
 use crate::status::{KernelStatus, QueueStatus, ServiceStatus, Status};
 use anyhow::{Context as _, bail};
-use relay_control::Family;
+use relay_control::IpVersion;
 use relay_control::tc::Tc;
 use relay_core::StageMark;
 use relay_core::{Chain, ChainSettings, Counter, CounterKind, Counters, QueueCounters};
@@ -181,12 +181,12 @@ pub fn cleanup_all(
     flavor: crate::config::IptablesFlavor,
 ) -> anyhow::Result<usize> {
     let mut removed = 0;
-    for f in [Family::Ipv4, Family::Ipv6] {
+    for f in [IpVersion::V4, IpVersion::V6] {
         let b = rules::backend(flavor, f);
         match relay_control::cleanup(cfg_prefix, &b) {
             Ok(r) => removed += r.chains.len() + r.rules,
             // ip6tables may be absent on an IPv4-only box: not an error for cleanup.
-            Err(relay_control::ControlError::ToolMissing { .. }) if f == Family::Ipv6 => {}
+            Err(relay_control::ControlError::ToolMissing { .. }) if f == IpVersion::V6 => {}
             Err(e) => return Err(e).with_context(|| format!("cleaning up {f} rules")),
         }
     }
@@ -332,7 +332,7 @@ impl Daemon {
     fn install(&self, config: &Config) -> anyhow::Result<()> {
         let rs = rules::ruleset(config);
         let used = rules::families(config);
-        for f in [Family::Ipv4, Family::Ipv6] {
+        for f in [IpVersion::V4, IpVersion::V6] {
             let b = rules::backend(config.daemon.iptables, f);
             if used.contains(&f) {
                 rs.install(&b)

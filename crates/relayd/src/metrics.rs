@@ -507,7 +507,7 @@ mod tests {
                     num,
                     hook: "forward".into(),
                     table: "mangle".into(),
-                    chain: vec!["a".into()],
+                    services: vec!["a".into()],
                     fail_open: true,
                     gso: true,
                     copy_range: 65535,

@@ -3,10 +3,9 @@
 
 use crate::config::{Config, ConfigError, ConfigErrors, IptablesFlavor, QueueSpec};
 use relay_control::{
-    Backend, ControlError, Family, Hook, OwnedRule, PreRule, QueueRule, RuleSet, Table,
+    Backend, ControlError, Hook, IpVersion, OwnedRule, PreRule, QueueRule, RuleSet, Table,
 };
 use relay_core::{CtMarkBits, MssClamp};
-use relay_proxy::tproxy::IpFamily;
 
 /// The rule set a configuration implies: one rule per `[[queue]]` entry in file order,
 /// and the split proxy's TPROXY rules at the top of relayd's mangle PREROUTING chain.
@@ -52,11 +51,7 @@ fn tproxy_rules(cfg: &Config) -> Vec<OwnedRule> {
     };
     let mut out = Vec::new();
     for &family in &t.families {
-        let ip = match family {
-            Family::Ipv4 => IpFamily::V4,
-            Family::Ipv6 => IpFamily::V6,
-        };
-        for line in t.spec.mangle_rules("C", ip) {
+        for line in t.spec.mangle_rules("C", family) {
             let args: Vec<String> = line
                 .strip_prefix("-A C ")
                 .unwrap_or(&line)
@@ -107,8 +102,8 @@ fn pre_rules(q: &QueueSpec, ct: CtMarkBits) -> Vec<PreRule> {
         .filter_map(|(_, s)| s.clamp_mss())
         .collect();
     for (family, mss) in [
-        (Family::Ipv4, clamps.iter().map(|c| c.ipv4).min()),
-        (Family::Ipv6, clamps.iter().map(|c| c.ipv6).min()),
+        (IpVersion::V4, clamps.iter().map(|c| c.ipv4).min()),
+        (IpVersion::V6, clamps.iter().map(|c| c.ipv6).min()),
     ] {
         if let Some(mss) = mss.filter(|_| q.families.contains(&family)) {
             out.extend(PreRule::clamp_mss(family, q.matches.as_deref(), mss));
@@ -118,7 +113,7 @@ fn pre_rules(q: &QueueSpec, ct: CtMarkBits) -> Vec<PreRule> {
 }
 
 /// The backend for `family` in the configured flavour.
-pub fn backend(flavor: IptablesFlavor, family: Family) -> Backend {
+pub fn backend(flavor: IptablesFlavor, family: IpVersion) -> Backend {
     match flavor {
         IptablesFlavor::Auto => Backend::system(family),
         IptablesFlavor::Legacy => Backend::legacy(family),
@@ -126,8 +121,8 @@ pub fn backend(flavor: IptablesFlavor, family: Family) -> Backend {
 }
 
 /// The families any queue (or the split proxy's diversion) uses.
-pub fn families(cfg: &Config) -> Vec<Family> {
-    [Family::Ipv4, Family::Ipv6]
+pub fn families(cfg: &Config) -> Vec<IpVersion> {
+    [IpVersion::V4, IpVersion::V6]
         .into_iter()
         .filter(|f| {
             cfg.queues.iter().any(|q| q.families.contains(f))
@@ -148,7 +143,7 @@ pub fn restore_text(cfg: &Config) -> Result<String, ControlError> {
     }
     if let Some(t) = &cfg.tproxy {
         out.push_str("# the split proxy's local delivery (ip rule and route), both families\n");
-        for f in IpFamily::BOTH {
+        for f in IpVersion::ALL {
             for c in t.spec.routing_commands(f) {
                 out.push_str(&format!("# ip {}\n", c.join(" ")));
             }

@@ -74,8 +74,9 @@ pub struct QueueStatus {
     pub hook: String,
     /// Table of its rule.
     pub table: String,
-    /// Its chain, by instance name.
-    pub chain: Vec<String>,
+    /// Its services, by instance name, in order: the queue's `services` in the
+    /// configuration.
+    pub services: Vec<String>,
     /// Fail-open (true) or fail-closed.
     pub fail_open: bool,
     /// GSO on.
@@ -117,7 +118,7 @@ impl QueueStatus {
             num,
             hook: spec.hook.to_string(),
             table: spec.table.to_string(),
-            chain: spec.services.iter().map(|(n, _)| n.clone()).collect(),
+            services: spec.services.iter().map(|(n, _)| n.clone()).collect(),
             fail_open: spec.queue.fail_open,
             gso,
             copy_range: spec.queue.copy_range,
@@ -461,7 +462,7 @@ impl Status {
             self.version, self.uptime_s, self.config, self.reloads
         );
         o.push_str(&format!(
-            "{:>5} {:<18} {:<6} {:>12} {:>12} {:>10} {:>10} {:>9} {:>7} {:>7} {:>8} {:>8}  chain\n",
+            "{:>5} {:<18} {:<6} {:>12} {:>12} {:>10} {:>10} {:>9} {:>7} {:>7} {:>8} {:>8}  services\n",
             "queue",
             "hook",
             "policy",
@@ -499,7 +500,7 @@ impl Status {
                 q.enobufs,
                 kd,
                 kw,
-                q.chain.join(" -> ")
+                q.services.join(" -> ")
             ));
         }
         o.push_str(&format!(
@@ -655,6 +656,44 @@ mod tests {
             reply_timeout: Duration::from_millis(300),
             ..ServerLimits::default()
         }
+    }
+
+    /// A queue's services are `services` in the JSON and the text, as in the configuration.
+    #[test]
+    fn a_queue_lists_its_services_by_the_configuration_name() {
+        let mut st = sample(0);
+        st.queues.push(QueueStatus {
+            num: 3,
+            hook: "forward".into(),
+            table: "mangle".into(),
+            services: vec!["log".into(), "accept".into()],
+            fail_open: true,
+            gso: true,
+            copy_range: 128,
+            packets: 0,
+            accepted: 0,
+            dropped: 0,
+            modified: 0,
+            repeated: 0,
+            malformed: 0,
+            errors: 0,
+            enobufs: 0,
+            batches: 0,
+            kernel: None,
+        });
+        let json: serde_json::Value = serde_json::to_value(&st).unwrap();
+        assert_eq!(
+            json["queues"][0]["services"],
+            serde_json::json!(["log", "accept"])
+        );
+        assert!(json["queues"][0].get("chain").is_none(), "{json}");
+        let text = st.render();
+        let mut lines = text.lines().skip(2);
+        assert!(
+            lines.next().unwrap().ends_with("k.wait  services"),
+            "{text}"
+        );
+        assert!(lines.next().unwrap().ends_with("  log -> accept"), "{text}");
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! ```toml
 //! [service.wan]
 //! kind = "delay"
-//! delay = "40ms"      # or delay_ms = 40
+//! delay = "40ms"      # a duration: "1.5ms", "250us", "1s" (delay_ms was removed)
 //! jitter = "5ms"      # optional: uniform in [-5ms, +5ms]
 //! reorder = false     # with jitter, keep each flow's packets in order (default)
 //! loss = 0.01         # optional: drop 1 % at random
@@ -29,6 +29,7 @@ use relay_core::{
     Action, Context, Counter, Counters, IpVersion, Packet, Service, ServiceConfig, ServiceFactory,
 };
 use serde::Deserialize;
+use serde::de::IgnoredAny;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -40,9 +41,11 @@ pub struct DelayConfig {
     /// The delay, e.g. `"40ms"`, `"1.5ms"`, `"250us"`, `"1s"`.
     #[serde(default)]
     pub delay: Option<String>,
-    /// The delay in milliseconds (instead of `delay`).
+    /// `delay_ms`, the delay's former second name: refused, with the `delay` to write
+    /// instead, so that an old file fails with a message that says how to fix it rather
+    /// than "unknown field".
     #[serde(default)]
-    pub delay_ms: Option<f64>,
+    delay_ms: Option<RemovedDelayMs>,
     /// Uniform jitter: each packet's delay is in `[delay - jitter, delay + jitter]`.
     #[serde(default)]
     pub jitter: Option<String>,
@@ -64,6 +67,25 @@ fn default_limit() -> u32 {
     1000
 }
 
+/// The value of a removed `delay_ms` key: a number to quote in the error, or anything else.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(untagged)]
+enum RemovedDelayMs {
+    Number(f64),
+    Other(IgnoredAny),
+}
+
+impl RemovedDelayMs {
+    /// The error for a file that still has `delay_ms`, naming what to write instead.
+    fn error(self) -> String {
+        let ms = match self {
+            RemovedDelayMs::Number(ms) if ms.is_finite() && ms >= 0.0 => ms,
+            _ => 40.0,
+        };
+        format!("delay_ms was removed: write delay = \"{ms}ms\"")
+    }
+}
+
 /// The largest delay accepted: held packets sit in the kernel's queue meanwhile.
 const MAX_DELAY: Duration = Duration::from_secs(60);
 
@@ -77,14 +99,12 @@ impl ServiceConfig for DelayConfig {
         self,
         _name: &str,
     ) -> Result<Arc<dyn ServiceFactory>, relay_core::InvalidConfig> {
-        let delay = match (&self.delay, self.delay_ms) {
-            (Some(d), None) => parse_duration(d).map_err(|e| format!("delay: {e}"))?,
-            (None, Some(ms)) if ms.is_finite() && ms >= 0.0 => {
-                Duration::from_secs_f64(ms / 1e3).min(MAX_DELAY + Duration::from_secs(1))
-            }
-            (None, Some(ms)) => return Err(format!("delay_ms = {ms} is not a delay").into()),
-            (Some(_), Some(_)) => return Err("give either delay or delay_ms, not both".into()),
-            (None, None) => return Err("missing delay (e.g. delay = \"40ms\")".into()),
+        if let Some(old) = self.delay_ms {
+            return Err(old.error().into());
+        }
+        let delay = match &self.delay {
+            Some(d) => parse_duration(d).map_err(|e| format!("delay: {e}"))?,
+            None => return Err("missing delay (e.g. delay = \"40ms\")".into()),
         };
         if delay > MAX_DELAY {
             return Err(format!("delay {delay:?} is over the limit of {MAX_DELAY:?}").into());
@@ -313,7 +333,7 @@ mod tests {
         assert_eq!(t - now, Duration::from_millis(40));
         assert!(!p.is_modified() && p.verdict_mark().is_none());
         assert_eq!(count(&c, "delayed"), 1);
-        let (mut s, _, _) = build("delay_ms = 2.5");
+        let (mut s, _, _) = build("delay = \"2.5ms\"");
         let t = until(s.process(&mut udp(1), &mut Context::new(0, now)));
         assert_eq!(t - now, Duration::from_micros(2500));
     }
@@ -385,12 +405,10 @@ mod tests {
         for (text, want) in [
             ("", "missing delay"),
             ("delay = \"4 parsecs\"", "delay:"),
-            ("delay = \"1ms\"\ndelay_ms = 1", "not both"),
             ("delay = \"1ms\"\njitter = \"2ms\"", "jitter"),
             ("delay = \"1ms\"\nloss = 1.0", "loss"),
             ("delay = \"1ms\"\nlimit = 0", "limit"),
             ("delay = \"2min\"", "delay:"),
-            ("delay_ms = -1", "delay_ms"),
             ("delay = \"61s\"", "over the limit"),
         ] {
             let cfg: DelayConfig = toml::from_str(text).unwrap();
@@ -402,5 +420,40 @@ mod tests {
             assert!(e.contains(want), "{text:?}: {e}");
         }
         assert!(toml::from_str::<DelayConfig>("delay = \"1ms\"\nlatency = 1").is_err());
+    }
+
+    /// `delay_ms` is gone: any use of it is refused with the `delay` to write instead.
+    #[test]
+    fn delay_ms_is_refused_naming_its_replacement() {
+        for (text, want) in [
+            (
+                "delay_ms = 40",
+                "delay_ms was removed: write delay = \"40ms\"",
+            ),
+            (
+                "delay_ms = 2.5",
+                "delay_ms was removed: write delay = \"2.5ms\"",
+            ),
+            (
+                "delay = \"1ms\"\ndelay_ms = 1",
+                "delay_ms was removed: write delay = \"1ms\"",
+            ),
+            (
+                "delay_ms = -1",
+                "delay_ms was removed: write delay = \"40ms\"",
+            ),
+            (
+                "delay_ms = \"40\"",
+                "delay_ms was removed: write delay = \"40ms\"",
+            ),
+        ] {
+            let cfg: DelayConfig = toml::from_str(text).unwrap();
+            let e = cfg
+                .into_factory("d")
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert_eq!(e, want, "{text:?}");
+        }
     }
 }

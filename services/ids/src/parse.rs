@@ -979,7 +979,12 @@ fn parse_pcre(v: &str) -> Result<Pcre, String> {
     let (pat, flags) = (&body[..end], &body[end + 1..]);
     let mut b = regex::bytes::RegexBuilder::new(pat);
     // PCRE without the UTF flag works on bytes: `.` is any byte but newline, classes are ASCII.
-    b.unicode(false).size_limit(4 << 20).dfa_size_limit(2 << 20);
+    // Octal escapes are bytes as in PCRE (`\0`, `\012`, `[\1]`): the `\1`..`\9` outside a
+    // class that PCRE would read as backreferences are refused first (check_pcre_features).
+    b.unicode(false)
+        .octal(true)
+        .size_limit(4 << 20)
+        .dfa_size_limit(2 << 20);
     for f in flags.chars() {
         match f {
             'i' => {
@@ -1161,8 +1166,13 @@ mod tests {
             let e = parse_pcre(p).unwrap_err();
             assert!(e.contains(why), "{p}: {e}");
         }
-        // A class may hold what would be a backreference outside it.
-        assert!(parse_pcre(r#""/[\1]/""#).is_ok() || parse_pcre(r#""/[\1]/""#).is_err());
+        // A class may hold what would be a backreference outside it: PCRE reads `[\1]` as
+        // the octal escape of byte 1, and so does the translation.
+        let p = parse_pcre(r#""/[\1]/""#).unwrap();
+        assert!(p.re.is_match(b"a\x01b") && !p.re.is_match(b"1"));
+        // Octal escapes outside a class too (`\0`, `\012`); `\1` there stays refused above.
+        let p = parse_pcre(r#""/a\0b\012/""#).unwrap();
+        assert!(p.re.is_match(b"a\0b\n") && !p.re.is_match(b"a0b12"));
     }
 
     #[test]

@@ -216,7 +216,7 @@ const MIN_TC_RATE: u64 = 8;
 /// A rate that becomes an HTB class: [`parse_rate`], and at least [`MIN_TC_RATE`], as
 /// relayd's tc plan validation and tc itself require.
 fn tc_rate(s: &str) -> Result<u64, String> {
-    let r = parse_rate(s)?;
+    let r = parse_rate(s).map_err(|e| e.to_string())?;
     if r < MIN_TC_RATE {
         return Err(format!(
             "\"{s}\" is below {MIN_TC_RATE} bit/s, the least tc can shape (one byte a second)"

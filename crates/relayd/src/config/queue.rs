@@ -4,7 +4,7 @@
 use super::error::{Ctx, line_col};
 use super::services::{ServiceEntry, resolve_chain};
 use crate::registry::Registry;
-use relay_control::{Family, Hook, Table};
+use relay_control::{Hook, IpVersion, Table};
 use relay_core::{CtMarkBits, FailPolicy, ServiceFactory, Verdict};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -30,7 +30,7 @@ pub struct QueueSpec {
     /// Table.
     pub table: Table,
     /// Families the rule is installed for.
-    pub families: Vec<Family>,
+    pub families: Vec<IpVersion>,
     /// Optional iptables match.
     pub matches: Option<String>,
     /// The chain: instance names and their factories, in order.
@@ -238,18 +238,22 @@ fn check_hook_and_table(cx: &mut Ctx<'_>, index: usize, q: &RawQueue) -> (Hook, 
 }
 
 /// `family`: the families the queue's rule is installed for (default IPv4).
-fn check_family(cx: &mut Ctx<'_>, index: usize, family: Option<&Spanned<String>>) -> Vec<Family> {
+fn check_family(
+    cx: &mut Ctx<'_>,
+    index: usize,
+    family: Option<&Spanned<String>>,
+) -> Vec<IpVersion> {
     match family.map(|s| (s.get_ref().as_str(), s.span())) {
-        None | Some(("ipv4", _)) => vec![Family::Ipv4],
-        Some(("ipv6", _)) => vec![Family::Ipv6],
-        Some(("both", _)) => vec![Family::Ipv4, Family::Ipv6],
+        None | Some(("ipv4", _)) => vec![IpVersion::V4],
+        Some(("ipv6", _)) => vec![IpVersion::V6],
+        Some(("both", _)) => vec![IpVersion::V4, IpVersion::V6],
         Some((other, span)) => {
             cx.err(
                 Some(span),
                 field(index, "family"),
                 format!("unknown family `{other}` (ipv4, ipv6 or both)"),
             );
-            vec![Family::Ipv4]
+            vec![IpVersion::V4]
         }
     }
 }

@@ -9,7 +9,7 @@ use super::error::{Ctx, line_span};
 use super::listeners::{ListenerKind, ListenerSpec};
 use super::queue::QueueSpec;
 use super::services::{ListenerSection, ServiceEntry};
-use relay_control::{Family, Hook, Table};
+use relay_control::{Hook, IpVersion, Table};
 use relay_core::service::ProxyDiversion;
 use relay_proxy::TransparentConfig;
 use relay_proxy::tproxy::{Divert, TproxySpec};
@@ -26,7 +26,7 @@ pub struct TproxySetup {
     /// Marks, port, routing table and rule preference.
     pub spec: TproxySpec,
     /// Families whose rules are installed (those of the diverting services' queues).
-    pub families: Vec<Family>,
+    pub families: Vec<IpVersion>,
     /// Name of the transparent listener.
     pub listener: String,
 }
@@ -57,9 +57,9 @@ pub(super) fn diverters(
     cx: &mut Ctx<'_>,
     queues: &[QueueSpec],
     services: &BTreeMap<String, ServiceEntry<'_>>,
-) -> (Vec<Diverter>, Vec<Family>) {
+) -> (Vec<Diverter>, Vec<IpVersion>) {
     let mut splits: Vec<Diverter> = Vec::new();
-    let mut families: Vec<Family> = Vec::new();
+    let mut families: Vec<IpVersion> = Vec::new();
     for q in queues {
         for (name, f) in &q.services {
             let Some(div) = f.proxy_diversion() else {
@@ -184,7 +184,7 @@ pub(super) fn check_tproxy(
     listeners: &mut Vec<ListenerSpec>,
     section: Option<&(String, &ListenerSection<'_>)>,
     splits: &[Diverter],
-    families: Vec<Family>,
+    families: Vec<IpVersion>,
     daemon: &DaemonConfig,
 ) -> Option<TproxySetup> {
     let tp_index = listeners
@@ -208,10 +208,10 @@ pub(super) fn check_tproxy(
     let families = match (keys.get("ports"), tcfg.listen) {
         (None, _) => families,
         (Some(_), SocketAddr::V6(a)) if a.ip().is_unspecified() => {
-            vec![Family::Ipv4, Family::Ipv6]
+            vec![IpVersion::V4, IpVersion::V6]
         }
-        (Some(_), SocketAddr::V6(_)) => vec![Family::Ipv6],
-        (Some(_), SocketAddr::V4(_)) => vec![Family::Ipv4],
+        (Some(_), SocketAddr::V6(_)) => vec![IpVersion::V6],
+        (Some(_), SocketAddr::V4(_)) => vec![IpVersion::V4],
     };
     check_listen(cx, &keys, &mut tcfg, &families, &mut spec);
     let tm = spec.tproxy_mask;
@@ -377,20 +377,20 @@ fn check_listen(
     cx: &mut Ctx<'_>,
     keys: &Section<'_, '_>,
     tcfg: &mut TransparentConfig,
-    families: &[Family],
+    families: &[IpVersion],
     spec: &mut TproxySpec,
 ) {
     let listen_span = keys.span("listen");
-    if listen_span.is_none() && families.contains(&Family::Ipv6) {
+    if listen_span.is_none() && families.contains(&IpVersion::V6) {
         tcfg.listen = SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 9040));
     }
     match tcfg.listen {
-        SocketAddr::V4(_) if families.contains(&Family::Ipv6) => cx.err(
+        SocketAddr::V4(_) if families.contains(&IpVersion::V6) => cx.err(
             listen_span.clone(),
             keys.field("listen"),
             "an IPv4 listener cannot take diverted IPv6 connections: listen on \"[::]:PORT\"",
         ),
-        SocketAddr::V6(a) if !a.ip().is_unspecified() && families.contains(&Family::Ipv4) => cx
+        SocketAddr::V6(a) if !a.ip().is_unspecified() && families.contains(&IpVersion::V4) => cx
             .err(
                 listen_span.clone(),
                 keys.field("listen"),
