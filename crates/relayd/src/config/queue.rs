@@ -666,6 +666,120 @@ mod tests {
         first_err(&q("0", "[-5]"), 5, "queue[0].nice");
     }
 
+    /// The kernel queue's limits (relay_nfq's `QueueConfig::check`) each name their key
+    /// with relayd's own message; several come in the order of the entry's keys.
+    #[test]
+    fn kernel_limits_name_their_key() {
+        let q = |keys: &str| {
+            format!("[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"accept\"]\n{keys}")
+        };
+        // The key is on the entry's last line.
+        let only = |keys: &str, field: &str, message: &str| {
+            let line = 4 + keys.lines().count();
+            let e = first_err(&q(keys), line, field);
+            assert_eq!(e.len(), 1, "{e:?}");
+            assert_eq!(e[0].message, message, "{e:?}");
+            assert!(
+                e[0].to_string().starts_with(&format!("t.toml:{line}:")),
+                "{e:?}"
+            );
+        };
+        only(
+            "copy_range = 63\n",
+            "queue[0].copy_range",
+            "must be 64-65535 bytes",
+        );
+        only(
+            "copy_range = 65536\n",
+            "queue[0].copy_range",
+            "must be 64-65535 bytes",
+        );
+        only("max_len = 0\n", "queue[0].max_len", "must be at least 1");
+        only(
+            "copy_range = 2048\nrcvbuf = 2559\n",
+            "queue[0].rcvbuf",
+            "must be larger than copy_range plus netlink overhead (2560 bytes)",
+        );
+        only("batch = 0\n", "queue[0].batch", "must be 1-1024 packets");
+        only("batch = 1025\n", "queue[0].batch", "must be 1-1024 packets");
+        only(
+            "nice = 20\n",
+            "queue[0].nice",
+            "must be a nice value from -20 to 19 (lower runs more)",
+        );
+        // The limits themselves pass.
+        let c = parsed(&q(
+            "copy_range = 64\nmax_len = 1\nrcvbuf = 576\nbatch = 1024\n",
+        ));
+        let s = &c.queues[0].queue;
+        assert_eq!(
+            (s.copy_range, s.max_len, s.rcvbuf, s.batch),
+            (64, 1, 576, 1024)
+        );
+        let c = parsed(&q("copy_range = 65535\nbatch = 1\n"));
+        assert_eq!(
+            (c.queues[0].queue.copy_range, c.queues[0].queue.batch),
+            (65535, 1)
+        );
+        // Several at once: one error per key, in the order of the keys.
+        let e = errs(&q(
+            "copy_range = 10\nmax_len = 0\nbatch = 5000\nnice = -21\n",
+        ));
+        let f: Vec<(usize, &str)> = e.iter().map(|e| (e.line, e.field.as_str())).collect();
+        assert_eq!(
+            f,
+            vec![
+                (5, "queue[0].copy_range"),
+                (6, "queue[0].max_len"),
+                (7, "queue[0].batch"),
+                (8, "queue[0].nice")
+            ],
+            "{e:#?}"
+        );
+        let e = errs(&q(
+            "copy_range = 1024\nrcvbuf = 1\ncpu_fanout = true\nnice = 1.5\n",
+        ));
+        let f: Vec<&str> = e.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            f,
+            vec!["queue[0].rcvbuf", "queue[0].cpu_fanout", "queue[0].nice"],
+            "{e:#?}"
+        );
+        assert!(e[0].message.ends_with("(1536 bytes)"), "{e:?}");
+        // Held packets: a configured max_len leaves room for them plus a batch, a default
+        // one grows to.
+        let d = |keys: &str| {
+            format!(
+                "[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"d\"]\n{keys}[service.d]\nkind = \"delay\"\ndelay = \"10ms\"\nlimit = 100\n"
+            )
+        };
+        let e = first_err(&d("batch = 8\nmax_len = 107\n"), 6, "queue[0].max_len");
+        assert_eq!(
+            e[0].message,
+            "must be at least 108: the services hold up to 100 packets, plus a batch"
+        );
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert_eq!(
+            parsed(&d("batch = 8\nmax_len = 108\n")).queues[0]
+                .queue
+                .max_len,
+            108
+        );
+        assert_eq!(parsed(&d("")).queues[0].queue.max_len, 1024);
+        let c = parsed(&d("batch = 1000\n"));
+        assert_eq!(c.queues[0].queue.max_len, 1100);
+        // A zero max_len is both too short and leaves no room.
+        let e = errs(&d("max_len = 0\n"));
+        let m: Vec<&str> = e.iter().map(|e| e.message.as_str()).collect();
+        assert_eq!(
+            m,
+            vec![
+                "must be at least 1",
+                "must be at least 164: the services hold up to 100 packets, plus a batch"
+            ]
+        );
+    }
+
     /// A service that reads the packets' conntrack state.
     #[derive(serde::Deserialize)]
     struct CtConfig {}
