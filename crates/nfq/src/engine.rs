@@ -157,7 +157,8 @@ impl Engine {
     /// (Re)allocates the receive slots and verdict buffers for the current configuration.
     /// Only at start and on reload.
     fn size_buffers(&mut self, sndbuf: usize) {
-        let batch = self.cfg.batch.clamp(1, 1024);
+        // A checked batch (`QueueConfig::check`): 1 to 1024.
+        let batch = self.cfg.batch;
         self.slot_len = slot_len(&self.cfg);
         self.slots.resize_with(batch, Vec::new);
         for s in &mut self.slots {

@@ -30,7 +30,7 @@ mod socket;
 mod worker;
 
 pub use affinity::{MAX_CPU, available_cpus, format_cpu_list};
-pub use config::{HoldConfig, QueueConfig};
+pub use config::{HoldConfig, QueueConfig, QueueConfigError, QueueConfigErrors};
 pub use emit::{Emitter, Flushed};
 #[doc(hidden)]
 pub use netlink::fuzz_decode_datagram;
@@ -54,9 +54,10 @@ pub enum NfqError {
     /// The kernel refused a configuration step.
     #[error("queue {0}: {1} refused by the kernel: {2}")]
     Config(u16, &'static str, #[source] std::io::Error),
-    /// A parameter is out of range.
+    /// The queue's configuration is wrong ([`QueueConfig::check`]), or its conntrack mark
+    /// bits overlap the chain's stage bits.
     #[error("{0}")]
-    Invalid(String),
+    Invalid(#[from] QueueConfigErrors),
     /// The kernel refused to pin the queue's thread (`pthread_setaffinity_np`).
     #[error("queue {0}: pinning its thread to {1} failed: {2}")]
     Affinity(u16, String, #[source] std::io::Error),

@@ -10,8 +10,8 @@
 //! allocates nothing.
 
 use crate::NfqError;
-use crate::affinity::{CpuMask, MAX_CPU};
-use crate::config::{QueueConfig, check_config, sndbuf_for};
+use crate::affinity::CpuMask;
+use crate::config::{QueueConfig, QueueConfigError, QueueConfigErrors, check_config, sndbuf_for};
 use crate::priority::{self, NICE_RANGE};
 use crate::socket::Socket;
 use crate::worker::{RECV_TIMEOUT_MS, Shared, Worker};
@@ -63,7 +63,9 @@ pub const IDLE_WAKE: Duration = Duration::from_millis(RECV_TIMEOUT_MS as u64);
 
 impl Queue {
     /// Binds queue `cfg.num` (errors, such as the queue being taken, come back here) and
-    /// starts its thread running `chain`.
+    /// starts its thread running `chain`. A `cfg` that fails [`QueueConfig::check`], or
+    /// whose conntrack mark bits overlap the chain's stage bits, is refused first with
+    /// [`NfqError::Invalid`], naming everything wrong.
     pub fn start(
         cfg: &QueueConfig,
         chain: Chain,
@@ -152,8 +154,13 @@ impl Queue {
         }
         let what = cpu.map_or_else(|| "its inherited CPUs".to_string(), |c| format!("CPU {c}"));
         let mask = match cpu {
-            Some(c) => CpuMask::one(c).ok_or_else(|| {
-                NfqError::Invalid(format!("queue {}: CPU {c} is past CPU {MAX_CPU}", self.num))
+            // Past MAX_CPU: not one relayd may run on (check_config refuses it first).
+            Some(c) => CpuMask::one(c).ok_or_else(|| QueueConfigErrors {
+                num: self.num,
+                errors: vec![QueueConfigError::Cpu {
+                    cpu: c,
+                    available: crate::available_cpus().unwrap_or_default(),
+                }],
             })?,
             None => self.inherited,
         };
@@ -182,12 +189,11 @@ impl Queue {
                 (n, format!("setting its thread's nice value to {n}"))
             }
             Some(n) => {
-                return Err(NfqError::Invalid(format!(
-                    "queue {}: nice {n} is outside {}..{}",
-                    self.num,
-                    NICE_RANGE.start(),
-                    NICE_RANGE.end()
-                )));
+                return Err(QueueConfigErrors {
+                    num: self.num,
+                    errors: vec![QueueConfigError::Nice { nice: n }],
+                }
+                .into());
             }
             None => (
                 self.inherited_nice,
@@ -285,7 +291,7 @@ impl Queue {
     /// Packets held when the update is applied get their verdicts first (accept), so none
     /// is lost. A changed `cpu` or `nice` is applied at once, before anything else; if
     /// the kernel refuses either, the queue keeps its old settings and the error comes
-    /// back.
+    /// back. A `cfg` refused as by [`Queue::start`] changes nothing.
     pub fn update(&self, chain: Chain, cfg: &QueueConfig) -> Result<(), NfqError> {
         check_config(cfg, chain.stages().mask())?;
         // The thread's CPU and nice value first: if the kernel refuses one, nothing else

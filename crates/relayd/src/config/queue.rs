@@ -6,6 +6,7 @@ use super::services::{ServiceEntry, resolve_chain};
 use crate::registry::Registry;
 use relay_control::{Hook, IpVersion, Table};
 use relay_core::{CtMarkBits, FailPolicy, ServiceFactory, Verdict};
+use relay_nfq::{QueueConfig, QueueConfigError};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -150,10 +151,18 @@ pub(super) fn check_queue(
     let chain = resolve_chain(cx, index, &q.services, services, registry);
     let mut queue = relay_nfq::QueueConfig::new(first);
     let malformed = check_policy(cx, index, &q, &chain, &mut queue);
-    check_kernel(cx, index, &q, &chain, table, &mut queue);
+    set_kernel(&q, &chain, &mut queue);
     queue.ct_mark_bits = queue.conntrack.then_some(ct_bits);
-    let threads = check_threads(cx, index, &q, first, last);
-    queue.nice = threads.nice;
+    let threads = read_threads(&q, first, last);
+    queue.nice = threads.nice.unwrap_or(None);
+    let mut found = check_configs(&queue, first, threads.cpus.as_deref().unwrap_or(&[]));
+    report_kernel(cx, index, &q, &chain, table, &mut found);
+    report_threads(cx, index, &q, &threads, first == last, &mut found);
+    // What relayd does not set from the file (its mark bits and hold overflow are
+    // valid by construction): at the entry, in relay_nfq's words.
+    for e in found {
+        cx.err(Some(q.num.span()), format!("queue[{index}]"), e.to_string());
+    }
     if cx.errors.len() > errors_before {
         return None;
     }
@@ -173,7 +182,7 @@ pub(super) fn check_queue(
         services: chain,
         malformed,
         cpu_fanout: threads.cpu_fanout,
-        cpus: threads.cpus,
+        cpus: threads.cpus.unwrap_or_default(),
         queue,
     })
 }
@@ -313,81 +322,128 @@ fn check_policy(
 
 /// The kernel queue's settings, in `queue` (which holds the defaults): what the chain
 /// needs of it (bytes copied, conntrack state, room for held packets) and the configured
-/// sizes, each within the kernel's limits.
-///
-/// relay_nfq checks the same limits again when a queue starts (its `check_config`, not
-/// public): relayd checks them here so that each error names its line and field.
-fn check_kernel(
+/// values as given, for relay_nfq's `QueueConfig::check` to judge ([`check_configs`]).
+fn set_kernel(q: &RawQueue, chain: &[(String, Arc<dyn ServiceFactory>)], queue: &mut QueueConfig) {
+    match &q.copy_range {
+        Some(c) => queue.copy_range = *c.get_ref(),
+        None => {
+            if let Some(c) = default_copy_range(chain) {
+                queue.copy_range = c;
+            }
+        }
+    }
+    if let Some(m) = &q.max_len {
+        queue.max_len = *m.get_ref();
+    }
+    if let Some(r) = &q.rcvbuf {
+        queue.rcvbuf = *r.get_ref();
+    }
+    if let Some(b) = &q.batch {
+        queue.batch = *b.get_ref();
+    }
+    queue.conntrack = chain.iter().any(|(_, s)| s.needs_conntrack());
+    let held = chain
+        .iter()
+        .fold(0u32, |sum, (_, s)| sum.saturating_add(s.max_held()));
+    if held == 0 {
+        return;
+    }
+    queue.hold.max_packets = held;
+    // Beyond its capacity a delaying queue drops, as a full netem queue does.
+    queue.hold.overflow = Verdict::Drop;
+    // relayd's policy: a default queue length grows to leave room for the held packets
+    // plus a batch (the kernel counts held packets against it); a configured one must.
+    if q.max_len.is_none() {
+        let batch = u32::try_from(queue.batch).unwrap_or(u32::MAX);
+        queue.max_len = queue.max_len.max(held.saturating_add(batch));
+    }
+}
+
+/// The copy range when `copy_range` is not given: only the headers relayd checks, or whole
+/// packets as soon as one service wants them (`None`: the queue's default).
+fn default_copy_range(chain: &[(String, Arc<dyn ServiceFactory>)]) -> Option<u32> {
+    chain
+        .iter()
+        .try_fold(relay_core::builtin::HEADER_BYTES, |acc, (_, s)| {
+            s.needs_bytes().map(|n| acc.max(n))
+        })
+}
+
+/// Checks the settings of every queue of the entry with relay_nfq's `QueueConfig::check`,
+/// the one check of a queue's settings, which the queue runs again when it starts: so
+/// `relayd check` refuses what `run` would. The queues differ only in number and CPU, so
+/// one configuration per listed CPU is checked (queue `first + i` has `cpus[i]`), or the
+/// shared one if there are none. What they share is kept from the first; of the CPUs, the
+/// first that is wrong.
+fn check_configs(queue: &QueueConfig, first: u16, cpus: &[usize]) -> Vec<QueueConfigError> {
+    let errors = |cfg: &QueueConfig| cfg.check().err().map_or_else(Vec::new, |e| e.errors);
+    if cpus.is_empty() {
+        return errors(queue);
+    }
+    let mut found = Vec::new();
+    for (i, &cpu) in cpus.iter().enumerate() {
+        let num = first.saturating_add(u16::try_from(i).unwrap_or(u16::MAX));
+        let wrong = errors(&QueueConfig {
+            num,
+            cpu: Some(cpu),
+            ..queue.clone()
+        });
+        let cpu_wrong = wrong.iter().any(is_cpu);
+        found.extend(wrong.into_iter().filter(|e| i == 0 || is_cpu(e)));
+        if cpu_wrong {
+            break;
+        }
+    }
+    found
+}
+
+/// True for an error about the queue's CPU.
+fn is_cpu(e: &QueueConfigError) -> bool {
+    matches!(
+        e,
+        QueueConfigError::Cpu { .. } | QueueConfigError::CpusUnreadable { .. }
+    )
+}
+
+/// Removes and returns the first of `found` that `want` picks.
+fn take(
+    found: &mut Vec<QueueConfigError>,
+    want: impl Fn(&QueueConfigError) -> bool,
+) -> Option<QueueConfigError> {
+    let i = found.iter().position(want)?;
+    Some(found.remove(i))
+}
+
+/// The span of key `key` of the entry, or of its `num` if the key is not given (a value
+/// relayd chose).
+fn span_of<T>(q: &RawQueue, key: Option<&Spanned<T>>) -> Option<std::ops::Range<usize>> {
+    Some(key.map_or_else(|| q.num.span(), |k| k.span()))
+}
+
+/// Reports what `check_configs` found wrong with the kernel queue's settings, each at its
+/// key in relayd's words, taking it from `found`, with relayd's own checks in between:
+/// a service that needs more of each packet than `copy_range`, one that reads conntrack
+/// state in the raw table. In the order of the keys, as relayd always has.
+fn report_kernel(
     cx: &mut Ctx<'_>,
     index: usize,
     q: &RawQueue,
     chain: &[(String, Arc<dyn ServiceFactory>)],
     table: Table,
-    queue: &mut relay_nfq::QueueConfig,
+    found: &mut Vec<QueueConfigError>,
 ) {
-    if let Some(c) = check_copy_range(cx, index, q.copy_range.as_ref(), chain) {
-        queue.copy_range = c;
-    }
-    match &q.max_len {
-        Some(m) if *m.get_ref() == 0 => cx.err(
-            Some(m.span()),
-            field(index, "max_len"),
-            "must be at least 1",
-        ),
-        Some(m) => queue.max_len = *m.get_ref(),
-        None => {}
-    }
-    let min_rcvbuf = queue.copy_range as usize + relay_nfq::QueueConfig::OVERHEAD;
-    match &q.rcvbuf {
-        Some(r) if *r.get_ref() < min_rcvbuf => cx.err(
-            Some(r.span()),
-            field(index, "rcvbuf"),
-            format!("must be larger than copy_range plus netlink overhead ({min_rcvbuf} bytes)"),
-        ),
-        Some(r) => queue.rcvbuf = *r.get_ref(),
-        None => {}
-    }
-    match &q.batch {
-        Some(b) if !(1..=1024).contains(b.get_ref()) => cx.err(
-            Some(b.span()),
-            field(index, "batch"),
-            "must be 1-1024 packets",
-        ),
-        Some(b) => queue.batch = *b.get_ref(),
-        None => {}
-    }
-    queue.conntrack = check_conntrack(cx, index, q, chain, table);
-    check_hold(cx, index, q.max_len.as_ref(), chain, queue);
-}
-
-/// `copy_range`: 64-65535 bytes, and at least what every service needs. Not given: only
-/// the headers relayd checks, or whole packets as soon as one service wants them (`None`:
-/// the queue's default).
-fn check_copy_range(
-    cx: &mut Ctx<'_>,
-    index: usize,
-    copy_range: Option<&Spanned<u32>>,
-    chain: &[(String, Arc<dyn ServiceFactory>)],
-) -> Option<u32> {
-    let Some(c) = copy_range else {
-        return chain
-            .iter()
-            .try_fold(relay_core::builtin::HEADER_BYTES, |acc, (_, s)| {
-                s.needs_bytes().map(|n| acc.max(n))
-            });
-    };
-    let c_val = *c.get_ref();
-    if !(64..=0xffff).contains(&c_val) {
+    let copy_range = q.copy_range.as_ref();
+    if take(found, |e| matches!(e, QueueConfigError::CopyRange { .. })).is_some() {
+        let r = QueueConfig::COPY_RANGE;
         cx.err(
-            Some(c.span()),
+            span_of(q, copy_range),
             field(index, "copy_range"),
-            "must be 64-65535 bytes",
+            format!("must be {}-{} bytes", r.start(), r.end()),
         );
-        return None;
-    }
-    if let Some((name, _)) = chain
-        .iter()
-        .find(|(_, s)| s.needs_bytes().is_none_or(|n| n > c_val))
+    } else if let Some(c) = copy_range
+        && let Some((name, _)) = chain
+            .iter()
+            .find(|(_, s)| s.needs_bytes().is_none_or(|n| n > *c.get_ref()))
     {
         cx.err(
             Some(c.span()),
@@ -395,7 +451,41 @@ fn check_copy_range(
             format!("service `{name}` needs more of each packet"),
         );
     }
-    Some(c_val)
+    let max_len = q.max_len.as_ref();
+    if take(found, |e| matches!(e, QueueConfigError::MaxLenZero)).is_some() {
+        cx.err(
+            span_of(q, max_len),
+            field(index, "max_len"),
+            "must be at least 1",
+        );
+    }
+    if let Some(QueueConfigError::Rcvbuf { min, .. }) =
+        take(found, |e| matches!(e, QueueConfigError::Rcvbuf { .. }))
+    {
+        cx.err(
+            span_of(q, q.rcvbuf.as_ref()),
+            field(index, "rcvbuf"),
+            format!("must be larger than copy_range plus netlink overhead ({min} bytes)"),
+        );
+    }
+    if take(found, |e| matches!(e, QueueConfigError::Batch { .. })).is_some() {
+        let r = QueueConfig::BATCH_RANGE;
+        cx.err(
+            span_of(q, q.batch.as_ref()),
+            field(index, "batch"),
+            format!("must be {}-{} packets", r.start(), r.end()),
+        );
+    }
+    check_conntrack(cx, index, q, chain, table);
+    if let Some(QueueConfigError::MaxLenHeld { held, min, .. }) =
+        take(found, |e| matches!(e, QueueConfigError::MaxLenHeld { .. }))
+    {
+        cx.err(
+            span_of(q, max_len),
+            field(index, "max_len"),
+            format!("must be at least {min}: the services hold up to {held} packets, plus a batch"),
+        );
+    }
 }
 
 /// Whether a service reads the packets' conntrack state, which the raw table, coming
@@ -406,7 +496,7 @@ fn check_conntrack(
     q: &RawQueue,
     chain: &[(String, Arc<dyn ServiceFactory>)],
     table: Table,
-) -> bool {
+) {
     let reader = chain.iter().find(|(_, s)| s.needs_conntrack());
     if let (Some((name, _)), Table::Raw) = (reader, table) {
         cx.err(
@@ -417,106 +507,41 @@ fn check_conntrack(
             ),
         );
     }
-    reader.is_some()
 }
 
-/// How many packets the services may hold, and a queue length that leaves room for them
-/// plus a batch (the kernel counts held packets against it): a configured `max_len` must,
-/// a default one grows.
-fn check_hold(
-    cx: &mut Ctx<'_>,
-    index: usize,
-    configured: Option<&Spanned<u32>>,
-    chain: &[(String, Arc<dyn ServiceFactory>)],
-    queue: &mut relay_nfq::QueueConfig,
-) {
-    let held: u32 = chain.iter().map(|(_, s)| s.max_held()).sum();
-    if held == 0 {
-        return;
-    }
-    queue.hold.max_packets = held;
-    // Beyond its capacity a delaying queue drops, as a full netem queue does.
-    queue.hold.overflow = Verdict::Drop;
-    let need = held.saturating_add(queue.batch as u32);
-    match configured {
-        Some(m) if *m.get_ref() < need => cx.err(
-            Some(m.span()),
-            field(index, "max_len"),
-            format!(
-                "must be at least {need}: the services hold up to {held} packets, plus a batch"
-            ),
-        ),
-        Some(_) => {}
-        None => queue.max_len = queue.max_len.max(need),
-    }
-}
-
-/// How the entry's queue threads run.
+/// How the entry's queue threads run, as read from the file.
 struct Threads {
     cpu_fanout: bool,
-    cpus: Vec<usize>,
-    nice: Option<i32>,
+    /// The CPUs listed (empty: not given), or why they are not a list relayd can use.
+    cpus: Result<Vec<usize>, String>,
+    /// The nice value (`None`: not given), or `Err` if not an integer that could be one.
+    nice: Result<Option<i32>, ()>,
 }
 
-/// `cpu_fanout` (only for a range), `cpu` and `nice`.
-fn check_threads(cx: &mut Ctx<'_>, index: usize, q: &RawQueue, first: u16, last: u16) -> Threads {
-    let cpu_fanout = q.cpu_fanout.unwrap_or(false);
-    if cpu_fanout && first == last {
-        cx.err(
-            Some(q.num.span()),
-            field(index, "cpu_fanout"),
-            "needs a queue range such as \"0-3\"",
-        );
-    }
+/// `cpu_fanout`, `cpu` (one CPU number, or a list of them for a range: queue `first + i`
+/// on `cpus[i % len]`, at most one per queue thread) and `nice`, as given: whether the
+/// CPUs are ones relayd may run on and the nice value is one is for `check_configs`.
+fn read_threads(q: &RawQueue, first: u16, last: u16) -> Threads {
     let threads = usize::from(last.saturating_sub(first)) + 1;
-    let cpus = q
-        .cpu
-        .as_ref()
-        .map(|c| check_cpus(cx, c, &field(index, "cpu"), threads))
-        .unwrap_or_default();
-    let nice = q
-        .nice
-        .as_ref()
-        .and_then(|n| check_nice(cx, n, &field(index, "nice")));
     Threads {
-        cpu_fanout,
-        cpus,
-        nice,
+        cpu_fanout: q.cpu_fanout.unwrap_or(false),
+        cpus: q
+            .cpu
+            .as_ref()
+            .map_or(Ok(Vec::new()), |c| read_cpus(c.get_ref(), threads)),
+        nice: q.nice.as_ref().map_or(Ok(None), |n| {
+            n.get_ref()
+                .as_integer()
+                .and_then(|n| i32::try_from(n).ok())
+                .map(Some)
+                .ok_or(())
+        }),
     }
 }
 
-/// A queue's `nice`: an integer the kernel takes as is (it would clamp others silently).
-fn check_nice(cx: &mut Ctx<'_>, v: &Spanned<toml::Value>, field: &str) -> Option<i32> {
-    let range = relay_nfq::NICE_RANGE;
-    let nice = v
-        .get_ref()
-        .as_integer()
-        .and_then(|n| i32::try_from(n).ok())
-        .filter(|n| range.contains(n));
-    if nice.is_none() {
-        cx.err(
-            Some(v.span()),
-            field,
-            format!(
-                "must be a nice value from {} to {} (lower runs more)",
-                range.start(),
-                range.end()
-            ),
-        );
-    }
-    nice
-}
-
-/// A queue's `cpu`: one CPU number, or a list of them for a range (queue `first + i` on
-/// `cpus[i % len]`). Each must be one relayd may run on (its affinity mask, as `taskset`,
-/// cpusets or systemd's `CPUAffinity=` leave it), so `relayd check` on the router tells.
-fn check_cpus(
-    cx: &mut Ctx<'_>,
-    v: &Spanned<toml::Value>,
-    field: &str,
-    queues: usize,
-) -> Vec<usize> {
-    let cpus: Vec<Option<usize>> = match v.get_ref() {
+/// A queue's `cpu` as a list, at most one CPU per queue thread.
+fn read_cpus(v: &toml::Value, queues: usize) -> Result<Vec<usize>, String> {
+    let cpus: Vec<Option<usize>> = match v {
         toml::Value::Integer(n) => vec![usize::try_from(*n).ok()],
         toml::Value::Array(a) => a
             .iter()
@@ -525,227 +550,75 @@ fn check_cpus(
         _ => vec![None],
     };
     if cpus.is_empty() || cpus.iter().any(Option::is_none) {
-        cx.err(
-            Some(v.span()),
-            field,
-            "must be a CPU number or a non-empty list of CPU numbers, like 1 or [2, 3]",
+        return Err(
+            "must be a CPU number or a non-empty list of CPU numbers, like 1 or [2, 3]".into(),
         );
-        return Vec::new();
     }
-    let cpus: Vec<usize> = cpus.into_iter().flatten().collect();
     if cpus.len() > queues {
-        cx.err(
-            Some(v.span()),
-            field,
-            format!(
-                "lists {} CPUs for {queues} queue thread{}: give at most one per queue",
-                cpus.len(),
-                if queues == 1 { "" } else { "s" }
-            ),
-        );
-        return Vec::new();
+        return Err(format!(
+            "lists {} CPUs for {queues} queue thread{}: give at most one per queue",
+            cpus.len(),
+            if queues == 1 { "" } else { "s" }
+        ));
     }
-    let available = match relay_nfq::available_cpus() {
-        Ok(a) => a,
-        Err(e) => {
-            cx.err(
-                Some(v.span()),
-                field,
-                format!("cannot read the CPUs relayd may use: {e}"),
-            );
-            return Vec::new();
-        }
-    };
-    if let Some(bad) = cpus.iter().find(|c| !available.contains(c)) {
+    Ok(cpus.into_iter().flatten().collect())
+}
+
+/// Reports what is wrong with the threads' settings: `cpu_fanout` (only for a range),
+/// `cpu` (a list relayd can use, of CPUs relayd may run on: its affinity mask, as
+/// `taskset`, cpusets or systemd's `CPUAffinity=` leave it, so `relayd check` on the
+/// router tells) and `nice` (an integer the kernel takes as is; it would clamp others
+/// silently), taking what `check_configs` found from `found`.
+fn report_threads(
+    cx: &mut Ctx<'_>,
+    index: usize,
+    q: &RawQueue,
+    threads: &Threads,
+    single: bool,
+    found: &mut Vec<QueueConfigError>,
+) {
+    if threads.cpu_fanout && single {
         cx.err(
-            Some(v.span()),
-            field,
+            Some(q.num.span()),
+            field(index, "cpu_fanout"),
+            "needs a queue range such as \"0-3\"",
+        );
+    }
+    let cpu_span = span_of(q, q.cpu.as_ref());
+    if let Err(e) = &threads.cpus {
+        cx.err(cpu_span.clone(), field(index, "cpu"), e.as_str());
+    }
+    match take(found, is_cpu) {
+        Some(QueueConfigError::CpusUnreadable { source, .. }) => cx.err(
+            cpu_span,
+            field(index, "cpu"),
+            format!("cannot read the CPUs relayd may use: {source}"),
+        ),
+        Some(QueueConfigError::Cpu { cpu, available }) => cx.err(
+            cpu_span,
+            field(index, "cpu"),
             format!(
-                "CPU {bad} is not available to relayd (available: {})",
+                "CPU {cpu} is not available to relayd (available: {})",
                 relay_nfq::format_cpu_list(&available)
             ),
-        );
-        return Vec::new();
+        ),
+        Some(e) => cx.err(cpu_span, field(index, "cpu"), e.to_string()),
+        None => {}
     }
-    cpus
+    let nice_wrong = take(found, |e| matches!(e, QueueConfigError::Nice { .. })).is_some();
+    if threads.nice.is_err() || nice_wrong {
+        let r = relay_nfq::NICE_RANGE;
+        cx.err(
+            span_of(q, q.nice.as_ref()),
+            field(index, "nice"),
+            format!(
+                "must be a nice value from {} to {} (lower runs more)",
+                r.start(),
+                r.end()
+            ),
+        );
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use crate::config::test_util::{errs, first_err, parsed};
-
-    #[test]
-    fn bad_range_duplicate_and_unknown_service() {
-        let e = errs(
-            "[[queue]]\nnum = \"3-1\"\nhook = \"forward\"\nservices = [\"accept\"]\n\
-             [[queue]]\nnum = 5\nhook = \"input\"\nservices = [\"accept\"]\n\
-             [[queue]]\nnum = \"4-6\"\nhook = \"input\"\nservices = [\"ghost\"]\n\
-             [[queue]]\nnum = \"4-6\"\nhook = \"input\"\nservices = [\"accept\"]\n",
-        );
-        let f: Vec<(usize, &str)> = e.iter().map(|e| (e.line, e.field.as_str())).collect();
-        assert_eq!(
-            f,
-            vec![
-                (2, "queue[0].num"),
-                (10, "queue[2].num"),
-                (12, "queue[2].services[0]"),
-                (14, "queue[3].num")
-            ],
-            "{e:#?}"
-        );
-    }
-
-    #[test]
-    fn queue_cpu_pins_threads_and_refuses_missing_cpus() {
-        let avail = relay_nfq::available_cpus().unwrap();
-        let (a, b) = (avail[0], *avail.last().unwrap());
-        let q = |num: &str, cpu: &str| {
-            format!(
-                "[[queue]]\nnum = {num}\nhook = \"forward\"\nservices = [\"accept\"]\ncpu = {cpu}\n"
-            )
-        };
-        // One queue, one CPU.
-        let c = parsed(&q("0", &a.to_string()));
-        assert_eq!(c.queues[0].cpus, vec![a]);
-        assert_eq!(c.queues[0].cpu_for(0), Some(a));
-        // A range over a list: thread i on cpus[i % len].
-        let c = parsed(&q("\"4-7\"", &format!("[{a}, {b}]")));
-        let on: Vec<Option<usize>> = (4..=7).map(|n| c.queues[0].cpu_for(n)).collect();
-        assert_eq!(on, vec![Some(a), Some(b), Some(a), Some(b)]);
-        // No `cpu`: not pinned.
-        let c = parsed("[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"accept\"]\n");
-        assert_eq!(c.queues[0].cpu_for(0), None);
-        // A CPU relayd may not run on, with file:line and what is available.
-        let e = first_err(&q("0", "1023"), 5, "queue[0].cpu");
-        let text = e[0].to_string();
-        assert!(text.starts_with("t.toml:5:"), "{text}");
-        assert!(
-            text.contains("CPU 1023 is not available to relayd (available: "),
-            "{text}"
-        );
-        first_err(&q("\"0-1\"", &format!("[{a}, 1023]")), 5, "queue[0].cpu");
-        // Not a CPU number, an empty list, more CPUs than threads.
-        first_err(&q("0", "-1"), 5, "queue[0].cpu");
-        first_err(&q("0", "\"1\""), 5, "queue[0].cpu");
-        first_err(&q("0", "[]"), 5, "queue[0].cpu");
-        let e = first_err(&q("0", &format!("[{a}, {a}]")), 5, "queue[0].cpu");
-        assert!(
-            e[0].message.contains("lists 2 CPUs for 1 queue thread"),
-            "{e:?}"
-        );
-    }
-
-    #[test]
-    fn queue_nice_is_checked_and_shared_by_a_range() {
-        let q = |num: &str, nice: &str| {
-            format!(
-                "[[queue]]\nnum = {num}\nhook = \"forward\"\nservices = [\"accept\"]\nnice = {nice}\n"
-            )
-        };
-        assert_eq!(parsed(&q("0", "-5")).queues[0].queue.nice, Some(-5));
-        assert_eq!(parsed(&q("0", "-20")).queues[0].queue.nice, Some(-20));
-        assert_eq!(parsed(&q("0", "19")).queues[0].queue.nice, Some(19));
-        // A range: every thread gets the same value.
-        let c = parsed(&q("\"4-7\"", "-10"));
-        let cfgs: Vec<Option<i32>> = c.queues[0]
-            .nums()
-            .map(|n| c.queues[0].queue_config(n).nice)
-            .collect();
-        assert_eq!(cfgs, vec![Some(-10); 4]);
-        // No `nice`: inherited.
-        let c = parsed("[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"accept\"]\n");
-        assert_eq!(c.queues[0].queue.nice, None);
-        // Out of range, not an integer: the file, line and field.
-        let e = first_err(&q("0", "20"), 5, "queue[0].nice");
-        let text = e[0].to_string();
-        assert!(text.starts_with("t.toml:5:"), "{text}");
-        assert!(
-            text.contains("must be a nice value from -20 to 19"),
-            "{text}"
-        );
-        first_err(&q("0", "-21"), 5, "queue[0].nice");
-        first_err(&q("0", "4294967296"), 5, "queue[0].nice");
-        first_err(&q("0", "\"-5\""), 5, "queue[0].nice");
-        first_err(&q("0", "-5.0"), 5, "queue[0].nice");
-        first_err(&q("0", "[-5]"), 5, "queue[0].nice");
-    }
-
-    /// A service that reads the packets' conntrack state.
-    #[derive(serde::Deserialize)]
-    struct CtConfig {}
-
-    struct CtFactory;
-
-    impl relay_core::ServiceFactory for CtFactory {
-        fn kind(&self) -> &'static str {
-            "ct-test"
-        }
-
-        fn needs_conntrack(&self) -> bool {
-            true
-        }
-
-        fn build(&self, _: &relay_core::Counters) -> Box<dyn relay_core::Service> {
-            Box::new(Pass)
-        }
-    }
-
-    struct Pass;
-
-    impl relay_core::Service for Pass {
-        fn process(
-            &mut self,
-            _: &mut relay_core::Packet,
-            _: &mut relay_core::Context,
-        ) -> relay_core::Action {
-            relay_core::Action::Continue
-        }
-    }
-
-    impl relay_core::ServiceConfig for CtConfig {
-        const KIND: &'static str = "ct-test";
-
-        fn into_factory(
-            self,
-            _name: &str,
-        ) -> Result<std::sync::Arc<dyn relay_core::ServiceFactory>, relay_core::InvalidConfig>
-        {
-            Ok(std::sync::Arc::new(CtFactory))
-        }
-    }
-
-    #[test]
-    fn each_queue_of_an_entry_gets_its_number_and_cpu_and_the_shared_settings() {
-        let a = relay_nfq::available_cpus().unwrap()[0];
-        let entry = format!(
-            "[[queue]]\nnum = \"4-5\"\nhook = \"forward\"\nservices = [\"accept\"]\ncpu = [{a}]\nmax_len = 300\nbatch = 8\n"
-        );
-        let c = parsed(&entry);
-        let s = &c.queues[0];
-        let q5 = s.queue_config(5);
-        assert_eq!((q5.num, q5.cpu, q5.max_len, q5.batch), (5, Some(a), 300, 8));
-        assert_eq!(
-            q5,
-            relay_nfq::QueueConfig {
-                num: 5,
-                cpu: Some(a),
-                ..s.queue.clone()
-            }
-        );
-        // What the file does not set is relay_nfq's default; no conntrack, no mark bits.
-        let defaults = relay_nfq::QueueConfig::new(4);
-        assert_eq!(
-            (s.queue.rcvbuf, s.queue.hold),
-            (defaults.rcvbuf, defaults.hold)
-        );
-        assert_eq!((s.queue.conntrack, s.queue.ct_mark_bits), (false, None));
-        // A service that reads conntrack state: the daemon's mark bits go with the queue.
-        let mut r = crate::Registry::with_builtins();
-        r.register::<CtConfig>();
-        let text = "[daemon]\nct_mark_bits = \"0xf0\"\n[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"c\"]\n[service.c]\nkind = \"ct-test\"\n";
-        let c = crate::config::parse(text, std::path::Path::new("t.toml"), &r).unwrap();
-        let q0 = c.queues[0].queue_config(0);
-        assert!(q0.conntrack);
-        assert_eq!(q0.ct_mark_bits.map(|b| b.mask()), Some(0xf0));
-    }
-}
+mod tests;
