@@ -11,7 +11,9 @@
 //!   socket, the kernel writing the IPv6 header and the checksum.
 //!
 //! Each packet carries its own mark in a `SOL_SOCKET`/`SO_MARK` control message, so that
-//! packets of different marks share a call (the socket's own `SO_MARK` stays 0). That was
+//! packets of different marks share a call; the socket's own `SO_MARK` follows a batch
+//! whose packets share one mark, the usual case, for kernels before 5.9, which mark an
+//! IPv4 raw socket's packets with the socket's mark alone. That was
 //! chosen over grouping packets by mark and setting `SO_MARK` before each group: it costs
 //! 24 bytes of control message per packet and no system call, where grouping costs one
 //! `setsockopt` and one more `sendmmsg` per distinct mark in the batch. Measured by
@@ -187,6 +189,26 @@ impl Emitter {
                 return;
             }
         };
+        // The socket's own mark too, for kernels that ignore the control message (raw.rs).
+        let first = group
+            .first()
+            .and_then(|&i| outbox.get(i as usize))
+            .map(|(p, _)| p.mark);
+        let one_mark = first.filter(|&m| {
+            group
+                .iter()
+                .all(|&i| outbox.get(i as usize).is_some_and(|(p, _)| p.mark == m))
+        });
+        if let Some(mark) = one_mark
+            && let Err(e) = self.sockets[s].set_mark(mark)
+        {
+            let name = self.sockets[s].name();
+            self.warn(
+                queue,
+                now,
+                format_args!("cannot set SO_MARK {mark:#x} on the raw {name} socket: {e}"),
+            );
+        }
         self.prepare(&group, outbox);
         let mut at = 0;
         while at < n {
@@ -269,6 +291,13 @@ impl Emitter {
         if let Some(suppressed) = self.log.allow(now) {
             tracing::warn!(queue, suppressed, "{what}");
         }
+    }
+
+    /// The `SO_MARK` of the IPv4 `IPPROTO_RAW` socket as the kernel has it, once it is
+    /// open; for tests.
+    #[doc(hidden)]
+    pub fn ipv4_socket_mark(&self) -> Option<u32> {
+        self.sockets[V4].kernel_mark()
     }
 
     /// The send buffer the kernel granted the IPv4 `IPPROTO_RAW` socket (twice the size

@@ -19,6 +19,8 @@ pub(crate) struct RawSocket {
     /// `SO_SNDBUF(FORCE)` to set on opening, 0 for the system default.
     sndbuf: usize,
     fd: Option<OwnedFd>,
+    /// The socket's own `SO_MARK`.
+    mark: u32,
 }
 
 impl RawSocket {
@@ -30,7 +32,23 @@ impl RawSocket {
             protocol,
             sndbuf,
             fd: None,
+            mark: 0,
         }
+    }
+
+    /// Sets the socket's own `SO_MARK` to `mark` unless it has it already. The packets
+    /// carry their marks in control messages, but kernels before 5.9 mark an IPv4 raw
+    /// socket's packets with the socket's mark whatever the message says; with the
+    /// socket's mark equal to the batch's (one mark per queue, in practice) they leave
+    /// with their stage bits there too, so that relayd's rules do not queue them again.
+    pub(crate) fn set_mark(&mut self, mark: u32) -> io::Result<()> {
+        if self.mark == mark {
+            return Ok(());
+        }
+        let fd = self.fd.as_ref().ok_or(io::ErrorKind::NotConnected)?;
+        setsockopt(fd, libc::SOL_SOCKET, libc::SO_MARK, &mark)?;
+        self.mark = mark;
+        Ok(())
     }
 
     /// `"IPv4"`, `"IPv6"` or `"ICMPv6"`, for messages.
@@ -51,6 +69,24 @@ impl RawSocket {
         let raw = fd.as_raw_fd();
         self.fd = Some(fd);
         Ok(raw)
+    }
+
+    /// The socket's `SO_MARK` as the kernel has it, if open.
+    pub(crate) fn kernel_mark(&self) -> Option<u32> {
+        let fd = self.fd.as_ref()?;
+        let mut v: u32 = 0;
+        let mut len = size_of::<u32>() as libc::socklen_t;
+        // SAFETY: a valid descriptor and a u32-sized buffer with its length.
+        let rc = unsafe {
+            libc::getsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_MARK,
+                (&mut v as *mut u32).cast(),
+                &mut len,
+            )
+        };
+        (rc == 0).then_some(v)
     }
 
     /// The send buffer the kernel granted (it reports twice the size set), if open.
@@ -188,7 +224,9 @@ impl std::fmt::Debug for SockAddr {
 pub(crate) struct MarkCmsg {
     hdr: libc::cmsghdr,
     mark: u32,
-    /// `CMSG_SPACE` rounds the data up to the header's alignment.
+    /// `CMSG_SPACE` rounds the data up to the header's alignment (8 bytes on 64-bit
+    /// targets, where the header is 16 bytes; on 32-bit ones it is 12 and no pad is due).
+    #[cfg(target_pointer_width = "64")]
     _pad: u32,
 }
 
@@ -216,7 +254,12 @@ impl MarkCmsg {
         hdr.cmsg_len = MARK_LEN as _;
         hdr.cmsg_level = libc::SOL_SOCKET;
         hdr.cmsg_type = libc::SO_MARK;
-        MarkCmsg { hdr, mark, _pad: 0 }
+        MarkCmsg {
+            hdr,
+            mark,
+            #[cfg(target_pointer_width = "64")]
+            _pad: 0,
+        }
     }
 }
 

@@ -196,6 +196,28 @@ fn both_families_leave_with_their_marks_in_three_calls() {
     assert_eq!(got6, [&b"v6-a"[..], b"v6-b"]);
 }
 
+/// Kernels before 5.9 mark an IPv4 raw socket's packets with the socket's own mark and
+/// ignore the control message: the socket's mark follows a batch of one mark, so that
+/// such packets still carry their stage bits there; a batch of several marks leaves it.
+#[test]
+fn the_socket_mark_follows_a_batch_of_one_mark() {
+    let (_tb, a, _b) = pair("nfq-emit-sockmark");
+    let (_counters, t) = tally();
+    let marks = a.run(move || {
+        let mut e = Emitter::new();
+        let mut cx = context();
+        cx.emit(&udp4(A4, B4, b"one"), 0x11, &t).unwrap();
+        cx.emit(&udp4(A4, B4, b"two"), 0x11, &t).unwrap();
+        e.flush(cx.outbox_mut(), 3, Instant::now());
+        let first = e.ipv4_socket_mark();
+        cx.emit(&udp4(A4, B4, b"three"), 0x12, &t).unwrap();
+        cx.emit(&udp4(A4, B4, b"four"), 0x13, &t).unwrap();
+        e.flush(cx.outbox_mut(), 3, Instant::now());
+        (first, e.ipv4_socket_mark())
+    });
+    assert_eq!(marks, (Some(STAGE | 0x11), Some(STAGE | 0x11)));
+}
+
 #[test]
 fn a_refused_packet_among_good_ones_counts_one_failure() {
     let (_tb, a, b) = pair("nfq-emit-partial");
