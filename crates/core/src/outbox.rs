@@ -23,7 +23,7 @@ use crate::counters::{Counter, Counters};
 use crate::packet::IpVersion;
 use crate::wire::{Ipv4Packet, Ipv6Packet};
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// What became of the packets a service emitted, in the service's own counters: the
 /// datapath adds to them once it has tried to send, so `relayd status` shows them under
@@ -36,8 +36,11 @@ struct TallyCounters {
     sent: Counter,
     queue_full: Counter,
     failed: Counter,
-    hop_limit: Counter,
-    local_destination: Counter,
+    /// Registered on first use, except by [`Tally::resend`]: a service that never forwards
+    /// shows no forwarding counters.
+    hop_limit: OnceLock<Counter>,
+    local_destination: OnceLock<Counter>,
+    counters: Counters,
 }
 
 impl Tally {
@@ -53,24 +56,29 @@ impl Tally {
     /// - `dropped_local_destination`: a forwarded packet addressed to this box itself, or
     ///   to an address no router forwards to (see [`forwardable`]).
     pub fn resend(counters: &Counters) -> Tally {
-        Tally::new(
+        let t = Tally::new(
             counters,
             "reinjected",
             "reinject_queue_full",
             "reinject_failed",
-        )
+        );
+        t.hop_limit_counter();
+        t.local_destination_counter();
+        t
     }
 
     /// A tally counting sent packets in `sent`, congestion in `queue_full` and any other
-    /// error in `failed` (the same name may be given twice to count both in one), and
-    /// forwarding refusals in `dropped_hop_limit` and `dropped_local_destination`.
+    /// error in `failed` (the same name may be given twice to count both in one); a
+    /// forwarding refusal, if the service forwards, in `dropped_hop_limit` and
+    /// `dropped_local_destination` (registered on the first one).
     pub fn new(counters: &Counters, sent: &str, queue_full: &str, failed: &str) -> Tally {
         Tally(Arc::new(TallyCounters {
             sent: counters.counter(sent),
             queue_full: counters.counter(queue_full),
             failed: counters.counter(failed),
-            hop_limit: counters.counter("dropped_hop_limit"),
-            local_destination: counters.counter("dropped_local_destination"),
+            hop_limit: OnceLock::new(),
+            local_destination: OnceLock::new(),
+            counters: counters.clone(),
         }))
     }
 
@@ -96,13 +104,25 @@ impl Tally {
 
     /// Counts a forwarded packet whose TTL or hop limit ran out.
     pub fn hop_limit(&self) {
-        self.0.hop_limit.inc();
+        self.hop_limit_counter().inc();
     }
 
     /// Counts a forwarded packet addressed to this box or to an address no router
     /// forwards to.
     pub fn local_destination(&self) {
-        self.0.local_destination.inc();
+        self.local_destination_counter().inc();
+    }
+
+    fn hop_limit_counter(&self) -> &Counter {
+        let t = &*self.0;
+        t.hop_limit
+            .get_or_init(|| t.counters.counter("dropped_hop_limit"))
+    }
+
+    fn local_destination_counter(&self) -> &Counter {
+        let t = &*self.0;
+        t.local_destination
+            .get_or_init(|| t.counters.counter("dropped_local_destination"))
     }
 }
 

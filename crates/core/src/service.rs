@@ -237,6 +237,14 @@ pub trait ServiceFactory: Send + Sync {
         false
     }
 
+    /// True if the service emits packets of its own ([`Context::emit`] and the like): its
+    /// queue's datapath then sends them from raw sockets, which needs `CAP_NET_RAW`, so
+    /// `relayd check` lists it and a relayd running as `daemon.user` keeps it. Default:
+    /// false.
+    fn emits(&self) -> bool {
+        false
+    }
+
     /// How many bytes of each packet the service needs to see: `None` (the default) for
     /// the whole packet, `Some(n)` for the first `n` bytes. A queue whose services all need
     /// only headers asks the kernel to copy only those, which is most of the cost of a

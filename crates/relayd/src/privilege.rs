@@ -38,11 +38,6 @@ pub enum PrivilegeError {
     Lookup(String),
 }
 
-/// Service kinds that emit packets of their own ([`relay_core::Context::emit`]: re-sent
-/// tunnel packets, ICMP errors, the IDS's `reject`), which the queue's datapath sends on
-/// raw sockets.
-const SENDERS: &[&str] = &["encrypt", "decrypt", "mpls-encap", "mpls-decap", "ids"];
-
 /// The capabilities `cfg` needs, CAP_NET_ADMIN first, each with its reasons.
 pub fn needed(cfg: &Config) -> Vec<Need> {
     let mut out = vec![Need {
@@ -65,7 +60,9 @@ pub fn needed(cfg: &Config) -> Vec<Need> {
     }
     for q in &cfg.queues {
         for (name, f) in &q.services {
-            if SENDERS.contains(&f.kind()) {
+            // Services that emit packets of their own, which the datapath sends on raw
+            // sockets (ServiceFactory::emits).
+            if f.emits() {
                 add(
                     Capability::CAP_NET_RAW,
                     format!("service {name} sends packets"),

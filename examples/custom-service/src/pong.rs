@@ -37,6 +37,10 @@ impl ServiceConfig for PongConfig {
 }
 
 impl ServiceFactory for PongConfig {
+    fn emits(&self) -> bool {
+        true
+    }
+
     fn kind(&self) -> &'static str {
         Self::KIND
     }

@@ -180,6 +180,10 @@ struct IdsFactory {
 }
 
 impl ServiceFactory for IdsFactory {
+    fn emits(&self) -> bool {
+        true
+    }
+
     fn kind(&self) -> &'static str {
         "ids"
     }

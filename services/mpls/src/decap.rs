@@ -215,6 +215,10 @@ struct DecapFactory {
 }
 
 impl ServiceFactory for DecapFactory {
+    fn emits(&self) -> bool {
+        true
+    }
+
     fn kind(&self) -> &'static str {
         "mpls-decap"
     }

@@ -257,6 +257,10 @@ struct EncapFactory {
 }
 
 impl ServiceFactory for EncapFactory {
+    fn emits(&self) -> bool {
+        true
+    }
+
     fn kind(&self) -> &'static str {
         "mpls-encap"
     }

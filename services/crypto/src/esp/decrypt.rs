@@ -90,6 +90,10 @@ impl ServiceConfig for DecryptConfig {
 }
 
 impl ServiceFactory for DecryptFactory {
+    fn emits(&self) -> bool {
+        true
+    }
+
     fn kind(&self) -> &'static str {
         "decrypt"
     }

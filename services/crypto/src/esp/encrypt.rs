@@ -116,6 +116,10 @@ impl ServiceConfig for EncryptConfig {
 }
 
 impl ServiceFactory for EncryptFactory {
+    fn emits(&self) -> bool {
+        true
+    }
+
     fn kind(&self) -> &'static str {
         "encrypt"
     }
