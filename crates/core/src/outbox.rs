@@ -195,8 +195,9 @@ pub struct Outbox {
 }
 
 impl Outbox {
-    /// The most packets one batch may emit.
-    pub const MAX_PACKETS: usize = 1024;
+    /// The most packets one batch may emit: four per packet of the largest batch (1,024),
+    /// room for two resets per packet of an IDS that rejects everything.
+    pub const MAX_PACKETS: usize = 4096;
     /// The most bytes one batch may emit.
     pub const MAX_BYTES: usize = 4 << 20;
 
