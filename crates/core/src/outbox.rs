@@ -168,12 +168,17 @@ pub struct Emitted<'a> {
     pub bytes: &'a [u8],
     /// The mark it leaves with, the queue's stage bits included.
     pub mark: u32,
-    /// Its address family.
-    pub version: IpVersion,
     /// Its destination, from its IP header (given with the message for [`Route::Icmpv6`]).
     pub destination: IpAddr,
     /// Originated or forwarded.
     pub route: Route,
+}
+
+impl Emitted<'_> {
+    /// Its address family: its destination's.
+    pub fn version(&self) -> IpVersion {
+        IpVersion::of_addr(self.destination)
+    }
 }
 
 #[derive(Debug)]
@@ -181,7 +186,6 @@ struct Entry {
     start: usize,
     end: usize,
     mark: u32,
-    version: IpVersion,
     destination: IpAddr,
     route: Route,
     tally: Tally,
@@ -224,19 +228,18 @@ impl Outbox {
         route: Route,
         tally: &Tally,
     ) -> Result<(), EmitError> {
-        let Some((version, destination)) = destination(bytes) else {
+        let Some((_, destination)) = destination(bytes) else {
             tally.failed();
             return Err(EmitError::NotIp);
         };
-        self.push_to(bytes, mark, version, destination, route, tally)
+        self.push_to(bytes, mark, destination, route, tally)
     }
 
-    /// Takes `bytes` for `destination`, of family `version`.
+    /// Takes `bytes` for `destination`.
     pub(crate) fn push_to(
         &mut self,
         bytes: &[u8],
         mark: u32,
-        version: IpVersion,
         destination: IpAddr,
         route: Route,
         tally: &Tally,
@@ -253,7 +256,6 @@ impl Outbox {
             start,
             end: self.bytes.len(),
             mark,
-            version,
             destination,
             route,
             tally: tally.clone(),
@@ -275,7 +277,6 @@ impl Outbox {
         Emitted {
             bytes: &self.bytes[e.start..e.end],
             mark: e.mark,
-            version: e.version,
             destination: e.destination,
             route: e.route,
         }
@@ -472,12 +473,12 @@ mod tests {
         let out: Vec<_> = cx.outbox().iter().collect();
         assert_eq!(out.len(), 2);
         assert_eq!(
-            (out[0].version, out[0].route, out[0].mark),
+            (out[0].version(), out[0].route, out[0].mark),
             (IpVersion::V4, Route::Originate, stage)
         );
         assert_eq!(out[0].destination, "10.0.2.2".parse::<IpAddr>().unwrap());
         assert_eq!(
-            (out[1].version, out[1].route),
+            (out[1].version(), out[1].route),
             (IpVersion::V6, Route::Forward)
         );
         assert_eq!(out[1].bytes, &fwd[..]);

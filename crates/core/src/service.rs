@@ -114,14 +114,8 @@ impl Context {
         tally: &Tally,
     ) -> Result<(), EmitError> {
         let mark = self.sent_mark(mark);
-        self.outbox.push_to(
-            message,
-            mark,
-            crate::IpVersion::V6,
-            to.into(),
-            Route::Icmpv6,
-            tally,
-        )
+        self.outbox
+            .push_to(message, mark, to.into(), Route::Icmpv6, tally)
     }
 
     /// Forwards `packet`, a packet passing through (a decapsulated inner packet), as a
@@ -148,7 +142,8 @@ impl Context {
             return Err(EmitError::HopLimit);
         }
         let mark = self.sent_mark(mark);
-        self.outbox.push(packet, mark, Route::Forward, tally)
+        // The destination read above: the header's addresses are unchanged.
+        self.outbox.push_to(packet, mark, to, Route::Forward, tally)
     }
 
     /// [`Context::emit`] for a queued packet a service turned into one its verdict cannot

@@ -11,5 +11,4 @@ mod local;
 mod too_big;
 
 pub use local::{LocalAddrs, local_addresses};
-pub use relay_core::outbox::forwardable;
 pub use too_big::{Answer, TooBig};

@@ -189,16 +189,11 @@ impl Emitter {
                 return;
             }
         };
-        // The socket's own mark too, for kernels that ignore the control message (raw.rs).
-        let first = group
-            .first()
-            .and_then(|&i| outbox.get(i as usize))
-            .map(|(p, _)| p.mark);
-        let one_mark = first.filter(|&m| {
-            group
-                .iter()
-                .all(|&i| outbox.get(i as usize).is_some_and(|(p, _)| p.mark == m))
-        });
+        self.prepare(&group, outbox);
+        // The socket's own mark too, for kernels that ignore the control message (raw.rs),
+        // read from the control messages just written.
+        let first = self.cmsgs.first().map(MarkCmsg::mark);
+        let one_mark = first.filter(|&m| self.cmsgs.iter().all(|c| c.mark() == m));
         if let Some(mark) = one_mark
             && let Err(e) = self.sockets[s].set_mark(mark)
         {
@@ -209,7 +204,6 @@ impl Emitter {
                 format_args!("cannot set SO_MARK {mark:#x} on the raw {name} socket: {e}"),
             );
         }
-        self.prepare(&group, outbox);
         let mut at = 0;
         while at < n {
             done.calls += 1;

@@ -247,6 +247,11 @@ impl std::fmt::Debug for MarkCmsg {
 }
 
 impl MarkCmsg {
+    /// The mark it carries.
+    pub(crate) fn mark(&self) -> u32 {
+        self.mark
+    }
+
     /// The control message carrying `mark`.
     pub(crate) fn new(mark: u32) -> MarkCmsg {
         // SAFETY: an all-zero cmsghdr is valid (musl's has padding fields).
