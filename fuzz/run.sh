@@ -57,15 +57,34 @@ start=$(date +%s)
 echo "== building ${#targets[@]} fuzz targets (nightly, AddressSanitizer, debug assertions)"
 # Its own target dir whatever CARGO_TARGET_DIR says: the instrumented build must not mix
 # with the workspace's.
-if ! cargo +nightly fuzz build --target-dir fuzz/target; then
-    echo "FUZZ FAILURE: the fuzz targets do not build" >&2
-    exit 1
+# The build's output goes to a log as well as the terminal, so that a failure can be
+# summarised in the last lines (CI shows only the end of a long output). A failed build is
+# tried once more with one job, in case the cause was the machine's (memory, a killed
+# linker) rather than the code's; the summary says which resources were left.
+mkdir -p "$logs"
+build_log="$logs/build.log"
+build() {
+    cargo +nightly fuzz build --target-dir fuzz/target "$@" 2>&1 | tee "$build_log"
+    return "${PIPESTATUS[0]}"
+}
+if ! build; then
+    echo "== the fuzz build failed; trying once more with one job (-j 1)" >&2
+    if ! CARGO_BUILD_JOBS=1 build; then
+        {
+            echo "FUZZ FAILURE: the fuzz targets do not build ($(cargo +nightly --version))"
+            echo "-- the first errors (whole log: $build_log):"
+            grep -m 3 -A 12 -E "^error" "$build_log" | head -30
+            echo "-- disk and memory left:"
+            df -h . fuzz/target 2>/dev/null | uniq
+            free -m
+        } >&2
+        exit 1
+    fi
 fi
 built=$(date +%s)
 bin=fuzz/target/x86_64-unknown-linux-gnu/release
 echo "== built in $((built - start)) s; running each target for ${seconds} s"
 
-mkdir -p "$logs"
 failed=()
 summary=()
 for t in "${targets[@]}"; do
