@@ -9,6 +9,8 @@ DEBIAN_PACKAGES += groff-base zsh fish
 # checks dist/prometheus/relayd-alerts.yml, node_exporter reads `relayd status --format
 # prometheus` with its textfile collector.
 DEBIAN_PACKAGES += prometheus prometheus-node-exporter
+# clang (BPF target) and libbpf-dev (bpf_helpers.h) build the XDP program (crates/xdp/build.rs).
+DEBIAN_PACKAGES += clang libbpf-dev
 # cargo-deb (crates.io) builds the Debian package (`make deb`, tests/package.rs).
 CARGO_DEB_VERSION := 3.8.0
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
