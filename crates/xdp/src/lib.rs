@@ -13,5 +13,9 @@
 //! header from the metadata and transmits on an AF_XDP socket of the egress interface.
 
 pub mod attach;
+pub mod port;
 pub mod program;
+pub mod rules;
 pub mod xsk;
+pub use port::{AttachMode, PortConfig, ZeroCopy};
+pub use rules::{Match, PortRange};

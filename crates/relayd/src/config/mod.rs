@@ -13,6 +13,7 @@ mod listeners;
 mod queue;
 mod services;
 mod tproxy;
+mod xdp;
 
 pub use daemon::{
     DEFAULT_CT_MARK_BITS, DEFAULT_SOCKET, DaemonConfig, DaemonUser, IptablesFlavor,
@@ -23,6 +24,7 @@ pub use listeners::{ListenerKind, ListenerSpec};
 pub use queue::QueueSpec;
 pub use services::LISTENER_KINDS;
 pub use tproxy::{DEFAULT_TPROXY_RULE_PREF, DEFAULT_TPROXY_TABLE, TproxySetup};
+pub use xdp::XdpSpec;
 
 use crate::registry::Registry;
 use daemon::{RawDaemon, check_daemon, warn_rereads_as_user};
@@ -33,6 +35,7 @@ use serde::Deserialize;
 use services::read_services;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use xdp::{RawXdp, check_xdp};
 
 /// A whole, checked configuration.
 #[derive(Debug, Clone)]
@@ -43,6 +46,8 @@ pub struct Config {
     pub daemon: DaemonConfig,
     /// `[[queue]]` entries in file order.
     pub queues: Vec<QueueSpec>,
+    /// `[[xdp]]` entries in file order.
+    pub xdp: Vec<XdpSpec>,
     /// The proxy listeners the daemon runs (`socks5`, and the transparent listener of the
     /// split proxy), in name order.
     pub listeners: Vec<ListenerSpec>,
@@ -60,6 +65,8 @@ struct RawFile {
     daemon: RawDaemon,
     #[serde(default)]
     queue: Vec<RawQueue>,
+    #[serde(default)]
+    xdp: Vec<RawXdp>,
     #[serde(default)]
     #[allow(dead_code)]
     service: Option<toml::Value>, // read separately, with positions
@@ -97,7 +104,7 @@ pub fn parse(text: &str, path: &Path, registry: &Registry) -> Result<Config, Con
     let daemon = check_daemon(&mut cx, raw.daemon);
     let services = read_services(&mut cx, registry, daemon.bypass_mark);
     let mut queues = Vec::new();
-    let mut taken: BTreeMap<u16, usize> = BTreeMap::new();
+    let mut taken: BTreeMap<u16, String> = BTreeMap::new();
     for (index, q) in raw.queue.into_iter().enumerate() {
         if let Some(spec) = check_queue(
             &mut cx,
@@ -111,13 +118,27 @@ pub fn parse(text: &str, path: &Path, registry: &Registry) -> Result<Config, Con
             queues.push(spec);
         }
     }
+    let mut xdp = Vec::new();
+    let mut interfaces = BTreeMap::new();
+    for (index, x) in raw.xdp.into_iter().enumerate() {
+        let spec = check_xdp(
+            &mut cx,
+            index,
+            x,
+            &services,
+            registry,
+            &mut taken,
+            &mut interfaces,
+        );
+        xdp.extend(spec);
+    }
     let (listeners, tproxy) = check_listeners(&mut cx, &queues, &services, &daemon);
     warn_rereads_as_user(&mut cx, &daemon, &queues);
-    if queues.is_empty() && listeners.is_empty() && cx.errors.is_empty() {
+    if queues.is_empty() && xdp.is_empty() && listeners.is_empty() && cx.errors.is_empty() {
         cx.err(
             None,
             "queue",
-            "no [[queue]] entries and no listeners: nothing to do",
+            "no [[queue]] or [[xdp]] entries and no listeners: nothing to do",
         );
     }
     if !cx.errors.is_empty() {
@@ -127,6 +148,7 @@ pub fn parse(text: &str, path: &Path, registry: &Registry) -> Result<Config, Con
         path: path.to_path_buf(),
         daemon,
         queues,
+        xdp,
         listeners,
         tproxy,
         warnings: std::mem::take(&mut cx.warnings),

@@ -135,12 +135,12 @@ pub(super) fn check_queue(
     q: RawQueue,
     services: &BTreeMap<String, ServiceEntry<'_>>,
     registry: &Registry,
-    taken: &mut BTreeMap<u16, usize>,
+    taken: &mut BTreeMap<u16, String>,
     ct_bits: CtMarkBits,
 ) -> Option<QueueSpec> {
     let errors_before = cx.errors.len();
     let (line, _) = line_col(cx.text, q.num.span().start);
-    let (first, last) = check_numbers(cx, index, &q.num, taken);
+    let (first, last) = check_numbers(cx, &format!("queue[{index}]"), &q.num, taken);
     let (hook, table) = check_hook_and_table(cx, index, &q);
     let families = check_family(cx, index, q.family.as_ref());
     if let Some(m) = &q.matches
@@ -148,7 +148,13 @@ pub(super) fn check_queue(
     {
         cx.err(Some(m.span()), field(index, "match"), e.to_string());
     }
-    let chain = resolve_chain(cx, index, &q.services, services, registry);
+    let chain = resolve_chain(
+        cx,
+        &format!("queue[{index}]"),
+        &q.services,
+        services,
+        registry,
+    );
     let mut queue = relay_nfq::QueueConfig::new(first);
     let malformed = check_policy(cx, index, &q, &chain, &mut queue);
     set_kernel(&q, &chain, &mut queue);
@@ -187,13 +193,14 @@ pub(super) fn check_queue(
     })
 }
 
-/// `num`: one queue number or a range `"first-last"`, none of them used by an earlier
-/// entry. `(0, 0)` after an error.
-fn check_numbers(
+/// `num` of entry `owner` (`queue[0]`, `xdp[1]`): one queue number or a range
+/// `"first-last"`, none of them used by an earlier `[[queue]]` or `[[xdp]]` entry (`taken`
+/// maps the numbers used so far to their entry). `(0, 0)` after an error.
+pub(super) fn check_numbers(
     cx: &mut Ctx<'_>,
-    index: usize,
+    owner: &str,
     num: &Spanned<toml::Value>,
-    taken: &mut BTreeMap<u16, usize>,
+    taken: &mut BTreeMap<u16, String>,
 ) -> (u16, u16) {
     let parsed = match num.get_ref() {
         toml::Value::Integer(n) => u16::try_from(*n)
@@ -205,16 +212,16 @@ fn check_numbers(
     let (first, last) = match parsed {
         Ok(range) => range,
         Err(e) => {
-            cx.err(Some(num.span()), field(index, "num"), e);
+            cx.err(Some(num.span()), format!("{owner}.num"), e);
             return (0, 0);
         }
     };
     for n in first..=last {
-        if let Some(prev) = taken.insert(n, index) {
+        if let Some(prev) = taken.insert(n, owner.to_string()) {
             cx.err(
                 Some(num.span()),
-                field(index, "num"),
-                format!("queue {n} is already used by queue[{prev}]"),
+                format!("{owner}.num"),
+                format!("queue {n} is already used by {prev}"),
             );
             break;
         }
@@ -540,7 +547,7 @@ fn read_threads(q: &RawQueue, first: u16, last: u16) -> Threads {
 }
 
 /// A queue's `cpu` as a list, at most one CPU per queue thread.
-fn read_cpus(v: &toml::Value, queues: usize) -> Result<Vec<usize>, String> {
+pub(super) fn read_cpus(v: &toml::Value, queues: usize) -> Result<Vec<usize>, String> {
     let cpus: Vec<Option<usize>> = match v {
         toml::Value::Integer(n) => vec![usize::try_from(*n).ok()],
         toml::Value::Array(a) => a

@@ -2,7 +2,6 @@
 //! factory through the registry, or kept as a listener section for the daemon.
 
 use super::error::{Ctx, section_error, toml_error};
-use super::queue::field;
 use crate::registry::{BuildError, Registry};
 use relay_core::ServiceFactory;
 use std::collections::BTreeMap;
@@ -184,7 +183,7 @@ fn valid_name(s: &str) -> bool {
 /// reported already) or a built-in kind that needs no options; never a listener.
 pub(super) fn resolve_chain(
     cx: &mut Ctx<'_>,
-    index: usize,
+    owner: &str,
     list: &Spanned<Vec<Spanned<String>>>,
     services: &BTreeMap<String, ServiceEntry<'_>>,
     registry: &Registry,
@@ -193,13 +192,13 @@ pub(super) fn resolve_chain(
     if list.get_ref().is_empty() {
         cx.err(
             Some(list.span()),
-            field(index, "services"),
+            format!("{owner}.services"),
             "empty: name at least one service",
         );
     }
     for (i, s) in list.get_ref().iter().enumerate() {
         let name = s.get_ref();
-        let f = || format!("queue[{index}].services[{i}]");
+        let f = || format!("{owner}.services[{i}]");
         if let Some(e) = services.get(name) {
             if let Some(l) = &e.listener {
                 cx.err(
