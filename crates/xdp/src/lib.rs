@@ -13,8 +13,10 @@
 //! header from the metadata and transmits on an AF_XDP socket of the egress interface.
 
 pub mod attach;
+pub mod forward;
 pub mod port;
 pub mod program;
+pub mod queue;
 pub mod rules;
 pub mod xsk;
 pub use port::{AttachMode, PortConfig, ZeroCopy};

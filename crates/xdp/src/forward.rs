@@ -1,0 +1,134 @@
+//! Forwarding a packet the chain accepted, as the kernel's forwarding would: its TTL or
+//! hop limit decreased (the IPv4 checksum fixed incrementally, by
+//! [`relay_core::outbox::decrement_hop`], the one implementation relayd has) and an
+//! Ethernet header in front, written from the next hop the XDP program read from the
+//! kernel's FIB. Pure functions, unit-tested without a kernel.
+
+use crate::program::FrameMeta;
+use relay_core::IpVersion;
+
+/// An Ethernet header's length (untagged: the program steers nothing else).
+pub const ETH_LEN: usize = 14;
+
+/// The EtherType of an IP packet of `version`.
+pub fn ethertype(version: IpVersion) -> u16 {
+    match version {
+        IpVersion::V4 => 0x0800,
+        IpVersion::V6 => 0x86dd,
+    }
+}
+
+/// What [`frame`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framed {
+    /// `out[..len]` holds the frame.
+    Ready(usize),
+    /// The packet is not IPv4 or IPv6 (a service turned it into something else).
+    NotIp,
+    /// Its TTL or hop limit ran out: the kernel's path sends the ICMP error.
+    HopLimit,
+    /// `out` is too small for it.
+    TooBig,
+}
+
+/// Whether `packet` can be forwarded: IPv4 or IPv6 with a TTL or hop limit above 1
+/// (otherwise [`Framed::NotIp`] or [`Framed::HopLimit`]). [`frame`] then succeeds if the
+/// frame is large enough.
+pub fn forwardable(packet: &[u8]) -> Result<IpVersion, Framed> {
+    let version = IpVersion::of(packet).ok_or(Framed::NotIp)?;
+    let hop_at = match version {
+        IpVersion::V4 => 8,
+        IpVersion::V6 => 7,
+    };
+    match packet.get(hop_at) {
+        None => Err(Framed::NotIp),
+        Some(&h) if h <= 1 => Err(Framed::HopLimit),
+        Some(_) => Ok(version),
+    }
+}
+
+/// Writes the Ethernet frame that carries `packet` to the next hop `meta` into `out`, and
+/// decreases the TTL or hop limit of the copy. `packet` itself is not changed.
+pub fn frame(out: &mut [u8], meta: &FrameMeta, packet: &[u8]) -> Framed {
+    let Some(version) = IpVersion::of(packet) else {
+        return Framed::NotIp;
+    };
+    let len = ETH_LEN + packet.len();
+    if len > out.len() {
+        return Framed::TooBig;
+    }
+    out[..6].copy_from_slice(&meta.dmac);
+    out[6..12].copy_from_slice(&meta.smac);
+    out[12..14].copy_from_slice(&ethertype(version).to_be_bytes());
+    out[ETH_LEN..len].copy_from_slice(packet);
+    if !relay_core::outbox::decrement_hop(&mut out[ETH_LEN..len]) {
+        return Framed::HopLimit;
+    }
+    Framed::Ready(len)
+}
+
+/// The EtherType of an Ethernet frame and its payload, if it is an untagged IPv4 or IPv6
+/// frame.
+pub fn ip_payload(frame: &[u8]) -> Option<(u16, &[u8])> {
+    let ty = u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]);
+    match ty {
+        0x0800 | 0x86dd => Some((ty, &frame[ETH_LEN..])),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use relay_core::wire::Ipv4Packet;
+
+    fn meta() -> FrameMeta {
+        FrameMeta {
+            ifindex: 7,
+            dmac: [2, 0, 0, 0, 0, 2],
+            smac: [2, 0, 0, 0, 0, 1],
+        }
+    }
+
+    fn v4(ttl: u8) -> Vec<u8> {
+        let mut p = vec![
+            0x45, 0, 0, 28, 0, 1, 0, 0, ttl, 17, 0, 0, 10, 0, 0, 1, 10, 0, 1, 2, 0, 1, 0, 2, 0, 8,
+            0, 0,
+        ];
+        let mut ip = Ipv4Packet::new_unchecked(&mut p[..]);
+        ip.fill_checksum();
+        p
+    }
+
+    #[test]
+    fn writes_the_header_and_decrements_the_ttl_with_a_valid_checksum() {
+        let pkt = v4(64);
+        let mut out = [0u8; 128];
+        let Framed::Ready(len) = frame(&mut out, &meta(), &pkt) else {
+            panic!("not framed");
+        };
+        assert_eq!(len, ETH_LEN + pkt.len());
+        assert_eq!(&out[..6], &[2, 0, 0, 0, 0, 2]);
+        assert_eq!(&out[6..12], &[2, 0, 0, 0, 0, 1]);
+        assert_eq!(&out[12..14], &[0x08, 0x00]);
+        let ip = Ipv4Packet::new_checked(&out[ETH_LEN..len]).unwrap();
+        assert_eq!(ip.ttl(), 63);
+        assert!(ip.verify_checksum());
+        assert_eq!(ip_payload(&out[..len]), Some((0x0800, &out[ETH_LEN..len])));
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_forward() {
+        let mut out = [0u8; 128];
+        assert_eq!(frame(&mut out, &meta(), &v4(1)), Framed::HopLimit);
+        assert_eq!(forwardable(&v4(1)), Err(Framed::HopLimit));
+        assert_eq!(forwardable(&v4(2)), Ok(IpVersion::V4));
+        assert_eq!(forwardable(&[0x45; 5]), Err(Framed::NotIp));
+        assert_eq!(frame(&mut out, &meta(), &[0x10; 40]), Framed::NotIp);
+        assert_eq!(frame(&mut out[..30], &meta(), &v4(64)), Framed::TooBig);
+        assert_eq!(ip_payload(&[0u8; 13]), None);
+        let mut arp = [0u8; 42];
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        assert_eq!(ip_payload(&arp), None);
+    }
+}
