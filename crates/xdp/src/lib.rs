@@ -15,3 +15,6 @@
 pub mod attach;
 pub mod program;
 pub mod xsk;
+
+mod error;
+pub use error::XdpError;
