@@ -21,7 +21,7 @@ use std::net::IpAddr;
 use std::os::fd::{AsFd, RawFd};
 
 use aya::maps::{Array, MapData, PerCpuArray, XskMap};
-use aya::programs::Xdp;
+use aya::programs::{TestRun as _, TestRunOptions, Xdp};
 use aya::{Ebpf, EbpfLoader, Pod};
 
 use crate::attach;
@@ -269,6 +269,17 @@ impl Mode {
     }
 }
 
+/// What one [`Program::test_run`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TestRun {
+    /// The program's verdict: `XDP_PASS` (2), `XDP_DROP` (1), `XDP_REDIRECT` (4), ...
+    pub action: u32,
+    /// The metadata written before the frame, if the program wrote some.
+    pub meta: Option<FrameMeta>,
+    /// The frame as the program left it.
+    pub frame: Vec<u8>,
+}
+
 /// `struct relay_cfg`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -410,14 +421,8 @@ impl Program {
     /// namespace, replacing a `relayd_xdp` left there by an earlier relayd; refuses if
     /// another program is attached ([`XdpError::Foreign`]). See [`attach::attach`].
     pub fn attach(&mut self, ifindex: u32, mode: Mode) -> Result<(), XdpError> {
-        let prog: &Xdp = self
-            .ebpf
-            .program(PROGRAM_NAME)
-            .and_then(|p| <&Xdp>::try_from(p).ok())
-            .ok_or_else(|| XdpError::Load {
-                detail: format!("program {PROGRAM_NAME} is gone from its object"),
-            })?;
-        let fd = prog.fd().map_err(|e| XdpError::Load { detail: chain(&e) })?;
+        let fd = self
+            .xdp()?.fd().map_err(|e| XdpError::Load { detail: chain(&e) })?;
         attach::attach(ifindex, fd.as_fd(), self.id, mode)
     }
 
@@ -467,6 +472,59 @@ impl Program {
             pass_ttl: v[5],
             pass_unparsed: v[6],
         })
+    }
+
+    /// Runs the program once on `frame` (an Ethernet frame) as if received on rx queue
+    /// `queue` of interface `ifindex` of the calling thread's network namespace, without
+    /// attaching it (`BPF_PROG_TEST_RUN`): the counters and maps are the real ones, but a
+    /// redirect goes nowhere. For tests and diagnostics of the rules; allocates.
+    pub fn test_run(&self, frame: &[u8], ifindex: u32, queue: u32) -> Result<TestRun, XdpError> {
+        let prog: &Xdp = self.xdp()?;
+        // struct xdp_md: data (metadata length in), data_end, data_meta, ingress_ifindex,
+        // rx_queue_index, egress_ifindex.
+        let mut ctx_in = [0u8; 24];
+        ctx_in[4..8].copy_from_slice(&(frame.len() as u32).to_ne_bytes());
+        ctx_in[12..16].copy_from_slice(&ifindex.to_ne_bytes());
+        ctx_in[16..20].copy_from_slice(&queue.to_ne_bytes());
+        let mut ctx_out = [0u8; 24];
+        let mut out = vec![0u8; frame.len() + 256];
+        let r = prog
+            .test_run(TestRunOptions {
+                data_in: Some(frame),
+                data_out: Some(&mut out),
+                ctx_in: Some(&ctx_in),
+                ctx_out: Some(&mut ctx_out),
+                ..TestRunOptions::default()
+            })
+            .map_err(|e| {
+                if errno_of(&e) == Some(libc::EPERM) {
+                    XdpError::Permission {
+                        what: "running the XDP program on a test frame".into(),
+                    }
+                } else {
+                    XdpError::Load { detail: chain(&e) }
+                }
+            })?;
+        // On the way out, xdp_md.data is the metadata's length: the output starts with it.
+        let meta_len = u32::from_ne_bytes([ctx_out[0], ctx_out[1], ctx_out[2], ctx_out[3]]);
+        out.truncate((r.data_size_out as usize).min(out.len()));
+        let meta_len = (meta_len as usize).min(out.len());
+        let meta = FrameMeta::parse(&out[..meta_len]).filter(|_| meta_len == META_LEN);
+        out.drain(..meta_len);
+        Ok(TestRun {
+            action: r.return_value,
+            meta,
+            frame: out,
+        })
+    }
+
+    fn xdp(&self) -> Result<&Xdp, XdpError> {
+        self.ebpf
+            .program(PROGRAM_NAME)
+            .and_then(|p| <&Xdp>::try_from(p).ok())
+            .ok_or_else(|| XdpError::Load {
+                detail: format!("program {PROGRAM_NAME} is gone from its object"),
+            })
     }
 
     /// Detaches `relayd_xdp` from interface `ifindex` (this process's or an earlier
