@@ -119,7 +119,12 @@ pub(crate) fn attach(
     let fd = prog.as_raw_fd();
     let Some((id, old_mode)) = link.current() else {
         return nl
-            .set_xdp(ifindex, fd, mode.flags() | XDP_FLAGS_UPDATE_IF_NOEXIST, None)
+            .set_xdp(
+                ifindex,
+                fd,
+                mode.flags() | XDP_FLAGS_UPDATE_IF_NOEXIST,
+                None,
+            )
             .map_err(|e| set_err(&what, &link.name, ifindex, e));
     };
     if id == own_id && old_mode == Some(mode) {
@@ -150,8 +155,13 @@ pub(crate) fn attach(
             Some(old.as_raw_fd()),
         )
         .map_err(|e| set_err(&detach, &link.name, ifindex, e))?;
-        nl.set_xdp(ifindex, fd, mode.flags() | XDP_FLAGS_UPDATE_IF_NOEXIST, None)
-            .map_err(|e| set_err(&what, &link.name, ifindex, e))?;
+        nl.set_xdp(
+            ifindex,
+            fd,
+            mode.flags() | XDP_FLAGS_UPDATE_IF_NOEXIST,
+            None,
+        )
+        .map_err(|e| set_err(&what, &link.name, ifindex, e))?;
     }
     if id != own_id {
         tracing::info!(
@@ -689,7 +699,10 @@ mod tests {
         let b = link_body(
             7,
             b"eth2\0",
-            &[(IFLA_XDP_ATTACHED, &[XDP_ATTACHED_SKB]), (IFLA_XDP_PROG_ID, &id)],
+            &[
+                (IFLA_XDP_ATTACHED, &[XDP_ATTACHED_SKB]),
+                (IFLA_XDP_PROG_ID, &id),
+            ],
         );
         assert_eq!(
             parse_link(&b).unwrap().current(),
@@ -717,7 +730,10 @@ mod tests {
         let b = link_body(
             5,
             b"eth0\0",
-            &[(IFLA_XDP_ATTACHED, &[XDP_ATTACHED_DRV]), (IFLA_XDP_PROG_ID, &[1, 2, 3, 4])],
+            &[
+                (IFLA_XDP_ATTACHED, &[XDP_ATTACHED_DRV]),
+                (IFLA_XDP_PROG_ID, &[1, 2, 3, 4]),
+            ],
         );
         for n in 0..b.len() {
             let _ = parse_link(&b[..n]).map(|l| l.current());
@@ -737,7 +753,11 @@ mod tests {
             pid: 0,
         };
         payload.extend_from_slice(&req.to_bytes());
-        put_attr(&mut payload, NLMSGERR_ATTR_MSG, b"Peer MTU is too large to set XDP\0");
+        put_attr(
+            &mut payload,
+            NLMSGERR_ATTR_MSG,
+            b"Peer MTU is too large to set XDP\0",
+        );
         let h = Header {
             len: 0,
             ty: NLMSG_ERROR,
@@ -752,7 +772,13 @@ mod tests {
         let h = Header { flags: 0, ..h };
         assert_eq!(ext_ack_msg(&h, &payload), None, "no TLVs flagged");
         for n in 0..payload.len() {
-            let _ = ext_ack_msg(&Header { flags: NLM_F_ACK_TLVS, ..h }, &payload[..n]);
+            let _ = ext_ack_msg(
+                &Header {
+                    flags: NLM_F_ACK_TLVS,
+                    ..h
+                },
+                &payload[..n],
+            );
         }
     }
 }

@@ -419,10 +419,15 @@ impl Program {
 
     /// Attaches the program to interface `ifindex` of the calling thread's network
     /// namespace, replacing a `relayd_xdp` left there by an earlier relayd; refuses if
-    /// another program is attached ([`XdpError::Foreign`]). See [`attach::attach`].
+    /// another program is attached ([`XdpError::Foreign`]). Attaching again in the same
+    /// mode does nothing; in the other mode, the program is detached and attached anew
+    /// (the kernel cannot swap across modes), so for a moment no program runs. The
+    /// attachment is made by rtnetlink and outlives this process ([`crate::attach`]).
     pub fn attach(&mut self, ifindex: u32, mode: Mode) -> Result<(), XdpError> {
         let fd = self
-            .xdp()?.fd().map_err(|e| XdpError::Load { detail: chain(&e) })?;
+            .xdp()?
+            .fd()
+            .map_err(|e| XdpError::Load { detail: chain(&e) })?;
         attach::attach(ifindex, fd.as_fd(), self.id, mode)
     }
 

@@ -83,7 +83,10 @@ fn moved(before: ProgramStats, after: ProgramStats) -> &'static str {
     let deltas = [
         ("redirected", after.redirected - before.redirected),
         ("no_socket", after.no_socket - before.no_socket),
-        ("pass_unmatched", after.pass_unmatched - before.pass_unmatched),
+        (
+            "pass_unmatched",
+            after.pass_unmatched - before.pass_unmatched,
+        ),
         ("pass_fib", after.pass_fib - before.pass_fib),
         ("pass_ttl", after.pass_ttl - before.pass_ttl),
         ("pass_unparsed", after.pass_unparsed - before.pass_unparsed),
@@ -180,19 +183,38 @@ fn parsing_rules_and_metadata_on_test_frames() {
         assert_eq!(r.frame, frame, "the program never rewrites the packet");
         let frame6 = ip6(UDP, "fd00:1::1", "fd00:2::2", 64, &udp(5010));
         let (what, r) = run(&prog, &frame6);
-        assert_eq!((what, r.action, r.meta), ("no_socket", XDP_DROP, Some(want)));
+        assert_eq!(
+            (what, r.action, r.meta),
+            ("no_socket", XDP_DROP, Some(want))
+        );
         assert_eq!(r.frame, frame6);
 
         let cases: Vec<(&str, Vec<u8>, &str)> = vec![
-            ("udp port above the range", udp4(DST4, 5011, 64), "pass_unmatched"),
-            ("udp port below the range", udp4(DST4, 4999, 64), "pass_unmatched"),
+            (
+                "udp port above the range",
+                udp4(DST4, 5011, 64),
+                "pass_unmatched",
+            ),
+            (
+                "udp port below the range",
+                udp4(DST4, 4999, 64),
+                "pass_unmatched",
+            ),
             ("ttl 1", udp4(DST4, 5000, 1), "pass_ttl"),
             ("ttl 0", udp4(DST4, 5000, 0), "pass_ttl"),
             ("ttl 2", udp4(DST4, 5000, 2), "no_socket"),
             ("ttl 1 unmatched", udp4(DST4, 6000, 1), "pass_unmatched"),
-            ("to the relay itself", udp4([10, 0, 1, 2], 5000, 64), "pass_fib"),
+            (
+                "to the relay itself",
+                udp4([10, 0, 1, 2], 5000, 64),
+                "pass_fib",
+            ),
             ("no route", udp4([192, 0, 2, 1], 5000, 64), "pass_fib"),
-            ("tcp from the /25", ip4(TCP, SRC4, DST4, 64, 0, &tcp(80)), "no_socket"),
+            (
+                "tcp from the /25",
+                ip4(TCP, SRC4, DST4, 64, 0, &tcp(80)),
+                "no_socket",
+            ),
             (
                 "tcp from outside the /25",
                 ip4(TCP, [10, 0, 1, 129], DST4, 64, 0, &tcp(80)),
@@ -213,7 +235,11 @@ fn parsing_rules_and_metadata_on_test_frames() {
                 ip4(UDP, SRC4, DST4, 64, 0x0001, &udp(5000)),
                 "pass_unparsed",
             ),
-            ("don't fragment is fine", ip4(UDP, SRC4, DST4, 64, 0x4000, &udp(5000)), "no_socket"),
+            (
+                "don't fragment is fine",
+                ip4(UDP, SRC4, DST4, 64, 0x4000, &udp(5000)),
+                "no_socket",
+            ),
             (
                 "ipv4 options",
                 {
@@ -224,12 +250,24 @@ fn parsing_rules_and_metadata_on_test_frames() {
                 },
                 "pass_unparsed",
             ),
-            ("vlan tag", eth(0x8100, &udp4(DST4, 5000, 64)[12..]), "pass_unparsed"),
+            (
+                "vlan tag",
+                eth(0x8100, &udp4(DST4, 5000, 64)[12..]),
+                "pass_unparsed",
+            ),
             ("arp", eth(0x0806, &[0u8; 28]), "pass_unparsed"),
             // (BPF_PROG_TEST_RUN refuses frames shorter than an Ethernet header.)
             ("ethernet header only", eth(0x0800, &[]), "pass_unparsed"),
-            ("ipv4 header cut", udp4(DST4, 5000, 64)[..30].to_vec(), "pass_unparsed"),
-            ("udp header cut", udp4(DST4, 5000, 64)[..38].to_vec(), "pass_unparsed"),
+            (
+                "ipv4 header cut",
+                udp4(DST4, 5000, 64)[..30].to_vec(),
+                "pass_unparsed",
+            ),
+            (
+                "udp header cut",
+                udp4(DST4, 5000, 64)[..38].to_vec(),
+                "pass_unparsed",
+            ),
             (
                 "tcp header cut",
                 ip4(TCP, SRC4, DST4, 64, 0, &tcp(80))[..50].to_vec(),
@@ -260,7 +298,11 @@ fn parsing_rules_and_metadata_on_test_frames() {
                 ip6(ESP, "fd00:1::1", "fd00:2::4", 64, &[0u8; 16]),
                 "pass_unmatched",
             ),
-            ("esp over ipv4 (rule is ipv6)", ip4(ESP, SRC4, DST4, 64, 0, &[0u8; 16]), "pass_unmatched"),
+            (
+                "esp over ipv4 (rule is ipv6)",
+                ip4(ESP, SRC4, DST4, 64, 0, &[0u8; 16]),
+                "pass_unmatched",
+            ),
             (
                 "ipv6 header cut",
                 ip6(UDP, "fd00:1::1", "fd00:2::2", 64, &udp(5000))[..40].to_vec(),
@@ -270,7 +312,11 @@ fn parsing_rules_and_metadata_on_test_frames() {
         for (name, frame, want) in &cases {
             let (what, r) = run(&prog, frame);
             assert_eq!(what, *want, "case `{name}`");
-            let action = if *want == "no_socket" { XDP_DROP } else { XDP_PASS };
+            let action = if *want == "no_socket" {
+                XDP_DROP
+            } else {
+                XDP_PASS
+            };
             assert_eq!(r.action, action, "case `{name}`: verdict");
             assert_eq!(&r.frame, frame, "case `{name}`: frame untouched");
         }
@@ -287,7 +333,10 @@ fn parsing_rules_and_metadata_on_test_frames() {
         prog.set_rules(&[MatchRule::ANY]).unwrap();
         prog.set_fail_open(true).unwrap();
         let (what, r) = run(&prog, &frame);
-        assert_eq!((what, r.action, r.meta), ("no_socket", XDP_PASS, Some(want)));
+        assert_eq!(
+            (what, r.action, r.meta),
+            ("no_socket", XDP_PASS, Some(want))
+        );
         assert_eq!(run(&prog, &tcp_frame).0, "no_socket", "ANY matches tcp");
     });
 }
@@ -327,7 +376,8 @@ fn rules_and_queues_are_checked() {
     let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
     use std::os::fd::AsRawFd;
     assert!(prog.bind_socket(0, udp.as_raw_fd()).is_err());
-    prog.unbind_socket(3).expect("unbinding an empty queue is no error");
+    prog.unbind_socket(3)
+        .expect("unbinding an empty queue is no error");
     assert_eq!(MatchRule::default(), MatchRule::ANY);
     assert_eq!(FrameMeta::parse(&[0u8; 15]), None);
     let mut m = vec![9u8; 20];
@@ -402,7 +452,11 @@ fn failure_policy_on_real_traffic_and_the_attachment_outlives_the_program() {
     // dst and delivers it.
     let (prog, s0) = stats(&l.relay, prog);
     send(&tx, "10.0.2.2:5000", 1);
-    assert_eq!(drain(&rx, q), 1, "the kernel forwards what the FIB cannot resolve");
+    assert_eq!(
+        drain(&rx, q),
+        1,
+        "the kernel forwards what the FIB cannot resolve"
+    );
     let (prog, s1) = stats(&l.relay, prog);
     assert_eq!(s1.pass_fib - s0.pass_fib, 1, "{s1:?}");
     assert!(l.relay.ping("fd00:2::2"));
@@ -439,7 +493,11 @@ fn failure_policy_on_real_traffic_and_the_attachment_outlives_the_program() {
     // relayd gone (its Program dropped): the program stays, and so does the policy.
     drop(prog);
     let still = l.relay.run(move || attach::attached(ifindex).unwrap());
-    assert_eq!(still.map(|p| p.id), Some(id), "the attachment outlives the Program");
+    assert_eq!(
+        still.map(|p| p.id),
+        Some(id),
+        "the attachment outlives the Program"
+    );
     send(&tx, "10.0.2.2:5000", 3);
     send(&tx, "10.0.2.2:6000", 3);
     assert_eq!(drain(&rx, q), 0, "fail-closed holds with relayd gone");
@@ -448,8 +506,14 @@ fn failure_policy_on_real_traffic_and_the_attachment_outlives_the_program() {
     // Detached: no trace, and traffic flows as before.
     assert!(l.relay.run(move || attach::detach(ifindex).unwrap()));
     assert!(!xdp_shown(&l.relay, &l.src_link.b_if));
-    assert_eq!(l.relay.run(move || attach::attached(ifindex).unwrap()), None);
-    assert!(!l.relay.run(move || attach::detach(ifindex).unwrap()), "nothing left");
+    assert_eq!(
+        l.relay.run(move || attach::attached(ifindex).unwrap()),
+        None
+    );
+    assert!(
+        !l.relay.run(move || attach::detach(ifindex).unwrap()),
+        "nothing left"
+    );
     send(&tx, "10.0.2.2:5000", 2);
     assert_eq!(drain(&rx, q), 2);
 }
@@ -519,18 +583,29 @@ fn foreign_programs_are_left_alone_and_cleanup_removes_only_relayd() {
     let (first, refused) = with(&l.relay, first, move |p| p.attach(e1, Mode::Native));
     match refused {
         Err(XdpError::Foreign { ifname, name, id }) => {
-            assert_eq!((ifname.as_str(), name.as_str(), id), (l.dst_link.a_if.as_str(), "foreign_xdp", theirs.id));
+            assert_eq!(
+                (ifname.as_str(), name.as_str(), id),
+                (l.dst_link.a_if.as_str(), "foreign_xdp", theirs.id)
+            );
         }
         other => panic!("a foreign program must be refused: {other:?}"),
     }
     let (_, refused) = with(&l.relay, first, move |p| p.attach(e1, Mode::Generic));
-    assert!(matches!(refused, Err(XdpError::Foreign { .. })), "{refused:?}");
+    assert!(
+        matches!(refused, Err(XdpError::Foreign { .. })),
+        "{refused:?}"
+    );
     assert_eq!(
-        l.relay.run(move || attach::attached(e1).unwrap()).map(|p| p.id),
+        l.relay
+            .run(move || attach::attached(e1).unwrap())
+            .map(|p| p.id),
         Some(theirs.id),
         "still theirs"
     );
-    assert!(!l.relay.run(move || attach::detach(e1).unwrap()), "detach leaves it too");
+    assert!(
+        !l.relay.run(move || attach::detach(e1).unwrap()),
+        "detach leaves it too"
+    );
 
     // A relayd that died left its program on eth0; the next one replaces it, also when it
     // asks for the other mode.
@@ -547,7 +622,9 @@ fn foreign_programs_are_left_alone_and_cleanup_removes_only_relayd() {
     assert_ne!(now.id, old_id);
     let (new, ()) = with(&l.relay, new, move |p| p.attach(e0, Mode::Native).unwrap());
     assert_eq!(
-        l.relay.run(move || attach::attached(e0).unwrap()).map(|p| p.id),
+        l.relay
+            .run(move || attach::attached(e0).unwrap())
+            .map(|p| p.id),
         Some(new.id()),
         "attaching again is a no-op"
     );
@@ -561,8 +638,12 @@ fn foreign_programs_are_left_alone_and_cleanup_removes_only_relayd() {
     assert_eq!(cleaned, vec![l.src_link.b_if.clone()]);
     assert!(!xdp_shown(&l.relay, &l.src_link.b_if));
     assert!(xdp_shown(&l.relay, &l.dst_link.a_if));
-    assert_eq!(l.relay.run(|| attach::cleanup().unwrap()), Vec::<String>::new());
-    l.relay.ip(&["link", "set", "dev", &l.dst_link.a_if, "xdp", "off"]);
+    assert_eq!(
+        l.relay.run(|| attach::cleanup().unwrap()),
+        Vec::<String>::new()
+    );
+    l.relay
+        .ip(&["link", "set", "dev", &l.dst_link.a_if, "xdp", "off"]);
     assert!(!l.relay.ip(&["-d", "link", "show"]).contains("xdp"));
 
     assert!(matches!(
