@@ -607,6 +607,25 @@ fn foreign_programs_are_left_alone_and_cleanup_removes_only_relayd() {
         "detach leaves it too"
     );
 
+    // The kernel's own explanation reaches the error: native XDP on veth caps the peer's
+    // MTU (no multi-buffer support in the program).
+    l.src
+        .ip(&["link", "set", "dev", &l.src_link.a_if, "mtu", "9000"]);
+    let (_, e) = with(&l.relay, Program::load().unwrap(), move |p| {
+        p.attach(e0, Mode::Native)
+    });
+    match e {
+        Err(XdpError::Kernel { source, kernel, .. }) => {
+            assert_eq!(source.raw_os_error(), Some(libc::ERANGE));
+            let msg = kernel.unwrap_or_default();
+            assert!(msg.contains("MTU"), "extended ack: {msg:?}");
+        }
+        other => panic!("a peer MTU of 9000 must be refused: {other:?}"),
+    }
+    l.src
+        .ip(&["link", "set", "dev", &l.src_link.a_if, "mtu", "1500"]);
+    assert!(!xdp_shown(&l.relay, &l.src_link.b_if));
+
     // A relayd that died left its program on eth0; the next one replaces it, also when it
     // asks for the other mode.
     let (old, ()) = with(&l.relay, Program::load().unwrap(), move |p| {
