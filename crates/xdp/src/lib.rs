@@ -19,5 +19,7 @@ pub mod program;
 pub mod queue;
 pub mod rules;
 pub mod xsk;
+mod error;
 pub use port::{AttachMode, PortConfig, ZeroCopy};
 pub use rules::{Match, PortRange};
+pub use error::XdpError;

@@ -1,5 +1,540 @@
-//! Placeholder until the program work lands.
-/// Rules in the program.
+//! The XDP program `relayd_xdp` (bpf/relay_xdp.c): loading it with aya, filling its maps
+//! (match rules, failure policy, AF_XDP sockets), reading its counters, and attaching it
+//! to an interface through [`crate::attach`].
+//!
+//! The program is C, built by clang in `build.rs` and embedded in this crate. It is not
+//! Rust (aya-ebpf) because that needs bpf-linker, which links LLVM 21 or later (Debian
+//! bookworm has up to 19), and a nightly toolchain with rust-src for `-Z build-std`, which
+//! cannot be installed here; Debian's clang and libbpf-dev build the C program.
+//!
+//! What the program does with a packet: bpf/relay_xdp.c's header comment. In short,
+//! matched packets that the FIB can forward get a [`FrameMeta`] in front of them and go
+//! to the AF_XDP socket of their rx queue; with none bound there they are passed
+//! (fail-open) or dropped (fail-closed); everything else goes to the kernel untouched.
+//!
+//! The program stays attached when this process exits or dies (see [`crate::attach`]):
+//! dropping a [`Program`] closes relayd's handles, not the kernel's attachment, and the
+//! failure policy last set keeps applying until [`Program::detach`] or
+//! [`crate::attach::cleanup`].
+
+use std::net::IpAddr;
+use std::os::fd::{AsFd, RawFd};
+
+use aya::maps::{Array, MapData, PerCpuArray, XskMap};
+use aya::programs::{TestRun as _, TestRunOptions, Xdp};
+use aya::{Ebpf, EbpfLoader, Pod};
+
+use crate::attach;
+use crate::error::{XdpError, chain, errno_of, map_error};
+
+/// How many match rules the program holds (`MAX_RULES` in bpf/relay_xdp.c).
 pub const MAX_RULES: usize = 32;
-/// Rx queues the program serves.
+/// How many rx queues can have a socket (`MAX_QUEUES`, the size of the `xsks` map).
 pub const MAX_QUEUES: u32 = 64;
+/// Bytes of metadata the program writes just before each redirected packet
+/// ([`FrameMeta`], `struct relay_meta`).
+pub const META_LEN: usize = 16;
+
+/// The program's name, in the kernel (at most 15 bytes) and in the object file; the name
+/// by which relayd recognises its own attachments.
+pub const PROGRAM_NAME: &str = "relayd_xdp";
+
+static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/relay_xdp.o"));
+
+/// One match rule (`struct relay_rule`): a packet is steered to relayd if any of the
+/// rules set with [`Program::set_rules`] matches all of its fields.
+///
+/// [`MatchRule::ANY`] (also the [`Default`]) matches every IPv4 and IPv6 packet the
+/// program parses; the `with_*` methods narrow it.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MatchRule {
+    /// 0 for any, 4 for IPv4, 6 for IPv6.
+    pub family: u8,
+    /// 0 for any, else the IP protocol (for IPv6, the fixed header's next header: packets
+    /// with extension headers are never steered).
+    pub proto: u8,
+    /// Source prefix length in bits, 0 for any (needs `family` 4 or 6).
+    pub src_len: u8,
+    /// Destination prefix length in bits, 0 for any (needs `family` 4 or 6).
+    pub dst_len: u8,
+    /// Lowest source port (host order).
+    pub sport_lo: u16,
+    /// Highest source port. A range other than 0..=65535 matches only TCP and UDP.
+    pub sport_hi: u16,
+    /// Lowest destination port.
+    pub dport_lo: u16,
+    /// Highest destination port. A range other than 0..=65535 matches only TCP and UDP.
+    pub dport_hi: u16,
+    /// Source prefix, network order; IPv4 in the first 4 bytes, the rest zero.
+    pub src: [u8; 16],
+    /// Destination prefix, as `src`.
+    pub dst: [u8; 16],
+}
+
+// SAFETY: repr(C), only integers and byte arrays, no padding (44 bytes, asserted below).
+unsafe impl Pod for MatchRule {}
+const _: () = assert!(std::mem::size_of::<MatchRule>() == 44);
+
+impl Default for MatchRule {
+    /// [`MatchRule::ANY`], not all zeros (which would match port 0 only).
+    fn default() -> MatchRule {
+        MatchRule::ANY
+    }
+}
+
+impl MatchRule {
+    /// Matches every packet the program parses: any family, protocol, address and port.
+    pub const ANY: MatchRule = MatchRule {
+        family: 0,
+        proto: 0,
+        src_len: 0,
+        dst_len: 0,
+        sport_lo: 0,
+        sport_hi: u16::MAX,
+        dport_lo: 0,
+        dport_hi: u16::MAX,
+        src: [0; 16],
+        dst: [0; 16],
+    };
+
+    /// The same rule for one IP protocol only (`libc::IPPROTO_UDP as u8`, ...).
+    pub fn with_proto(mut self, proto: u8) -> MatchRule {
+        self.proto = proto;
+        self
+    }
+
+    /// The same rule for one family only (4 or 6).
+    pub fn with_family(mut self, family: u8) -> MatchRule {
+        self.family = family;
+        self
+    }
+
+    /// The same rule for source ports `lo..=hi` (TCP and UDP packets only).
+    pub fn with_sports(mut self, lo: u16, hi: u16) -> MatchRule {
+        (self.sport_lo, self.sport_hi) = (lo, hi);
+        self
+    }
+
+    /// The same rule for destination ports `lo..=hi` (TCP and UDP packets only).
+    pub fn with_dports(mut self, lo: u16, hi: u16) -> MatchRule {
+        (self.dport_lo, self.dport_hi) = (lo, hi);
+        self
+    }
+
+    /// The same rule for sources in `addr/len`; sets the family to the address's.
+    /// [`Program::set_rules`] refuses a length beyond the address's bits.
+    pub fn with_src(mut self, addr: IpAddr, len: u8) -> MatchRule {
+        self.family = family_of(addr);
+        self.src = addr_bytes(addr);
+        self.src_len = len;
+        self
+    }
+
+    /// The same rule for destinations in `addr/len`; sets the family to the address's.
+    pub fn with_dst(mut self, addr: IpAddr, len: u8) -> MatchRule {
+        self.family = family_of(addr);
+        self.dst = addr_bytes(addr);
+        self.dst_len = len;
+        self
+    }
+
+    /// Why the program would not apply this rule as meant, if it would not.
+    fn check(&self) -> Result<(), &'static str> {
+        let bits = match self.family {
+            0 => 0,
+            4 => 32,
+            6 => 128,
+            _ => return Err("family must be 0 (any), 4 or 6"),
+        };
+        if self.src_len > bits || self.dst_len > bits {
+            return Err(if bits == 0 {
+                "an address prefix needs family 4 or 6"
+            } else {
+                "prefix length beyond the address's bits"
+            });
+        }
+        if self.sport_lo > self.sport_hi || self.dport_lo > self.dport_hi {
+            return Err("port range with its low end above its high end (matches nothing)");
+        }
+        Ok(())
+    }
+}
+
+fn family_of(addr: IpAddr) -> u8 {
+    match addr {
+        IpAddr::V4(_) => 4,
+        IpAddr::V6(_) => 6,
+    }
+}
+
+fn addr_bytes(addr: IpAddr) -> [u8; 16] {
+    let mut b = [0u8; 16];
+    match addr {
+        IpAddr::V4(a) => b[..4].copy_from_slice(&a.octets()),
+        IpAddr::V6(a) => b = a.octets(),
+    }
+    b
+}
+
+/// What the program wrote before a redirected packet (`struct relay_meta`): the FIB's
+/// answer for it, for userland to write the Ethernet header and pick the egress socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameMeta {
+    /// The egress interface.
+    pub ifindex: u32,
+    /// The next hop's MAC address (the new destination).
+    pub dmac: [u8; 6],
+    /// The egress interface's MAC address (the new source).
+    pub smac: [u8; 6],
+}
+
+impl FrameMeta {
+    /// Reads the metadata from `meta`, the bytes that end where the packet starts: its
+    /// last [`META_LEN`] bytes are read (the UMEM bytes `addr - META_LEN .. addr` of an rx
+    /// descriptor, or more headroom before them). `None` if `meta` is shorter. `ifindex`
+    /// is in host byte order; no alignment is needed.
+    #[inline]
+    pub fn parse(meta: &[u8]) -> Option<FrameMeta> {
+        let m = meta.get(meta.len().checked_sub(META_LEN)?..)?;
+        let mut dmac = [0u8; 6];
+        let mut smac = [0u8; 6];
+        dmac.copy_from_slice(&m[4..10]);
+        smac.copy_from_slice(&m[10..16]);
+        Some(FrameMeta {
+            ifindex: u32::from_ne_bytes([m[0], m[1], m[2], m[3]]),
+            dmac,
+            smac,
+        })
+    }
+}
+
+/// The program's counters, summed over CPUs. Every packet the program sees adds one to
+/// `seen` and to exactly one of the others, so `seen` is their sum (give or take the
+/// packets in flight while reading).
+///
+/// In the `stats` map (a per-CPU array of `u64`) they sit at these indices: 0 `seen`,
+/// 1 `redirected`, 2 `no_socket`, 3 `pass_unmatched`, 4 `pass_fib`, 5 `pass_ttl`,
+/// 6 `pass_unparsed`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProgramStats {
+    /// Packets the program ran on.
+    pub seen: u64,
+    /// Matched and handed to the AF_XDP socket of their rx queue.
+    pub redirected: u64,
+    /// Matched, but no socket was bound on their rx queue: passed to the kernel if
+    /// fail-open, dropped if fail-closed.
+    pub no_socket: u64,
+    /// Parsed but matched by no rule: passed to the kernel.
+    pub pass_unmatched: u64,
+    /// Matched, but the FIB gave no next hop to forward to (no neighbour entry yet, local
+    /// delivery, unreachable, too big for the egress MTU, forwarding off), or the driver
+    /// left no room for the metadata: passed to the kernel, which resolves, answers or
+    /// delivers it.
+    pub pass_fib: u64,
+    /// Matched, but the TTL or hop limit was 1 or 0: passed to the kernel, which sends
+    /// the ICMP time exceeded.
+    pub pass_ttl: u64,
+    /// Not parsed (not untagged IPv4 or IPv6, IPv4 options, fragments, IPv6 extension
+    /// headers, truncated headers): passed to the kernel.
+    pub pass_unparsed: u64,
+}
+
+/// Whether the program runs in the driver or in the kernel's generic path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// In the driver, before an skb exists (`XDP_FLAGS_DRV_MODE`, `ip link set xdpdrv`):
+    /// the fast one, on drivers that support it (veth does).
+    Native,
+    /// After the skb is built (`XDP_FLAGS_SKB_MODE`, `xdpgeneric`): works on every
+    /// interface, slower; for drivers without native XDP.
+    Generic,
+}
+
+impl Mode {
+    /// The `XDP_FLAGS_*` bit of this mode.
+    pub(crate) fn flags(self) -> u32 {
+        match self {
+            Mode::Native => attach::XDP_FLAGS_DRV_MODE,
+            Mode::Generic => attach::XDP_FLAGS_SKB_MODE,
+        }
+    }
+
+    /// "native" or "generic", for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Native => "native",
+            Mode::Generic => "generic",
+        }
+    }
+}
+
+/// What one [`Program::test_run`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TestRun {
+    /// The program's verdict: `XDP_PASS` (2), `XDP_DROP` (1), `XDP_REDIRECT` (4), ...
+    pub action: u32,
+    /// The metadata written before the frame, if the program wrote some.
+    pub meta: Option<FrameMeta>,
+    /// The frame as the program left it.
+    pub frame: Vec<u8>,
+}
+
+/// `struct relay_cfg`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct Cfg {
+    fail_open: u32,
+    nrules: u32,
+}
+
+// SAFETY: repr(C), two u32, no padding.
+unsafe impl Pod for Cfg {}
+
+/// The loaded program and its maps. The program runs wherever it is attached until
+/// detached; dropping this value does not detach it.
+pub struct Program {
+    ebpf: Ebpf,
+    config: Array<MapData, Cfg>,
+    rules: Array<MapData, MatchRule>,
+    stats: PerCpuArray<MapData, u64>,
+    xsks: XskMap<MapData>,
+    cfg: Cfg,
+    id: u32,
+}
+
+impl std::fmt::Debug for Program {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Program")
+            .field("id", &self.id)
+            .field("fail_open", &(self.cfg.fail_open != 0))
+            .field("nrules", &self.cfg.nrules)
+            .finish()
+    }
+}
+
+const _: () = {
+    const fn send<T: Send>() {}
+    send::<Program>();
+};
+
+fn take<T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>>(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+) -> Result<T, XdpError> {
+    let map = ebpf.take_map(name).ok_or_else(|| XdpError::Map {
+        map: name,
+        op: "finding it in the object".into(),
+        detail: "no such map (bpf/relay_xdp.c and program.rs disagree)".into(),
+    })?;
+    T::try_from(map).map_err(|e| map_error(name, "opening".into(), e))
+}
+
+impl Program {
+    /// Loads the program into the kernel (verifier included) with no rules, fail-open,
+    /// and no socket bound: until [`Program::set_rules`], it steers nothing.
+    pub fn load() -> Result<Program, XdpError> {
+        let load_err = |e: &(dyn std::error::Error + 'static)| {
+            if errno_of(e) == Some(libc::EPERM) {
+                XdpError::Permission {
+                    what: "loading the XDP program relayd_xdp".into(),
+                }
+            } else {
+                XdpError::Load { detail: chain(e) }
+            }
+        };
+        // No kernel BTF: the program has no CO-RE relocations, and parsing vmlinux's BTF
+        // (megabytes) would only slow the start.
+        let mut ebpf = EbpfLoader::new()
+            .btf(None)
+            .load(OBJECT)
+            .map_err(|e| load_err(&e))?;
+        let prog: &mut Xdp = ebpf
+            .program_mut(PROGRAM_NAME)
+            .ok_or_else(|| XdpError::Load {
+                detail: format!("the object has no program {PROGRAM_NAME}"),
+            })?
+            .try_into()
+            .map_err(|e| load_err(&e))?;
+        prog.load().map_err(|e| load_err(&e))?;
+        let id = prog.info().map_err(|e| load_err(&e))?.id();
+        let mut p = Program {
+            config: take(&mut ebpf, "config")?,
+            rules: take(&mut ebpf, "rules")?,
+            stats: take(&mut ebpf, "stats")?,
+            xsks: take(&mut ebpf, "xsks")?,
+            ebpf,
+            cfg: Cfg {
+                fail_open: 1,
+                nrules: 0,
+            },
+            id,
+        };
+        p.write_cfg()?;
+        Ok(p)
+    }
+
+    /// The program's kernel id (`bpftool prog show id ID`, [`attach::attached`]).
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    fn write_cfg(&mut self) -> Result<(), XdpError> {
+        self.config
+            .set(0, self.cfg, 0)
+            .map_err(|e| map_error("config", "writing the configuration".into(), e))
+    }
+
+    /// Sets the rules: a packet is steered if any of them matches. At most [`MAX_RULES`];
+    /// a rule the program could not apply as meant (unknown family, a prefix without a
+    /// family or longer than its address, an empty port range) is refused.
+    ///
+    /// The rules are written before their count, so a growing list never exposes stale
+    /// rules; but while rules already in force are overwritten, a packet in flight may be
+    /// judged by a mix of old and new ones. Set them before binding sockets.
+    pub fn set_rules(&mut self, rules: &[MatchRule]) -> Result<(), XdpError> {
+        if rules.len() > MAX_RULES {
+            return Err(XdpError::TooManyRules { got: rules.len() });
+        }
+        for (index, r) in rules.iter().enumerate() {
+            r.check()
+                .map_err(|reason| XdpError::InvalidRule { index, reason })?;
+        }
+        for (i, r) in rules.iter().enumerate() {
+            self.rules
+                .set(i as u32, *r, 0)
+                .map_err(|e| map_error("rules", format!("writing rule {i}"), e))?;
+        }
+        self.cfg.nrules = rules.len() as u32;
+        self.write_cfg()
+    }
+
+    /// Sets the failure policy for matched packets whose rx queue has no socket bound
+    /// (relayd stopped, crashed, or not yet started there): `true` passes them to the
+    /// kernel, `false` drops them. It holds after this process is gone.
+    pub fn set_fail_open(&mut self, open: bool) -> Result<(), XdpError> {
+        self.cfg.fail_open = u32::from(open);
+        self.write_cfg()
+    }
+
+    /// Attaches the program to interface `ifindex` of the calling thread's network
+    /// namespace, replacing a `relayd_xdp` left there by an earlier relayd; refuses if
+    /// another program is attached ([`XdpError::Foreign`]). Attaching again in the same
+    /// mode does nothing; in the other mode, the program is detached and attached anew
+    /// (the kernel cannot swap across modes), so for a moment no program runs. The
+    /// attachment is made by rtnetlink and outlives this process ([`crate::attach`]).
+    pub fn attach(&mut self, ifindex: u32, mode: Mode) -> Result<(), XdpError> {
+        let fd = self
+            .xdp()?
+            .fd()
+            .map_err(|e| XdpError::Load { detail: chain(&e) })?;
+        attach::attach(ifindex, fd.as_fd(), self.id, mode)
+    }
+
+    /// Binds AF_XDP socket `fd` to rx queue `queue`: matched packets received on that
+    /// queue go to it. The socket must be bound (`bind(2)` with `sockaddr_xdp`) to the
+    /// same interface and queue, or the kernel drops what is redirected to it. Closing
+    /// the socket unbinds it.
+    pub fn bind_socket(&mut self, queue: u32, fd: RawFd) -> Result<(), XdpError> {
+        if queue >= MAX_QUEUES {
+            return Err(XdpError::QueueOutOfRange { queue });
+        }
+        self.xsks
+            .set(queue, fd, 0)
+            .map_err(|e| map_error("xsks", format!("binding socket {fd} to queue {queue}"), e))
+    }
+
+    /// Removes rx queue `queue`'s socket, if any: its matched packets then follow the
+    /// failure policy.
+    pub fn unbind_socket(&mut self, queue: u32) -> Result<(), XdpError> {
+        if queue >= MAX_QUEUES {
+            return Err(XdpError::QueueOutOfRange { queue });
+        }
+        match self.xsks.unset(queue) {
+            Ok(()) => Ok(()),
+            // Nothing bound there: already the state asked for.
+            Err(e) if errno_of(&e) == Some(libc::ENOENT) => Ok(()),
+            Err(e) => Err(map_error("xsks", format!("unbinding queue {queue}"), e)),
+        }
+    }
+
+    /// The counters, summed over CPUs (one system call per counter).
+    pub fn stats(&self) -> Result<ProgramStats, XdpError> {
+        let mut v = [0u64; 7];
+        for (i, slot) in v.iter_mut().enumerate() {
+            let per_cpu = self
+                .stats
+                .get(&(i as u32), 0)
+                .map_err(|e| map_error("stats", format!("reading counter {i}"), e))?;
+            *slot = per_cpu.iter().fold(0u64, |a, b| a.wrapping_add(*b));
+        }
+        Ok(ProgramStats {
+            seen: v[0],
+            redirected: v[1],
+            no_socket: v[2],
+            pass_unmatched: v[3],
+            pass_fib: v[4],
+            pass_ttl: v[5],
+            pass_unparsed: v[6],
+        })
+    }
+
+    /// Runs the program once on `frame` (an Ethernet frame) as if received on rx queue
+    /// `queue` of interface `ifindex` of the calling thread's network namespace, without
+    /// attaching it (`BPF_PROG_TEST_RUN`): the counters and maps are the real ones, but a
+    /// redirect goes nowhere. For tests and diagnostics of the rules; allocates.
+    pub fn test_run(&self, frame: &[u8], ifindex: u32, queue: u32) -> Result<TestRun, XdpError> {
+        let prog: &Xdp = self.xdp()?;
+        // struct xdp_md: data (metadata length in), data_end, data_meta, ingress_ifindex,
+        // rx_queue_index, egress_ifindex.
+        let mut ctx_in = [0u8; 24];
+        ctx_in[4..8].copy_from_slice(&(frame.len() as u32).to_ne_bytes());
+        ctx_in[12..16].copy_from_slice(&ifindex.to_ne_bytes());
+        ctx_in[16..20].copy_from_slice(&queue.to_ne_bytes());
+        let mut ctx_out = [0u8; 24];
+        let mut out = vec![0u8; frame.len() + 256];
+        let r = prog
+            .test_run(TestRunOptions {
+                data_in: Some(frame),
+                data_out: Some(&mut out),
+                ctx_in: Some(&ctx_in),
+                ctx_out: Some(&mut ctx_out),
+                ..TestRunOptions::default()
+            })
+            .map_err(|e| {
+                if errno_of(&e) == Some(libc::EPERM) {
+                    XdpError::Permission {
+                        what: "running the XDP program on a test frame".into(),
+                    }
+                } else {
+                    XdpError::Load { detail: chain(&e) }
+                }
+            })?;
+        // On the way out, xdp_md.data is the metadata's length: the output starts with it.
+        let meta_len = u32::from_ne_bytes([ctx_out[0], ctx_out[1], ctx_out[2], ctx_out[3]]);
+        out.truncate((r.data_size_out as usize).min(out.len()));
+        let meta_len = (meta_len as usize).min(out.len());
+        let meta = FrameMeta::parse(&out[..meta_len]).filter(|_| meta_len == META_LEN);
+        out.drain(..meta_len);
+        Ok(TestRun {
+            action: r.return_value,
+            meta,
+            frame: out,
+        })
+    }
+
+    fn xdp(&self) -> Result<&Xdp, XdpError> {
+        self.ebpf
+            .program(PROGRAM_NAME)
+            .and_then(|p| <&Xdp>::try_from(p).ok())
+            .ok_or_else(|| XdpError::Load {
+                detail: format!("program {PROGRAM_NAME} is gone from its object"),
+            })
+    }
+
+    /// Detaches `relayd_xdp` from interface `ifindex` (this process's or an earlier
+    /// relayd's); another program is left alone. See [`attach::detach`].
+    pub fn detach(&mut self, ifindex: u32) -> Result<(), XdpError> {
+        attach::detach(ifindex).map(drop)
+    }
+}

@@ -1,0 +1,336 @@
+// SPDX-License-Identifier: MIT OR GPL-2.0
+/*
+ * relayd's XDP program (crates/xdp/src/program.rs loads it; docs/xdp.md explains it).
+ *
+ * Runs on the ingress interface. A packet that one of the configured rules matches, and
+ * that the kernel's FIB can forward right now, gets its egress interface and MAC
+ * addresses written into the frame's metadata area (struct relay_meta, just before the
+ * packet) and is redirected to the AF_XDP socket of its rx queue. With no socket bound
+ * there, the redirect falls back to XDP_PASS (fail-open) or XDP_DROP (fail-closed), as
+ * the config map says, so the failure policy holds while relayd is down. Everything
+ * else goes on to the kernel untouched (XDP_PASS): other traffic, what this program does
+ * not parse, packets whose TTL expires here and whatever the FIB cannot resolve (no
+ * neighbour yet, local delivery, too big for the egress MTU), so that the kernel
+ * resolves neighbours, sends ICMP errors and delivers locally as usual.
+ *
+ * The packet is never rewritten here: userland decrements the TTL and writes the
+ * Ethernet header from the metadata after its chain ran.
+ *
+ * Every packet bumps exactly one of the outcome counters (STAT_REDIRECTED and after), so
+ * seen == redirected + no_socket + pass_unmatched + pass_fib + pass_ttl + pass_unparsed.
+ *
+ * Licence: bpf_fib_lookup is a GPL-only helper, hence "Dual MIT/GPL".
+ */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/tcp.h>
+#include <linux/udp.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#define MAX_QUEUES 64
+#define MAX_RULES 32
+
+#ifndef AF_INET
+#define AF_INET 2
+#endif
+#ifndef AF_INET6
+#define AF_INET6 10
+#endif
+
+/* IPv4 frag_off: more fragments, and the offset. */
+#define IP_MF 0x2000
+#define IP_OFFSET 0x1fff
+
+/* Counters in `stats`; program.rs documents them (ProgramStats) and keeps this order. */
+enum {
+	STAT_SEEN = 0,
+	STAT_REDIRECTED = 1,
+	STAT_NO_SOCKET = 2,
+	STAT_PASS_UNMATCHED = 3,
+	STAT_PASS_FIB = 4,
+	STAT_PASS_TTL = 5,
+	STAT_PASS_UNPARSED = 6,
+	STAT_COUNT = 7,
+};
+
+struct relay_cfg {
+	__u32 fail_open; /* non-zero: XDP_PASS when no socket is bound, else XDP_DROP */
+	__u32 nrules;    /* rules[0..nrules) are in force */
+};
+
+/* program.rs: MatchRule (#[repr(C)], 44 bytes). */
+struct relay_rule {
+	__u8 family;  /* 0 any, 4, 6 */
+	__u8 proto;   /* 0 any, else the IP protocol (after IPv6's fixed header) */
+	__u8 src_len; /* source prefix length, 0 = any */
+	__u8 dst_len;
+	__u16 sport_lo, sport_hi; /* host order; 0..65535 = any; a narrower range */
+	__u16 dport_lo, dport_hi; /* matches only TCP and UDP packets */
+	__u8 src[16];             /* network order; IPv4 in the first 4 bytes */
+	__u8 dst[16];
+};
+
+/* program.rs: FrameMeta. Written just before the packet (data_meta .. data). */
+struct relay_meta {
+	__u32 ifindex; /* egress interface (host order) */
+	__u8 dmac[6];  /* next hop's MAC */
+	__u8 smac[6];  /* egress interface's MAC */
+};
+
+_Static_assert(sizeof(struct relay_rule) == 44, "relay_rule is 44 bytes");
+_Static_assert(sizeof(struct relay_meta) == 16, "relay_meta is 16 bytes");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_XSKMAP);
+	__uint(max_entries, MAX_QUEUES);
+	__type(key, __u32);
+	__type(value, __u32);
+} xsks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct relay_cfg);
+} config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_RULES);
+	__type(key, __u32);
+	__type(value, struct relay_rule);
+} rules SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, STAT_COUNT);
+	__type(key, __u32);
+	__type(value, __u64);
+} stats SEC(".maps");
+
+/* What the rules look at, in the rule's byte orders. */
+struct pkt {
+	__u32 src[4]; /* network order; IPv4 in src[0], the rest zero */
+	__u32 dst[4];
+	__u16 sport; /* host order; 0 without ports */
+	__u16 dport;
+	__u8 family; /* 4 or 6 */
+	__u8 proto;
+	__u8 has_ports; /* TCP or UDP */
+};
+
+static __always_inline int count(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&stats, &idx);
+
+	if (v)
+		*v += 1; /* per-CPU slot: no atomic needed */
+	return 0;
+}
+
+/* Whether the first `len` bits of `a` and `b` agree (len <= 128; 0 always agrees). */
+static __always_inline int prefix_eq(const __u32 *a, const __u8 *b, __u32 len)
+{
+	__u32 w[4];
+
+	__builtin_memcpy(w, b, 16);
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		__u32 bits, mask;
+
+		if (len <= (__u32)i * 32)
+			break;
+		bits = len - (__u32)i * 32;
+		mask = bits >= 32 ? 0xffffffff : bpf_htonl(~((1u << (32 - bits)) - 1));
+		if ((a[i] ^ w[i]) & mask)
+			return 0;
+	}
+	return 1;
+}
+
+static __always_inline int rule_matches(const struct relay_rule *r, const struct pkt *p)
+{
+	__u32 max_len = p->family == 4 ? 32 : 128;
+
+	if (r->family && r->family != p->family)
+		return 0;
+	if (r->proto && r->proto != p->proto)
+		return 0;
+	if (r->sport_lo != 0 || r->sport_hi != 0xffff || r->dport_lo != 0 || r->dport_hi != 0xffff) {
+		if (!p->has_ports)
+			return 0;
+		if (p->sport < r->sport_lo || p->sport > r->sport_hi)
+			return 0;
+		if (p->dport < r->dport_lo || p->dport > r->dport_hi)
+			return 0;
+	}
+	/* A prefix longer than the family's address never matches (program.rs refuses it). */
+	if (r->src_len > max_len || r->dst_len > max_len)
+		return 0;
+	if (r->src_len && !prefix_eq(p->src, r->src, r->src_len))
+		return 0;
+	if (r->dst_len && !prefix_eq(p->dst, r->dst, r->dst_len))
+		return 0;
+	return 1;
+}
+
+/* IPv6 extension headers this program does not walk (the packet goes to the kernel):
+ * hop-by-hop, routing, fragment, AH, destination options, mobility, HIP, shim6. ESP (50)
+ * is a final header as far as forwarding goes, so it is a protocol a rule can name. */
+static __always_inline int ipv6_ext_header(__u8 nexthdr)
+{
+	switch (nexthdr) {
+	case 0:
+	case 43:
+	case 44:
+	case 51:
+	case 60:
+	case 135:
+	case 139:
+	case 140:
+		return 1;
+	}
+	return 0;
+}
+
+SEC("xdp")
+int relayd_xdp(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct bpf_fib_lookup fib = {};
+	struct pkt p = {};
+	struct relay_cfg *cfg;
+	struct relay_meta *meta;
+	struct ethhdr *eth = data;
+	void *l4;
+	__u32 zero = 0, i, nrules, ttl;
+	int rc, matched = 0;
+
+	count(STAT_SEEN);
+	cfg = bpf_map_lookup_elem(&config, &zero);
+	if (!cfg)
+		return XDP_PASS; /* cannot happen: an ARRAY's slots always exist */
+
+	if ((void *)(eth + 1) > data_end)
+		goto unparsed;
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = (void *)(eth + 1);
+
+		if ((void *)(ip + 1) > data_end)
+			goto unparsed;
+		if (ip->version != 4 || ip->ihl != 5)
+			goto unparsed; /* options: rare, and the kernel handles them */
+		if (ip->frag_off & bpf_htons(IP_MF | IP_OFFSET))
+			goto unparsed; /* fragments: no ports, and the kernel reassembles locally */
+		p.family = 4;
+		p.proto = ip->protocol;
+		p.src[0] = ip->saddr;
+		p.dst[0] = ip->daddr;
+		ttl = ip->ttl;
+		l4 = ip + 1;
+		fib.family = AF_INET;
+		fib.tos = ip->tos;
+		fib.tot_len = bpf_ntohs(ip->tot_len);
+		fib.ipv4_src = ip->saddr;
+		fib.ipv4_dst = ip->daddr;
+	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = (void *)(eth + 1);
+
+		if ((void *)(ip6 + 1) > data_end)
+			goto unparsed;
+		if (ip6->version != 6 || ipv6_ext_header(ip6->nexthdr))
+			goto unparsed;
+		p.family = 6;
+		p.proto = ip6->nexthdr;
+		__builtin_memcpy(p.src, &ip6->saddr, 16);
+		__builtin_memcpy(p.dst, &ip6->daddr, 16);
+		ttl = ip6->hop_limit;
+		l4 = ip6 + 1;
+		fib.family = AF_INET6;
+		fib.flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0fffffff);
+		fib.tot_len = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
+		__builtin_memcpy(fib.ipv6_src, &ip6->saddr, 16);
+		__builtin_memcpy(fib.ipv6_dst, &ip6->daddr, 16);
+	} else {
+		goto unparsed; /* ARP, VLAN tags, MPLS, ...: not ours */
+	}
+
+	if (p.proto == IPPROTO_TCP) {
+		struct tcphdr *th = l4;
+
+		if ((void *)(th + 1) > data_end)
+			goto unparsed;
+		p.sport = bpf_ntohs(th->source);
+		p.dport = bpf_ntohs(th->dest);
+		p.has_ports = 1;
+	} else if (p.proto == IPPROTO_UDP) {
+		struct udphdr *uh = l4;
+
+		if ((void *)(uh + 1) > data_end)
+			goto unparsed;
+		p.sport = bpf_ntohs(uh->source);
+		p.dport = bpf_ntohs(uh->dest);
+		p.has_ports = 1;
+	}
+
+	nrules = cfg->nrules;
+	for (i = 0; i < MAX_RULES; i++) {
+		struct relay_rule *r;
+
+		if (i >= nrules)
+			break;
+		r = bpf_map_lookup_elem(&rules, &i);
+		if (r && rule_matches(r, &p)) {
+			matched = 1;
+			break;
+		}
+	}
+	if (!matched) {
+		count(STAT_PASS_UNMATCHED);
+		return XDP_PASS;
+	}
+	if (ttl <= 1) {
+		count(STAT_PASS_TTL); /* the kernel sends the ICMP time exceeded */
+		return XDP_PASS;
+	}
+
+	fib.l4_protocol = p.proto;
+	fib.sport = bpf_htons(p.sport);
+	fib.dport = bpf_htons(p.dport);
+	fib.ifindex = ctx->ingress_ifindex;
+	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS) {
+		count(STAT_PASS_FIB);
+		return XDP_PASS;
+	}
+
+	/* Userland needs the next hop: without room for it (a driver that gives no headroom
+	 * for metadata) the kernel forwards the packet instead, counted with the FIB misses. */
+	if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(struct relay_meta)))
+		goto no_meta;
+	meta = (void *)(long)ctx->data_meta;
+	if ((void *)(meta + 1) > (void *)(long)ctx->data)
+		goto no_meta;
+	meta->ifindex = fib.ifindex;
+	__builtin_memcpy(meta->dmac, fib.dmac, 6);
+	__builtin_memcpy(meta->smac, fib.smac, 6);
+
+	rc = bpf_redirect_map(&xsks, ctx->rx_queue_index, cfg->fail_open ? XDP_PASS : XDP_DROP);
+	count(rc == XDP_REDIRECT ? STAT_REDIRECTED : STAT_NO_SOCKET);
+	return rc;
+
+no_meta:
+	count(STAT_PASS_FIB);
+	return XDP_PASS;
+
+unparsed:
+	count(STAT_PASS_UNPARSED);
+	return XDP_PASS;
+}
+
+char _license[] SEC("license") = "Dual MIT/GPL";
