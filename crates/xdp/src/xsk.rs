@@ -446,7 +446,9 @@ impl Socket {
     /// descriptors behind and makes progress, and kicks for leftovers of earlier calls even
     /// when nothing new was queued, so call it once per batch, also an empty one, until
     /// [`Socket::pending_tx`] is 0. `EAGAIN`, `EBUSY` and `ENOBUFS` mean the kernel stopped
-    /// early and are counted ([`XskStats::tx_kicks_busy`]), not returned.
+    /// early and are counted ([`XskStats::tx_kicks_busy`]), not returned; other errors
+    /// (`ENETDOWN`: the interface is down) are, and the descriptors stay on the ring for a
+    /// later flush all the same.
     pub fn flush(&mut self) -> io::Result<()> {
         let Some(tx) = self.tx.as_mut() else {
             return Ok(());
@@ -512,10 +514,10 @@ impl Socket {
                 _ => {}
             }
         }
-        if let Some(rx) = self.rx.as_mut() {
-            if !rx.is_empty() {
-                return Ok(true);
-            }
+        if let Some(rx) = self.rx.as_mut()
+            && !rx.is_empty()
+        {
+            return Ok(true);
         }
         sys::poll_in(self.fd.as_raw_fd(), timeout_ms)
     }
