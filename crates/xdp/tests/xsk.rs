@@ -317,7 +317,14 @@ fn rx_through_xskmap_redirect_with_metadata() {
     assert_eq!(stats.rx_fill_ring_empty_descs, 0, "{stats:?}");
     assert_eq!(stats.bad_descs, 0, "{stats:?}");
 
-    let shown = b.ip(&["link", "show", "dev", &link.b_if]);
+    // Detaching closes the link's fd; a fork by a parallel test (spawning `ip`) may hold
+    // a copy of it until that child's exec, so the detach can show a moment later.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut shown = b.ip(&["link", "show", "dev", &link.b_if]);
+    while shown.contains("xdp") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        shown = b.ip(&["link", "show", "dev", &link.b_if]);
+    }
     assert!(!shown.contains("xdp"), "program still attached: {shown}");
 }
 
