@@ -143,27 +143,29 @@ fn tx_copy_mode_sends_more_than_a_kick_budget_byte_for_byte() {
             ifindex: ifindex(&a_if),
             queue: 0,
             rx_size: 0,
-            tx_size: 256,
-            frames: 512,
+            tx_size: 128,
+            frames: 128,
             frame_size: 2048,
             bind: BindMode::Auto,
         };
         let mut s = Socket::open(&cfg).unwrap_or_else(|e| panic!("{e}"));
-        for i in 0..N {
-            let frame = udp_frame(a_mac, b_mac, 5555, &payload(i));
-            assert!(
-                s.send(frame.len(), |buf| buf.copy_from_slice(&frame)),
-                "frame {i} refused"
-            );
-        }
-        assert_eq!(s.pending_tx(), N);
+        // More frames than the UMEM holds: the later ones reuse completed frames.
+        let mut sent = 0;
         let deadline = Instant::now() + Duration::from_secs(5);
-        while s.pending_tx() > 0 && Instant::now() < deadline {
+        while (sent < N || s.pending_tx() > 0) && Instant::now() < deadline {
+            while sent < N {
+                let frame = udp_frame(a_mac, b_mac, 5555, &payload(sent));
+                if !s.send(frame.len(), |buf| buf.copy_from_slice(&frame)) {
+                    break;
+                }
+                sent += 1;
+            }
             s.flush().unwrap();
             if s.complete() == 0 {
                 std::thread::sleep(Duration::from_millis(1));
             }
         }
+        assert_eq!(sent, N, "frames queued");
         assert_eq!(s.pending_tx(), 0, "frames never completed");
         (s.stats().unwrap(), s.zero_copy())
     });
@@ -180,9 +182,9 @@ fn tx_copy_mode_sends_more_than_a_kick_budget_byte_for_byte() {
     assert!(got == want, "received payloads differ from those sent");
     assert_eq!(stats.tx_invalid_descs, 0, "{stats:?}");
     if kernel_version() >= (6, 17) {
-        // XDP_MAX_TX_SKB_BUDGET = ring size: one kick takes all 200 (a busy retry aside);
-        // with the kernel's default of 32 it would take at least 7.
-        assert!(stats.tx_kicks <= 3, "budget not raised? {stats:?}");
+        // XDP_MAX_TX_SKB_BUDGET = ring size (128): two kicks take all 200 (a busy retry or
+        // a kick before the completions came aside); the kernel's default of 32 needs 7.
+        assert!(stats.tx_kicks <= 4, "budget not raised? {stats:?}");
     }
 }
 
@@ -215,7 +217,8 @@ fn build_redirect(dir: &Path) -> PathBuf {
 
 #[test]
 fn rx_through_xskmap_redirect_with_metadata() {
-    const N: usize = 50;
+    // More packets than frames: received frames must go back to the fill ring.
+    const N: usize = 300;
     let dir = std::env::temp_dir().join(format!("relay-xdp-xsk-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let obj = std::fs::read(build_redirect(&dir)).unwrap();
@@ -245,9 +248,9 @@ fn rx_through_xskmap_redirect_with_metadata() {
         let cfg = SocketConfig {
             ifindex: ifindex(&b_if),
             queue: 0,
-            rx_size: 256,
+            rx_size: 64,
             tx_size: 0,
-            frames: 512,
+            frames: 64,
             frame_size: 2048,
             bind: BindMode::Copy,
         };
