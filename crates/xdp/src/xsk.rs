@@ -646,6 +646,13 @@ mod tests {
         }
     }
 
+    /// relayd moves each socket to its queue's thread.
+    #[test]
+    fn socket_is_send() {
+        fn assert_send<T: Send>() {}
+        assert_send::<Socket>();
+    }
+
     #[test]
     fn layout_splits_frames_and_sizes_fill_and_completion_rings() {
         let l = Layout::new(&cfg(1024, 1024, 4096)).unwrap();
