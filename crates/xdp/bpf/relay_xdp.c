@@ -9,15 +9,19 @@
  * there, the redirect falls back to XDP_PASS (fail-open) or XDP_DROP (fail-closed), as
  * the config map says, so the failure policy holds while relayd is down. Everything
  * else goes on to the kernel untouched (XDP_PASS): other traffic, what this program does
- * not parse, packets whose TTL expires here and whatever the FIB cannot resolve (no
- * neighbour yet, local delivery, too big for the egress MTU), so that the kernel
- * resolves neighbours, sends ICMP errors and delivers locally as usual.
+ * not parse, packets whose TTL expires here, and what the kernel would not forward
+ * either (local delivery, no route), so that it sends ICMP errors and delivers locally
+ * as usual. A matched packet the kernel would forward but whose next hop is not known
+ * here (no neighbour entry yet, larger than the egress MTU) is redirected all the same,
+ * with egress ifindex 0: relayd runs the chain and hands the result to the kernel's
+ * forwarding, so matched traffic never bypasses the chain.
  *
  * The packet is never rewritten here: userland decrements the TTL and writes the
  * Ethernet header from the metadata after its chain ran.
  *
  * Every packet bumps exactly one of the outcome counters (STAT_REDIRECTED and after), so
- * seen == redirected + no_socket + pass_unmatched + pass_fib + pass_ttl + pass_unparsed.
+ * seen == redirected + redirected_unresolved + no_socket + pass_unmatched + pass_fib +
+ * pass_ttl + pass_unparsed.
  *
  * Licence: bpf_fib_lookup is a GPL-only helper, hence "Dual MIT/GPL".
  */
@@ -54,7 +58,8 @@ enum {
 	STAT_PASS_FIB = 4,
 	STAT_PASS_TTL = 5,
 	STAT_PASS_UNPARSED = 6,
-	STAT_COUNT = 7,
+	STAT_REDIRECTED_UNRESOLVED = 7,
+	STAT_COUNT = 8,
 };
 
 struct relay_cfg {
@@ -209,7 +214,7 @@ int relayd_xdp(struct xdp_md *ctx)
 	struct ethhdr *eth = data;
 	void *l4;
 	__u32 zero = 0, i, nrules, ttl;
-	int rc, matched = 0;
+	int rc, matched = 0, unresolved = 0;
 
 	count(STAT_SEEN);
 	cfg = bpf_map_lookup_elem(&config, &zero);
@@ -304,7 +309,24 @@ int relayd_xdp(struct xdp_md *ctx)
 	fib.dport = bpf_htons(p.dport);
 	fib.ifindex = ctx->ingress_ifindex;
 	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS) {
+	switch (rc) {
+	case BPF_FIB_LKUP_RET_SUCCESS:
+		break;
+	case BPF_FIB_LKUP_RET_NO_NEIGH:
+	case BPF_FIB_LKUP_RET_FRAG_NEEDED:
+	case BPF_FIB_LKUP_RET_UNSUPP_LWT:
+		/* A packet the kernel would forward, but not to a next hop known here (no
+		 * neighbour entry yet, larger than the egress MTU: to be fragmented or
+		 * answered, a lightweight tunnel route). It still goes through the chain,
+		 * so that matched traffic never bypasses it (an encrypting chain, a
+		 * fail-closed queue): egress ifindex 0 tells relayd to hand the result to
+		 * the kernel's forwarding, which resolves the neighbour, fragments or
+		 * answers as usual. */
+		unresolved = 1;
+		break;
+	default:
+		/* Local delivery, no route, blackhole, prohibit, forwarding off: the kernel
+		 * does not forward these either. */
 		count(STAT_PASS_FIB);
 		return XDP_PASS;
 	}
@@ -316,12 +338,15 @@ int relayd_xdp(struct xdp_md *ctx)
 	meta = (void *)(long)ctx->data_meta;
 	if ((void *)(meta + 1) > (void *)(long)ctx->data)
 		goto no_meta;
-	meta->ifindex = fib.ifindex;
+	meta->ifindex = unresolved ? 0 : fib.ifindex;
 	__builtin_memcpy(meta->dmac, fib.dmac, 6);
 	__builtin_memcpy(meta->smac, fib.smac, 6);
 
 	rc = bpf_redirect_map(&xsks, ctx->rx_queue_index, cfg->fail_open ? XDP_PASS : XDP_DROP);
-	count(rc == XDP_REDIRECT ? STAT_REDIRECTED : STAT_NO_SOCKET);
+	if (rc != XDP_REDIRECT)
+		count(STAT_NO_SOCKET);
+	else
+		count(unresolved ? STAT_REDIRECTED_UNRESOLVED : STAT_REDIRECTED);
 	return rc;
 
 no_meta:

@@ -13,13 +13,14 @@
 //! header from the metadata and transmits on an AF_XDP socket of the egress interface.
 
 pub mod attach;
+mod error;
 pub mod forward;
 pub mod port;
 pub mod program;
 pub mod queue;
 pub mod rules;
 pub mod xsk;
-mod error;
-pub use port::{AttachMode, PortConfig, ZeroCopy};
-pub use rules::{Match, PortRange};
 pub use error::XdpError;
+pub use port::{PortConfig, ZeroCopy};
+pub use program::Mode;
+pub use rules::{Match, PortRange};

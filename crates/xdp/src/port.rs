@@ -2,18 +2,8 @@
 //! serve its rx queues. This file holds its settings; the running port is added with the
 //! datapath threads.
 
+use crate::program::Mode;
 use crate::rules::Match;
-
-/// How the program is attached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum AttachMode {
-    /// In the driver (`xdpdrv`): what a real deployment wants; veth has it.
-    #[default]
-    Native,
-    /// Generic XDP (`xdpgeneric`), after the kernel built the skb: for drivers without
-    /// native XDP; slower than the kernel's own forwarding, for testing.
-    Generic,
-}
 
 /// Whether the AF_XDP sockets ask for zero-copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -43,7 +33,7 @@ pub struct PortConfig {
     /// dropped (false), by the program itself.
     pub fail_open: bool,
     /// How the program is attached.
-    pub mode: AttachMode,
+    pub mode: Mode,
     /// Zero-copy or copy mode.
     pub zero_copy: ZeroCopy,
     /// Packets taken from the rx ring per round, at most.

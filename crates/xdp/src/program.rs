@@ -215,7 +215,7 @@ impl FrameMeta {
 ///
 /// In the `stats` map (a per-CPU array of `u64`) they sit at these indices: 0 `seen`,
 /// 1 `redirected`, 2 `no_socket`, 3 `pass_unmatched`, 4 `pass_fib`, 5 `pass_ttl`,
-/// 6 `pass_unparsed`.
+/// 6 `pass_unparsed`, 7 `redirected_unresolved`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ProgramStats {
     /// Packets the program ran on.
@@ -227,10 +227,9 @@ pub struct ProgramStats {
     pub no_socket: u64,
     /// Parsed but matched by no rule: passed to the kernel.
     pub pass_unmatched: u64,
-    /// Matched, but the FIB gave no next hop to forward to (no neighbour entry yet, local
-    /// delivery, unreachable, too big for the egress MTU, forwarding off), or the driver
-    /// left no room for the metadata: passed to the kernel, which resolves, answers or
-    /// delivers it.
+    /// Matched, but the kernel would not forward it either (local delivery, no route,
+    /// blackhole, prohibit, forwarding off), or the driver left no room for the
+    /// metadata: passed to the kernel, which answers or delivers it.
     pub pass_fib: u64,
     /// Matched, but the TTL or hop limit was 1 or 0: passed to the kernel, which sends
     /// the ICMP time exceeded.
@@ -238,6 +237,10 @@ pub struct ProgramStats {
     /// Not parsed (not untagged IPv4 or IPv6, IPv4 options, fragments, IPv6 extension
     /// headers, truncated headers): passed to the kernel.
     pub pass_unparsed: u64,
+    /// Matched and handed to relayd although the FIB knew no next hop to send it to (no
+    /// neighbour entry yet, larger than the egress MTU): its metadata says egress ifindex
+    /// 0, and relayd hands the chain's result to the kernel's forwarding.
+    pub redirected_unresolved: u64,
 }
 
 /// Whether the program runs in the driver or in the kernel's generic path.
@@ -460,7 +463,7 @@ impl Program {
 
     /// The counters, summed over CPUs (one system call per counter).
     pub fn stats(&self) -> Result<ProgramStats, XdpError> {
-        let mut v = [0u64; 7];
+        let mut v = [0u64; 8];
         for (i, slot) in v.iter_mut().enumerate() {
             let per_cpu = self
                 .stats
@@ -476,6 +479,7 @@ impl Program {
             pass_fib: v[4],
             pass_ttl: v[5],
             pass_unparsed: v[6],
+            redirected_unresolved: v[7],
         })
     }
 

@@ -15,9 +15,10 @@
 //! - accept (or repeat: there is no netfilter hook to repeat) -> forwarded, TTL or hop
 //!   limit decreased;
 //! - drop -> the frame is reused, nothing sent;
-//! - a packet that cannot leave by AF_XDP (larger than the egress MTU or a frame, an
-//!   egress interface whose socket cannot be opened, the ingress interface itself) ->
-//!   handed to the kernel's forwarding through the outbox, counted in `to_kernel`.
+//! - a packet that cannot leave by AF_XDP (no next hop known to the program: egress
+//!   ifindex 0; larger than the egress MTU or a frame; an egress interface whose socket
+//!   cannot be opened; the ingress interface itself) -> handed to the kernel's
+//!   forwarding through the outbox, counted in `to_kernel`.
 //!
 //! A panicking service is caught: the packet gets the queue's malformed verdict (its
 //! original bytes, from the rx frame, if that is accept) and the panic is counted.
@@ -200,7 +201,12 @@ impl XdpQueue {
             egress: Vec::new(),
             counters: counters.clone(),
             xdp: xdp.clone(),
-            tally: Tally::new(&xdp.set, "to_kernel_sent", "to_kernel_queue_full", "to_kernel_failed"),
+            tally: Tally::new(
+                &xdp.set,
+                "to_kernel_sent",
+                "to_kernel_queue_full",
+                "to_kernel_failed",
+            ),
             emitter: Emitter::new(),
             shared: shared.clone(),
             buf: vec![0u8; PACKET_BUF],
@@ -310,7 +316,11 @@ fn pin_to(cpu: usize) {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpu, &mut set);
         if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) != 0 {
-            tracing::warn!(cpu, "pinning an XDP queue thread: {}", io::Error::last_os_error());
+            tracing::warn!(
+                cpu,
+                "pinning an XDP queue thread: {}",
+                io::Error::last_os_error()
+            );
         }
     }
 }
@@ -544,18 +554,23 @@ impl Handle<'_> {
             Ok(_) => {}
             // Not for what the program steers (it passes TTL <= 1 to the kernel), but a
             // service may rewrite the header: the kernel's path answers it.
-            Err(Framed::HopLimit) => return self.to_kernel(packet, cx),
+            Err(Framed::HopLimit) => return self.via_kernel(packet, cx),
             Err(_) => {
                 self.xdp.bad_frames.inc();
                 return;
             }
         }
+        // Egress ifindex 0: the program found no next hop (no neighbour yet, larger than
+        // the egress MTU); the kernel's forwarding resolves or answers it.
+        if meta.ifindex == 0 {
+            return self.via_kernel(packet, cx);
+        }
         let Some(e) = self.egress_for(meta.ifindex) else {
-            return self.to_kernel(packet, cx);
+            return self.via_kernel(packet, cx);
         };
         let fits = packet.len() <= e.mtu;
         let Some(socket) = e.socket.as_mut().filter(|_| fits) else {
-            return self.to_kernel(packet, cx);
+            return self.via_kernel(packet, cx);
         };
         if socket.send(forward::ETH_LEN + packet.len(), |out| {
             forward::frame(out, meta, packet);
@@ -568,7 +583,7 @@ impl Handle<'_> {
 
     /// Hands `packet` to the kernel's forwarding through the outbox (a raw socket, after
     /// the round): the exceptional path, so a copy in the scratch buffer is no burden.
-    fn to_kernel(&mut self, packet: &[u8], cx: &mut Context) {
+    fn via_kernel(&mut self, packet: &[u8], cx: &mut Context) {
         self.xdp.to_kernel.inc();
         let Some(copy) = self.scratch.get_mut(..packet.len()) else {
             return;
@@ -638,7 +653,9 @@ fn interface_mtu(ifindex: u32) -> Option<usize> {
         return None;
     }
     // SAFETY: if_indextoname wrote a NUL-terminated name into `name`.
-    let name = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) }.to_str().ok()?;
+    let name = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) }
+        .to_str()
+        .ok()?;
     std::fs::read_to_string(format!("/sys/class/net/{name}/mtu"))
         .ok()?
         .trim()

@@ -12,7 +12,7 @@ use super::services::{ServiceEntry, resolve_chain};
 use crate::registry::Registry;
 use relay_core::{FailPolicy, Prefix, ServiceFactory, Verdict};
 use relay_xdp::rules::{PortValue, parse_protocol};
-use relay_xdp::{AttachMode, Match, PortConfig, PortRange, ZeroCopy};
+use relay_xdp::{Match, Mode, PortConfig, PortRange, ZeroCopy};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -237,15 +237,15 @@ pub(super) fn check_xdp(
         }
     };
     let mode = match x.mode.as_ref().map(|m| (m.get_ref().as_str(), m.span())) {
-        None | Some(("native", _)) => AttachMode::Native,
-        Some(("generic", _)) => AttachMode::Generic,
+        None | Some(("native", _)) => Mode::Native,
+        Some(("generic", _)) => Mode::Generic,
         Some((other, span)) => {
             cx.err(
                 Some(span),
                 field("mode"),
                 format!("unknown mode `{other}` (native or generic)"),
             );
-            AttachMode::Native
+            Mode::Native
         }
     };
     let zero_copy = match x
