@@ -21,6 +21,6 @@ pub mod queue;
 pub mod rules;
 pub mod xsk;
 pub use error::XdpError;
-pub use port::{PortConfig, ZeroCopy};
+pub use port::{PortConfig, PortError, XdpPort, ZeroCopy};
 pub use program::Mode;
 pub use rules::{Match, PortRange};

@@ -161,17 +161,6 @@ impl Match {
     }
 }
 
-/// The 16 address bytes of a prefix's network, IPv4 in the first four, and its length.
-pub fn prefix_bytes(p: Option<Prefix>) -> ([u8; 16], u8) {
-    let mut b = [0u8; 16];
-    let Some(p) = p else { return (b, 0) };
-    match p.network() {
-        std::net::IpAddr::V4(a) => b[..4].copy_from_slice(&a.octets()),
-        std::net::IpAddr::V6(a) => b = a.octets(),
-    }
-    (b, p.len())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,12 +224,5 @@ mod tests {
             (PortRange { lo: 9, hi: 9 }, PortRange { lo: 2, hi: 3 })
         );
         assert_eq!(Match::default().port_pairs().count(), 1);
-    }
-
-    #[test]
-    fn prefixes_become_network_bytes() {
-        let (b, len) = prefix_bytes(Some("10.1.2.3/16".parse().unwrap()));
-        assert_eq!((&b[..4], len), (&[10, 1, 0, 0][..], 16));
-        assert_eq!(prefix_bytes(None), ([0; 16], 0));
     }
 }
