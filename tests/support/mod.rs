@@ -538,6 +538,14 @@ impl HostState {
             .map(|q| q.num.to_string())
             .collect();
         sections.push(("bound queues", queues.join(" ")));
+        // XDP programs attached to an interface (`prog/xdp id N` in `ip -d link`).
+        let xdp: Vec<String> = node
+            .ip(&["-d", "-o", "link", "show"])
+            .lines()
+            .filter(|l| l.contains("prog/xdp"))
+            .filter_map(|l| l.split(':').nth(1).map(|n| n.trim().to_string()))
+            .collect();
+        sections.push(("xdp programs", xdp.join(" ")));
         HostState { sections }
     }
 

@@ -171,7 +171,8 @@ enum Command {
     /// Removes every chain named PREFIX-HOOK in the raw and mangle tables, for IPv4 and
     /// IPv6, and every rule that jumps or goes to one, deleting rules by their exact text
     /// so that no other rule is touched. Also removes the split proxy's ip rule and
-    /// local route, and the services' tc trees (an htb root qdisc with relayd's handle).
+    /// local route, the services' tc trees (an htb root qdisc with relayd's handle), and
+    /// relayd's XDP programs (named relayd_xdp) from every interface of the namespace.
     /// A daemon that stops normally cleans up itself, and relayd run does this at start.
     ///
     /// While a relayd with the same prefix runs in this network namespace, cleanup refuses
@@ -439,12 +440,27 @@ pub fn main_with(registry: Registry) -> ExitCode {
                 .iter()
                 .flat_map(|h| crate::qos::cleanup(&tc, *h))
                 .collect();
+            // relayd's XDP programs on every interface of this network namespace (a
+            // program another tool attached is left alone).
+            let xdp = match relay_xdp::attach::cleanup() {
+                Ok(v) => v,
+                Err(e) => {
+                    eprintln!("relayd: removing relayd's XDP programs: {e}");
+                    return ExitCode::from(1);
+                }
+            };
             match daemon::cleanup_all(&p, flavor) {
                 Ok(n) => {
                     println!(
-                        "removed {n} chains and rules with prefix {p}, {routes} ip rules and routes (preference {}, table {}), and {} tc trees{}",
+                        "removed {n} chains and rules with prefix {p}, {routes} ip rules and routes (preference {}, table {}), {} XDP programs{}, and {} tc trees{}",
                         routing.0,
                         routing.1,
+                        xdp.len(),
+                        if xdp.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" ({})", xdp.join(", "))
+                        },
                         trees.len(),
                         if trees.is_empty() {
                             String::new()

@@ -8,6 +8,7 @@ use crate::listeners::{self, Listeners};
 use crate::qos::{self, QosSet};
 use crate::rules;
 use crate::status::{KernelStatus, QueueStatus, ServiceStatus, Status};
+use crate::xdp::XdpPorts;
 use anyhow::{Context as _, bail};
 use relay_control::IpVersion;
 use relay_control::tc::Tc;
@@ -28,6 +29,8 @@ struct Running {
 pub(crate) struct CounterStore {
     queues: BTreeMap<u16, QueueCounters>,
     services: BTreeMap<(u16, String, &'static str), (Counter, Counters)>,
+    /// The datapath's own counters per queue (XDP: transmitted, tx_full, ...).
+    datapath: BTreeMap<u16, Counters>,
 }
 
 /// A running relayd.
@@ -46,6 +49,8 @@ pub struct Daemon {
     routing: Option<(u32, u32)>,
     /// The tc trees the services declared (per-VCAN QoS), installed.
     qos: QosSet,
+    /// The XDP ports (`[[xdp]]`), running.
+    xdp: XdpPorts,
 }
 
 /// What a reload leaves to the caller, which runs the tokio side: listeners to drain
@@ -94,12 +99,24 @@ impl CounterStore {
     /// The chain of `spec` for queue `num`, its services counting into this store.
     /// `stage_mask` is `daemon.bypass_mark`, checked to hold two bits.
     pub(crate) fn chain(&mut self, spec: &QueueSpec, num: u16, stage_mask: u32) -> Chain {
+        self.chain_of(&spec.services, spec.malformed, spec.hook, num, stage_mask)
+    }
+
+    /// The chain of `services` for queue `num` (NFQUEUE or XDP), counting into this store.
+    pub(crate) fn chain_of(
+        &mut self,
+        services: &[(String, std::sync::Arc<dyn relay_core::ServiceFactory>)],
+        malformed: relay_core::Verdict,
+        hook: relay_core::Hook,
+        num: u16,
+        stage_mask: u32,
+    ) -> Chain {
         let mut chain = Chain::new(ChainSettings {
-            malformed: spec.malformed,
-            hook: spec.hook,
+            malformed,
+            hook,
             stages: StageMark::from_mask(stage_mask).unwrap_or(StageMark::DEFAULT),
         });
-        for (name, factory) in &spec.services {
+        for (name, factory) in services {
             let (packets, counters) = self
                 .services
                 .entry((num, name.clone(), factory.kind()))
@@ -152,6 +169,11 @@ impl CounterStore {
     /// The counters of queue `num`.
     pub(crate) fn queue(&mut self, num: u16) -> QueueCounters {
         self.queues.entry(num).or_default().clone()
+    }
+
+    /// The datapath's own named counters of queue `num`.
+    pub(crate) fn datapath(&mut self, num: u16) -> Counters {
+        self.datapath.entry(num).or_default().clone()
     }
 }
 
@@ -224,6 +246,7 @@ impl Daemon {
             listeners: Listeners::default(),
             routing: None,
             qos: QosSet::new(Tc::system()),
+            xdp: XdpPorts::default(),
         };
         // The classes before the queues that mark packets for them.
         d.qos
@@ -231,6 +254,13 @@ impl Daemon {
             .context("installing the services' tc trees")?;
         let new = d.start_queues(&config)?;
         d.queues.extend(new);
+        if let Err(e) = d
+            .xdp
+            .start(&config.xdp, &mut d.counters, config.daemon.bypass_mark)
+        {
+            d.stop_queues();
+            return Err(e);
+        }
         // Listeners before the rules that divert to them, as queues before theirs.
         let started = Listeners::start(&config.listeners).and_then(|l| {
             d.listeners = l;
@@ -400,6 +430,21 @@ impl Daemon {
             }
             return Err(e.context("the old configuration stays in force"));
         }
+        // The XDP ports first: if one cannot start, the old ones are put back and nothing
+        // else has changed.
+        if let Err(e) = self
+            .xdp
+            .reload(&new.xdp, &mut self.counters, new.daemon.bypass_mark)
+        {
+            let old = self.config.xdp.clone();
+            if let Err(e2) =
+                self.xdp
+                    .reload(&old, &mut self.counters, self.config.daemon.bypass_mark)
+            {
+                tracing::error!("restoring the previous XDP ports failed too: {e2:#}");
+            }
+            return Err(e.context("the old configuration stays in force"));
+        }
         let started = self.start_queues(&new)?;
         let old_routing = self.routing;
         if new.tproxy.is_some()
@@ -525,6 +570,7 @@ impl Daemon {
     }
 
     fn stop_queues(&mut self) {
+        self.xdp.stop_all();
         stop_all(
             std::mem::take(&mut self.queues)
                 .into_values()
@@ -539,11 +585,14 @@ impl Daemon {
 
     /// Queues whose thread has stopped although the daemon did not stop it.
     pub fn dead_queues(&self) -> Vec<u16> {
-        self.queues
+        let mut dead: Vec<u16> = self
+            .queues
             .iter()
             .filter(|(_, r)| !r.queue.is_running())
             .map(|(n, _)| *n)
-            .collect()
+            .collect();
+        dead.extend(self.xdp.threads().into_iter().filter(|t| !t.1).map(|t| t.0));
+        dead
     }
 
     /// The queue threads' health: dead ones, and live ones that have not gone round their
@@ -552,8 +601,9 @@ impl Daemon {
     /// a stall is measured from the first call that saw the thread's heartbeat stand still.
     /// Takes no lock the queue threads take.
     pub fn health(&self, stuck_after: Duration) -> Health {
+        let xdp = self.xdp.threads();
         let mut h = Health {
-            queues: self.queues.len(),
+            queues: self.queues.len() + xdp.len(),
             listeners: self
                 .listeners
                 .status()
@@ -569,6 +619,13 @@ impl Daemon {
                 h.dead.push(*num);
             } else if idle > stuck_after {
                 h.stuck.push((*num, idle));
+            }
+        }
+        for (num, running, idle) in xdp {
+            if !running {
+                h.dead.push(num);
+            } else if idle > stuck_after {
+                h.stuck.push((num, idle));
             }
         }
         h
@@ -593,13 +650,16 @@ impl Daemon {
             });
             queues.push(QueueStatus::new(*num, &r.spec, r.cfg.gso, c, k));
         }
+        let (xdp_queues, xdp) = self.xdp.status();
+        queues.extend(xdp_queues);
+        queues.sort_by_key(|q| q.num);
         let services = self.counters.services_status(|num, name, kind| {
             self.queues.get(&num).is_some_and(|r| {
                 r.spec
                     .services
                     .iter()
                     .any(|(n, f)| n == name && f.kind() == kind)
-            })
+            }) || self.xdp.serves(num, name, kind)
         });
         Status {
             version: env!("CARGO_PKG_VERSION").to_string(),
@@ -623,13 +683,14 @@ impl Daemon {
             services,
             listeners: self.listeners.status(),
             qos: self.qos.stats(),
+            xdp,
         }
     }
 }
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        if !self.queues.is_empty() || self.routing.is_some() {
+        if !self.queues.is_empty() || self.routing.is_some() || !self.xdp.is_empty() {
             // Reached only on an error path: never leave rules feeding dead queues.
             let _ = cleanup_all(
                 &self.config.daemon.chain_prefix,

@@ -16,5 +16,6 @@ pub mod registry;
 pub mod replay;
 pub mod rules;
 pub mod status;
+mod xdp;
 
 pub use registry::Registry;

@@ -189,6 +189,10 @@ pub fn encode(s: &Status) -> String {
         "relayd_queue_kernel_waiting_packets",
         "Packets waiting in the kernel for relayd's verdict now.",
     );
+    let datapath = b.counter(
+        "relayd_queue_datapath",
+        "A datapath's own counters per queue (XDP: transmitted, tx_full, to_kernel, the AF_XDP sockets' statistics).",
+    );
     let up = b.gauge(
         "relayd_queue_thread_up",
         "1 while the queue's thread runs its loop, 0 if it has ended or is stuck.",
@@ -215,8 +219,28 @@ pub fn encode(s: &Status) -> String {
             set(&k_user, l.clone(), k.user_dropped);
             put(&k_wait, l.clone(), f64::from(k.waiting));
         }
+        for (counter, v) in &q.datapath {
+            set(
+                &datapath,
+                labels(&[("queue", &num), ("hook", &q.hook), ("counter", counter)]),
+                *v,
+            );
+        }
         let healthy = !s.unhealthy_queues.contains(&q.num);
         put(&up, l, if healthy { 1.0 } else { 0.0 });
+    }
+    let program = b.counter(
+        "relayd_xdp_program_packets",
+        "Packets an XDP port's program saw, by outcome (redirected, no_socket, pass_unmatched, ...).",
+    );
+    for x in &s.xdp {
+        for (outcome, v) in x.program.iter().flatten() {
+            set(
+                &program,
+                labels(&[("interface", &x.interface), ("outcome", outcome)]),
+                *v,
+            );
+        }
     }
 
     // Per service.
@@ -525,6 +549,11 @@ mod tests {
                         queue_dropped: 8,
                         user_dropped: 9,
                     }),
+                    datapath: if num == 1 {
+                        [("transmitted".to_string(), 12)].into_iter().collect()
+                    } else {
+                        Default::default()
+                    },
                 })
                 .collect(),
             services: vec![ServiceStatus {
@@ -549,6 +578,13 @@ mod tests {
                 packets: 10,
                 drops: 1,
             }],
+            xdp: vec![crate::status::XdpStatus {
+                interface: "veth0".into(),
+                queues: vec![1],
+                fail_open: true,
+                mode: "native".into(),
+                program: Some([("redirected".to_string(), 13)].into_iter().collect()),
+            }],
         }
     }
 
@@ -567,6 +603,8 @@ mod tests {
             "relayd_queue_kernel_waiting_packets{queue=\"0\",hook=\"forward\"} 7.0",
             "relayd_queue_thread_up{queue=\"0\",hook=\"forward\"} 1.0",
             "relayd_queue_thread_up{queue=\"1\",hook=\"forward\"} 0.0",
+            "relayd_queue_datapath_total{queue=\"1\",hook=\"forward\",counter=\"transmitted\"} 12",
+            "relayd_xdp_program_packets_total{interface=\"veth0\",outcome=\"redirected\"} 13",
             "relayd_build_info{version=\"1.2.3\"} 1.0",
             "relayd_start_time_seconds 1700000000.5",
             "relayd_reloads_total 2",

@@ -4,7 +4,9 @@
 //! relayd needs root for nothing but capabilities: CAP_NET_ADMIN (iptables, NFQUEUE, tc,
 //! ip, SO_RCVBUFFORCE, IP_TRANSPARENT), CAP_NET_RAW where a service sends packets itself
 //! (or with iptables-legacy), CAP_SYS_NICE for a negative queue `nice`, and
-//! CAP_NET_BIND_SERVICE for a proxy listener on a port below 1024. The capabilities are
+//! CAP_NET_BIND_SERVICE for a proxy listener on a port below 1024, and for `[[xdp]]`
+//! entries CAP_BPF, CAP_SYS_ADMIN (to read the program attached to an interface),
+//! CAP_NET_RAW (AF_XDP sockets) and CAP_IPC_LOCK (their memory). The capabilities are
 //! kept as ambient ones, so that the iptables, tc and ip relayd runs after the drop (on
 //! reload and shutdown) get them too.
 
@@ -62,6 +64,35 @@ pub fn needed(cfg: &Config) -> Vec<Need> {
         for (name, f) in &q.services {
             // Services that emit packets of their own, which the datapath sends on raw
             // sockets (ServiceFactory::emits).
+            if f.emits() {
+                add(
+                    Capability::CAP_NET_RAW,
+                    format!("service {name} sends packets"),
+                );
+            }
+        }
+    }
+    for x in &cfg.xdp {
+        let on = &x.port.interface;
+        // bpf(): loading the program, its maps; CAP_SYS_ADMIN to look up the program
+        // attached to an interface by id (a stale one is replaced, a foreign one left).
+        add(
+            Capability::CAP_BPF,
+            format!("xdp on {on} loads its program"),
+        );
+        add(
+            Capability::CAP_SYS_ADMIN,
+            format!("xdp on {on} reads the attached XDP program"),
+        );
+        add(
+            Capability::CAP_NET_RAW,
+            format!("xdp on {on} opens AF_XDP sockets"),
+        );
+        add(
+            Capability::CAP_IPC_LOCK,
+            format!("xdp on {on} locks its sockets' memory"),
+        );
+        for (name, f) in &x.services {
             if f.emits() {
                 add(
                     Capability::CAP_NET_RAW,

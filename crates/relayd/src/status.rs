@@ -45,6 +45,56 @@ pub struct Status {
     /// The classes of the tc trees relayd installed for its services (per-VCAN QoS).
     #[serde(default)]
     pub qos: Vec<crate::qos::ClassStatus>,
+    /// The XDP ports (`[[xdp]]` entries): interface, policy and the program's counters.
+    /// Their queues are in `queues`, with hook `xdp`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub xdp: Vec<XdpStatus>,
+}
+
+/// One XDP port: its interface and settings, and its program's counters.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct XdpStatus {
+    /// The ingress interface.
+    pub interface: String,
+    /// relayd's queue numbers of its rx queues.
+    pub queues: Vec<u16>,
+    /// Fail-open (true) or fail-closed, applied by the program while relayd is down.
+    pub fail_open: bool,
+    /// How the program is attached (`native` or `generic`).
+    pub mode: String,
+    /// The program's counters (`seen`, `redirected`, `no_socket`, `pass_unmatched`, ...),
+    /// if they could be read.
+    pub program: Option<BTreeMap<String, u64>>,
+}
+
+impl XdpStatus {
+    /// The status of the port of `spec`, with its program's counters.
+    pub fn new(
+        spec: &crate::config::XdpSpec,
+        program: Option<relay_xdp::program::ProgramStats>,
+    ) -> XdpStatus {
+        XdpStatus {
+            interface: spec.port.interface.clone(),
+            queues: spec.nums().collect(),
+            fail_open: spec.port.fail_open,
+            mode: spec.port.mode.name().to_string(),
+            program: program.map(|p| {
+                [
+                    ("seen", p.seen),
+                    ("redirected", p.redirected),
+                    ("redirected_unresolved", p.redirected_unresolved),
+                    ("no_socket", p.no_socket),
+                    ("pass_unmatched", p.pass_unmatched),
+                    ("pass_fib", p.pass_fib),
+                    ("pass_ttl", p.pass_ttl),
+                    ("pass_unparsed", p.pass_unparsed),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect()
+            }),
+        }
+    }
 }
 
 /// Counters of one proxy listener.
@@ -104,6 +154,12 @@ pub struct QueueStatus {
     pub batches: u64,
     /// The kernel's view of the queue, if it has one.
     pub kernel: Option<KernelStatus>,
+    /// The datapath's own counters beyond the common ones: for an XDP queue (hook `xdp`)
+    /// `transmitted`, `tx_full`, `to_kernel`, `bad_frames` and the AF_XDP sockets'
+    /// statistics (`rx_dropped`, `rx_ring_full`, `fill_ring_empty`, ...); empty for
+    /// NFQUEUE.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub datapath: BTreeMap<String, u64>,
 }
 
 impl QueueStatus {
@@ -133,6 +189,36 @@ impl QueueStatus {
             enobufs: c.enobufs.get(),
             batches: c.batches.get(),
             kernel,
+            datapath: BTreeMap::new(),
+        }
+    }
+
+    /// The status of XDP queue `num` of `spec` (hook `xdp`, table: its interface), from
+    /// its counters; the caller adds the datapath's own.
+    pub fn xdp(
+        num: u16,
+        spec: &crate::config::XdpSpec,
+        c: &relay_core::QueueCounters,
+    ) -> QueueStatus {
+        QueueStatus {
+            num,
+            hook: "xdp".into(),
+            table: spec.port.interface.clone(),
+            services: spec.services.iter().map(|(n, _)| n.clone()).collect(),
+            fail_open: spec.port.fail_open,
+            gso: false,
+            copy_range: 0,
+            packets: c.packets.get(),
+            accepted: c.accepted.get(),
+            dropped: c.dropped.get(),
+            modified: c.modified.get(),
+            repeated: c.repeated.get(),
+            malformed: c.malformed.get(),
+            errors: c.errors.get(),
+            enobufs: 0,
+            batches: c.batches.get(),
+            kernel: None,
+            datapath: BTreeMap::new(),
         }
     }
 }

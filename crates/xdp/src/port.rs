@@ -296,14 +296,20 @@ mod tests {
         assert_eq!(compile(&[]), vec![MatchRule::ANY]);
         let m = Match {
             protocol: Some(17),
-            ports: vec![PortRange { lo: 53, hi: 53 }, PortRange { lo: 5000, hi: 5100 }],
+            ports: vec![
+                PortRange { lo: 53, hi: 53 },
+                PortRange { lo: 5000, hi: 5100 },
+            ],
             destination: Some("10.0.2.0/24".parse().unwrap()),
             family: Some(IpVersion::V4),
             ..Match::default()
         };
         let rules = compile(&[m, Match::default()]);
         assert_eq!(rules.len(), 3);
-        assert_eq!((rules[1].proto, rules[1].dport_lo, rules[1].dport_hi), (17, 5000, 5100));
+        assert_eq!(
+            (rules[1].proto, rules[1].dport_lo, rules[1].dport_hi),
+            (17, 5000, 5100)
+        );
         assert_eq!((rules[0].family, rules[0].dst_len), (4, 24));
         assert_eq!(&rules[0].dst[..4], &[10, 0, 2, 0]);
         assert_eq!(rules[2], MatchRule::ANY);

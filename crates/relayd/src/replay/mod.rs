@@ -158,5 +158,6 @@ pub fn run(cfg: &Config, opts: &ReplayOptions, out: &mut dyn Write) -> anyhow::R
         services,
         listeners: Vec::new(),
         qos: Vec::new(),
+        xdp: Vec::new(),
     })
 }

@@ -47,6 +47,7 @@ fn sample(services: usize) -> Status {
             .collect(),
         listeners: Vec::new(),
         qos: Vec::new(),
+        xdp: Vec::new(),
     }
 }
 
@@ -106,6 +107,7 @@ fn a_queue_lists_its_services_by_the_configuration_name() {
         enobufs: 0,
         batches: 0,
         kernel: None,
+        datapath: Default::default(),
     });
     let json: serde_json::Value = serde_json::to_value(&st).unwrap();
     assert_eq!(
