@@ -74,6 +74,7 @@ const ACCEPT: &str = r#"
 [[xdp]]
 num = 0
 interface = "eth0"
+fail_open = true
 services = ["accept"]
 "#;
 
@@ -95,6 +96,18 @@ fn udp_and_tcp_through_accept_on_xdp_and_nothing_left_after_sigterm() {
         1200,
     );
     assert_tcp_intact(&l.src, &l.dst, addr("10.0.2.2:6000"), 4 << 20, "xdp accept");
+    // A reload switches the chain between two rounds: drop, then accept again.
+    r.rewrite(&ACCEPT.replace("\"accept\"", "\"drop\""));
+    reload(&r, 1);
+    assert_eq!(
+        udp_count(&l, "10.0.2.2:5003", 20),
+        0,
+        "the reloaded chain drops"
+    );
+    r.rewrite(ACCEPT);
+    reload(&r, 2);
+    assert_eq!(udp_count(&l, "10.0.2.2:5004", 20), 20, "and accepts again");
+    assert_eq!(xdp_attached(&l.relay), vec!["eth0".to_string()]);
     let st = r.status();
     let q = st
         .queues
@@ -106,6 +119,8 @@ fn udp_and_tcp_through_accept_on_xdp_and_nothing_left_after_sigterm() {
     assert_eq!(q.errors, 0, "{q:?}");
     assert!(q.datapath["transmitted"] >= 300, "{q:?}");
     let program = st.xdp[0].program.clone().expect("program counters");
+    // The reloads changed only the chain: the same program kept running (its counters
+    // go back to the start).
     assert!(program["redirected"] >= 300, "{program:?}");
     // The metrics show the queue like an NFQUEUE one.
     let text = relayd_cmd(
@@ -147,17 +162,16 @@ ports = [5000]
     )
 }
 
-/// Counts the datagrams `dst` receives on `port` within a second of `src` sending `n`.
-fn udp_arrivals(l: &relay_testbed::Line3, port: u16, n: u32) -> u32 {
-    let to = format!("10.0.2.2:{port}");
-    let bind = to.clone();
+/// Counts the datagrams `dst` receives at `to` within a second of `src` sending `n`.
+fn udp_count(l: &relay_testbed::Line3, to: &str, n: u32) -> u32 {
+    let (bind, to) = (to.to_string(), to.to_string());
     let rx = l.dst.run(move || UdpSocket::bind(&bind).unwrap());
     rx.set_read_timeout(Some(Duration::from_millis(800)))
         .unwrap();
     l.src.run(move || {
         let s = UdpSocket::bind("10.0.1.1:0").unwrap();
         for _ in 0..n {
-            s.send_to(b"policy", &to).unwrap();
+            s.send_to(b"count me", &to).unwrap();
             std::thread::sleep(Duration::from_millis(2));
         }
     });
@@ -167,6 +181,11 @@ fn udp_arrivals(l: &relay_testbed::Line3, port: u16, n: u32) -> u32 {
         got += 1;
     }
     got
+}
+
+/// [`udp_count`] to dst's port `port`.
+fn udp_arrivals(l: &relay_testbed::Line3, port: u16, n: u32) -> u32 {
+    udp_count(l, &format!("10.0.2.2:{port}"), n)
 }
 
 #[test]

@@ -247,8 +247,14 @@ pub fn main_with(registry: Registry) -> ExitCode {
                         crate::privilege::describe(&crate::privilege::needed(&cfg))
                     );
                     let n: usize = cfg.queues.iter().map(|q| q.nums().count()).sum();
+                    let xdp = if cfg.xdp.is_empty() {
+                        String::new()
+                    } else {
+                        let x: usize = cfg.xdp.iter().map(|x| x.nums().count()).sum();
+                        format!(", {} xdp entries, {x} XDP queues", cfg.xdp.len())
+                    };
                     println!(
-                        "{}: ok ({} queue entries, {n} queues)",
+                        "{}: ok ({} queue entries, {n} queues{xdp})",
                         config.display(),
                         cfg.queues.len()
                     );
