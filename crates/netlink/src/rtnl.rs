@@ -1,6 +1,8 @@
-//! A minimal synchronous RTM_GETQDISC dump: the root qdisc of every interface with its
-//! queue statistics (TCA_STATS2 / TCA_STATS_QUEUE) and, for tbf, its configured rate
-//! (TCA_TBF_PARMS / TCA_TBF_RATE64).
+//! A synchronous NETLINK_ROUTE socket ([`RtnlSocket`]: send a request, read the kernel's
+//! answers to it) and, on it, a minimal RTM_GETQDISC dump: the root qdisc of every
+//! interface with its queue statistics (TCA_STATS2 / TCA_STATS_QUEUE) and, for tbf, its
+//! configured rate (TCA_TBF_PARMS / TCA_TBF_RATE64). relay-xdp's link requests (attaching
+//! XDP programs) use the same socket.
 //!
 //! Hand-written rather than through the `rtnetlink` crate: that crate is async (a tokio
 //! task per poll) and leaves qdisc options untyped, while the monitor polls every
@@ -22,6 +24,9 @@ const TCA_STATS_QUEUE: u16 = 3;
 const TCA_TBF_PARMS: u16 = 1;
 const TCA_TBF_RATE64: u16 = 4;
 const TC_H_ROOT: u32 = 0xffff_ffff;
+const SOL_NETLINK: libc::c_int = 270;
+const NETLINK_CAP_ACK: libc::c_int = 10;
+const NETLINK_EXT_ACK: libc::c_int = 11;
 
 /// What one root qdisc reports.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -38,7 +43,8 @@ pub struct QdiscStats {
     pub rate_bytes: u64,
 }
 
-/// A NETLINK_ROUTE socket for qdisc dumps.
+/// A NETLINK_ROUTE socket for requests answered by the kernel (qdisc dumps, link
+/// requests): setup and monitoring paths, not per packet.
 #[derive(Debug)]
 pub struct RtnlSocket {
     fd: OwnedFd,
@@ -55,7 +61,10 @@ fn cvt(r: isize) -> io::Result<usize> {
 }
 
 impl RtnlSocket {
-    /// Opens the socket.
+    /// Opens the socket. It asks for the kernel's extended acknowledgements (a refusal's
+    /// explanation, "Peer MTU is too large to set XDP", is worth more than its errno)
+    /// with the request not echoed back; both are optional. A receive times out after 5 s:
+    /// the kernel always answers, the timeout only keeps a bug from hanging relayd.
     pub fn open() -> io::Result<RtnlSocket> {
         // SAFETY: plain socket(2); the fd is owned right after.
         let fd = unsafe {
@@ -70,6 +79,33 @@ impl RtnlSocket {
         }
         // SAFETY: fd was just returned by socket(2) and is owned by nobody else.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        for opt in [NETLINK_EXT_ACK, NETLINK_CAP_ACK] {
+            let one: libc::c_int = 1;
+            // SAFETY: `one` is a live c_int of the size given.
+            unsafe {
+                libc::setsockopt(
+                    fd.as_raw_fd(),
+                    SOL_NETLINK,
+                    opt,
+                    &one as *const libc::c_int as *const libc::c_void,
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+        }
+        let tv = libc::timeval {
+            tv_sec: 5,
+            tv_usec: 0,
+        };
+        // SAFETY: `tv` is a live timeval of the size given.
+        unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                &tv as *const libc::timeval as *const libc::c_void,
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        };
         Ok(RtnlSocket {
             fd,
             seq: 0,
@@ -77,9 +113,77 @@ impl RtnlSocket {
         })
     }
 
+    /// A new request sequence number.
+    pub fn next_seq(&mut self) -> u32 {
+        self.seq = self.seq.wrapping_add(1);
+        self.seq
+    }
+
+    /// Sends one request (whole netlink messages).
+    pub fn send(&self, msg: &[u8]) -> io::Result<()> {
+        // SAFETY: msg is a live buffer of msg.len() bytes.
+        cvt(unsafe {
+            libc::send(
+                self.fd.as_raw_fd(),
+                msg.as_ptr() as *const libc::c_void,
+                msg.len(),
+                0,
+            )
+        })
+        .map(|_| ())
+    }
+
+    /// Receives datagrams from the kernel (datagrams from other senders are skipped) and
+    /// hands each to `f` until `f` returns `Some`.
+    pub fn recv_datagrams<T, E: From<io::Error>>(
+        &mut self,
+        mut f: impl FnMut(&[u8]) -> Option<Result<T, E>>,
+    ) -> Result<T, E> {
+        loop {
+            // SAFETY: a zeroed sockaddr_nl is valid; it receives the sender's address.
+            let mut from: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+            let mut from_len = std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t;
+            // SAFETY: buf is a live writable buffer of buf.len() bytes; from/from_len are live.
+            let n = match cvt(unsafe {
+                libc::recvfrom(
+                    self.fd.as_raw_fd(),
+                    self.buf.as_mut_ptr() as *mut libc::c_void,
+                    self.buf.len(),
+                    0,
+                    &mut from as *mut libc::sockaddr_nl as *mut libc::sockaddr,
+                    &mut from_len,
+                )
+            }) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e.into()),
+            };
+            if from.nl_pid != 0 {
+                continue; // only the kernel answers for the kernel
+            }
+            if let Some(r) = f(&self.buf[..n]) {
+                return r;
+            }
+        }
+    }
+
+    /// [`RtnlSocket::recv_datagrams`], message by message: hands each message answering
+    /// request `seq` to `f` (its header and payload) until `f` returns `Some`.
+    pub fn recv_until<T, E: From<io::Error>>(
+        &mut self,
+        seq: u32,
+        mut f: impl FnMut(&Header, &[u8]) -> Option<Result<T, E>>,
+    ) -> Result<T, E> {
+        self.recv_datagrams(|dgram| {
+            Messages::new(dgram)
+                .filter(|m| m.seq() == seq)
+                .find_map(|m| f(&m.header, m.payload))
+        })
+    }
+
     /// Dumps the root qdiscs, calling `f` for each. Allocates nothing after the first call.
     pub fn dump_root_qdiscs(&mut self, mut f: impl FnMut(QdiscStats)) -> io::Result<()> {
-        self.seq = self.seq.wrapping_add(1);
+        self.next_seq();
         // The header and an empty struct tcmsg (family AF_UNSPEC: every interface).
         let mut req = [0u8; NLMSG_HDRLEN + 20];
         let header = Header {
@@ -91,37 +195,9 @@ impl RtnlSocket {
         };
         req[..NLMSG_HDRLEN].copy_from_slice(&header.to_bytes());
         req[NLMSG_HDRLEN] = libc::AF_UNSPEC as u8;
-        // SAFETY: req is a live buffer of req.len() bytes.
-        cvt(unsafe {
-            libc::send(
-                self.fd.as_raw_fd(),
-                req.as_ptr() as *const libc::c_void,
-                req.len(),
-                0,
-            )
-        })?;
-        loop {
-            // SAFETY: a zeroed sockaddr_nl is valid; it receives the sender's address.
-            let mut from: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-            let mut from_len = std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t;
-            // SAFETY: buf is a live writable buffer of buf.len() bytes; from/from_len are live.
-            let n = cvt(unsafe {
-                libc::recvfrom(
-                    self.fd.as_raw_fd(),
-                    self.buf.as_mut_ptr() as *mut libc::c_void,
-                    self.buf.len(),
-                    0,
-                    &mut from as *mut libc::sockaddr_nl as *mut libc::sockaddr,
-                    &mut from_len,
-                )
-            })?;
-            if from.nl_pid != 0 {
-                continue; // only the kernel speaks for the kernel's qdiscs
-            }
-            if let Some(done) = parse_dump(&self.buf[..n], self.seq, &mut f) {
-                return done;
-            }
-        }
+        self.send(&req)?;
+        let seq = self.seq;
+        self.recv_datagrams(|dgram| parse_dump(dgram, seq, &mut f))
     }
 }
 

@@ -172,24 +172,18 @@ impl QueueStatus {
         kernel: Option<KernelStatus>,
     ) -> QueueStatus {
         QueueStatus {
-            num,
-            hook: spec.hook.to_string(),
-            table: spec.table.to_string(),
-            services: spec.services.iter().map(|(n, _)| n.clone()).collect(),
-            fail_open: spec.queue.fail_open,
             gso,
             copy_range: spec.queue.copy_range,
-            packets: c.packets.get(),
-            accepted: c.accepted.get(),
-            dropped: c.dropped.get(),
-            modified: c.modified.get(),
-            repeated: c.repeated.get(),
-            malformed: c.malformed.get(),
-            errors: c.errors.get(),
             enobufs: c.enobufs.get(),
-            batches: c.batches.get(),
             kernel,
-            datapath: BTreeMap::new(),
+            ..QueueStatus::counted(
+                num,
+                spec.hook.to_string(),
+                spec.table.to_string(),
+                &spec.services,
+                spec.queue.fail_open,
+                c,
+            )
         }
     }
 
@@ -200,12 +194,32 @@ impl QueueStatus {
         spec: &crate::config::XdpSpec,
         c: &relay_core::QueueCounters,
     ) -> QueueStatus {
+        QueueStatus::counted(
+            num,
+            "xdp".into(),
+            spec.port.interface.clone(),
+            &spec.services,
+            spec.port.fail_open,
+            c,
+        )
+    }
+
+    /// What every datapath's queue shows: where it is, its chain and policy, and the
+    /// counters all datapaths keep.
+    fn counted(
+        num: u16,
+        hook: String,
+        table: String,
+        services: &[(String, std::sync::Arc<dyn relay_core::ServiceFactory>)],
+        fail_open: bool,
+        c: &relay_core::QueueCounters,
+    ) -> QueueStatus {
         QueueStatus {
             num,
-            hook: "xdp".into(),
-            table: spec.port.interface.clone(),
-            services: spec.services.iter().map(|(n, _)| n.clone()).collect(),
-            fail_open: spec.port.fail_open,
+            hook,
+            table,
+            services: services.iter().map(|(n, _)| n.clone()).collect(),
+            fail_open,
             gso: false,
             copy_range: 0,
             packets: c.packets.get(),

@@ -20,9 +20,11 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 use relay_netlink::frame::{
-    Attrs, Builder, Header, Messages, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, NLMSG_DONE,
-    NLMSG_ERROR, NLMSG_HDRLEN, align, ne32_at, os_error,
+    Attrs, Builder, Header, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, NLMSG_DONE, NLMSG_ERROR,
+    NLMSG_HDRLEN, align, ne32_at, os_error,
 };
+
+use relay_netlink::RtnlSocket;
 
 use crate::error::XdpError;
 use crate::program::{Mode, PROGRAM_NAME};
@@ -61,9 +63,6 @@ const NLM_F_CAPPED: u16 = 0x100;
 /// Header flag of an `NLMSG_ERROR`: extended-ack attributes follow.
 const NLM_F_ACK_TLVS: u16 = 0x200;
 const NLMSGERR_ATTR_MSG: u16 = 1;
-const SOL_NETLINK: libc::c_int = 270;
-const NETLINK_CAP_ACK: libc::c_int = 10;
-const NETLINK_EXT_ACK: libc::c_int = 11;
 /// Bytes of `struct ifinfomsg`.
 const IFINFOMSG_LEN: usize = 16;
 
@@ -409,117 +408,33 @@ fn ext_ack_msg(header: &Header, payload: &[u8]) -> Option<String> {
     Some(String::from_utf8_lossy(msg).into_owned())
 }
 
-/// A NETLINK_ROUTE socket for the few link requests above (setup paths, not per packet).
+/// A NETLINK_ROUTE socket (relay_netlink's) for the few link requests above (setup
+/// paths, not per packet).
 struct Rtnl {
-    fd: OwnedFd,
-    seq: u32,
-    buf: Vec<u8>,
+    sock: RtnlSocket,
 }
 
 impl Rtnl {
     fn open() -> Result<Rtnl, NlError> {
-        // SAFETY: plain socket(2); the fd is owned right after.
-        let fd = unsafe {
-            libc::socket(
-                libc::AF_NETLINK,
-                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-                libc::NETLINK_ROUTE,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error().into());
-        }
-        // SAFETY: fd was just returned by socket(2) and is owned by nobody else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // The kernel's explanation of a refusal ("Peer MTU is too large to set XDP") is
-        // worth more than its errno; the request need not be echoed back with it. Both
-        // are optional: without them only the messages are poorer.
-        for opt in [NETLINK_EXT_ACK, NETLINK_CAP_ACK] {
-            let one: libc::c_int = 1;
-            // SAFETY: `one` is a live c_int of the size given.
-            unsafe {
-                libc::setsockopt(
-                    fd.as_raw_fd(),
-                    SOL_NETLINK,
-                    opt,
-                    &one as *const libc::c_int as *const libc::c_void,
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
-        }
-        // A kernel always answers; the timeout only keeps a bug from hanging relayd.
-        let tv = libc::timeval {
-            tv_sec: 5,
-            tv_usec: 0,
-        };
-        // SAFETY: `tv` is a live timeval of the size given.
-        unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                &tv as *const libc::timeval as *const libc::c_void,
-                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-            )
-        };
         Ok(Rtnl {
-            fd,
-            seq: 0,
-            buf: vec![0u8; 64 * 1024],
+            sock: RtnlSocket::open()?,
         })
     }
 
-    fn send(&mut self, msg: &[u8]) -> io::Result<()> {
-        // SAFETY: msg is a live buffer of msg.len() bytes.
-        let n = unsafe {
-            libc::send(
-                self.fd.as_raw_fd(),
-                msg.as_ptr() as *const libc::c_void,
-                msg.len(),
-                0,
-            )
-        };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+    fn next_seq(&mut self) -> u32 {
+        self.sock.next_seq()
     }
 
-    /// Receives datagrams and hands each message of request `seq` to `f` until `f`
-    /// returns `Some`.
+    fn send(&mut self, msg: &[u8]) -> io::Result<()> {
+        self.sock.send(msg)
+    }
+
     fn recv_until<T>(
         &mut self,
         seq: u32,
-        mut f: impl FnMut(&Header, &[u8]) -> Option<Result<T, NlError>>,
+        f: impl FnMut(&Header, &[u8]) -> Option<Result<T, NlError>>,
     ) -> Result<T, NlError> {
-        loop {
-            // SAFETY: buf is a live writable buffer of buf.len() bytes.
-            let n = unsafe {
-                libc::recv(
-                    self.fd.as_raw_fd(),
-                    self.buf.as_mut_ptr() as *mut libc::c_void,
-                    self.buf.len(),
-                    0,
-                )
-            };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e.into());
-            }
-            for m in Messages::new(&self.buf[..n as usize]).filter(|m| m.seq() == seq) {
-                if let Some(r) = f(&m.header, m.payload) {
-                    return r;
-                }
-            }
-        }
-    }
-
-    fn next_seq(&mut self) -> u32 {
-        self.seq = self.seq.wrapping_add(1);
-        self.seq
+        self.sock.recv_until(seq, f)
     }
 
     /// `RTM_GETLINK` for one interface.

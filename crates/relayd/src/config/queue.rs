@@ -304,11 +304,26 @@ fn check_policy(
         (Some(g), _) => *g.get_ref(),
         (None, r) => r.is_none(),
     };
-    let malformed = match q
-        .malformed
-        .as_ref()
-        .map(|m| (m.get_ref().as_str(), m.span()))
-    {
+    let malformed = malformed_policy(
+        cx,
+        field(index, "malformed"),
+        q.malformed.as_ref(),
+        fail_open,
+    );
+    queue.fail_open = fail_open;
+    queue.gso = gso;
+    malformed
+}
+
+/// `malformed` (at `field`): the verdict for packets the chain cannot parse; by default
+/// the failure policy's (accept when fail-open).
+pub(super) fn malformed_policy(
+    cx: &mut Ctx<'_>,
+    field: String,
+    malformed: Option<&Spanned<String>>,
+    fail_open: bool,
+) -> Verdict {
+    match malformed.map(|m| (m.get_ref().as_str(), m.span())) {
         None if fail_open => Verdict::Accept,
         None => Verdict::Drop,
         Some(("accept", _)) => Verdict::Accept,
@@ -316,15 +331,12 @@ fn check_policy(
         Some((other, span)) => {
             cx.err(
                 Some(span),
-                field(index, "malformed"),
+                field,
                 format!("unknown policy `{other}` (accept or drop)"),
             );
             Verdict::Accept
         }
-    };
-    queue.fail_open = fail_open;
-    queue.gso = gso;
-    malformed
+    }
 }
 
 /// The kernel queue's settings, in `queue` (which holds the defaults): what the chain

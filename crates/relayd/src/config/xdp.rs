@@ -218,24 +218,8 @@ pub(super) fn check_xdp(
         .iter()
         .any(|(_, s)| s.fail_policy() == FailPolicy::Closed);
     let fail_open = x.fail_open.unwrap_or(!wants_closed);
-    let malformed = match x
-        .malformed
-        .as_ref()
-        .map(|m| (m.get_ref().as_str(), m.span()))
-    {
-        None if fail_open => Verdict::Accept,
-        None => Verdict::Drop,
-        Some(("accept", _)) => Verdict::Accept,
-        Some(("drop", _)) => Verdict::Drop,
-        Some((other, span)) => {
-            cx.err(
-                Some(span),
-                field("malformed"),
-                format!("unknown policy `{other}` (accept or drop)"),
-            );
-            Verdict::Accept
-        }
-    };
+    let malformed =
+        super::queue::malformed_policy(cx, field("malformed"), x.malformed.as_ref(), fail_open);
     let mode = match x.mode.as_ref().map(|m| (m.get_ref().as_str(), m.span())) {
         None | Some(("native", _)) => Mode::Native,
         Some(("generic", _)) => Mode::Generic,
