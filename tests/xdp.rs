@@ -230,6 +230,17 @@ fn failure_policy_holds_with_relayd_killed_and_cleanup_detaches() {
         r.proc.kill();
         let mut r2 = Relayd::start(&l.relay, &policy(fail_open));
         assert_eq!(udp_arrivals(&l, 5000, 20), 20, "restarted after a kill");
+        // A reload that changes the port's settings starts it anew: the new program
+        // replaces the old one in place (which kept its policy in between).
+        r2.rewrite(&policy(fail_open).replace("services =", "batch = 16\nservices ="));
+        reload(&r2, 1);
+        assert_eq!(xdp_attached(&l.relay), vec!["eth0".to_string()]);
+        assert_eq!(udp_arrivals(&l, 5000, 20), 20, "served after the reload");
+        assert!(
+            r2.log().contains("serving XDP chain") && !r2.log().contains("stopping XDP"),
+            "{}",
+            r2.log()
+        );
         assert!(r2.stop(libc::SIGTERM), "{}", r2.log());
         assert!(xdp_attached(&l.relay).is_empty());
         drop(r);

@@ -436,16 +436,17 @@ impl Daemon {
             .xdp
             .reload(&new.xdp, &mut self.counters, new.daemon.bypass_mark)
         {
-            let old = self.config.xdp.clone();
-            if let Err(e2) =
-                self.xdp
-                    .reload(&old, &mut self.counters, self.config.daemon.bypass_mark)
-            {
-                tracing::error!("restoring the previous XDP ports failed too: {e2:#}");
-            }
+            self.restore_xdp();
             return Err(e.context("the old configuration stays in force"));
         }
-        let started = self.start_queues(&new)?;
+        // From here on, an error puts the old XDP ports back too.
+        let started = match self.start_queues(&new) {
+            Ok(s) => s,
+            Err(e) => {
+                self.restore_xdp();
+                return Err(e);
+            }
+        };
         let old_routing = self.routing;
         if new.tproxy.is_some()
             && let Err(e) = self.install_routing(&new)
@@ -456,6 +457,7 @@ impl Daemon {
             {
                 tracing::error!("restoring the previous ip rule failed too: {e2:#}");
             }
+            self.restore_xdp();
             return Err(e.context("the old configuration stays in force"));
         }
         if let Err(e) = self.install(&new) {
@@ -464,6 +466,7 @@ impl Daemon {
                 tracing::error!("restoring the previous rules failed too: {e2:#}");
             }
             stop_all(started.into_values().map(|r| r.queue));
+            self.restore_xdp();
             return Err(e.context("new rules refused; the old configuration stays in force"));
         }
         let wanted: BTreeMap<u16, &QueueSpec> = new
@@ -509,6 +512,17 @@ impl Daemon {
         self.config = new;
         self.reloads += 1;
         Ok(ListenerChanges { stop, start })
+    }
+
+    /// Puts the XDP ports of the configuration in force back, after a refused reload.
+    fn restore_xdp(&mut self) {
+        let old = self.config.xdp.clone();
+        if let Err(e) = self
+            .xdp
+            .reload(&old, &mut self.counters, self.config.daemon.bypass_mark)
+        {
+            tracing::error!("restoring the previous XDP ports failed too: {e:#}");
+        }
     }
 
     /// Drains a listener a reload took out of service, in the background.

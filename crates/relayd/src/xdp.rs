@@ -2,9 +2,11 @@
 //! queues, reconfigured on reload, stopped on exit, and shown in the status like queues.
 //!
 //! On reload a port whose settings are unchanged keeps running and switches its queues'
-//! chains between two rounds, as an NFQUEUE queue does. A port whose interface, rx
-//! queues, match, policy or socket settings changed is stopped (its traffic goes to the
-//! kernel for that moment) and started anew: the program and its sockets are per port.
+//! chains between two rounds, as an NFQUEUE queue does. A port whose rx queues, match,
+//! policy or socket settings changed is started anew: its threads stop with its program
+//! left attached (matched packets meanwhile get the old failure policy: a fail-closed
+//! port stays closed), and the new program replaces it. A port whose entry is gone is
+//! detached.
 
 use crate::config::XdpSpec;
 use crate::daemon::CounterStore;
@@ -78,7 +80,7 @@ impl XdpPorts {
                 }
                 Err(e) => {
                     for i in started {
-                        self.stop_one(&i);
+                        self.stop_one(&i, false);
                     }
                     return Err(e).with_context(|| format!("starting xdp[{}]", spec.index));
                 }
@@ -105,16 +107,27 @@ impl XdpPorts {
                     port.update(&mut chains);
                     *old = (*spec).clone();
                 }
-                _ => self.stop_one(&interface),
+                // Changed: stopped with its program left attached, which the new one
+                // replaces, so that its failure policy holds in between.
+                Some(_) => self.stop_one(&interface, true),
+                None => self.stop_one(&interface, false),
             }
         }
         self.start(new, counters, stage_mask)
     }
 
-    fn stop_one(&mut self, interface: &str) {
-        if let Some((port, _)) = self.ports.remove(interface)
-            && let Err(e) = port.stop()
-        {
+    /// Stops the port on `interface`; `restart`: leave its program attached
+    /// ([`XdpPort::stop_for_restart`]).
+    fn stop_one(&mut self, interface: &str, restart: bool) {
+        let Some((port, _)) = self.ports.remove(interface) else {
+            return;
+        };
+        let r = if restart {
+            port.stop_for_restart()
+        } else {
+            port.stop()
+        };
+        if let Err(e) = r {
             tracing::error!(interface, "stopping XDP: {e}");
         }
     }
@@ -123,7 +136,7 @@ impl XdpPorts {
     pub(crate) fn stop_all(&mut self) {
         let all: Vec<String> = self.ports.keys().cloned().collect();
         for i in all {
-            self.stop_one(&i);
+            self.stop_one(&i, false);
         }
     }
 

@@ -1,11 +1,12 @@
-//! Forwarding a packet the chain accepted, as the kernel's forwarding would: its TTL or
-//! hop limit decreased (the IPv4 checksum fixed incrementally, by
+//! Forwarding a packet the chain accepted, as the kernel's forwarding would: checked as
+//! `ip_rcv` would (lengths, IPv4 header checksum), its TTL or hop limit decreased (by
 //! [`relay_core::outbox::decrement_hop`], the one implementation relayd has) and an
 //! Ethernet header in front, written from the next hop the XDP program read from the
 //! kernel's FIB. Pure functions, unit-tested without a kernel.
 
 use crate::program::FrameMeta;
 use relay_core::IpVersion;
+use relay_core::wire::{Ipv4Packet, Ipv6Packet};
 
 /// An Ethernet header's length (untagged: the program steers nothing else).
 pub const ETH_LEN: usize = 14;
@@ -31,20 +32,28 @@ pub enum Framed {
     TooBig,
 }
 
-/// Whether `packet` can be forwarded: IPv4 or IPv6 with a TTL or hop limit above 1
-/// (otherwise [`Framed::NotIp`] or [`Framed::HopLimit`]). [`frame`] then succeeds if the
-/// frame is large enough.
+/// Whether `packet` can be forwarded: a well-formed IPv4 (valid header checksum) or IPv6
+/// header whose length fits the bytes, with a TTL or hop limit above 1 (otherwise
+/// [`Framed::NotIp`] or [`Framed::HopLimit`]). The kernel drops what fails the first
+/// checks (`ip_rcv`); [`frame`] then succeeds if the frame is large enough.
 pub fn forwardable(packet: &[u8]) -> Result<IpVersion, Framed> {
     let version = IpVersion::of(packet).ok_or(Framed::NotIp)?;
-    let hop_at = match version {
-        IpVersion::V4 => 8,
-        IpVersion::V6 => 7,
+    let hops = match version {
+        IpVersion::V4 => {
+            let ip = Ipv4Packet::new_checked(packet).map_err(|_| Framed::NotIp)?;
+            if !ip.verify_checksum() {
+                return Err(Framed::NotIp);
+            }
+            ip.ttl()
+        }
+        IpVersion::V6 => Ipv6Packet::new_checked(packet)
+            .map_err(|_| Framed::NotIp)?
+            .hop_limit(),
     };
-    match packet.get(hop_at) {
-        None => Err(Framed::NotIp),
-        Some(&h) if h <= 1 => Err(Framed::HopLimit),
-        Some(_) => Ok(version),
+    if hops <= 1 {
+        return Err(Framed::HopLimit);
     }
+    Ok(version)
 }
 
 /// Writes the Ethernet frame that carries `packet` to the next hop `meta` into `out`, and
@@ -67,20 +76,23 @@ pub fn frame(out: &mut [u8], meta: &FrameMeta, packet: &[u8]) -> Framed {
     Framed::Ready(len)
 }
 
-/// The EtherType of an Ethernet frame and its payload, if it is an untagged IPv4 or IPv6
-/// frame.
+/// The EtherType of an untagged IPv4 or IPv6 Ethernet frame and its IP packet, cut to
+/// the length its header gives (a short frame's Ethernet padding is not the packet's);
+/// `None` for anything else, or a header that claims more bytes than the frame has.
 pub fn ip_payload(frame: &[u8]) -> Option<(u16, &[u8])> {
     let ty = u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]);
-    match ty {
-        0x0800 | 0x86dd => Some((ty, &frame[ETH_LEN..])),
-        _ => None,
-    }
+    let ip = frame.get(ETH_LEN..)?;
+    let len = match ty {
+        0x0800 => usize::from(u16::from_be_bytes([*ip.get(2)?, *ip.get(3)?])),
+        0x86dd => 40 + usize::from(u16::from_be_bytes([*ip.get(4)?, *ip.get(5)?])),
+        _ => return None,
+    };
+    Some((ty, ip.get(..len)?))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use relay_core::wire::Ipv4Packet;
 
     fn meta() -> FrameMeta {
         FrameMeta {
@@ -127,6 +139,21 @@ mod tests {
         assert_eq!(frame(&mut out, &meta(), &[0x10; 40]), Framed::NotIp);
         assert_eq!(frame(&mut out[..30], &meta(), &v4(64)), Framed::TooBig);
         assert_eq!(ip_payload(&[0u8; 13]), None);
+        // A bad header checksum, a length beyond the bytes: not forwarded.
+        let mut bad = v4(64);
+        bad[10] ^= 1;
+        assert_eq!(forwardable(&bad), Err(Framed::NotIp));
+        let mut long = v4(64);
+        long[3] = 200;
+        assert_eq!(forwardable(&long), Err(Framed::NotIp));
+        // Ethernet padding is cut off; a header claiming more than the frame is refused.
+        let mut padded = vec![0u8; 14];
+        padded[12..14].copy_from_slice(&[0x08, 0x00]);
+        padded.extend_from_slice(&v4(64));
+        padded.resize(60, 0xee);
+        assert_eq!(ip_payload(&padded), Some((0x0800, &padded[14..42])));
+        padded[14 + 3] = 100;
+        assert_eq!(ip_payload(&padded), None);
         let mut arp = [0u8; 42];
         arp[12..14].copy_from_slice(&[0x08, 0x06]);
         assert_eq!(ip_payload(&arp), None);

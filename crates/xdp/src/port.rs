@@ -256,6 +256,15 @@ impl XdpPort {
         self.shut()
     }
 
+    /// Stops the threads and unbinds their sockets but leaves the program attached, for a
+    /// port about to be started anew on the same interface (a reload that changed its
+    /// settings): until the new program replaces it, matched packets get this one's
+    /// failure policy (a fail-closed port stays closed), as while relayd is down.
+    pub fn stop_for_restart(mut self) -> Result<(), XdpError> {
+        self.attached = false;
+        self.shut()
+    }
+
     fn shut(&mut self) -> Result<(), XdpError> {
         let detached = if std::mem::take(&mut self.attached) {
             self.program.detach(self.ifindex)

@@ -27,6 +27,7 @@ use crate::forward::{self, Framed};
 use crate::port::{PortConfig, ZeroCopy};
 use crate::program::{FrameMeta, META_LEN};
 use crate::xsk::{BindMode, Socket, SocketConfig};
+use relay_core::ratelimit::RateLimit;
 use relay_core::{
     Chain, Context, Counter, Counters, Packet, PacketMeta, QueueCounters, Tally, Verdict,
 };
@@ -211,6 +212,7 @@ impl XdpQueue {
             shared: shared.clone(),
             buf: vec![0u8; PACKET_BUF],
             scratch: vec![0u8; PACKET_BUF],
+            panic_log: RateLimit::new(10),
         };
         let cpu = q.cpu;
         let num = q.num;
@@ -352,6 +354,7 @@ struct Worker {
     shared: Arc<Shared>,
     buf: Vec<u8>,
     scratch: Vec<u8>,
+    panic_log: RateLimit,
 }
 
 impl Worker {
@@ -402,7 +405,14 @@ impl Worker {
                 self.publish_stats();
             }
             if n == 0 {
-                match self.rx.wait(WAIT_MS) {
+                // Frames the kernel left on a tx ring (its send buffer was full) go out
+                // with the next flush: come back for them soon rather than after WAIT_MS.
+                let pending = self
+                    .egress
+                    .iter()
+                    .filter_map(|e| e.socket.as_ref())
+                    .any(|s| s.pending_tx() > 0);
+                match self.rx.wait(if pending { 1 } else { WAIT_MS }) {
                     Ok(_) => {}
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e) => {
@@ -429,6 +439,7 @@ impl Worker {
             xdp,
             buf,
             scratch,
+            panic_log,
             egress,
             tally,
             num,
@@ -445,6 +456,7 @@ impl Worker {
             xdp,
             buf,
             scratch,
+            panic_log,
             egress,
             tally,
             num: *num,
@@ -485,6 +497,7 @@ struct Handle<'a> {
     xdp: &'a XdpCounters,
     buf: &'a mut Vec<u8>,
     scratch: &'a mut [u8],
+    panic_log: &'a mut RateLimit,
     egress: &'a mut Vec<Egress>,
     tally: &'a Tally,
     num: u16,
@@ -536,10 +549,13 @@ impl Handle<'_> {
             }
             Err(_) => {
                 self.counters.errors.inc();
-                tracing::warn!(
-                    queue = self.num,
-                    "a service panicked on a packet; verdict by the malformed policy"
-                );
+                if let Some(suppressed) = self.panic_log.allow(cx.now) {
+                    tracing::warn!(
+                        queue = self.num,
+                        suppressed,
+                        "a service panicked on a packet; verdict by the malformed policy"
+                    );
+                }
                 *self.buf = vec![0u8; PACKET_BUF];
                 if self.malformed == Verdict::Accept {
                     self.send(&meta, ip, cx);
@@ -572,8 +588,10 @@ impl Handle<'_> {
         let Some(socket) = e.socket.as_mut().filter(|_| fits) else {
             return self.via_kernel(packet, cx);
         };
+        // `forwardable` passed and the frame has the packet's length: `frame` succeeds.
         if socket.send(forward::ETH_LEN + packet.len(), |out| {
-            forward::frame(out, meta, packet);
+            let framed = forward::frame(out, meta, packet);
+            debug_assert!(matches!(framed, Framed::Ready(_)), "{framed:?}");
         }) {
             self.xdp.transmitted.inc();
         } else {
