@@ -8,13 +8,17 @@
  * packet) and is redirected to the AF_XDP socket of its rx queue. With no socket bound
  * there, the redirect falls back to XDP_PASS (fail-open) or XDP_DROP (fail-closed), as
  * the config map says, so the failure policy holds while relayd is down. Everything
- * else goes on to the kernel untouched (XDP_PASS): other traffic, what this program does
- * not parse, packets whose TTL expires here, and what the kernel would not forward
+ * else goes on to the kernel untouched (XDP_PASS): other traffic, what is not IPv4 or
+ * IPv6 (ARP, VLAN tags, truncated headers), packets whose TTL expires here, and what the
+ * kernel would not forward
  * either (local delivery, no route), so that it sends ICMP errors and delivers locally
  * as usual. A matched packet the kernel would forward but whose next hop is not known
  * here (no neighbour entry yet, larger than the egress MTU) is redirected all the same,
  * with egress ifindex 0: relayd runs the chain and hands the result to the kernel's
- * forwarding, so matched traffic never bypasses the chain.
+ * forwarding, so matched traffic never bypasses the chain. So are IPv4 packets with
+ * options, fragments and IPv6 packets with extension headers, matched by addresses (and
+ * IPv4's protocol) alone: an option or a fragment must not carry traffic past the chain.
+ * A driver that leaves no room for the metadata gets the failure policy.
  *
  * The packet is never rewritten here: userland decrements the TTL and writes the
  * Ethernet header from the metadata after its chain ran.
@@ -126,6 +130,12 @@ struct pkt {
 	__u8 family; /* 4 or 6 */
 	__u8 proto;
 	__u8 has_ports; /* TCP or UDP */
+	/* IPv4 options, a fragment, IPv6 extension headers: the ports (and, behind IPv6
+	 * extension headers, the protocol) are not read here. Such a packet matches a rule
+	 * whatever the rule says of them, so that no option or fragment carries matched
+	 * traffic past the chain; relayd runs the chain and hands it to the kernel. */
+	__u8 irregular;
+	__u8 proto_unknown;
 };
 
 static __always_inline int count(__u32 idx)
@@ -163,9 +173,10 @@ static __always_inline int rule_matches(const struct relay_rule *r, const struct
 
 	if (r->family && r->family != p->family)
 		return 0;
-	if (r->proto && r->proto != p->proto)
+	if (r->proto && !p->proto_unknown && r->proto != p->proto)
 		return 0;
-	if (r->sport_lo != 0 || r->sport_hi != 0xffff || r->dport_lo != 0 || r->dport_hi != 0xffff) {
+	if (!p->irregular &&
+	    (r->sport_lo != 0 || r->sport_hi != 0xffff || r->dport_lo != 0 || r->dport_hi != 0xffff)) {
 		if (!p->has_ports)
 			return 0;
 		if (p->sport < r->sport_lo || p->sport > r->sport_hi)
@@ -228,10 +239,12 @@ int relayd_xdp(struct xdp_md *ctx)
 
 		if ((void *)(ip + 1) > data_end)
 			goto unparsed;
-		if (ip->version != 4 || ip->ihl != 5)
-			goto unparsed; /* options: rare, and the kernel handles them */
-		if (ip->frag_off & bpf_htons(IP_MF | IP_OFFSET))
-			goto unparsed; /* fragments: no ports, and the kernel reassembles locally */
+		if (ip->version != 4 || ip->ihl < 5)
+			goto unparsed;
+		/* Options (rare) or a fragment (no ports, or only in the first): matched by
+		 * addresses and protocol alone (struct pkt). */
+		if (ip->ihl != 5 || (ip->frag_off & bpf_htons(IP_MF | IP_OFFSET)))
+			p.irregular = 1;
 		p.family = 4;
 		p.proto = ip->protocol;
 		p.src[0] = ip->saddr;
@@ -248,8 +261,13 @@ int relayd_xdp(struct xdp_md *ctx)
 
 		if ((void *)(ip6 + 1) > data_end)
 			goto unparsed;
-		if (ip6->version != 6 || ipv6_ext_header(ip6->nexthdr))
+		if (ip6->version != 6)
 			goto unparsed;
+		/* Extension headers are not walked: matched by addresses alone. */
+		if (ipv6_ext_header(ip6->nexthdr)) {
+			p.irregular = 1;
+			p.proto_unknown = 1;
+		}
 		p.family = 6;
 		p.proto = ip6->nexthdr;
 		__builtin_memcpy(p.src, &ip6->saddr, 16);
@@ -265,7 +283,9 @@ int relayd_xdp(struct xdp_md *ctx)
 		goto unparsed; /* ARP, VLAN tags, MPLS, ...: not ours */
 	}
 
-	if (p.proto == IPPROTO_TCP) {
+	if (p.irregular) {
+		/* no ports to read */
+	} else if (p.proto == IPPROTO_TCP) {
 		struct tcphdr *th = l4;
 
 		if ((void *)(th + 1) > data_end)
@@ -330,6 +350,10 @@ int relayd_xdp(struct xdp_md *ctx)
 		count(STAT_PASS_FIB);
 		return XDP_PASS;
 	}
+	/* What relayd does not transmit itself (options, fragments, extension headers)
+	 * goes back to the kernel's forwarding after the chain. */
+	if (p.irregular)
+		unresolved = 1;
 
 	/* Userland needs the next hop: without room for it (a driver that gives no headroom
 	 * for metadata) the kernel forwards the packet instead, counted with the FIB misses. */
@@ -350,8 +374,9 @@ int relayd_xdp(struct xdp_md *ctx)
 	return rc;
 
 no_meta:
+	/* Matched, but relayd cannot be told the next hop: the failure policy. */
 	count(STAT_PASS_FIB);
-	return XDP_PASS;
+	return cfg->fail_open ? XDP_PASS : XDP_DROP;
 
 unparsed:
 	count(STAT_PASS_UNPARSED);

@@ -228,18 +228,21 @@ pub struct ProgramStats {
     /// Parsed but matched by no rule: passed to the kernel.
     pub pass_unmatched: u64,
     /// Matched, but the kernel would not forward it either (local delivery, no route,
-    /// blackhole, prohibit, forwarding off), or the driver left no room for the
-    /// metadata: passed to the kernel, which answers or delivers it.
+    /// blackhole, prohibit, forwarding off): passed to the kernel, which answers or
+    /// delivers it. Also a matched packet for which the driver left no room for the
+    /// metadata: the failure policy (passed if fail-open, else dropped).
     pub pass_fib: u64,
     /// Matched, but the TTL or hop limit was 1 or 0: passed to the kernel, which sends
     /// the ICMP time exceeded.
     pub pass_ttl: u64,
-    /// Not parsed (not untagged IPv4 or IPv6, IPv4 options, fragments, IPv6 extension
-    /// headers, truncated headers): passed to the kernel.
+    /// Not parsed (not untagged IPv4 or IPv6, truncated headers): passed to the kernel.
+    /// (IPv4 options, fragments and IPv6 extension headers are parsed as far as the
+    /// addresses, matched on them, and if matched handed to relayd as unresolved.)
     pub pass_unparsed: u64,
     /// Matched and handed to relayd although the FIB knew no next hop to send it to (no
-    /// neighbour entry yet, larger than the egress MTU): its metadata says egress ifindex
-    /// 0, and relayd hands the chain's result to the kernel's forwarding.
+    /// neighbour entry yet, larger than the egress MTU), or with IPv4 options, as a
+    /// fragment or with IPv6 extension headers: its metadata says egress ifindex 0, and
+    /// relayd hands the chain's result to the kernel's forwarding.
     pub redirected_unresolved: u64,
 }
 

@@ -228,12 +228,24 @@ fn parsing_rules_and_metadata_on_test_frames() {
             (
                 "more fragments",
                 ip4(UDP, SRC4, DST4, 64, 0x2000, &udp(5000)),
-                "pass_unparsed",
+                "no_socket",
             ),
             (
                 "fragment offset",
                 ip4(UDP, SRC4, DST4, 64, 0x0001, &udp(5000)),
-                "pass_unparsed",
+                "no_socket",
+            ),
+            (
+                "a fragment of a protocol no rule names",
+                ip4(1, SRC4, DST4, 64, 0x2000, &[8, 0, 0, 0, 0, 0, 0, 0]),
+                "pass_unmatched",
+            ),
+            (
+                // Neither protocol nor ports are read behind an extension header, so the
+                // UDP port rule (any address) takes it: conservatively relayd's.
+                "ipv6 hop-by-hop outside the /127",
+                ip6(0, "fd00:1::1", "fd00:2::4", 64, &udp(5000)),
+                "no_socket",
             ),
             (
                 "don't fragment is fine",
@@ -248,7 +260,7 @@ fn parsing_rules_and_metadata_on_test_frames() {
                     f.splice(34..34, [1, 1, 1, 0]);
                     f
                 },
-                "pass_unparsed",
+                "no_socket",
             ),
             (
                 "vlan tag",
@@ -281,12 +293,12 @@ fn parsing_rules_and_metadata_on_test_frames() {
             (
                 "ipv6 hop-by-hop",
                 ip6(0, "fd00:1::1", "fd00:2::2", 64, &udp(5000)),
-                "pass_unparsed",
+                "no_socket",
             ),
             (
                 "ipv6 fragment header",
                 ip6(44, "fd00:1::1", "fd00:2::2", 64, &udp(5000)),
-                "pass_unparsed",
+                "no_socket",
             ),
             (
                 "esp to the /127",
