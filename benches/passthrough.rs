@@ -508,8 +508,8 @@ fn esp_section() -> String {
 }
 
 /// One `[[xdp]]` port (queue 0) on the relay's ingress veth, fail-closed (overload shows as
-/// loss, as on the fail-closed NFQUEUE paths), its thread on `cpu`. It has no `nice`: its
-/// thread runs at the default priority beside the NAPI thread.
+/// loss, as on the fail-closed NFQUEUE paths), its thread on `cpu` ([`spawn_relayd`] gives
+/// it the queues' nice value, which `[[xdp]]` cannot).
 fn xdp_body(cpu: usize, services: &str, matches: &str) -> String {
     format!(
         "[[xdp]]\nnum = 0\ninterface = \"eth0\"\ncpu = {cpu}\nfail_open = false\nservices = [{services}]\n{matches}"
@@ -674,21 +674,45 @@ fn spawn_relayd(node: &Node, tag: &str, body: &str, cpu: usize, thread: &str) ->
         cpu.to_string(),
         "relayd's thread {thread} ({tag}) runs on CPUs {cpus}, not on CPU {cpu}"
     );
+    if thread != "relayd-q0" {
+        // `[[xdp]]` has no `nice` key: the bench gives the XDP thread the NFQUEUE queue's
+        // nice value itself (setpriority, as relayd does for `nice`), so that both
+        // datapaths share the relay core with the NAPI thread on the same terms.
+        let nice: i32 = env_num("QUEUE_NICE", -5);
+        let (tid, _) = find_thread(p.pid(), thread);
+        // SAFETY: setpriority takes plain integers and has no memory effects.
+        let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) };
+        assert_eq!(
+            rc,
+            0,
+            "nice {nice} for {thread}: {}",
+            std::io::Error::last_os_error()
+        );
+    }
     p
 }
 
 /// `Cpus_allowed_list` of the thread of process `pid` named `name`.
 fn thread_cpus(pid: u32, name: &str) -> String {
+    find_thread(pid, name).1
+}
+
+/// The kernel thread id and `Cpus_allowed_list` of the thread of process `pid` named
+/// `name`.
+fn find_thread(pid: u32, name: &str) -> (u32, String) {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("relayd's tasks");
     for t in tasks.flatten() {
         let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        let Some(tid) = t.file_name().to_str().and_then(|s| s.parse().ok()) else {
+            continue;
+        };
         if comm.trim() == name {
             let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
             if let Some(v) = status
                 .lines()
                 .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
             {
-                return v.trim().to_string();
+                return (tid, v.trim().to_string());
             }
         }
     }

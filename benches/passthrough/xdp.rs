@@ -270,22 +270,38 @@ pub(super) fn run(bed: &mut Bed, started: Instant) {
     .unwrap();
     writeln!(
         report,
-        "| path | samples per round | p50 / p99 / p99.9 us | added to the kernel's p50 / p99 / p99.9 us |"
+        "| path | samples per round | p50 / p99 / p99.9 us | added to the kernel's p50 / p99 / p99.9 us | relay core | traffic core |"
     )
     .unwrap();
-    writeln!(report, "|---|---|---|---|").unwrap();
+    writeln!(report, "|---|---|---|---|---|---|").unwrap();
     let q = |v: &[Latency]| (med(v, |l| l.p50), med(v, |l| l.p99), med(v, |l| l.p999));
     let (k50, k99, k999) = q(&lats[0]);
     for (j, path) in lat_paths.iter().enumerate() {
         let (p50, p99, p999) = q(&lats[j]);
         writeln!(
             report,
-            "| {} | {} | {p50:.1} / {p99:.1} / {p999:.1} | {:.1} / {:.1} / {:.1} |",
+            "| {} | {} | {p50:.1} / {p99:.1} / {p999:.1} | {:.1} / {:.1} / {:.1} | {} | {} |",
             path.name(),
             fmt_rate(med(&lats[j], |l| l.samples as f64)),
             p50 - k50,
             p99 - k99,
-            p999 - k999
+            p999 - k999,
+            pct(med(&lats[j], |l| l.cpu.share[bed.k.relay_cpu])),
+            pct(med(&lats[j], |l| l.cpu.share[bed.k.traffic_cpu])),
+        )
+        .unwrap();
+    }
+    let traffic = lats
+        .iter()
+        .map(|v| med(v, |l| l.cpu.share[bed.k.traffic_cpu]))
+        .fold(0.0, f64::max);
+    if traffic > 0.9 {
+        // The generator, the sink and dst's receive work share the traffic core: saturated,
+        // it queues packets before they are timestamped and sends late.
+        writeln!(
+            report,
+            "\nWARNING: the traffic core was {} busy: the delays include its own queueing, not only the relay's.",
+            pct(traffic)
         )
         .unwrap();
     }
