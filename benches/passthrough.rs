@@ -30,6 +30,11 @@
 //!   datagram's one-way delay, timed by the kernel at dst;
 //! - one TCP flow, relayd with GSO on and off: throughput and relay-core CPU per byte.
 //!
+//! The RFC 2544 table also has relayd `accept` on the AF_XDP datapath (an `[[xdp]]` port on
+//! the relay's ingress veth, docs/xdp.md): its XDP program runs in that veth's NAPI on the
+//! relay core, relayd's `relayd-xdp0` thread is pinned there too. XDP=1 runs only the
+//! AF_XDP datapath's targets (issue 16; see `passthrough/xdp.rs`).
+//!
 //! Run: `make bench-passthrough` (root, about 15 minutes). Environment: ROUNDS (default 3),
 //! SECS per measurement (default 3), TRIALS per RFC 2544 search (default 8), SMOKE=1 (one
 //! round of one second, tiny searches, nothing written: what `make test` runs), PROFILE=1
@@ -38,7 +43,11 @@
 //! perf data for `perf report -i`), SIZING=1 (only the
 //! packets/s-per-core table of `accept` and each service, `make bench-sizing`),
 //! PROBE=x,y,.. (a quick look while tuning: the kernel and relayd `accept` at those
-//! multiples of R64 packets/s, and latency at 10 % and 50 % of it), RELAY_RX, QUEUE_NICE.
+//! multiples of R64 packets/s, and latency at 10 % and 50 % of it), XDP=1 (only the
+//! AF_XDP comparisons, written to target/bench-xdp.md), RELAY_RX, QUEUE_NICE.
+
+#[path = "passthrough/xdp.rs"]
+mod xdp;
 
 use relay_testbed::{Line3, Node, Proc, line3};
 use std::fmt::Write as _;
@@ -308,6 +317,13 @@ impl Bed {
         // forwarding: src's veth without TSO sends everything through the relay's NAPI
         // (TCP goes out segmented in software; the relay's GRO puts it back together).
         sh(&l.src, "ethtool -K eth0 tso off");
+        // A veth that offloads transmit checksums leaves UDP and TCP checksums unfinished
+        // in the bytes (the kernel would finish them from the skb's state). XDP and
+        // AF_XDP see and forward bytes, so dst would drop every datagram relayd's XDP
+        // queue forwards, after its interface counter counted it as delivered: the bench
+        // would lie. src finishes its checksums in software, for every path alike (a real
+        // NIC delivers finished checksums too; tests/xdp.rs does the same).
+        sh(&l.src, "ethtool -K eth0 tx off");
         // veth's NAPI ring holds 256 packets; when it is full veth stops src's transmit
         // queue, and a qdisc there holds what follows, as a NIC's deeper receive ring would
         // (RPS's backlog holds 1,000). Without it a few milliseconds without the NAPI
@@ -406,6 +422,14 @@ enum Path {
     AcceptNoGso,
     /// relayd `compress` (LZ4, always).
     Compress,
+    /// relayd `encrypt` (AES-128-GCM, transport mode) of what goes to 10.0.2.0/24.
+    Encrypt,
+    /// relayd `accept` on an `[[xdp]]` port, fail-closed.
+    XdpAccept,
+    /// relayd `compress` (LZ4, always) on an `[[xdp]]` port, fail-closed.
+    XdpCompress,
+    /// [`Path::Encrypt`]'s service on an `[[xdp]]` port, fail-closed.
+    XdpEncrypt,
     /// Row `i` of the sizing table (SIZING=1; see [`sized`]).
     Sized(usize),
 }
@@ -418,7 +442,25 @@ impl Path {
             Path::Accept { fail_open: true } => "relayd accept, fail-open",
             Path::AcceptNoGso => "relayd accept, GSO off",
             Path::Compress => "relayd compress (LZ4, always)",
+            Path::Encrypt => "relayd encrypt (AES-128-GCM)",
+            Path::XdpAccept => "relayd accept, XDP",
+            Path::XdpCompress => "relayd compress (LZ4), XDP",
+            Path::XdpEncrypt => "relayd encrypt (AES-128-GCM), XDP",
             Path::Sized(i) => sized()[i].name,
+        }
+    }
+
+    /// Runs on the AF_XDP datapath (an `[[xdp]]` port) rather than NFQUEUE.
+    fn is_xdp(self) -> bool {
+        matches!(self, Path::XdpAccept | Path::XdpCompress | Path::XdpEncrypt)
+    }
+
+    /// The name of the relay's relayd thread that serves the path's packets.
+    fn thread(self) -> &'static str {
+        if self.is_xdp() {
+            "relayd-xdp0"
+        } else {
+            "relayd-q0"
         }
     }
 
@@ -436,12 +478,72 @@ impl Path {
                 queue(&format!("fail_open = {fail_open}\n"), "\"accept\"")
             }
             Path::AcceptNoGso => queue("fail_open = false\ngso = false\n", "\"accept\""),
-            Path::Compress => {
-                queue("fail_open = false\n", "\"lz4\"")
-                    + "[service.lz4]\nkind = \"compress\"\nalgorithm = \"lz4\"\nmode = \"always\"\n"
+            Path::Compress => queue("fail_open = false\n", "\"lz4\"") + LZ4,
+            Path::Encrypt => {
+                queue("fail_open = false\nmatch = \"-d 10.0.2.0/24\"\n", "\"esp\"") + &esp_section()
+            }
+            Path::XdpAccept => xdp_body(cpu, "\"accept\"", ""),
+            Path::XdpCompress => xdp_body(cpu, "\"lz4\"", "") + LZ4,
+            Path::XdpEncrypt => {
+                xdp_body(
+                    cpu,
+                    "\"esp\"",
+                    "[[xdp.match]]\ndestination = \"10.0.2.0/24\"\n",
+                ) + &esp_section()
             }
         })
     }
+}
+
+/// The `compress` service of [`Path::Compress`] and [`Path::XdpCompress`].
+const LZ4: &str = "[service.lz4]\nkind = \"compress\"\nalgorithm = \"lz4\"\nmode = \"always\"\n";
+
+/// The `encrypt` service of [`Path::Encrypt`] and [`Path::XdpEncrypt`]: the sizing table's
+/// "encrypt (AES-128-GCM, transport)" row, with its key.
+fn esp_section() -> String {
+    format!(
+        "[service.esp]\nkind = \"encrypt\"\nmode = \"transport\"\ncipher = \"aes-128-gcm\"\nspi = \"0x1001\"\nkey_file = \"{}\"\n",
+        aes_key().display()
+    )
+}
+
+/// One `[[xdp]]` port (queue 0) on the relay's ingress veth, fail-closed (overload shows as
+/// loss, as on the fail-closed NFQUEUE paths), its thread on `cpu` ([`spawn_relayd`] gives
+/// it the queues' nice value, which `[[xdp]]` cannot).
+fn xdp_body(cpu: usize, services: &str, matches: &str) -> String {
+    format!(
+        "[[xdp]]\nnum = 0\ninterface = \"eth0\"\ncpu = {cpu}\nfail_open = false\nservices = [{services}]\n{matches}"
+    )
+}
+
+/// The bench's directory of keys; relayd's key-file checks refuse keys under /tmp, so it
+/// lies in the target directory. Removed by [`remove_keys`].
+fn key_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("relayd-bench-keys-{}", std::process::id()))
+}
+
+/// An AES-128-GCM key in [`key_dir`], made with `relay_svc_crypto::keygen` on first use.
+fn aes_key() -> &'static std::path::Path {
+    static KEY: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    KEY.get_or_init(|| {
+        use std::os::unix::fs::DirBuilderExt;
+        let keys = key_dir();
+        let _ = std::fs::remove_dir_all(&keys);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .recursive(true)
+            .create(&keys)
+            .expect("key directory");
+        let key = keys.join("aes128gcm.key");
+        relay_svc_crypto::keygen(relay_svc_crypto::Cipher::Aes128Gcm, &key).expect("keygen");
+        key
+    })
+}
+
+/// Removes [`key_dir`] (the bench is done with its keys).
+fn remove_keys() {
+    let _ = std::fs::remove_dir_all(key_dir());
 }
 
 /// One `[[queue]]` (queue 0) on `hook`, its thread on `cpu` at `nice` QUEUE_NICE (default
@@ -454,20 +556,51 @@ fn queue_body(hook: &str, cpu: usize, extra: &str, services: &str) -> String {
 }
 
 /// The relayds running for a path (none for the kernel); stopped on drop.
-struct Relayd(Vec<Proc>);
+struct Relayd {
+    procs: Vec<Proc>,
+    /// The relay's relayd when it serves an `[[xdp]]` port: its node, control socket and
+    /// configuration file.
+    xdp: Option<(Node, std::path::PathBuf, std::path::PathBuf)>,
+}
 
 impl Drop for Relayd {
     fn drop(&mut self) {
-        for mut p in self.0.drain(..) {
+        for mut p in self.procs.drain(..) {
             p.stop(libc::SIGTERM, Duration::from_secs(10));
+        }
+        // A fail-closed XDP program left attached (relayd killed after the timeout) would
+        // drop every later path's packets: detach it as `relayd cleanup` does.
+        if let Some((node, _, config)) = &self.xdp
+            && xdp::attached(node)
+        {
+            println!("WARNING: relayd left its XDP program attached; relayd cleanup");
+            let mut cmd = node.cmd(RELAYD);
+            cmd.args(["cleanup", "-c"]).arg(config);
+            let ok = cmd.status().is_ok_and(|s| s.success());
+            assert!(
+                ok && !xdp::attached(node),
+                "relayd cleanup left XDP attached"
+            );
         }
     }
 }
 
 fn start(bed: &Bed, path: Path) -> Relayd {
     let Some(body) = path.body(bed.k.relay_cpu) else {
-        return Relayd(Vec::new());
+        return Relayd {
+            procs: Vec::new(),
+            xdp: None,
+        };
     };
+    if path.is_xdp() && bed.rx != Rx::Napi {
+        // With RPS, the veth's NAPI (and so the XDP program and AF_XDP's copy) would run
+        // in the softirq of the sending core, the traffic core.
+        println!(
+            "WARNING: {} with {}: its XDP program runs on the traffic core",
+            path.name(),
+            bed.rx.name()
+        );
+    }
     let mut running = Vec::new();
     // A decoder's input: its encoder in src, on the traffic core (started first, so that
     // nothing reaches the decoder unencoded).
@@ -476,20 +609,42 @@ fn start(bed: &Bed, path: Path) -> Relayd {
     {
         let cpu = bed.k.traffic_cpu;
         let body = queue_body("output", cpu, &q.extra, &q.services) + &q.sections;
-        running.push(spawn_relayd(&bed.l.src, "src", &body, cpu));
+        running.push(spawn_relayd(&bed.l.src, "src", &body, cpu, "relayd-q0"));
     }
-    running.push(spawn_relayd(&bed.l.relay, "relay", &body, bed.k.relay_cpu));
-    Relayd(running)
+    running.push(spawn_relayd(
+        &bed.l.relay,
+        "relay",
+        &body,
+        bed.k.relay_cpu,
+        path.thread(),
+    ));
+    Relayd {
+        procs: running,
+        xdp: path.is_xdp().then(|| {
+            let dir = run_dir();
+            (
+                bed.l.relay.clone(),
+                dir.join("relay.sock"),
+                dir.join("relay.toml"),
+            )
+        }),
+    }
 }
 
-/// relayd in `node` with configuration `body`, once it runs with its queue thread on `cpu`.
-fn spawn_relayd(node: &Node, tag: &str, body: &str, cpu: usize) -> Proc {
-    let dir = std::env::temp_dir().join(format!("relayd-bench-{}", std::process::id()));
+/// Where the bench's relayd configurations and control sockets are.
+fn run_dir() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("relayd-bench-{}", std::process::id()))
+}
+
+/// relayd in `node` with configuration `body`, once it runs with its thread `thread` (the
+/// queue's, `relayd-q0`, or the XDP port's, `relayd-xdp0`) on `cpu`.
+fn spawn_relayd(node: &Node, tag: &str, body: &str, cpu: usize, thread: &str) -> Proc {
+    let dir = run_dir();
     std::fs::create_dir_all(&dir).unwrap();
     let cfg = dir.join(format!("{tag}.toml"));
     let text = format!(
-        "[daemon]\nsocket = \"{}/{tag}.sock\"\n{body}",
-        dir.display()
+        "[daemon]\nsocket = \"{}\"\n{body}",
+        dir.join(format!("{tag}.sock")).display()
     );
     std::fs::write(&cfg, text).unwrap();
     let mut cmd = node.cmd(RELAYD);
@@ -504,28 +659,60 @@ fn spawn_relayd(node: &Node, tag: &str, body: &str, cpu: usize) -> Proc {
         "{}",
         p.stderr_text()
     );
-    // The queue thread must be on its core, or nothing here means anything.
-    let cpus = thread_cpus(p.pid(), "relayd-q0");
+    // The queue thread must be on its core, or nothing here means anything. It pins
+    // itself as it starts, which may follow "relayd running" by a moment.
+    let mut cpus = thread_cpus(p.pid(), thread);
+    for _ in 0..20 {
+        if cpus == cpu.to_string() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        cpus = thread_cpus(p.pid(), thread);
+    }
     assert_eq!(
         cpus,
         cpu.to_string(),
-        "relayd's queue thread ({tag}) runs on CPUs {cpus}, not on CPU {cpu}"
+        "relayd's thread {thread} ({tag}) runs on CPUs {cpus}, not on CPU {cpu}"
     );
+    if thread != "relayd-q0" {
+        // `[[xdp]]` has no `nice` key: the bench gives the XDP thread the NFQUEUE queue's
+        // nice value itself (setpriority, as relayd does for `nice`), so that both
+        // datapaths share the relay core with the NAPI thread on the same terms.
+        let nice: i32 = env_num("QUEUE_NICE", -5);
+        let (tid, _) = find_thread(p.pid(), thread);
+        // SAFETY: setpriority takes plain integers and has no memory effects.
+        let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) };
+        assert_eq!(
+            rc,
+            0,
+            "nice {nice} for {thread}: {}",
+            std::io::Error::last_os_error()
+        );
+    }
     p
 }
 
 /// `Cpus_allowed_list` of the thread of process `pid` named `name`.
 fn thread_cpus(pid: u32, name: &str) -> String {
+    find_thread(pid, name).1
+}
+
+/// The kernel thread id and `Cpus_allowed_list` of the thread of process `pid` named
+/// `name`.
+fn find_thread(pid: u32, name: &str) -> (u32, String) {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("relayd's tasks");
     for t in tasks.flatten() {
         let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        let Some(tid) = t.file_name().to_str().and_then(|s| s.parse().ok()) else {
+            continue;
+        };
         if comm.trim() == name {
             let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
             if let Some(v) = status
                 .lines()
                 .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
             {
-                return v.trim().to_string();
+                return (tid, v.trim().to_string());
             }
         }
     }
@@ -656,10 +843,19 @@ struct Search {
     /// The trial at `rate` (or the flood).
     at: Trial,
     flood: Trial,
+    /// An XDP path's relayd status after the search (see [`xdp::note`]).
+    xdp: Option<String>,
 }
 
 fn rfc2544(bed: &mut Bed, path: Path, size: usize) -> Search {
-    let _r = start(bed, path);
+    let r = start(bed, path);
+    let mut s = search(bed, path, size);
+    s.xdp = xdp::note(&r);
+    s
+}
+
+/// The RFC 2544 binary search through `path`, whose relayd runs.
+fn search(bed: &mut Bed, path: Path, size: usize) -> Search {
     let flood = trial(bed, path, size, None);
     if flood.loss <= MAX_LOSS {
         return Search {
@@ -667,6 +863,7 @@ fn rfc2544(bed: &mut Bed, path: Path, size: usize) -> Search {
             generator_bound: true,
             at: flood.clone(),
             flood,
+            xdp: None,
         };
     }
     let mut lo: Option<Trial> = None;
@@ -700,12 +897,14 @@ fn rfc2544(bed: &mut Bed, path: Path, size: usize) -> Search {
             generator_bound: false,
             at,
             flood,
+            xdp: None,
         },
         None => Search {
             rate: 0.0,
             generator_bound: false,
             at: flood.clone(),
             flood,
+            xdp: None,
         },
     }
 }
@@ -725,7 +924,7 @@ struct Latency {
 
 fn latency(bed: &mut Bed, path: Path, rate: f64) -> Latency {
     bed.dst_drops(false);
-    let _r = start(bed, path);
+    let r = start(bed, path);
     let (warm, secs, cpu) = (bed.k.warm, bed.k.secs, bed.k.traffic_cpu);
     let dst: SocketAddr = format!("10.0.2.2:{PORT}").parse().unwrap();
     let sock = bed
@@ -774,6 +973,7 @@ fn latency(bed: &mut Bed, path: Path, rate: f64) -> Latency {
         l.p999,
         shares(&bed.k, &l.cpu)
     );
+    xdp::note(&r);
     l
 }
 
@@ -888,12 +1088,20 @@ fn main() {
         sizing(&mut bed);
         return;
     }
+    if std::env::var("XDP").is_ok_and(|v| !v.is_empty() && v != "0") {
+        xdp::run(&mut bed, started);
+        return;
+    }
     if let Ok(mults) = std::env::var("PROBE") {
         probe(&mut bed, &mults);
         return;
     }
     if std::env::var_os("PROFILE").is_some() {
-        for path in [Path::Kernel, Path::Accept { fail_open: false }] {
+        for path in [
+            Path::Kernel,
+            Path::Accept { fail_open: false },
+            Path::XdpAccept,
+        ] {
             profile(&mut bed, path);
         }
         return;
@@ -916,11 +1124,17 @@ fn main() {
     // 1. RFC 2544 throughput. -----------------------------------------------------------
     let accept = Path::Accept { fail_open: false };
     let searches: Vec<(Path, usize)> = if smoke {
-        vec![(Path::Kernel, 64), (accept, 64), (Path::Compress, 1500)]
+        vec![
+            (Path::Kernel, 64),
+            (accept, 64),
+            (Path::XdpAccept, 64),
+            (Path::Compress, 1500),
+        ]
     } else {
         vec![
             (Path::Kernel, 64),
             (accept, 64),
+            (Path::XdpAccept, 64),
             (Path::Compress, 64),
             (Path::Kernel, 1500),
             (accept, 1500),
@@ -953,51 +1167,7 @@ fn main() {
         )
         .unwrap();
     }
-    writeln!(
-        report,
-        "\n### RFC 2544 throughput (loss <= 0.1 %, binary search, up to {} trials)\n",
-        bed.k.trials + 1
-    )
-    .unwrap();
-    writeln!(report, "| path | size | throughput packets/s | ratio to kernel | relay core at that rate | relay-core us/packet | ratio to kernel | flood: delivered/s | flood: relay core |").unwrap();
-    writeln!(report, "|---|---|---|---|---|---|---|---|---|").unwrap();
-    for (i, &(path, size)) in searches.iter().enumerate() {
-        let s = &found[i];
-        let rate = med(s, |s| s.rate);
-        let bound = s.iter().filter(|s| s.generator_bound).count() * 2 > s.len();
-        let kernel = rate_of(Path::Kernel, size);
-        let kernel_bound = searches
-            .iter()
-            .position(|&x| x == (Path::Kernel, size))
-            .is_some_and(|j| {
-                found[j].iter().filter(|s| s.generator_bound).count() * 2 > found[j].len()
-            });
-        let k_us = searches
-            .iter()
-            .position(|&x| x == (Path::Kernel, size))
-            .map_or(f64::NAN, |j| med(&found[j], |s| s.at.relay_us));
-        let us = med(s, |s| s.at.relay_us);
-        let vs_kernel = if path == Path::Kernel {
-            "1.00".to_string()
-        } else if kernel_bound {
-            format!("<= {} (kernel generator-bound)", ratio(rate, kernel))
-        } else {
-            ratio(rate, kernel)
-        };
-        writeln!(
-            report,
-            "| {} | {size} B | {}{} | {vs_kernel} | {} | {us:.2} | {} | {} | {} |",
-            path.name(),
-            if bound { ">= " } else { "" },
-            fmt_rate(rate),
-            pct(med(s, |s| s.at.relay_share)),
-            ratio(us, k_us),
-            fmt_rate(med(s, |s| s.flood.delivered_rate)),
-            pct(med(s, |s| s.flood.relay_share)),
-        )
-        .unwrap();
-    }
-    writeln!(report, "\n\">=\": the generator's flood passed (one traffic core cannot saturate the path); its relay-core CPU per packet is the comparison.").unwrap();
+    rfc_table(&mut report, bed.k.trials, &searches, &found);
 
     // 2. Relay-core CPU per packet at fixed offered rates. ------------------------------
     let loads: Vec<Option<f64>> = if smoke {
@@ -1229,6 +1399,67 @@ fn main() {
     );
 }
 
+/// The RFC 2544 table: for each search of `searches` (path and size), the medians of its
+/// rounds in `found`, each with its ratio to the kernel at the same size.
+fn rfc_table(
+    report: &mut String,
+    trials: usize,
+    searches: &[(Path, usize)],
+    found: &[Vec<Search>],
+) {
+    let rate_of = |path: Path, size: usize| -> f64 {
+        searches
+            .iter()
+            .position(|&s| s == (path, size))
+            .map_or(f64::NAN, |i| med(&found[i], |s| s.rate))
+    };
+    writeln!(
+        report,
+        "\n### RFC 2544 throughput (loss <= 0.1 %, binary search, up to {} trials)\n",
+        trials + 1
+    )
+    .unwrap();
+    writeln!(report, "| path | size | throughput packets/s | ratio to kernel | relay core at that rate | relay-core us/packet | ratio to kernel | flood: delivered/s | flood: relay core |").unwrap();
+    writeln!(report, "|---|---|---|---|---|---|---|---|---|").unwrap();
+    for (i, &(path, size)) in searches.iter().enumerate() {
+        let s = &found[i];
+        let rate = med(s, |s| s.rate);
+        let bound = s.iter().filter(|s| s.generator_bound).count() * 2 > s.len();
+        let kernel = rate_of(Path::Kernel, size);
+        let kernel_bound = searches
+            .iter()
+            .position(|&x| x == (Path::Kernel, size))
+            .is_some_and(|j| {
+                found[j].iter().filter(|s| s.generator_bound).count() * 2 > found[j].len()
+            });
+        let k_us = searches
+            .iter()
+            .position(|&x| x == (Path::Kernel, size))
+            .map_or(f64::NAN, |j| med(&found[j], |s| s.at.relay_us));
+        let us = med(s, |s| s.at.relay_us);
+        let vs_kernel = if path == Path::Kernel {
+            "1.00".to_string()
+        } else if kernel_bound {
+            format!("<= {} (kernel generator-bound)", ratio(rate, kernel))
+        } else {
+            ratio(rate, kernel)
+        };
+        writeln!(
+            report,
+            "| {} | {size} B | {}{} | {vs_kernel} | {} | {us:.2} | {} | {} | {} |",
+            path.name(),
+            if bound { ">= " } else { "" },
+            fmt_rate(rate),
+            pct(med(s, |s| s.at.relay_share)),
+            ratio(us, k_us),
+            fmt_rate(med(s, |s| s.flood.delivered_rate)),
+            pct(med(s, |s| s.flood.relay_share)),
+        )
+        .unwrap();
+    }
+    writeln!(report, "\n\">=\": the generator's flood passed (one traffic core cannot saturate the path); its relay-core CPU per packet is the comparison.").unwrap();
+}
+
 /// PROBE=x,y,..: the kernel and relayd `accept` fail-closed and fail-open at those multiples of R64
 /// (default 144,000) packets/s, then latency at 10 % and 50 % of it: a quick look while
 /// tuning, no report.
@@ -1304,9 +1535,9 @@ fn sized() -> &'static [SizedSvc] {
 /// traffic core, could not offer more) says so, with the rate a whole core would reach at
 /// the CPU per packet measured.
 fn sizing(bed: &mut Bed) {
-    let dir = std::env::temp_dir().join(format!("relayd-bench-{}", std::process::id()));
+    let dir = run_dir();
     std::fs::create_dir_all(&dir).unwrap();
-    let (specs, keys) = sizing_rows(&dir);
+    let specs = sizing_rows(&dir);
     // Encoded 1,500-byte packets are larger than 1,500 (ESP 1,536-1,556, MPLS-in-IP 1,524);
     // the generator sends with DF.
     bed.l.src_link.mtu(1600);
@@ -1403,30 +1634,18 @@ fn sizing(bed: &mut Bed) {
     }
     writeln!(report, "\n\"at a full core\": 1 / relay-core CPU per packet, what the core would forward if the source could saturate it (CPU per packet falls as batches fill, so this is conservative).").unwrap();
     println!("{report}");
-    let _ = std::fs::remove_dir_all(keys);
+    remove_keys();
 }
 
 /// The sizing table's rows, with the key and rule files they need. Every queue is
 /// fail-closed, so that overload shows as loss (fail-open would pass the excess around
 /// relayd and the search would climb past what relayd handles).
-fn sizing_rows(dir: &std::path::Path) -> (Vec<SizedSvc>, std::path::PathBuf) {
-    use std::os::unix::fs::DirBuilderExt;
+fn sizing_rows(dir: &std::path::Path) -> Vec<SizedSvc> {
     const FC: &str = "fail_open = false\n";
     // Only the bench's stream is encoded in src (a fail-closed OUTPUT queue would take
     // everything else src sends too).
     const SRC: &str = "match = \"-p udp -d 10.0.2.2 --dport 9000\"\nfail_open = false\n";
-    // Keys must sit where relayd's key-file checks accept them: not under /tmp.
-    let keys = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("relayd-bench-keys-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&keys);
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .recursive(true)
-        .create(&keys)
-        .expect("key directory");
-    let key = keys.join("aes128gcm.key");
-    relay_svc_crypto::keygen(relay_svc_crypto::Cipher::Aes128Gcm, &key).expect("keygen");
-    let key = key.display();
+    let key = aes_key().display();
     let rules = dir.join("ids.rules");
     std::fs::write(&rules, include_str!("sizing-ids.rules")).expect("ids rules");
     let rules = rules.display();
@@ -1578,7 +1797,7 @@ fn sizing_rows(dir: &std::path::Path) -> (Vec<SizedSvc>, std::path::PathBuf) {
             ),
         ),
     ];
-    (rows, keys)
+    rows
 }
 
 /// PROFILE=1: a 64-byte flood through `path` with `perf record -C RELAY -g` over the
