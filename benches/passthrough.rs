@@ -44,7 +44,8 @@
 //! packets/s-per-core table of `accept` and each service, `make bench-sizing`),
 //! PROBE=x,y,.. (a quick look while tuning: the kernel and relayd `accept` at those
 //! multiples of R64 packets/s, and latency at 10 % and 50 % of it), XDP=1 (only the
-//! AF_XDP comparisons, written to target/bench-xdp.md), RELAY_RX, QUEUE_NICE.
+//! AF_XDP comparisons, written to target/bench-xdp.md), XDP_BATCH (the XDP port's
+//! `batch`), RELAY_RX, QUEUE_NICE.
 
 #[path = "passthrough/xdp.rs"]
 mod xdp;
@@ -511,8 +512,13 @@ fn esp_section() -> String {
 /// loss, as on the fail-closed NFQUEUE paths), its thread on `cpu` ([`spawn_relayd`] gives
 /// it the queues' nice value, which `[[xdp]]` cannot).
 fn xdp_body(cpu: usize, services: &str, matches: &str) -> String {
+    // XDP_BATCH: the port's `batch` (packets per round), for tuning; relayd's default
+    // otherwise.
+    let batch = std::env::var("XDP_BATCH")
+        .map(|b| format!("batch = {b}\n"))
+        .unwrap_or_default();
     format!(
-        "[[xdp]]\nnum = 0\ninterface = \"eth0\"\ncpu = {cpu}\nfail_open = false\nservices = [{services}]\n{matches}"
+        "[[xdp]]\nnum = 0\ninterface = \"eth0\"\ncpu = {cpu}\nfail_open = false\n{batch}services = [{services}]\n{matches}"
     )
 }
 

@@ -543,7 +543,7 @@ impl Handle<'_> {
         match run {
             Ok((d, pkt)) => {
                 if d.verdict != Verdict::Drop {
-                    self.send(&meta, pkt.data(), cx);
+                    self.send(&meta, pkt.data(), d.mark.unwrap_or(0), cx);
                 }
                 *self.buf = pkt.into_buffer();
             }
@@ -558,19 +558,21 @@ impl Handle<'_> {
                 }
                 *self.buf = vec![0u8; PACKET_BUF];
                 if self.malformed == Verdict::Accept {
-                    self.send(&meta, ip, cx);
+                    self.send(&meta, ip, 0, cx);
                 }
             }
         }
     }
 
     /// Sends `packet` to the next hop `meta` on the egress socket, or to the kernel.
-    fn send(&mut self, meta: &FrameMeta, packet: &[u8], cx: &mut Context) {
+    /// `mark`: the chain's verdict mark, which only a packet handed to the kernel keeps
+    /// (an AF_XDP transmit carries none).
+    fn send(&mut self, meta: &FrameMeta, packet: &[u8], mark: u32, cx: &mut Context) {
         match forward::forwardable(packet) {
             Ok(_) => {}
             // Not for what the program steers (it passes TTL <= 1 to the kernel), but a
             // service may rewrite the header: the kernel's path answers it.
-            Err(Framed::HopLimit) => return self.via_kernel(packet, cx),
+            Err(Framed::HopLimit) => return self.via_kernel(packet, mark, cx),
             Err(_) => {
                 self.xdp.bad_frames.inc();
                 return;
@@ -579,14 +581,14 @@ impl Handle<'_> {
         // Egress ifindex 0: the program found no next hop (no neighbour yet, larger than
         // the egress MTU); the kernel's forwarding resolves or answers it.
         if meta.ifindex == 0 {
-            return self.via_kernel(packet, cx);
+            return self.via_kernel(packet, mark, cx);
         }
         let Some(e) = self.egress_for(meta.ifindex) else {
-            return self.via_kernel(packet, cx);
+            return self.via_kernel(packet, mark, cx);
         };
         let fits = packet.len() <= e.mtu;
         let Some(socket) = e.socket.as_mut().filter(|_| fits) else {
-            return self.via_kernel(packet, cx);
+            return self.via_kernel(packet, mark, cx);
         };
         // `forwardable` passed and the frame has the packet's length: `frame` succeeds.
         if socket.send(forward::ETH_LEN + packet.len(), |out| {
@@ -601,14 +603,14 @@ impl Handle<'_> {
 
     /// Hands `packet` to the kernel's forwarding through the outbox (a raw socket, after
     /// the round): the exceptional path, so a copy in the scratch buffer is no burden.
-    fn via_kernel(&mut self, packet: &[u8], cx: &mut Context) {
+    fn via_kernel(&mut self, packet: &[u8], mark: u32, cx: &mut Context) {
         self.xdp.to_kernel.inc();
         let Some(copy) = self.scratch.get_mut(..packet.len()) else {
             return;
         };
         copy.copy_from_slice(packet);
         // `forward` decreases the TTL and refuses what no router forwards (counted).
-        let _ = cx.forward(copy, 0, self.tally);
+        let _ = cx.forward(copy, mark, self.tally);
     }
 
     /// The egress entry for `ifindex`, opening its socket on first use (and again after
