@@ -190,29 +190,31 @@ impl XdpQueue {
             loops: AtomicU64::new(0),
         });
         let mut worker = Worker {
-            num: q.num,
-            ingress: q.ifindex,
-            rx_queue: q.rx_queue,
             batch: port.batch.max(1),
-            frames: port.frames,
-            zero_copy: port.zero_copy,
-            malformed: chain.malformed_verdict(),
-            chain,
             rx,
-            egress: Vec::new(),
-            counters: counters.clone(),
-            xdp: xdp.clone(),
-            tally: Tally::new(
-                &xdp.set,
-                "to_kernel_sent",
-                "to_kernel_queue_full",
-                "to_kernel_failed",
-            ),
             emitter: Emitter::new(),
             shared: shared.clone(),
-            buf: vec![0u8; PACKET_BUF],
-            scratch: vec![0u8; PACKET_BUF],
-            panic_log: RateLimit::new(10),
+            path: PacketPath {
+                num: q.num,
+                ingress: q.ifindex,
+                rx_queue: q.rx_queue,
+                frames: port.frames,
+                zero_copy: port.zero_copy,
+                malformed: chain.malformed_verdict(),
+                chain,
+                egress: Vec::new(),
+                counters: counters.clone(),
+                xdp: xdp.clone(),
+                tally: Tally::new(
+                    &xdp.set,
+                    "to_kernel_sent",
+                    "to_kernel_queue_full",
+                    "to_kernel_failed",
+                ),
+                buf: vec![0u8; PACKET_BUF],
+                scratch: vec![0u8; PACKET_BUF],
+                panic_log: RateLimit::new(10),
+            },
         };
         let cpu = q.cpu;
         let num = q.num;
@@ -337,30 +339,18 @@ struct Egress {
 
 /// The queue thread's state.
 struct Worker {
-    num: u16,
-    ingress: u32,
-    rx_queue: u32,
     batch: usize,
-    frames: u32,
-    zero_copy: ZeroCopy,
-    malformed: Verdict,
-    chain: Chain,
     rx: Socket,
-    egress: Vec<Egress>,
-    counters: QueueCounters,
-    xdp: XdpCounters,
-    tally: Tally,
     emitter: Emitter,
     shared: Arc<Shared>,
-    buf: Vec<u8>,
-    scratch: Vec<u8>,
-    panic_log: RateLimit,
+    /// Everything the per-packet path touches, apart from the rx socket it reads from.
+    path: PacketPath,
 }
 
 impl Worker {
     fn run(&mut self) {
-        tracing::debug!(queue = self.num, "XDP queue thread running");
-        let mut cx = Context::new(self.num, Instant::now());
+        tracing::debug!(queue = self.path.num, "XDP queue thread running");
+        let mut cx = Context::new(self.path.num, Instant::now());
         let mut loops = 0u64;
         let mut stats_at = Instant::now();
         loop {
@@ -374,31 +364,31 @@ impl Worker {
                     .unwrap_or_else(|e| e.into_inner())
                     .take()
             {
-                self.malformed = chain.malformed_verdict();
-                self.chain = chain;
+                self.path.malformed = chain.malformed_verdict();
+                self.path.chain = chain;
             }
             if self.shared.stop.load(Ordering::Acquire) {
                 break;
             }
             let now = Instant::now();
-            cx.queue = self.num;
+            cx.queue = self.path.num;
             cx.now = now;
-            cx.bypass_mark = self.chain.bypass_mark();
-            cx.stages = self.chain.stages();
+            cx.bypass_mark = self.path.chain.bypass_mark();
+            cx.stages = self.path.chain.stages();
             let n = self.round(&mut cx);
-            for e in &mut self.egress {
+            for e in &mut self.path.egress {
                 if let Some(s) = &mut e.socket {
                     if s.pending_tx() > 0
                         && let Err(err) = s.flush()
                     {
-                        self.counters.errors.inc();
-                        tracing::debug!(queue = self.num, "egress flush: {err}");
+                        self.path.counters.errors.inc();
+                        tracing::debug!(queue = self.path.num, "egress flush: {err}");
                     }
                     s.complete();
                 }
             }
             if !cx.outbox().is_empty() {
-                self.emitter.flush(cx.outbox_mut(), self.num, now);
+                self.emitter.flush(cx.outbox_mut(), self.path.num, now);
             }
             if now.duration_since(stats_at) >= Duration::from_secs(1) {
                 stats_at = now;
@@ -408,6 +398,7 @@ impl Worker {
                 // Frames the kernel left on a tx ring (its send buffer was full) go out
                 // with the next flush: come back for them soon rather than after WAIT_MS.
                 let pending = self
+                    .path
                     .egress
                     .iter()
                     .filter_map(|e| e.socket.as_ref())
@@ -416,62 +407,29 @@ impl Worker {
                     Ok(_) => {}
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e) => {
-                        self.counters.errors.inc();
-                        tracing::warn!(queue = self.num, "waiting for packets: {e}");
+                        self.path.counters.errors.inc();
+                        tracing::warn!(queue = self.path.num, "waiting for packets: {e}");
                         std::thread::sleep(Duration::from_millis(10));
                     }
                 }
             } else {
-                self.counters.batches.inc();
+                self.path.counters.batches.inc();
             }
         }
         self.publish_stats();
-        tracing::debug!(queue = self.num, "XDP queue thread stopped");
+        tracing::debug!(queue = self.path.num, "XDP queue thread stopped");
     }
 
     /// Takes one batch from the rx ring and handles each packet.
     fn round(&mut self, cx: &mut Context) -> usize {
-        let Worker {
-            rx,
-            batch,
-            chain,
-            counters,
-            xdp,
-            buf,
-            scratch,
-            panic_log,
-            egress,
-            tally,
-            num,
-            ingress,
-            rx_queue,
-            frames,
-            zero_copy,
-            malformed,
-            ..
-        } = self;
-        let mut ctx = Handle {
-            chain,
-            counters,
-            xdp,
-            buf,
-            scratch,
-            panic_log,
-            egress,
-            tally,
-            num: *num,
-            ingress: *ingress,
-            rx_queue: *rx_queue,
-            frames: *frames,
-            zero_copy: *zero_copy,
-            malformed: *malformed,
-        };
-        rx.recv(*batch, |frame, head| ctx.packet(frame, head, cx))
+        let path = &mut self.path;
+        self.rx
+            .recv(self.batch, |frame, head| path.packet(frame, head, cx))
     }
 
     /// Copies the sockets' statistics into the gauges.
     fn publish_stats(&self) {
-        let set = &self.xdp.set;
+        let set = &self.path.xdp.set;
         if let Ok(s) = self.rx.stats() {
             set.gauge("rx_dropped").set(s.rx_dropped);
             set.gauge("rx_invalid").set(s.rx_invalid_descs);
@@ -479,7 +437,7 @@ impl Worker {
             set.gauge("fill_ring_empty").set(s.rx_fill_ring_empty_descs);
         }
         let (mut invalid, mut empty) = (0, 0);
-        for e in &self.egress {
+        for e in &self.path.egress {
             if let Some(Ok(s)) = e.socket.as_ref().map(Socket::stats) {
                 invalid += s.tx_invalid_descs;
                 empty += s.tx_ring_empty_descs;
@@ -490,25 +448,27 @@ impl Worker {
     }
 }
 
-/// The per-packet part of a round, borrowing the worker's state apart from its rx socket.
-struct Handle<'a> {
-    chain: &'a mut Chain,
-    counters: &'a QueueCounters,
-    xdp: &'a XdpCounters,
-    buf: &'a mut Vec<u8>,
-    scratch: &'a mut [u8],
-    panic_log: &'a mut RateLimit,
-    egress: &'a mut Vec<Egress>,
-    tally: &'a Tally,
+/// The per-packet part of a round: the chain, its buffers, the egress sockets and the
+/// counters (the worker's rx socket stays outside, so that a batch can be read from it
+/// while each packet is handled here).
+struct PacketPath {
     num: u16,
     ingress: u32,
     rx_queue: u32,
     frames: u32,
     zero_copy: ZeroCopy,
     malformed: Verdict,
+    chain: Chain,
+    egress: Vec<Egress>,
+    counters: QueueCounters,
+    xdp: XdpCounters,
+    tally: Tally,
+    buf: Vec<u8>,
+    scratch: Vec<u8>,
+    panic_log: RateLimit,
 }
 
-impl Handle<'_> {
+impl PacketPath {
     fn packet(&mut self, frame: &[u8], head: &[u8], cx: &mut Context) {
         let meta = head
             .len()
@@ -524,7 +484,7 @@ impl Handle<'_> {
             self.xdp.bad_frames.inc();
             return;
         }
-        let mut buf = std::mem::take(self.buf);
+        let mut buf = std::mem::take(&mut self.buf);
         buf[HEADROOM..HEADROOM + ip.len()].copy_from_slice(ip);
         let pmeta = PacketMeta {
             queue: self.num,
@@ -534,8 +494,8 @@ impl Handle<'_> {
             ..PacketMeta::default()
         };
         let mut pkt = Packet::in_buffer(buf, HEADROOM, HEADROOM + ip.len(), pmeta);
-        let chain = &mut *self.chain;
-        let counters = self.counters;
+        let chain = &mut self.chain;
+        let counters = &self.counters;
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let d = chain.run(&mut pkt, cx, counters);
             (d, pkt)
@@ -545,7 +505,7 @@ impl Handle<'_> {
                 if d.verdict != Verdict::Drop {
                     self.send(&meta, pkt.data(), d.mark.unwrap_or(0), cx);
                 }
-                *self.buf = pkt.into_buffer();
+                self.buf = pkt.into_buffer();
             }
             Err(_) => {
                 self.counters.errors.inc();
@@ -556,7 +516,7 @@ impl Handle<'_> {
                         "a service panicked on a packet; verdict by the malformed policy"
                     );
                 }
-                *self.buf = vec![0u8; PACKET_BUF];
+                self.buf = vec![0u8; PACKET_BUF];
                 if self.malformed == Verdict::Accept {
                     self.send(&meta, ip, 0, cx);
                 }
@@ -610,7 +570,7 @@ impl Handle<'_> {
         };
         copy.copy_from_slice(packet);
         // `forward` decreases the TTL and refuses what no router forwards (counted).
-        let _ = cx.forward(copy, mark, self.tally);
+        let _ = cx.forward(copy, mark, &self.tally);
     }
 
     /// The egress entry for `ifindex`, opening its socket on first use (and again after
