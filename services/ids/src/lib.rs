@@ -7,6 +7,8 @@
 //! The daemon registers [`IdsConfig`] (kind `ids`). Everything else is public for tests,
 //! benches and tools; docs/ids.md describes the language and its limits.
 
+pub mod applayer;
+pub mod buffer;
 mod classify;
 mod engine;
 mod eve;

@@ -1,0 +1,69 @@
+//! Application-layer parsing over reassembled TCP streams and UDP datagrams: protocol
+//! detection and the HTTP/1.x, DNS and TLS parsers that fill the buffers of
+//! [`crate::buffer::Buffer`] for the rules.
+//!
+//! The vocabulary shared by the parsers and the engine lives here: which protocol a flow
+//! speaks, which direction a byte travels, and how far a transaction has got.
+
+/// The application protocol of a flow, as detected from its first bytes (and ports).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum AppProto {
+    /// HTTP/1.x.
+    Http,
+    /// TLS (and SSL 3).
+    Tls,
+    /// DNS over UDP or TCP.
+    Dns,
+}
+
+impl AppProto {
+    /// The name in rules (`alert http ...`, `app-layer-protocol:http`).
+    pub fn name(self) -> &'static str {
+        match self {
+            AppProto::Http => "http",
+            AppProto::Tls => "tls",
+            AppProto::Dns => "dns",
+        }
+    }
+}
+
+/// The direction of a packet or of stream bytes within its flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Dir {
+    /// From the client (the side that opened the flow) to the server.
+    ToServer,
+    /// From the server to the client.
+    ToClient,
+}
+
+impl Dir {
+    /// Index 0 (to server) or 1 (to client), for per-direction arrays.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The other direction.
+    pub fn reverse(self) -> Dir {
+        match self {
+            Dir::ToServer => Dir::ToClient,
+            Dir::ToClient => Dir::ToServer,
+        }
+    }
+}
+
+/// How far one direction of a transaction has got. Ordered: a buffer is final once the
+/// progress of its direction is at least the buffer's `ready` (see `buffer::BUFFERS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum Progress {
+    /// Nothing seen yet.
+    #[default]
+    None,
+    /// The first line (HTTP request or status line) is in.
+    Line,
+    /// The headers are in.
+    Headers,
+    /// The body (or the whole message: a DNS query, a TLS handshake message) is in; also
+    /// the state of a transaction whose flow ended, or whose body passed the body limit.
+    Complete,
+}
