@@ -67,3 +67,25 @@ pub enum Progress {
     /// the state of a transaction whose flow ended, or whose body passed the body limit.
     Complete,
 }
+
+/// One application-layer transaction (an HTTP request and its response, a DNS query, a
+/// TLS handshake), as the engine sees it: its id within the flow, how far each direction
+/// has got, and its buffers.
+pub trait Transaction {
+    /// The transaction's number within its flow (0, 1, ...), never reused.
+    fn id(&self) -> u64;
+
+    /// How far the direction `dir` of the transaction has got.
+    fn progress(&self, dir: Dir) -> Progress;
+
+    /// Calls `f` with each instance of buffer `b` seen in direction `dir` (most buffers
+    /// have one instance; `dns.query` has one per question), stopping at the first call
+    /// that returns true. Returns true if some call did; false if none did or the buffer
+    /// is absent (not of this protocol, or not seen yet).
+    fn for_each(
+        &self,
+        b: crate::buffer::Buffer,
+        dir: Dir,
+        f: &mut dyn FnMut(&[u8]) -> bool,
+    ) -> bool;
+}
