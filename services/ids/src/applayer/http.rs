@@ -1,41 +1,57 @@
 //! HTTP/1.x over reassembled stream bytes: requests and responses into transactions whose
 //! buffers ([`crate::buffer::Buffer`]'s `http.*` and `file.data`) hold what Suricata's
-//! hold, normalized as Suricata configures libhtp by default (see `http/uri.rs` for the
-//! URI, `http/head.rs` for lines and headers, `http/body.rs` for bodies).
+//! hold, parsed and normalized as Suricata configures libhtp by default (personality IDS)
+//! and checked against Suricata 7.0.10 on the suricata-verify HTTP/1 captures; where
+//! Suricata 7 and 8 differ, this follows 8.
 //!
 //! One [`HttpState`] per flow. The engine feeds each direction's stream bytes in order
-//! ([`HttpState::feed`]), tells it when a direction ends ([`HttpState::close`]), inspects
-//! [`HttpState::txs`] and drops finished transactions ([`HttpState::retire`]).
+//! ([`HttpState::feed`]), says when a direction ends ([`HttpState::close`]), inspects
+//! [`HttpState::txs`] (each an [`HttpTx`], a [`crate::applayer::Transaction`]) and drops
+//! the transactions it is done with ([`HttpState::retire`]). Cutting the bytes anywhere
+//! gives the same transactions (a test feeds mutated traffic whole, byte by byte and at
+//! random cuts).
+//!
+//! Where the details live: `http/head.rs` start lines and headers (httparse for header
+//! blocks, with a libhtp-like fallback), `http/uri.rs` the URI, `http/body.rs` decoding,
+//! `http/framing.rs` body framing, `http/conn.rs` the per-direction state machine and
+//! what comes between messages, `http/multipart.rs` uploaded files, `http/tx.rs` which
+//! bytes each buffer is.
 //!
 //! Messages: a request ends after its head, or after its body (Content-Length or chunked;
 //! a request without either has none). A response to `HEAD`, and a 1xx, 204 or 304
 //! response, has no body; else chunked, Content-Length, or until the server closes. An
 //! interim 1xx response (`100 Continue`) is skipped whole: the final response fills the
-//! buffers. A 101 response, or a 2xx answer to `CONNECT`, ends HTTP on the flow (what
-//! follows is a tunnel and is ignored). A request without a protocol is HTTP/0.9: no
-//! headers, and its response is all body until close. A response whose first line does
-//! not start with `HTTP` is a body without head (libhtp does the same). Empty lines
-//! before a request or status line are skipped. Requests pair with responses in order
-//! (pipelining); a response with no request left gets a transaction of its own.
+//! buffers. A 101 response, or a 2xx answer to `CONNECT`, ends HTTP on the flow (the
+//! tunnel is ignored). A request line without protocol followed by nothing but up to 16
+//! whitespace bytes is HTTP/0.9 (no headers; its response is all body until close). A
+//! response whose first line does not start with `HTTP` is a body without head. After a
+//! message, lines that do not start the next one are more body of it (libhtp). Requests
+//! pair with responses in order (pipelining); a response with no request left gets a
+//! transaction of its own (URI `/libhtp::request_uri_not_seen`, as libhtp).
 //!
-//! Errors stop parsing of the direction they happen in (the engine marks the flow's
-//! application layer failed; libhtp fails its request and response parsers separately, and
-//! Suricata still inspects the response to a request that is not HTTP): a request line
-//! whose method is not a token (bytes that are not HTTP), a head over the limit, more than [`HttpLimits::max_txs`] transactions not yet retired, more than 1024
-//! distinct header names, a chunk-size line without hex digits, a response
-//! Content-Length without digits.
+//! Errors stop parsing of the direction they happen in (libhtp too fails its request and
+//! response parsers separately, and Suricata still inspects the response to a request
+//! that is not HTTP); the engine may stop the whole flow: a request line whose method is
+//! not a token (bytes that are not HTTP), a head over [`HttpLimits::max_head`], more than
+//! [`HttpLimits::max_txs`] transactions held, more than 1024 distinct header names, a
+//! chunk-size line without hex digits, a response Content-Length without digits.
 //!
-//! Bodies are kept de-chunked and decoded, up to the direction's body limit; past it the
-//! direction is marked [`Progress::Complete`] with the body cut (Suricata inspects what it
-//! has) and the rest of the body is skipped.
+//! Bodies are kept de-chunked and decoded (gzip, deflate), up to the direction's body
+//! limit, which also bounds decompression; past it the direction is marked
+//! [`crate::applayer::Progress::Complete`] with the body cut (Suricata inspects what it
+//! has) and the rest of the body is skipped. `file.data` is the response body to the
+//! client; to the server, each file of a multipart upload, else the body of a POST or PUT
+//! (Suricata 8's file tracking).
 //!
-//! Memory per flow, bounded: per direction the head being read (at most
-//! [`HttpLimits::max_head`]) and one decoder while a compressed body is read (about
-//! 80 KiB); per transaction, not yet retired, its two heads (each at most `max_head`, plus
-//! as much again for chunked trailers), the normalized headers (about the head's size),
-//! the normalized URI (at most the raw URI's size) and its two bodies (at most the body
-//! limits). With the defaults that is under 0.5 MiB per transaction and
-//! [`HttpLimits::max_txs`] transactions per flow. No panic on any input.
+//! Memory per flow, bounded: per direction the head being read (at most `max_head`) and,
+//! while a compressed body is read, one flate2 decoder (its 32 KiB window and 32 KiB output
+//! buffer, about 80 KiB) and up to 16 KiB of input kept for a restart; per transaction held,
+//! its two heads (each at most `max_head`, and as much again for chunked trailers), the
+//! normalized headers (about the head's size again), the start lines and the normalized URI
+//! (within the head's size) and its two bodies (at most the body limits). With the defaults
+//! (64 KiB heads, 100 KiB bodies, 32 transactions) that is under 1 MiB per transaction
+//! and 33 MiB per flow at the very worst; [`HttpState::memory`] tells the actual figure.
+//! No panic on any input.
 
 // The engine wires this in (issue 17); until then only the tests use it.
 #![cfg_attr(not(test), allow(dead_code))]

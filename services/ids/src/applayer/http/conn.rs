@@ -419,7 +419,10 @@ impl HttpState {
             let m = msg_mut(t, d);
             let n = bytes.len().min(limit.saturating_sub(m.body.len()));
             m.body.extend_from_slice(bytes.get(..n).unwrap_or_default());
-            m.truncated |= n < bytes.len();
+            if n < bytes.len() && !m.truncated {
+                m.truncated = true;
+                super::framing::trim_capacity(&mut m.body);
+            }
         }
     }
 

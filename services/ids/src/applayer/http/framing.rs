@@ -11,6 +11,14 @@ use crate::applayer::Progress;
 /// The longest chunk-size line read (libhtp's field limit is 18000).
 const MAX_CHUNK_LINE: usize = 8 * 1024;
 
+/// Gives back a finished body's spare capacity (growth by doubling leaves up to half of
+/// it unused), so that the memory held is the body's size.
+pub(super) fn trim_capacity(body: &mut Vec<u8>) {
+    if body.capacity() - body.len() > 4096 {
+        body.shrink_to_fit();
+    }
+}
+
 impl HttpState {
     /// How the body of direction `d` of transaction `id` ends (`None`: no body). Also
     /// switches the flow to ignoring everything after a 101 or an accepted `CONNECT`.
@@ -78,6 +86,7 @@ impl HttpState {
         let m = msg_mut(t, d);
         if dec.write(bytes, &mut m.body) {
             m.truncated = true;
+            trim_capacity(&mut m.body);
             t.progress[d] = Progress::Complete;
             side.decoder = None;
         }
@@ -90,6 +99,7 @@ impl HttpState {
         if let Some(t) = tx_mut(&mut self.txs, side.tx) {
             if let Some(dec) = side.decoder.as_mut() {
                 dec.finish(&mut msg_mut(t, d).body);
+                trim_capacity(&mut msg_mut(t, d).body);
             }
             t.progress[d] = Progress::Complete;
             side.prev = Some(t.id);

@@ -273,6 +273,21 @@ pub(super) fn parse_block(block: &[u8]) -> Vec<RawField<'_>> {
     }
 }
 
+/// Appends one field's value (its folded lines joined on, as Suricata shows them) to
+/// `store`, trimmed.
+fn push_value(store: &mut Vec<u8>, f: &RawField<'_>) {
+    let v0 = store.len();
+    store.extend_from_slice(f.value);
+    for l in &f.folded {
+        store.extend_from_slice(l);
+    }
+    let joined = store.get(v0..).unwrap_or_default();
+    let value = trim(joined);
+    let (from, len) = (v0 + offset(joined, value).start as usize, value.len());
+    store.copy_within(from..from + len, v0);
+    store.truncate(v0 + len);
+}
+
 /// One merged header: name and value as ranges into [`Headers::store`].
 #[derive(Debug, Clone)]
 struct Field {
@@ -300,63 +315,85 @@ impl Headers {
     /// `cookie` is the name left out of `http.header` (`Cookie` or `Set-Cookie`). Errs if
     /// there are more than [`MAX_FIELDS`] distinct names.
     pub(super) fn build(raw: &[RawField<'_>], cookie: &[u8]) -> Result<Headers, ()> {
-        // Merge first: (name, value pieces), values joined later.
-        let mut merged: Vec<(&[u8], Vec<&[u8]>)> = Vec::new();
+        let name = |i: usize| raw.get(i).map_or(&[][..], |f| f.name);
+        // Merge: the first field of each name, and a chain through the later ones.
+        let mut first: Vec<usize> = Vec::new();
+        let mut last: Vec<usize> = Vec::new();
+        let mut repeated: Vec<bool> = Vec::new();
+        let mut next: Vec<Option<usize>> = vec![None; raw.len()];
         let mut repeats = 0;
-        for f in raw {
-            let mut pieces = vec![f.value];
-            for l in &f.folded {
-                pieces.push(l);
-            }
-            match merged
-                .iter_mut()
-                .find(|(n, _)| n.eq_ignore_ascii_case(f.name))
+        for (i, f) in raw.iter().enumerate() {
+            match first
+                .iter()
+                .position(|&j| name(j).eq_ignore_ascii_case(f.name))
             {
-                Some((n, v)) => {
-                    if repeats >= MAX_REPEATS {
+                Some(k) => {
+                    // libhtp: a second occurrence always merges, later ones while fewer
+                    // than 64 repetitions were counted; Content-Length keeps the first.
+                    let again = repeated.get(k).copied().unwrap_or(true);
+                    if again {
+                        if repeats >= MAX_REPEATS {
+                            continue;
+                        }
+                        repeats += 1;
+                    }
+                    if let Some(r) = repeated.get_mut(k) {
+                        *r = true;
+                    }
+                    if f.name.eq_ignore_ascii_case(b"content-length") {
                         continue;
                     }
-                    repeats += 1;
-                    if !n.eq_ignore_ascii_case(b"content-length") {
-                        v.push(b", ");
-                        v.extend(pieces);
+                    if let Some(l) = last.get_mut(k) {
+                        if let Some(n) = next.get_mut(*l) {
+                            *n = Some(i);
+                        }
+                        *l = i;
                     }
                 }
                 None => {
-                    if merged.len() >= MAX_FIELDS {
+                    if first.len() >= MAX_FIELDS {
                         return Err(());
                     }
-                    merged.push((f.name, pieces));
+                    first.push(i);
+                    last.push(i);
+                    repeated.push(false);
                 }
             }
         }
         let mut h = Headers {
-            fields: Vec::with_capacity(merged.len()),
+            fields: Vec::with_capacity(first.len()),
             ..Headers::default()
         };
-        let len: usize = merged
+        let len: usize = raw
             .iter()
-            .map(|(n, v)| 2 * n.len() + v.iter().map(|p| p.len()).sum::<usize>() + 8)
+            .map(|f| {
+                2 * f.name.len()
+                    + f.value.len()
+                    + f.folded.iter().map(|l| l.len()).sum::<usize>()
+                    + 8
+            })
             .sum();
         h.store.reserve(len + 4);
-        let is_cookie = |n: &[u8]| n.eq_ignore_ascii_case(cookie);
         // Regular headers first, the cookie header after them.
         for pass in [false, true] {
-            for (name, pieces) in merged.iter().filter(|(n, _)| is_cookie(n) == pass) {
+            for &i0 in first
+                .iter()
+                .filter(|&&j| name(j).eq_ignore_ascii_case(cookie) == pass)
+            {
                 let n0 = h.store.len();
-                h.store.extend_from_slice(name);
+                h.store.extend_from_slice(name(i0));
                 let n1 = h.store.len();
                 h.store.extend_from_slice(b": ");
                 let v0 = h.store.len();
-                for p in pieces {
-                    h.store.extend_from_slice(p);
+                let mut at = Some(i0);
+                while let Some(f) = at.and_then(|i| raw.get(i)) {
+                    if at != Some(i0) {
+                        h.store.extend_from_slice(b", ");
+                    }
+                    push_value(&mut h.store, f);
+                    at = at.and_then(|i| next.get(i).copied().flatten());
                 }
-                let joined = h.store.get(v0..).unwrap_or_default();
-                let value = trim(joined);
-                let from = v0 + offset(joined, value).start as usize;
-                let v1 = v0 + value.len();
-                h.store.copy_within(from..from + (v1 - v0), v0);
-                h.store.truncate(v1);
+                let v1 = h.store.len();
                 h.store.extend_from_slice(b"\r\n");
                 h.fields.push(Field {
                     name: r32(n0..n1),
@@ -368,10 +405,10 @@ impl Headers {
             }
         }
         h.names_start = r32(0..h.store.len()).end;
-        if !merged.is_empty() {
+        if !first.is_empty() {
             h.store.extend_from_slice(b"\r\n");
-            for (name, _) in &merged {
-                h.store.extend_from_slice(name);
+            for &i in &first {
+                h.store.extend_from_slice(name(i));
                 h.store.extend_from_slice(b"\r\n");
             }
             h.store.extend_from_slice(b"\r\n");
@@ -549,6 +586,9 @@ Content-Length: 3\r\ncontent-length: 4\r\n\r\n";
         }
         rep.extend_from_slice(b"\r\n");
         let h = Headers::build(&parse_block(&rep), b"cookie").expect("ok");
-        assert_eq!(h.value(b"a").map(<[u8]>::len), Some(1 + 3 * MAX_REPEATS));
+        assert_eq!(
+            h.value(b"a").map(<[u8]>::len),
+            Some(1 + 3 * (MAX_REPEATS + 1))
+        );
     }
 }

@@ -636,3 +636,37 @@ fn random_and_mutated_traffic_never_panics_and_cuts_do_not_matter() {
         }
     }
 }
+
+#[test]
+fn memory_stays_bounded_on_unbounded_streams() {
+    let l = HttpLimits::default();
+    let mut s = HttpState::new();
+    s.feed(TS, b"GET /big HTTP/1.1\r\n\r\n", &l).expect("feed");
+    s.feed(
+        TC,
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+        &l,
+    )
+    .expect("feed");
+    let chunk = [b'x'; 4096];
+    for _ in 0..1000 {
+        s.feed(TC, b"1000\r\n", &l).expect("feed");
+        s.feed(TC, &chunk, &l).expect("feed");
+        s.feed(TC, b"\r\n", &l).expect("feed");
+    }
+    // 4 MB of body went by; the body kept is the limit.
+    assert_buf(&s, 0, "http.response_body", TC, Some(&[b'x'; 100 * 1024]));
+    assert!(s.memory() < 100 * 1024 + 16 * 1024, "{}", s.memory());
+    // Junk after a message is bounded by the same limit.
+    let mut s = HttpState::new();
+    s.feed(TS, b"POST / HTTP/1.1\r\nContent-Length: 1\r\n\r\nx", &l)
+        .expect("feed");
+    for _ in 0..100 {
+        s.feed(TS, &[b'j'; 4096], &l).expect("feed");
+    }
+    assert_eq!(
+        s.txs().next().map(|t| t.req.body.len()),
+        Some(l.request_body_limit)
+    );
+    assert!(s.memory() < 100 * 1024 + 16 * 1024, "{}", s.memory());
+}
