@@ -485,10 +485,7 @@ impl Detector {
             self.stats.passed.inc();
             return Outcome::Pass;
         }
-        let addrs = Addrs {
-            src: p.ks,
-            dst: p.kd,
-        };
+        let addrs = addrs(p);
         let mut out = Outcome::Alert;
         let mut alerts = 0;
         for &i in &self.matched {
@@ -604,10 +601,10 @@ fn check(
         }
     }
     // Stateful last: only packets that match everything else count towards a rate.
-    let addrs = Addrs {
-        src: p.ks,
-        dst: p.kd,
-    };
+    if r.filter.is_none() && r.rate.is_none() {
+        return true;
+    }
+    let addrs = addrs(p);
     if let Some(f) = &r.filter
         && !st.tracker.filter(i as u32, f, addrs, now)
     {
@@ -619,6 +616,18 @@ fn check(
         return false;
     }
     true
+}
+
+/// What the tracker keys a packet by. The flow is the 5-tuple's EVE flow id for now.
+fn addrs(p: &PktInfo) -> Addrs {
+    let (sport, dport) = (p.sport.unwrap_or(0), p.dport.unwrap_or(0));
+    Addrs {
+        src: p.ks,
+        dst: p.kd,
+        sport,
+        dport,
+        flow: flow_id(p.src, p.dst, sport, dport, p.proto),
+    }
 }
 
 /// Matches `cs[i..]` given the end of the previous content match, backtracking over later
