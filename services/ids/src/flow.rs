@@ -10,9 +10,11 @@
 //! tuple (Suricata's TCP session reuse). The flow id is [`crate::eve::flow_id`]'s.
 //!
 //! Bounds ([`FlowLimits`], defaults in brackets):
-//! - `max_flows` [65,536, Suricata's `flow.hash-size`]: flows tracked. Each costs about
-//!   `size_of::<Flow<T>>()` (some 300 bytes plus `T`) and a hash entry (about 60 bytes),
-//!   so 65,536 flows take some 24 MiB plus `T`, whatever the traffic.
+//! - `max_flows` [65,536, Suricata's `flow.hash-size`]: flows tracked. Each costs
+//!   `size_of::<Flow<T>>()` (about 400 bytes plus `T` on 64-bit targets; the two streams
+//!   are inline, so a SYN flood allocates nothing per flow) and a hash entry (about 70
+//!   bytes), so 65,536 flows take some 30 MiB plus `T` and what `T` owns, whatever the
+//!   traffic.
 //! - timeouts since a flow's last packet, Suricata's built-in TCP values: not established
 //!   [30 s], established [300 s], closed (both FINs, or an RST) [10 s]. They are checked
 //!   lazily: a flow found timed out by its next packet starts over, each packet examines

@@ -406,7 +406,7 @@ fn random_segments_keep_the_invariants() {
                 }
             }));
             let before = s.end();
-            let r = s.segment(seq, &pay, rng.next() % 50 == 0, &mut b);
+            let r = s.segment(seq, &pay, rng.next().is_multiple_of(50), &mut b);
             assert_eq!(r.new as u64, s.end() - before);
             if consistent {
                 assert!(!r.mismatch);
