@@ -9,22 +9,23 @@
 //! on a closed flow, or on one picked up without a SYN, starts a new flow on the same
 //! tuple (Suricata's TCP session reuse). The flow id is [`crate::eve::flow_id`]'s.
 //!
-//! Bounds ([`FlowLimits`], defaults in brackets):
-//! - `max_flows` [65,536, Suricata's `flow.hash-size`]: flows tracked. Each costs
+//! Bounds ([`FlowLimits`], with their defaults):
+//! - `max_flows` (default 65,536, Suricata's `flow.hash-size`): flows tracked. Each costs
 //!   `size_of::<Flow<T>>()` (about 400 bytes plus `T` on 64-bit targets; the two streams
 //!   are inline, so a SYN flood allocates nothing per flow) and a hash entry (about 70
 //!   bytes), so 65,536 flows take some 30 MiB plus `T` and what `T` owns, whatever the
 //!   traffic.
-//! - timeouts since a flow's last packet, Suricata's built-in TCP values: not established
-//!   [30 s], established [300 s], closed (both FINs, or an RST) [10 s]. They are checked
-//!   lazily: a flow found timed out by its next packet starts over, each packet examines
-//!   two more slots of the table (a sweep spread over the traffic), and a full table is
-//!   swept whole at most once a second.
+//! - timeouts since a flow's last packet, one set for every protocol: 30 s not
+//!   established, 300 s established, 10 s closed (both FINs, or an RST). These are
+//!   Suricata's built-in TCP values (the suricata.yaml it ships raises them to 60, 600 and
+//!   60 s). They are checked lazily: a flow found timed out by its next packet starts
+//!   over, each packet examines two more slots of the table (a sweep spread over the
+//!   traffic), and a full table is swept whole at most once a second.
 //! - a full table first sweeps (if it may), then evicts the oldest flow that is not
 //!   established (or is closed), so a SYN flood recycles its own half-open flows and
 //!   cannot push out established ones; if there is none, the new flow is not tracked
 //!   ([`FlowTable::packet`] returns `None`, counted in `flow_overflow`).
-//! - stream memory: the shared [`MemBudget`] (memcap [64 MiB]) and the per-direction
+//! - stream memory: the shared [`MemBudget`] (memcap 64 MiB) and the per-direction
 //!   [`StreamLimits`], see [`crate::stream`].
 
 mod tcp;

@@ -11,17 +11,17 @@
 //! expected byte, so a stream crosses 2^32 unharmed; stream offsets are `u64` from the
 //! stream's first byte (ISN + 1).
 //!
-//! Bounds ([`StreamLimits`], defaults in brackets):
-//! - `depth` [1 MiB, Suricata's `stream.reassembly.depth`]: bytes past it are not
+//! Bounds ([`StreamLimits`], with their defaults):
+//! - `depth` (default 1 MiB, Suricata's `stream.reassembly.depth`): bytes past it are not
 //!   reassembled; reaching it truncates the direction ([`Truncation::Depth`]).
-//! - `buffer` [256 KiB]: bytes held per direction, contiguous but not yet consumed by
-//!   both consumers plus out-of-order bytes. Data past it is not kept and the direction is
-//!   truncated ([`Truncation::Buffer`]; or [`Truncation::Gap`] if the data was out of
-//!   order, since that gap can then never be filled correctly).
-//! - `ooo_segments` [256]: out-of-order segments held per direction (Suricata has no such
-//!   limit beyond its memcap; it bounds the cost of a flood of tiny segments).
-//! - the memcap of the [`MemBudget`] shared by all streams of a flow table [64 MiB,
-//!   Suricata's `stream.memcap`]: buffer capacity plus held segments (their bytes and a
+//! - `buffer` (default 256 KiB): bytes held per direction, contiguous but not yet
+//!   consumed by both consumers plus out-of-order bytes. Data past it is not kept and the
+//!   direction is truncated ([`Truncation::Buffer`]; or [`Truncation::Gap`] if the data
+//!   was out of order, since that gap can then never be filled correctly).
+//! - `ooo_segments` (default 256): out-of-order segments held per direction (Suricata
+//!   has no such limit beyond its memcap; it bounds the cost of a flood of tiny segments).
+//! - the memcap of the [`MemBudget`] shared by all streams of a flow table (64 MiB,
+//!   Suricata's `stream.memcap`): buffer capacity plus held segments (their bytes and a
 //!   record of [`SEGMENT_OVERHEAD`] bytes each). A stream that cannot get memory is
 //!   truncated ([`Truncation::Memcap`]).
 //!

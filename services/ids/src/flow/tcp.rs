@@ -201,6 +201,13 @@ impl TcpSession {
                         self.state = TcpState::Closed;
                     }
                 } else if !syn {
+                    // Picked up mid-stream on a packet without ACK: the other direction
+                    // starts at its first packet.
+                    if let Some(s) = self.streams.get_mut(i)
+                        && !s.is_started()
+                    {
+                        s.start(h.seq);
+                    }
                     self.data(dir, h, payload, budget, &mut out);
                     if fin {
                         self.fin[i] = true;

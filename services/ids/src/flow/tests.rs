@@ -219,6 +219,16 @@ fn midstream_flows_are_not_reassembled_by_default() {
         .unwrap();
     assert_eq!(r.seg.new, 5);
     assert_eq!(r.flow.stream(Dir::ToClient).unwrap().data(), b"reply");
+    // Picked up on a packet without ACK: the reply's direction starts at its first byte.
+    let r = t
+        .packet(&tcp((C, 4), (S, 80), 7000, 0, PSH, b"mid"), now)
+        .unwrap();
+    assert_eq!(r.seg.new, 3);
+    assert!(r.flow.stream(Dir::ToClient).is_none());
+    let r = t
+        .packet(&tcp((S, 80), (C, 4), 9000, 7003, ACK, b"reply"), now)
+        .unwrap();
+    assert_eq!(r.seg.new, 5);
 }
 
 #[test]
