@@ -12,11 +12,13 @@ pub mod buffer;
 mod classify;
 mod engine;
 mod eve;
+pub mod flow;
 mod parse;
 mod prefilter;
 mod reject;
 mod rule;
 mod service;
+pub mod stream;
 mod track;
 
 pub use engine::{
