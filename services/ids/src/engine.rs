@@ -9,11 +9,13 @@
 //! Nothing is allocated per packet once the scratch vectors have grown to their working
 //! size.
 
+use crate::buffer::Buffer;
 use crate::classify::Classes;
 use crate::eve::{AlertEvent, EveWriter, flow_id};
+use crate::inspect::inspect_list;
 use crate::parse::{Ctx, RuleError, parse_text};
 use crate::prefilter::{Prefilter, Scratch};
-use crate::rule::{Content, Rule, RuleAction, RuleProto, ip_key, port_match};
+use crate::rule::{Rule, RuleAction, RuleProto, Vars, ip_key, port_match};
 use crate::track::{Addrs, Tracker};
 use relay_core::wire::{
     IcmpPacket, Ipv4Packet, Ipv6Packet, TcpPacket, UdpPacket, icmp, proto, udp,
@@ -170,6 +172,7 @@ impl RuleSet {
                 RuleProto::Tcp => &[0],
                 RuleProto::Udp => &[1],
                 RuleProto::Icmp => &[2],
+                RuleProto::TcpOrUdp => &[0, 1],
             };
             match r.fast_pattern() {
                 Some(p) => {
@@ -559,6 +562,7 @@ fn check(
         RuleProto::Tcp => p.class == 0,
         RuleProto::Udp => p.class == 1,
         RuleProto::Icmp => p.class == 2,
+        RuleProto::TcpOrUdp => p.class <= 1,
     };
     if !proto_ok {
         return false;
@@ -591,15 +595,16 @@ fn check(
             return false;
         }
     }
-    if !r.contents.is_empty() {
-        let mut budget = INSPECT_BUDGET;
-        if !match_from(&r.contents, 0, payload, 0, &mut budget) {
+    let base = set.pcre_base[i] as usize;
+    let regexes = st.regexes.get(base..base + r.pcres.len()).unwrap_or(&[]);
+    let mut vars = Vars::default();
+    for list in &r.lists {
+        // Application-layer buffers are not filled yet: a rule over them does not match.
+        if list.buffer != Buffer::Payload {
             return false;
         }
-    }
-    let base = set.pcre_base[i] as usize;
-    for (j, pc) in r.pcres.iter().enumerate() {
-        if st.regexes[base + j].is_match(payload) == pc.negated {
+        let mut budget = INSPECT_BUDGET;
+        if !inspect_list(list, payload, regexes, &mut vars, &mut budget) {
             return false;
         }
     }
@@ -619,52 +624,4 @@ fn check(
         return false;
     }
     true
-}
-
-/// Matches `cs[i..]` given the end of the previous content match, backtracking over later
-/// occurrences while a following content is relative.
-fn match_from(cs: &[Content], i: usize, hay: &[u8], prev_end: usize, budget: &mut u32) -> bool {
-    let Some(c) = cs.get(i) else { return true };
-    if *budget == 0 {
-        return false;
-    }
-    *budget -= 1;
-    let Some((lo, hi)) = c.window(prev_end, hay.len()) else {
-        return c.negated && match_from(cs, i + 1, hay, prev_end, budget);
-    };
-    if c.negated {
-        // A negated content leaves the previous match where it was.
-        return c.find(hay, lo, hi).is_none() && match_from(cs, i + 1, hay, prev_end, budget);
-    }
-    let later_relative = cs[i + 1..].iter().any(Content::relative);
-    let mut from = lo;
-    while let Some(pos) = c.find(hay, from, hi) {
-        if match_from(cs, i + 1, hay, pos + c.pat.len(), budget) {
-            return true;
-        }
-        if !later_relative || *budget == 0 {
-            return false;
-        }
-        from = pos + 1;
-    }
-    false
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn negative_distance_reaches_back() {
-        let set = RuleSet::parse_str(
-            "alert tcp any any -> any any (content:\"AB\"; content:\"B\"; distance:-1; within:1; sid:1;)",
-            "t",
-            &BTreeMap::new(),
-        )
-        .unwrap();
-        let r = &set.rules()[0];
-        assert_eq!(r.contents[1].window(3, 4), Some((2, 3)));
-        let mut b = INSPECT_BUDGET;
-        assert!(match_from(&r.contents, 0, b"xABx", 0, &mut b));
-    }
 }

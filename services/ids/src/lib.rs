@@ -12,6 +12,7 @@ pub mod buffer;
 mod classify;
 mod engine;
 mod eve;
+mod inspect;
 mod parse;
 mod prefilter;
 mod reject;
