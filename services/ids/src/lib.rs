@@ -13,6 +13,7 @@ mod classify;
 mod engine;
 mod eve;
 pub mod flow;
+mod inspect;
 mod parse;
 mod prefilter;
 mod reject;

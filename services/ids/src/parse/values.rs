@@ -1,5 +1,6 @@
 //! The values of rule options and header fields: quoted strings, content bytes, address
-//! and port expressions, comparisons, flags, flow, thresholds, rates and PCRE.
+//! and port expressions, comparisons, flags, flow, thresholds, rates and PCRE (with its
+//! `R` and buffer flags).
 
 use super::*;
 
@@ -287,11 +288,22 @@ pub(super) fn parse_flow(v: &str) -> Result<Flow, String> {
             "not_established" => set(&mut f.established, false, k)?,
             "to_server" | "from_client" => set(&mut f.reply, false, k)?,
             "to_client" | "from_server" => set(&mut f.reply, true, k)?,
+            "only_stream" | "no_stream" => {
+                let m = if k == "only_stream" {
+                    StreamMode::Only
+                } else {
+                    StreamMode::No
+                };
+                if f.stream != StreamMode::Any && f.stream != m {
+                    return Err(format!("`{k}` contradicts an earlier flow option"));
+                }
+                f.stream = m;
+            }
             "stateless" => {}
             "" => {}
             _ => {
                 return Err(format!(
-                    "flow option `{k}` is not supported (established, not_established, stateless, to_server, to_client, from_server, from_client)"
+                    "flow option `{k}` is not supported (established, not_established, stateless, to_server, to_client, from_server, from_client, only_stream, no_stream)"
                 ));
             }
         }
@@ -313,6 +325,7 @@ pub(super) fn parse_pcre(v: &str) -> Result<Pcre, String> {
         .ok_or("a pcre is written \"/pattern/flags\"")?;
     let (pat, flags) = (&body[..end], &body[end + 1..]);
     let mut b = regex::bytes::RegexBuilder::new(pat);
+    let (mut relative, mut buffer) = (false, None);
     // PCRE without the UTF flag works on bytes: `.` is any byte but newline, classes are ASCII.
     // Octal escapes are bytes as in PCRE (`\0`, `\012`, `[\1]`): the `\1`..`\9` outside a
     // class that PCRE would read as backreferences are refused first (check_pcre_features).
@@ -334,27 +347,49 @@ pub(super) fn parse_pcre(v: &str) -> Result<Pcre, String> {
             'x' => {
                 b.ignore_whitespace(true);
             }
-            'R' => {
-                return Err(
-                    "pcre flag `R` (relative to the previous match) is not supported".into(),
-                );
-            }
-            'U' | 'I' | 'P' | 'Q' | 'H' | 'D' | 'M' | 'C' | 'S' | 'Y' | 'B' | 'O' | 'V' | 'W' => {
-                return Err(format!(
-                    "pcre flag `{f}` (a Suricata buffer or engine modifier) is not supported: relayd matches the packet payload"
-                ));
-            }
-            'A' | 'E' | 'G' => {
-                return Err(format!(
-                    "PCRE-specific flag `{f}` is not supported (use `^`, `\\z` or lazy quantifiers in the pattern)"
-                ));
-            }
-            _ => return Err(format!("unknown pcre flag `{f}`")),
+            'R' => relative = true,
+            // `B` (raw bytes) and `O` (no match limit) change nothing here: the payload is
+            // not normalized, and the regex crate needs no match limit.
+            'B' | 'O' => {}
+            f => match Buffer::from_pcre_flag(f) {
+                Some(sel) if buffer.is_some_and(|x| x != sel) => {
+                    return Err(format!(
+                        "pcre flag `{f}` selects a second buffer (`{}`)",
+                        sel.name()
+                    ));
+                }
+                Some(sel) => buffer = Some(sel),
+                None if f.is_ascii_uppercase() && f != 'A' && f != 'E' && f != 'G' => {
+                    return Err(format!(
+                        "pcre flag `{f}` (a Suricata buffer or engine modifier) is not supported"
+                    ));
+                }
+                None => match f {
+                    'A' | 'E' | 'G' => {
+                        return Err(format!(
+                            "PCRE-specific flag `{f}` is not supported (use `^`, `\\z` or lazy quantifiers in the pattern)"
+                        ));
+                    }
+                    _ => return Err(format!("unknown pcre flag `{f}`")),
+                },
+            },
         }
     }
     check_pcre_features(pat)?;
+    if buffer == Some(Buffer::HttpHost)
+        && !flags.contains('i')
+        && pat.chars().any(|c| c.is_ascii_uppercase())
+    {
+        // Suricata refuses it too (detect-pcre.c): the buffer is lowercase.
+        return Err("pcre flag `W` (http.host, a lowercase buffer) with capitals in the pattern never matches: add `i` or write it in lowercase".into());
+    }
     let re = b.build().map_err(|e| format!("cannot compile pcre: {e}"))?;
-    Ok(Pcre { re, negated })
+    Ok(Pcre {
+        re,
+        negated,
+        relative,
+        buffer,
+    })
 }
 
 /// Refuses the PCRE constructs the `regex` crate does not have (it guarantees linear time
