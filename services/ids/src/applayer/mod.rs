@@ -89,3 +89,5 @@ pub trait Transaction {
         f: &mut dyn FnMut(&[u8]) -> bool,
     ) -> bool;
 }
+
+pub(crate) mod http;
