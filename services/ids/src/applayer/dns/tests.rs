@@ -15,7 +15,8 @@ const GOOGLE_TXT: &str = "10320100000100000000000006676f6f676c6503636f6d00001000
 
 /// suricata-verify dns-forward-pointer: a request whose first question is a pointer forward
 /// to the second question's name, and its response.
-const FWD_REQ: &str = "8e0401000002000000000000c012000100010a636f64656d6f6e6b6579036e65740000010001";
+const FWD_REQ: &str =
+    "8e0401000002000000000000c012000100010a636f64656d6f6e6b6579036e65740000010001";
 const FWD_RESP: &str = concat!(
     "8e04818000010001000000000a636f64656d6f6e6b6579036e65740000010001c00c000100010000012c0004",
     "983552ef",
