@@ -23,7 +23,8 @@ pub mod stream;
 mod track;
 
 pub use engine::{
-    Detector, INSPECT_BUDGET, LoadError, LoadOptions, MAX_ALERTS_PER_PACKET, Outcome, RuleSet,
+    DEFAULT_STREAM_LOOKBACK, Detector, DetectorOptions, INSPECT_BUDGET, LoadError, LoadOptions,
+    MAX_ALERTS_PER_PACKET, Outcome, RuleSet,
 };
 pub use eve::{AlertEvent, EveWriter, flow_id, format_line, timestamp};
 pub use parse::RuleError;

@@ -626,7 +626,7 @@ fn option(
             set_once(&mut r.threshold, t, name)?
         }
         "detection_filter" => {
-            let ported = matches!(r.proto, RuleProto::Tcp | RuleProto::Udp);
+            let ported = matches!(r.proto, RuleProto::Tcp | RuleProto::Udp | RuleProto::TcpOrUdp);
             let f = parse_detection_filter(need()?, ported).map_err(|m| kerr(name, m))?;
             set_once(&mut r.filter, f, name)?
         }

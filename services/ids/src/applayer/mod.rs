@@ -95,3 +95,4 @@ pub trait Transaction {
 }
 
 pub(crate) mod http;
+pub(crate) mod state;
