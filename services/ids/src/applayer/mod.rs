@@ -93,3 +93,6 @@ pub trait Transaction {
         f: &mut dyn FnMut(&[u8]) -> bool,
     ) -> bool;
 }
+
+pub(crate) mod http;
+pub(crate) mod state;
