@@ -19,9 +19,9 @@
 //! bad message stops the parser for the flow, as Suricata's parser error does.
 //!
 //! Why no crate: the issue names `dns-parser` and `hickory-proto`. `dns-parser` has had no
-//! release since 2018. `hickory-proto` (0.26, default features off) still pulls `idna` and
-//! the ICU normaliser (some 25 crates) for what is a 12-byte header and question names, and
-//! it decodes names differently from Suricata: it refuses forward compression pointers
+//! release since 2018. `hickory-proto` (0.26, default features off) still brings some 65
+//! crates (`idna` and the ICU normaliser among them) for what is a 12-byte header and
+//! question names, and it decodes names differently from Suricata: it refuses forward compression pointers
 //! (suricata-verify `dns-forward-pointer` expects them accepted) and names over 255 bytes
 //! (Suricata keeps 1025). The small decoder in [`wire`] does what Suricata does.
 //!
