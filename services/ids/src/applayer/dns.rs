@@ -10,20 +10,22 @@
 //! the root name skipped (Suricata returns no buffer for an empty name); a response's
 //! transaction has none.
 //!
-//! What is a message, as Suricata: the header must be plausible (see
-//! [`wire::Header::plausible`]), the questions and the answer records must parse (names with
-//! compression pointers in either direction), authority and additional records are not
-//! needed. A request direction message with QR set is refused (`NotRequest`); a response
-//! direction message without it still makes a transaction. Over UDP a bad datagram is counted
-//! and the next one is parsed; over TCP (2-byte length prefix; a zero length is skipped) a
-//! bad message stops the parser for the flow, as Suricata's parser error does.
+//! What is a message, as Suricata: the header must be plausible (Suricata 8's
+//! `probe_header_validity`: record counts that fit the length, a message without records is
+//! exactly a header, a request asks a question), the questions and the answer records must
+//! parse (names with compression pointers in either direction), authority and additional
+//! records are not needed. A request direction message with QR set is refused
+//! (`NotRequest`); a response direction message without it still makes a transaction. Over
+//! UDP a bad datagram is counted and the next one is parsed; over TCP (2-byte length prefix;
+//! a zero length is skipped) a bad message stops the parser for the flow, as Suricata's
+//! parser error does.
 //!
 //! Why no crate: the issue names `dns-parser` and `hickory-proto`. `dns-parser` has had no
-//! release since 2018. `hickory-proto` (0.26, default features off) still pulls `idna` and
-//! the ICU normaliser (some 25 crates) for what is a 12-byte header and question names, and
-//! it decodes names differently from Suricata: it refuses forward compression pointers
+//! release since 2018. `hickory-proto` (0.26, default features off) still brings some 65
+//! crates (`idna` and the ICU normaliser among them) for what is a 12-byte header and
+//! question names, and it decodes names differently from Suricata: it refuses forward compression pointers
 //! (suricata-verify `dns-forward-pointer` expects them accepted) and names over 255 bytes
-//! (Suricata keeps 1025). The small decoder in [`wire`] does what Suricata does.
+//! (Suricata keeps 1025). The small decoder in `wire` does what Suricata does.
 //!
 //! Bounds, per flow: at most [`MAX_TXS`] transactions kept (the oldest is dropped and counted
 //! when a new one would exceed it; the engine frees inspected ones with

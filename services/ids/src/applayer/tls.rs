@@ -20,7 +20,9 @@
 //!   encrypted: only record headers are followed (bodies skipped, nothing buffered).
 //! - A record whose header is not TLS (type other than 20 to 24, version not 3.0 to 3.4,
 //!   length 0 or over 2^14 + 1024) is a parse error that stops the parser for the flow.
-//!   SSLv2 records are not parsed (they carry no SNI or certificate).
+//!   SSLv2 records (first byte with one of its top two bits set, as Suricata tells them
+//!   apart) are framed and skipped: an SSLv2-compatible ClientHello carries no SNI, and the
+//!   TLS records after it are read as usual.
 //!
 //! Crates: `tls-parser` decodes the ClientHello, its server_name extension and the
 //! ServerHello (the record and handshake framing around them is three length fields, done
@@ -191,21 +193,50 @@ pub struct TlsState {
 
 /// A validated record header.
 struct RecordHeader {
+    /// The content type ([`SSLV2`] for an SSLv2 record).
     ctype: u8,
+    /// The body length.
     len: usize,
 }
 
-fn record_header(h: &[u8; RECORD_HDR]) -> Result<RecordHeader, TlsError> {
-    let [ctype, major, minor, l0, l1] = *h;
-    if !(CHANGE_CIPHER_SPEC..=HEARTBEAT).contains(&ctype) {
-        return Err(TlsError::RecordType(ctype));
+/// Pseudo content type of an SSLv2 record (never parsed, only skipped).
+const SSLV2: u8 = 0;
+
+/// The header length of the record starting with `b0`: as Suricata, a byte with one of the
+/// two top bits set starts an SSLv2 record (2-byte header, or 3 with padding), anything
+/// else a TLS one (5 bytes).
+fn header_len(b0: u8) -> usize {
+    if b0 & 0x80 != 0 {
+        2
+    } else if b0 & 0x40 != 0 {
+        3
+    } else {
+        RECORD_HDR
     }
-    if major != 3 || minor > 4 {
-        return Err(TlsError::RecordVersion(u16::from_be_bytes([major, minor])));
-    }
-    let len = usize::from(u16::from_be_bytes([l0, l1]));
-    if len == 0 || len > MAX_RECORD_LEN {
-        return Err(TlsError::RecordLength(len));
+}
+
+/// Checks a whole record header (`header_len` bytes).
+fn record_header(h: &[u8]) -> Result<RecordHeader, TlsError> {
+    let (ctype, len) = match *h {
+        [b0, b1] => (SSLV2, usize::from(b0 & 0x7f) << 8 | usize::from(b1)),
+        [b0, b1, _] => (SSLV2, usize::from(b0 & 0x3f) << 8 | usize::from(b1)),
+        [ctype, major, minor, l0, l1] => {
+            if !(CHANGE_CIPHER_SPEC..=HEARTBEAT).contains(&ctype) {
+                return Err(TlsError::RecordType(ctype));
+            }
+            if major != 3 || minor > 4 {
+                return Err(TlsError::RecordVersion(u16::from_be_bytes([major, minor])));
+            }
+            let len = usize::from(u16::from_be_bytes([l0, l1]));
+            if len > MAX_RECORD_LEN {
+                return Err(TlsError::RecordLength(len));
+            }
+            (ctype, len)
+        }
+        _ => return Err(TlsError::RecordType(h.first().copied().unwrap_or_default())),
+    };
+    if len == 0 {
+        return Err(TlsError::RecordLength(0));
     }
     Ok(RecordHeader { ctype, len })
 }
@@ -265,12 +296,13 @@ impl TlsState {
                 }
                 continue;
             }
-            if !half.rec.is_empty() {
-                if half.rec.len() < RECORD_HDR {
-                    let (head, tail) = data.split_at(data.len().min(RECORD_HDR - half.rec.len()));
+            if let Some(&b0) = half.rec.first() {
+                let hl = header_len(b0);
+                if half.rec.len() < hl {
+                    let (head, tail) = data.split_at(data.len().min(hl - half.rec.len()));
                     half.rec.extend_from_slice(head);
                     data = tail;
-                    let Some(h) = half.rec.first_chunk::<RECORD_HDR>() else {
+                    let Some(h) = half.rec.get(..hl) else {
                         return Ok(());
                     };
                     let h = record_header(h)?;
@@ -281,11 +313,9 @@ impl TlsState {
                         continue;
                     }
                 }
+                // Only a handshake record in the clear gets here: a 5-byte header.
                 let half = &mut self.halves[d];
-                let Some(h) = half.rec.first_chunk::<RECORD_HDR>() else {
-                    return Ok(());
-                };
-                let total = RECORD_HDR + record_header(h)?.len;
+                let total = hl + record_header(half.rec.get(..hl).unwrap_or_default())?.len;
                 let (head, tail) = data.split_at(data.len().min(total - half.rec.len()));
                 half.rec.extend_from_slice(head);
                 data = tail;
@@ -293,32 +323,35 @@ impl TlsState {
                     return Ok(());
                 }
                 let mut rec = std::mem::take(&mut half.rec);
-                self.handshake(dir, rec.get(RECORD_HDR..).unwrap_or_default());
+                self.handshake(dir, rec.get(hl..).unwrap_or_default());
                 rec.clear();
                 if rec.capacity() <= KEEP_CAPACITY {
                     self.halves[d].rec = rec;
                 }
                 continue;
             }
-            let Some(&hb) = data.first_chunk::<RECORD_HDR>() else {
+            let Some(&b0) = data.first() else {
+                return Ok(());
+            };
+            let hl = header_len(b0);
+            let Some((hb, body)) = data.split_at_checked(hl) else {
                 half.rec.extend_from_slice(data);
                 return Ok(());
             };
-            let h = record_header(&hb)?;
-            data = data.get(RECORD_HDR..).unwrap_or_default();
+            let h = record_header(hb)?;
             if !self.on_header(d, &h) {
                 self.halves[d].skip = h.len;
+                data = body;
                 continue;
             }
-            match data.split_at_checked(h.len) {
+            match body.split_at_checked(h.len) {
                 Some((body, rest)) => {
                     self.handshake(dir, body);
                     data = rest;
                 }
                 None => {
                     let half = &mut self.halves[d];
-                    half.rec.reserve(RECORD_HDR + h.len);
-                    half.rec.extend_from_slice(&hb);
+                    half.rec.reserve(hl + h.len);
                     half.rec.extend_from_slice(data);
                     return Ok(());
                 }
@@ -341,7 +374,8 @@ impl TlsState {
                 false
             }
             HANDSHAKE => !half.encrypted,
-            ALERT | HEARTBEAT => false,
+            // Alerts, heartbeats and SSLv2 records carry nothing for the buffers.
+            ALERT | HEARTBEAT | SSLV2 => false,
             _ => false,
         }
     }

@@ -362,13 +362,13 @@ fn sni_rules() {
 #[test]
 fn record_errors_stop_the_flow() {
     for (bad, err) in [
-        (&[0x99, 3, 1, 0, 5][..], TlsError::RecordType(0x99)),
+        (&[0x3f, 3, 1, 0, 5][..], TlsError::RecordType(0x3f)),
         (&[0x16, 2, 0, 0, 5], TlsError::RecordVersion(0x0200)),
         (&[0x16, 3, 5, 0, 5], TlsError::RecordVersion(0x0305)),
         (&[0x16, 3, 3, 0, 0], TlsError::RecordLength(0)),
         (&[0x17, 3, 3, 0x44, 0x01], TlsError::RecordLength(0x4401)),
-        // SSLv2 record framing is not parsed.
-        (&[0x80, 0x2e, 0x01, 0x00, 0x02], TlsError::RecordType(0x80)),
+        (&[0x13, 3, 3, 0, 1], TlsError::RecordType(0x13)),
+        (&[0x80, 0x00, 0x01], TlsError::RecordLength(0)),
     ] {
         let mut s = TlsState::new();
         assert_eq!(s.feed(Dir::ToServer, bad), Err(err));
@@ -386,6 +386,22 @@ fn record_errors_stop_the_flow() {
     )
     .unwrap();
     assert!(!s.is_stopped());
+}
+
+#[test]
+fn sslv2_records_are_skipped() {
+    // An SSLv2-framed ClientHello (2-byte header, 0x2e bytes), one with the 3-byte header,
+    // then TLS records: framed right, the TLS ClientHello read.
+    let mut stream = vec![0x80, 0x2e];
+    stream.extend_from_slice(&[0x01; 0x2e]);
+    stream.extend_from_slice(&[0x40, 0x05, 0x00]);
+    stream.extend_from_slice(&[0x02; 5]);
+    stream.extend_from_slice(&hex(GOOGLE13_CH));
+    for cut in 0..=stream.len() {
+        let s = fed_in_pieces(Dir::ToServer, &stream, &[cut]);
+        assert_eq!(s.tx().sni(), Some(&b"ipv4.google.com"[..]), "cut {cut}");
+        assert_eq!(s.stats().records, 3);
+    }
 }
 
 #[test]
