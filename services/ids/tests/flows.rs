@@ -159,3 +159,27 @@ fn dns_query_names_from_udp() {
     let got = run(&mut d, vec![udp4(CLIENT, SERVER, 5555, 53, &q)]);
     assert_eq!(got[0], [1, 2]);
 }
+
+#[test]
+fn keep_alive_transactions_are_each_inspected_and_retired() {
+    let (mut d, c) = detector(
+        "alert http any any -> any any (http.uri; content:\"/item.php\"; sid:1;)\n\
+         alert http any any -> any any (file.data; content:\"body\"; sid:2;)",
+    );
+    let mut conv = Conv::new(80);
+    let now = Instant::now();
+    for mut p in conv.handshake() {
+        d.inspect(&mut p, now);
+    }
+    let req = b"GET /item.php?id=1 HTTP/1.1\r\nHost: a\r\n\r\n";
+    let resp = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nbody";
+    for _ in 0..500 {
+        d.inspect(&mut conv.data(true, req), now);
+        d.inspect(&mut conv.data(false, resp), now);
+    }
+    assert_eq!(counter(&c, "sid:1"), 500);
+    assert_eq!(counter(&c, "sid:2"), 500);
+    let (flows, held) = d.flow_usage();
+    assert_eq!(flows, 1);
+    assert!(held <= 16 << 10, "{held} bytes held: only the look-back should stay");
+}

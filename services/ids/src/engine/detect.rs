@@ -56,6 +56,9 @@ pub struct DetectorOptions {
     pub(crate) http: HttpLimits,
     /// Bytes of stream before a packet's new bytes that stream inspection includes.
     pub stream_lookback: usize,
+    /// Keep a flow table at all (default true). Without it the engine inspects packets
+    /// only: no streams, no application layer, no flowbits; `flow:` from conntrack alone.
+    pub flow_tracking: bool,
 }
 
 impl Default for DetectorOptions {
@@ -65,6 +68,7 @@ impl Default for DetectorOptions {
             flows: FlowLimits::default(),
             http: HttpLimits::default(),
             stream_lookback: DEFAULT_STREAM_LOOKBACK,
+            flow_tracking: true,
         }
     }
 }
@@ -169,8 +173,7 @@ impl Detector {
             .iter()
             .map(|r| c(&format!("sid:{}", r.sid)))
             .collect();
-        let flows = set
-            .needs_flows
+        let flows = (set.needs_flows && opts.flow_tracking)
             .then(|| FlowTable::new(opts.flows.clone(), FlowCounters::register(counters)));
         Detector {
             st: State {
