@@ -258,7 +258,7 @@ pub(crate) fn parse_rule(
         noalert: false,
         flowbits: Vec::new(),
         app,
-        app_test: None,
+        app_test: Vec::new(),
         dsize: None,
         ttl: None,
         itype: None,
@@ -576,7 +576,10 @@ fn option(
         },
         "app-layer-protocol" => {
             let t = parse_app_test(need()?).map_err(|m| kerr(name, m))?;
-            set_once(&mut r.app_test, t, name)?;
+            if r.app_test.iter().any(|x| x.1 == t.1) {
+                return Err(kerr(name, format!("`{}` is tested twice", t.1.name())));
+            }
+            r.app_test.push(t);
         }
         "pkt_data" => {
             flag()?;

@@ -412,7 +412,14 @@ pub(super) fn parse_rate(v: &str) -> Result<Rate, String> {
 /// `"/pattern/flags"` (or negated) to a bytes regex. PCRE features the `regex` crate lacks
 /// are refused by name rather than by a parse error deep in the pattern.
 pub(super) fn parse_pcre(v: &str) -> Result<Pcre, String> {
-    let (negated, raw) = unquote(v)?;
+    // Quotes are optional for pcre (Suricata's SIGMATCH_QUOTES_OPTIONAL).
+    let t = v.trim();
+    let bare = t.strip_prefix('!').unwrap_or(t).trim_start();
+    let (negated, raw) = if bare.starts_with('"') {
+        unquote(v)?
+    } else {
+        (t.starts_with('!'), bare)
+    };
     // Only the rule language's own escapes go: the rest belongs to the pattern.
     let raw = raw.replace("\\;", ";").replace("\\\"", "\"");
     let body = raw
@@ -422,6 +429,9 @@ pub(super) fn parse_pcre(v: &str) -> Result<Pcre, String> {
         .rfind('/')
         .ok_or("a pcre is written \"/pattern/flags\"")?;
     let (pat, flags) = (&body[..end], &body[end + 1..]);
+    if flags.contains(',') {
+        return Err("pcre captures into variables (`/re/,flow:name`) are not supported".into());
+    }
     let mut b = regex::bytes::RegexBuilder::new(pat);
     let (mut relative, mut buffer) = (false, None);
     // PCRE without the UTF flag works on bytes: `.` is any byte but newline, classes are ASCII.

@@ -270,3 +270,31 @@ fn strtoull_follows_c() {
     assert_eq!(strtoull(b"18446744073709551616", 10), None, "overflow");
     assert_eq!(strtoull(b"18446744073709551615", 10), Some((u64::MAX, 20)));
 }
+
+#[test]
+fn zero_bytes_read_nothing() {
+    // Suricata's bug-4623 / detect-bytejump-05 rules: byte_jump:0 moves by post_offset.
+    assert!(
+        run(
+            b"xxABCDyy",
+            r#"content:"CD"; byte_jump:0,0,relative,post_offset -3; pcre:"/^BCD/R";"#
+        )
+        .0
+    );
+    // Before the start: lands on it.
+    assert!(
+        run(
+            b"ABCD",
+            r#"content:"CD"; byte_jump:0,0,relative,post_offset -9; pcre:"/^AB/R";"#
+        )
+        .0
+    );
+    // With string: the digits up to the end of the buffer.
+    assert!(
+        run(
+            b"x12345",
+            r#"content:"x"; byte_test:0,=,12345,0,relative,string,dec;"#
+        )
+        .0
+    );
+}
