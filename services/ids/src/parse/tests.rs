@@ -61,6 +61,11 @@ fn pcre_translation_and_refusals() {
     let p = parse_pcre(r#""/abc/BO""#).unwrap();
     assert!(!p.relative && p.buffer.is_none());
     assert!(parse_pcre(r#""/Host/Wi""#).is_ok());
+    // PCRE's `$` also matches before a final newline (not with E, not inside a class).
+    let p = parse_pcre(r#""/abc$/""#).unwrap();
+    assert!(p.re.is_match(b"abc\n") && p.re.is_match(b"abc") && !p.re.is_match(b"abc\nx"));
+    assert!(!parse_pcre(r#""/abc$/E""#).unwrap().re.is_match(b"abc\n"));
+    assert!(parse_pcre(r#""/a[$]b\$/""#).unwrap().re.is_match(b"a$b$"));
     // Quotes are optional, as in Suricata.
     let p = parse_pcre("/one/U").unwrap();
     assert!(p.re.is_match(b"xoney") && p.buffer == Some(Buffer::HttpUri));
