@@ -13,11 +13,13 @@ use std::sync::Arc;
 mod keywords;
 mod lists;
 mod modifiers;
+mod threshold;
 mod values;
 
 use keywords::*;
 use lists::Lists;
 use modifiers::content_modifier;
+use threshold::*;
 use values::*;
 
 /// A rule that could not be loaded: where it is and why.
@@ -629,13 +631,8 @@ fn option(
             set_once(&mut r.threshold, t, name)?
         }
         "detection_filter" => {
-            let kv =
-                key_values(need()?, &["track", "count", "seconds"]).map_err(|m| kerr(name, m))?;
-            let f = DetectionFilter {
-                track: parse_track(kv[0]).map_err(|m| kerr(name, m))?,
-                count: positive(kv[1], "count").map_err(|m| kerr(name, m))?,
-                seconds: positive(kv[2], "seconds").map_err(|m| kerr(name, m))?,
-            };
+            let ported = matches!(r.proto, RuleProto::Tcp | RuleProto::Udp | RuleProto::TcpOrUdp);
+            let f = parse_detection_filter(need()?, ported).map_err(|m| kerr(name, m))?;
             set_once(&mut r.filter, f, name)?
         }
         "rate" => set_once(

@@ -254,10 +254,12 @@ pub(crate) enum Track {
     Src,
     /// `by_dst`
     Dst,
-    /// `by_both`: the address pair
+    /// `by_both`: the address pair, either way round (as Suricata orders it, lower first)
     Both,
     /// `by_rule`: one key for the rule
     Rule,
+    /// `by_flow`: one key per flow (the flow id the engine gives the tracker)
+    Flow,
 }
 
 /// `threshold: type ...`.
@@ -269,6 +271,12 @@ pub(crate) enum ThresholdKind {
     Threshold,
     /// Alert once per interval, at the `count`-th match.
     Both,
+    /// Suricata 8's `backoff` (only `by_flow`, no interval): alert on the `count`-th match,
+    /// then on the `count * multiplier`-th, `count * multiplier^2`-th, and so on.
+    Backoff {
+        /// 2..=65535.
+        multiplier: u32,
+    },
 }
 
 /// The `threshold` keyword: suppresses alerts (never the rule's action).
@@ -277,15 +285,28 @@ pub(crate) struct Threshold {
     pub(crate) kind: ThresholdKind,
     pub(crate) track: Track,
     pub(crate) count: u32,
+    /// The interval; 0 for `backoff`, which has none.
     pub(crate) seconds: u32,
 }
 
-/// `detection_filter`: the rule matches only after `count` matches per `seconds` window.
+/// `detection_filter: ..., unique_on`: which port is counted distinctly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum UniqueOn {
+    /// `unique_on src_port`
+    SrcPort,
+    /// `unique_on dst_port`
+    DstPort,
+}
+
+/// `detection_filter`: the rule matches only after `count` matches per `seconds` window
+/// (with `unique_on`: once more than `count` distinct ports were seen in the window).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct DetectionFilter {
     pub(crate) track: Track,
     pub(crate) count: u32,
     pub(crate) seconds: u32,
+    /// Suricata 8's `unique_on`: count distinct ports instead of matches.
+    pub(crate) unique_on: Option<UniqueOn>,
 }
 
 /// relayd's `rate` (for `ratelimit` rules): a token bucket per tracked key.
