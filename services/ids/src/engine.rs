@@ -191,7 +191,7 @@ impl RuleSet {
             pcre_base.push(npcre);
             npcre += r.pcres.len() as u32;
             bitops.push(names.compile(&r.flowbits));
-            needs_app |= r.app.is_some() || r.app_test.is_some();
+            needs_app |= r.app.is_some() || !r.app_test.is_empty();
             needs_flows |= needs_app
                 || !r.flowbits.is_empty()
                 || [

@@ -628,8 +628,9 @@ pub struct Rule {
     /// The application protocol the rule is for: from the header (`alert http`) or implied
     /// by the buffers it inspects (`http.uri` makes an `alert tcp` rule an HTTP rule).
     pub(crate) app: Option<AppProto>,
-    /// `app-layer-protocol:[!]NAME`: (negated, protocol).
-    pub(crate) app_test: Option<(bool, AppProto)>,
+    /// The `app-layer-protocol:[!]NAME` tests, (negated, protocol): all must hold (so
+    /// `app-layer-protocol:!http; app-layer-protocol:!tls;` is "neither").
+    pub(crate) app_test: Vec<(bool, AppProto)>,
     pub(crate) dsize: Option<Cmp>,
     pub(crate) ttl: Option<Cmp>,
     pub(crate) itype: Option<Cmp>,

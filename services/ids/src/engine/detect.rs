@@ -584,7 +584,7 @@ fn header_ok(
     {
         return false;
     }
-    if let Some((neg, a)) = r.app_test {
+    for &(neg, a) in &r.app_test {
         match fx.and_then(|x| x.app) {
             Some(cur) if (cur == a) != neg => {}
             _ => return false,

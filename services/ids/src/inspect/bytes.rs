@@ -240,7 +240,8 @@ pub(crate) fn strtoull(s: &[u8], base: u32) -> Option<(u64, usize)> {
 }
 
 /// Reads a number of `n` bytes at `at` in `buf` in encoding `enc`: (value, bytes consumed).
-/// `n == 0` with a string encoding reads digits up to the end of the buffer.
+/// `n == 0` reads nothing (the value 0), or with a string encoding the digits up to the end
+/// of the buffer.
 fn read(buf: &[u8], at: usize, n: usize, enc: Encoding) -> Option<(u64, usize)> {
     match enc {
         Encoding::String(base) => {
@@ -252,7 +253,7 @@ fn read(buf: &[u8], at: usize, n: usize, enc: Encoding) -> Option<(u64, usize)> 
             strtoull(s, base)
         }
         Encoding::Big | Encoding::Little => {
-            if n == 0 || n > 8 {
+            if n > 8 {
                 return None;
             }
             let b = buf.get(at..at.checked_add(n)?)?;

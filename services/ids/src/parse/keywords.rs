@@ -111,15 +111,17 @@ fn dce() -> String {
     "`dce` (DCE/RPC byte order) is not supported: relayd does not parse DCE/RPC".into()
 }
 
-/// Checks a literal byte count against the encoding: 1 to 8 bytes, or 1 to 23 digits.
+/// Checks a literal byte count against the encoding: up to 8 bytes, or 23 digits. 0 is
+/// allowed as in Suricata: no bytes (the value 0; a `byte_jump` then moves by its
+/// `post_offset` alone), or with `string` the digits up to the end of the buffer.
 fn check_nbytes(n: Num, string: bool) -> Result<(), String> {
     if let Num::Lit(n) = n {
         let max = if string { 23 } else { 8 };
-        if !(1..=max).contains(&n) {
+        if !(0..=max).contains(&n) {
             return Err(if string {
-                format!("{n} bytes: `string` reads 1 to 23")
+                format!("{n} bytes: `string` reads up to 23")
             } else {
-                format!("{n} bytes: reads 1 to 8 (more with `string`)")
+                format!("{n} bytes: reads up to 8 (more with `string`)")
             });
         }
     }

@@ -61,6 +61,15 @@ fn pcre_translation_and_refusals() {
     let p = parse_pcre(r#""/abc/BO""#).unwrap();
     assert!(!p.relative && p.buffer.is_none());
     assert!(parse_pcre(r#""/Host/Wi""#).is_ok());
+    // PCRE's `$` also matches before a final newline (not with E, not inside a class).
+    let p = parse_pcre(r#""/abc$/""#).unwrap();
+    assert!(p.re.is_match(b"abc\n") && p.re.is_match(b"abc") && !p.re.is_match(b"abc\nx"));
+    assert!(!parse_pcre(r#""/abc$/E""#).unwrap().re.is_match(b"abc\n"));
+    assert!(parse_pcre(r#""/a[$]b\$/""#).unwrap().re.is_match(b"a$b$"));
+    // Quotes are optional, as in Suricata.
+    let p = parse_pcre("/one/U").unwrap();
+    assert!(p.re.is_match(b"xoney") && p.buffer == Some(Buffer::HttpUri));
+    assert!(parse_pcre("!/one/").unwrap().negated);
     assert!(parse_pcre(r#"!"/a.b/smx""#).unwrap().negated);
     for (p, why) in [
         (r#""/(a)\1/""#, "backreference"),
@@ -73,6 +82,7 @@ fn pcre_translation_and_refusals() {
         (r#""/abc/G""#, "`G`"),
         (r#""/abc/UH""#, "second buffer"),
         (r#""/Host/W""#, "lowercase"),
+        (r#""/(a+)/,flow:x""#, "captures"),
     ] {
         let e = parse_pcre(p).unwrap_err();
         assert!(e.contains(why), "{p}: {e}");
@@ -329,7 +339,7 @@ fn byte_keywords_parse_as_suricata() {
     assert!(matches!(&r.lists[0].items[1], Item::ByteExtract(e) if e.enc == Encoding::String(10)));
     for (o, why) in [
         ("byte_test:2,=,1;", "needs bytes"),
-        ("byte_test:9,=,1,0;", "1 to 8"),
+        ("byte_test:9,=,1,0;", "up to 8"),
         ("byte_test:24,=,1,0,string;", "out of range"),
         ("byte_test:2,~,1,0;", "unknown operator"),
         ("byte_test:2,=,1,0,hex;", "needs `string`"),
@@ -478,11 +488,16 @@ fn applayer_protocols_from_header_and_buffers() {
 #[test]
 fn app_layer_protocol_keyword() {
     let t = |s: &str| opts(&format!("app-layer-protocol:{s};")).app_test;
-    assert_eq!(t("http"), Some((false, AppProto::Http)));
-    assert_eq!(t("!tls"), Some((true, AppProto::Tls)));
-    assert_eq!(t("http1,to_server"), Some((false, AppProto::Http)));
-    assert_eq!(t("!dns, final"), Some((true, AppProto::Dns)));
-    assert_eq!(t("dns,exact"), Some((false, AppProto::Dns)));
+    assert_eq!(t("http"), [(false, AppProto::Http)]);
+    assert_eq!(t("!tls"), [(true, AppProto::Tls)]);
+    assert_eq!(t("http1,to_server"), [(false, AppProto::Http)]);
+    assert_eq!(t("!dns, final"), [(true, AppProto::Dns)]);
+    assert_eq!(t("dns,exact"), [(false, AppProto::Dns)]);
+    // Several tests must all hold: "neither http nor tls".
+    assert_eq!(
+        t("!http; app-layer-protocol:!tls"),
+        [(true, AppProto::Http), (true, AppProto::Tls)]
+    );
     for (s, why) in [
         ("failed", "detection state"),
         ("unknown", "detection state"),
@@ -496,7 +511,7 @@ fn app_layer_protocol_keyword() {
         assert!(e.1.contains(why), "{s}: {e:?}");
     }
     assert!(
-        opts_err("app-layer-protocol:tls; app-layer-protocol:dns;")
+        opts_err("app-layer-protocol:!http; app-layer-protocol:!http;")
             .1
             .contains("twice")
     );

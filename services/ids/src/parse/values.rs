@@ -314,7 +314,14 @@ pub(super) fn parse_flow(v: &str) -> Result<Flow, String> {
 /// `"/pattern/flags"` (or negated) to a bytes regex. PCRE features the `regex` crate lacks
 /// are refused by name rather than by a parse error deep in the pattern.
 pub(super) fn parse_pcre(v: &str) -> Result<Pcre, String> {
-    let (negated, raw) = unquote(v)?;
+    // Quotes are optional for pcre (Suricata's SIGMATCH_QUOTES_OPTIONAL).
+    let t = v.trim();
+    let bare = t.strip_prefix('!').unwrap_or(t).trim_start();
+    let (negated, raw) = if bare.starts_with('"') {
+        unquote(v)?
+    } else {
+        (t.starts_with('!'), bare)
+    };
     // Only the rule language's own escapes go: the rest belongs to the pattern.
     let raw = raw.replace("\\;", ";").replace("\\\"", "\"");
     let body = raw
@@ -324,29 +331,20 @@ pub(super) fn parse_pcre(v: &str) -> Result<Pcre, String> {
         .rfind('/')
         .ok_or("a pcre is written \"/pattern/flags\"")?;
     let (pat, flags) = (&body[..end], &body[end + 1..]);
-    let mut b = regex::bytes::RegexBuilder::new(pat);
+    if flags.contains(',') {
+        return Err("pcre captures into variables (`/re/,flow:name`) are not supported".into());
+    }
     let (mut relative, mut buffer) = (false, None);
-    // PCRE without the UTF flag works on bytes: `.` is any byte but newline, classes are ASCII.
-    // Octal escapes are bytes as in PCRE (`\0`, `\012`, `[\1]`): the `\1`..`\9` outside a
-    // class that PCRE would read as backreferences are refused first (check_pcre_features).
-    b.unicode(false)
-        .octal(true)
-        .size_limit(4 << 20)
-        .dfa_size_limit(2 << 20);
+    let (mut nocase, mut dotall, mut multi, mut extended, mut dollar_end) =
+        (false, false, false, false, false);
     for f in flags.chars() {
         match f {
-            'i' => {
-                b.case_insensitive(true);
-            }
-            's' => {
-                b.dot_matches_new_line(true);
-            }
-            'm' => {
-                b.multi_line(true);
-            }
-            'x' => {
-                b.ignore_whitespace(true);
-            }
+            'i' => nocase = true,
+            's' => dotall = true,
+            'm' => multi = true,
+            'x' => extended = true,
+            // PCRE2_DOLLAR_ENDONLY: `$` only at the very end, the regex crate's own `$`.
+            'E' => dollar_end = true,
             'R' => relative = true,
             // `B` (raw bytes) and `O` (no match limit) change nothing here: the payload is
             // not normalized, and the regex crate needs no match limit.
@@ -359,15 +357,15 @@ pub(super) fn parse_pcre(v: &str) -> Result<Pcre, String> {
                     ));
                 }
                 Some(sel) => buffer = Some(sel),
-                None if f.is_ascii_uppercase() && f != 'A' && f != 'E' && f != 'G' => {
+                None if f.is_ascii_uppercase() && f != 'A' && f != 'G' => {
                     return Err(format!(
                         "pcre flag `{f}` (a Suricata buffer or engine modifier) is not supported"
                     ));
                 }
                 None => match f {
-                    'A' | 'E' | 'G' => {
+                    'A' | 'G' => {
                         return Err(format!(
-                            "PCRE-specific flag `{f}` is not supported (use `^`, `\\z` or lazy quantifiers in the pattern)"
+                            "PCRE-specific flag `{f}` is not supported (use `^` or lazy quantifiers in the pattern)"
                         ));
                     }
                     _ => return Err(format!("unknown pcre flag `{f}`")),
@@ -383,6 +381,24 @@ pub(super) fn parse_pcre(v: &str) -> Result<Pcre, String> {
         // Suricata refuses it too (detect-pcre.c): the buffer is lowercase.
         return Err("pcre flag `W` (http.host, a lowercase buffer) with capitals in the pattern never matches: add `i` or write it in lowercase".into());
     }
+    // PCRE's `$` (without `m` or `E`) also matches before a newline ending the subject.
+    let pat = if multi || dollar_end {
+        pat.to_string()
+    } else {
+        pcre_dollar(pat)
+    };
+    let mut b = regex::bytes::RegexBuilder::new(&pat);
+    // PCRE without the UTF flag works on bytes: `.` is any byte but newline, classes are ASCII.
+    // Octal escapes are bytes as in PCRE (`\0`, `\012`, `[\1]`): the `\1`..`\9` outside a
+    // class that PCRE would read as backreferences are refused first (check_pcre_features).
+    b.unicode(false)
+        .octal(true)
+        .case_insensitive(nocase)
+        .dot_matches_new_line(dotall)
+        .multi_line(multi)
+        .ignore_whitespace(extended)
+        .size_limit(4 << 20)
+        .dfa_size_limit(2 << 20);
     let re = b.build().map_err(|e| format!("cannot compile pcre: {e}"))?;
     Ok(Pcre {
         re,
@@ -390,6 +406,44 @@ pub(super) fn parse_pcre(v: &str) -> Result<Pcre, String> {
         relative,
         buffer,
     })
+}
+
+/// Rewrites each `$` outside a class as `(?:\n?\z)`: PCRE's default `$` matches at the end
+/// and before a final newline, the regex crate's only at the end. (The rewritten match
+/// takes the newline in; a following relative keyword then starts after it.)
+fn pcre_dollar(p: &str) -> String {
+    let b = p.as_bytes();
+    let mut out = String::with_capacity(p.len() + 8);
+    let (mut i, mut from, mut in_class) = (0, 0, false);
+    while i < b.len() {
+        match b[i] {
+            b'\\' => {
+                i += 2;
+                continue;
+            }
+            b'[' if !in_class => {
+                in_class = true;
+                i += 1;
+                if b.get(i) == Some(&b'^') {
+                    i += 1;
+                }
+                if b.get(i) == Some(&b']') {
+                    i += 1;
+                }
+                continue;
+            }
+            b']' if in_class => in_class = false,
+            b'$' if !in_class => {
+                out.push_str(p.get(from..i).unwrap_or(""));
+                out.push_str("(?:\\n?\\z)");
+                from = i + 1;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    out.push_str(p.get(from..).unwrap_or(""));
+    out
 }
 
 /// Refuses the PCRE constructs the `regex` crate does not have (it guarantees linear time
