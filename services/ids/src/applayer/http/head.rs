@@ -344,8 +344,9 @@ impl Headers {
                 }
                 let joined = h.store.get(v0..).unwrap_or_default();
                 let value = trim(joined);
-                let v0 = v0 + offset(joined, value).start as usize;
+                let from = v0 + offset(joined, value).start as usize;
                 let v1 = v0 + value.len();
+                h.store.copy_within(from..from + (v1 - v0), v0);
                 h.store.truncate(v1);
                 h.store.extend_from_slice(b"\r\n");
                 h.fields.push(Field {
@@ -491,6 +492,8 @@ Content-Length: 3\r\ncontent-length: 4\r\n\r\n";
         assert_eq!(h.value(b"user-agent"), Some(&b"UA 1"[..]));
         assert_eq!(h.value(b"content-length"), Some(&b"3"[..]));
         assert_eq!(h.value(b"absent"), None);
+        let folded = Headers::build(&parse_block(b"A:\r\n  x y \r\n\r\n"), b"cookie").expect("ok");
+        assert_eq!(folded.header(), Some(&b"A: x y\r\n"[..]));
         let none = Headers::build(&parse_block(b"\r\n"), b"cookie").expect("empty");
         assert_eq!((none.header(), none.names()), (None, None));
     }

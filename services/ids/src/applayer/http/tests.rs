@@ -4,7 +4,7 @@
 use std::io::Write;
 
 use super::*;
-use crate::applayer::Transaction;
+use crate::applayer::{Progress, Transaction};
 use crate::buffer::{BUFFERS, Buffer};
 
 use Dir::{ToClient as TC, ToServer as TS};
@@ -385,8 +385,32 @@ fn not_http_and_oversized_heads_stop_the_parser() {
         s.feed(TS, b"GET / HTTP/1.1\r\n\r\n", &l),
         Err(HttpError::NotHttp)
     );
-    assert_eq!(s.failed(), Some(HttpError::NotHttp));
+    assert_eq!(s.failed(TS), Some(HttpError::NotHttp));
     assert_eq!(s.txs().count(), 0);
+    // The response is still parsed (suricata-verify http-not09-file), without request.
+    s.feed(
+        TC,
+        b"HTTP/1.1 400 Bad Request\r\nContent-Length: 3\r\n\r\nbad",
+        &l,
+    )
+    .expect("the response side goes on");
+    assert_eq!(s.failed(TC), None);
+    assert_buf(
+        &s,
+        0,
+        "http.response_line",
+        TC,
+        Some(b"HTTP/1.1 400 Bad Request"),
+    );
+    assert_buf(&s, 0, "file.data", TC, Some(b"bad"));
+    assert_buf(
+        &s,
+        0,
+        "http.uri.raw",
+        TS,
+        Some(b"/libhtp::request_uri_not_seen"),
+    );
+    assert_buf(&s, 0, "http.method", TS, None);
 
     let small = HttpLimits { max_head: 100, ..l };
     let mut s = HttpState::new();
@@ -470,7 +494,14 @@ fn http09_connect_upgrade_and_orphan_responses() {
     ]);
     assert_eq!(s.txs().count(), 2);
     assert_buf(&s, 1, "http.stat_code", TC, Some(b"500"));
-    assert_buf(&s, 1, "http.uri", TS, None);
+    assert_buf(
+        &s,
+        1,
+        "http.uri",
+        TS,
+        Some(b"/libhtp::request_uri_not_seen"),
+    );
+    assert_buf(&s, 1, "http.request_line", TS, None);
     assert_eq!(
         s.txs().nth(1).map(|t| t.progress(TS)),
         Some(Progress::Complete)

@@ -54,6 +54,8 @@ pub(crate) struct HttpTx {
     pub(super) host: Option<Vec<u8>>,
     /// The request has no protocol (HTTP/0.9: no headers, the response has no head).
     pub(super) http09: bool,
+    /// The files of a multipart request body (ranges into it), set when it completes.
+    pub(super) files: Option<Vec<std::ops::Range<u32>>>,
 }
 
 impl HttpTx {
@@ -72,9 +74,26 @@ impl HttpTx {
             + self.host.as_ref().map_or(0, Vec::capacity)
     }
 
-    /// The instance of buffer `b` seen in direction `dir`, if any: what
-    /// [`Transaction::for_each`] hands out (every HTTP buffer has at most one instance).
+    /// `file.data` to the server, as Suricata 8: each file of a multipart body, else the
+    /// body of a POST or PUT (other methods carry no file).
+    fn request_files(&self) -> impl Iterator<Item = &[u8]> {
+        let body = self.req.body.as_slice();
+        let whole = self.files.is_none()
+            && matches!(self.method(), Some(b"POST" | b"PUT"))
+            && !body.is_empty();
+        let parts = self.files.iter().flatten().filter_map(move |r| {
+            body.get(r.start as usize..r.end as usize)
+                .filter(|f| !f.is_empty())
+        });
+        whole.then_some(body).into_iter().chain(parts)
+    }
+
+    /// The first instance of buffer `b` seen in direction `dir`, if any (only `file.data`
+    /// to the server can have more, see [`Transaction::for_each`]).
     pub(crate) fn buffer(&self, b: Buffer, dir: Dir) -> Option<&[u8]> {
+        if b == Buffer::FileData && dir == Dir::ToServer {
+            return self.request_files().next();
+        }
         if let Some(want) = b.info().and_then(|i| i.dir)
             && want != dir
         {
@@ -139,6 +158,9 @@ impl Transaction for HttpTx {
     }
 
     fn for_each(&self, b: Buffer, dir: Dir, f: &mut dyn FnMut(&[u8]) -> bool) -> bool {
+        if b == Buffer::FileData && dir == Dir::ToServer {
+            return self.request_files().any(f);
+        }
         self.buffer(b, dir).is_some_and(f)
     }
 }

@@ -1,0 +1,815 @@
+//! The per-direction state machine of [`HttpState`]: start lines, header blocks, bodies,
+//! and what libhtp does between messages.
+//!
+//! Between messages (libhtp's "finalize"): after a request, a line whose first word is not
+//! a known method (libhtp's list), or a line of whitespace, is more body of that request;
+//! after a response, a line not starting with `HTTP` is more body of that response.
+//! Suricata inspects those bytes as body (`http-request-invalid` in suricata-verify), so
+//! they are appended to the previous message's body (up to the limit; its progress stays
+//! complete). At the start of a stream, empty lines are skipped instead.
+//!
+//! A request line without protocol is HTTP/0.9 only if nothing but up to 16 whitespace
+//! bytes follows it before the response starts or the client closes (libhtp looks at the
+//! rest of the packet, which depends on how the stream was cut); anything else makes it a
+//! request with headers.
+
+use super::body::{self, Chunk, Coding, Decoder, Framing};
+use super::head::{self, Headers};
+use super::{HttpError, HttpLimits, HttpState, HttpTx, multipart, tx, uri};
+use crate::applayer::Progress;
+
+/// The longest chunk-size line read (libhtp's field limit is 18000).
+const MAX_CHUNK_LINE: usize = 8 * 1024;
+
+/// Whitespace after a protocol-less request line that still leaves it HTTP/0.9 (libhtp's
+/// `HTTP09_MAX_JUNK_LEN`).
+const HTTP09_MAX_JUNK: usize = 16;
+
+/// The URI libhtp gives the transaction of a response without request.
+const NOT_SEEN: &[u8] = b"/libhtp::request_uri_not_seen";
+
+/// The methods libhtp knows; after a request, a line starting with another word is body.
+const METHODS: &[&[u8]] = &[
+    b"GET",
+    b"PUT",
+    b"POST",
+    b"DELETE",
+    b"CONNECT",
+    b"OPTIONS",
+    b"TRACE",
+    b"PATCH",
+    b"PROPFIND",
+    b"PROPPATCH",
+    b"MKCOL",
+    b"COPY",
+    b"MOVE",
+    b"LOCK",
+    b"UNLOCK",
+    b"VERSION-CONTROL",
+    b"CHECKOUT",
+    b"UNCHECKOUT",
+    b"CHECKIN",
+    b"UPDATE",
+    b"LABEL",
+    b"REPORT",
+    b"MKWORKSPACE",
+    b"MKACTIVITY",
+    b"BASELINE-CONTROL",
+    b"MERGE",
+    b"INVALID",
+    b"HEAD",
+];
+
+/// Where a direction's parser is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) enum Phase {
+    /// Between messages.
+    #[default]
+    Idle,
+    /// Reading a start line (or, after a message, the line that says what comes next).
+    Line,
+    /// Reading a header block.
+    Block,
+    /// After a request line without protocol: HTTP/0.9 unless more than whitespace comes.
+    Maybe09,
+    /// Reading a body.
+    Body,
+    /// After a message, bytes up to the line end that belong to its body.
+    Junk,
+    /// Ignoring everything (tunnel, HTTP/0.9 client, or the direction closed).
+    Ignore,
+}
+
+/// Finds the empty line ending a header or trailer block, across calls.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct BlankScan {
+    /// Bytes in the current line so far.
+    len: usize,
+    /// The current line starts with CR.
+    cr: bool,
+}
+
+impl BlankScan {
+    /// Scans `data`; returns the offset just past the LF ending an empty line, if any.
+    fn find(&mut self, data: &[u8]) -> Option<usize> {
+        let mut i = 0;
+        loop {
+            let rest = data.get(i..).unwrap_or_default();
+            let lf = memchr::memchr(b'\n', rest);
+            let seg = rest.get(..lf.unwrap_or(rest.len())).unwrap_or_default();
+            if self.len == 0 && seg.first() == Some(&b'\r') {
+                self.cr = true;
+            }
+            self.len += seg.len();
+            let lf = lf?;
+            let blank = self.len == 0 || (self.len == 1 && self.cr);
+            *self = BlankScan::default();
+            i += lf + 1;
+            if blank {
+                return Some(i);
+            }
+        }
+    }
+}
+
+/// One direction's parser.
+#[derive(Default)]
+pub(super) struct Side {
+    pub(super) phase: Phase,
+    /// Bytes of the line or block being read.
+    pub(super) buf: Vec<u8>,
+    /// The response being read is an interim 1xx one, to be skipped.
+    interim: bool,
+    /// Bytes of the current head so far (line and block).
+    head_len: usize,
+    scan: BlankScan,
+    /// The transaction this direction is filling.
+    tx: Option<u64>,
+    /// The transaction of the last message completed in this direction.
+    prev: Option<u64>,
+    framing: Option<Framing>,
+    /// Decodes the body; `None` once the body passed the limit.
+    decoder: Option<Decoder>,
+}
+
+impl Side {
+    /// A side that ignores everything.
+    pub(super) fn ignoring() -> Side {
+        Side {
+            phase: Phase::Ignore,
+            ..Side::default()
+        }
+    }
+
+    /// Back to idle (or still ignoring), keeping the buffer's allocation and `prev`.
+    fn reset(&mut self) {
+        let phase = if self.phase == Phase::Ignore {
+            Phase::Ignore
+        } else {
+            Phase::Idle
+        };
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        *self = Side {
+            phase,
+            buf,
+            prev: self.prev,
+            ..Side::default()
+        };
+    }
+}
+
+/// The transaction `id` in `txs` (ids are consecutive from the front).
+fn tx_mut(txs: &mut std::collections::VecDeque<HttpTx>, id: Option<u64>) -> Option<&mut HttpTx> {
+    let front = txs.front()?.id;
+    let i = usize::try_from(id?.checked_sub(front)?).ok()?;
+    txs.get_mut(i)
+}
+
+/// The message of direction `d` (0 request, 1 response).
+fn msg_mut(tx: &mut HttpTx, d: usize) -> &mut tx::Message {
+    if d == 0 { &mut tx.req } else { &mut tx.resp }
+}
+
+/// `line` without the CR and LF bytes ending it.
+fn chomp(line: &[u8]) -> &[u8] {
+    let end = line
+        .iter()
+        .rposition(|&c| c != b'\r' && c != b'\n')
+        .map_or(0, |e| e + 1);
+    line.get(..end).unwrap_or_default()
+}
+
+/// `http.host` from a Host header value as libhtp: the host part (up to `:`, `/`, `?`
+/// or `#`; a bracketed IPv6 address whole), lowercased; `None` if empty.
+fn host_of(value: &[u8]) -> Option<Vec<u8>> {
+    let (h, _) = uri::hostport(value);
+    let end = if h.first() == Some(&b'[') {
+        h.len()
+    } else {
+        h.iter()
+            .position(|c| matches!(c, b'/' | b'?' | b'#'))
+            .unwrap_or(h.len())
+    };
+    let h = head::trim(h.get(..end).unwrap_or_default());
+    (!h.is_empty()).then(|| h.to_ascii_lowercase())
+}
+
+/// After a message, whether the line begun in `line` starts the next one: `Some(true)` if
+/// it does, `Some(false)` if it is body of the previous one, `None` while undecided.
+fn starts_message(d: usize, line: &[u8], complete: bool) -> Option<bool> {
+    if d == 1 {
+        return head::looks_like_status(line, complete);
+    }
+    let start = line.iter().position(|&c| !head::is_space(c));
+    let Some(start) = start else {
+        return if complete { Some(false) } else { None };
+    };
+    let word = line.get(start..).unwrap_or_default();
+    let end = word.iter().position(|&c| head::is_space(c));
+    let w = word.get(..end.unwrap_or(word.len())).unwrap_or_default();
+    if w.len() > 16 || !w.iter().all(|&c| c.is_ascii_uppercase() || c == b'-') {
+        return Some(false);
+    }
+    if end.is_some() || complete {
+        Some(METHODS.contains(&w))
+    } else {
+        None
+    }
+}
+
+impl HttpState {
+    /// One step over `data` (non-empty) for direction `d`: the bytes used.
+    pub(super) fn step(
+        &mut self,
+        d: usize,
+        data: &[u8],
+        limits: &HttpLimits,
+    ) -> Result<usize, HttpError> {
+        let Some(side) = self.sides.get_mut(d) else {
+            return Ok(data.len());
+        };
+        match side.phase {
+            Phase::Ignore => Ok(data.len()),
+            Phase::Idle => {
+                let mut skip = 0;
+                if side.prev.is_none() {
+                    skip = data
+                        .iter()
+                        .take_while(|&&c| c == b'\r' || c == b'\n')
+                        .count();
+                }
+                if skip == 0 {
+                    self.start(d, limits)?;
+                }
+                Ok(skip)
+            }
+            Phase::Line => self.read_line(d, data, limits),
+            Phase::Block => self.read_block(d, data, limits),
+            Phase::Maybe09 => {
+                let ws = data.iter().take_while(|&&c| head::is_space(c)).count();
+                side.buf
+                    .extend_from_slice(data.get(..ws).unwrap_or_default());
+                if ws == data.len() && side.buf.len() <= HTTP09_MAX_JUNK {
+                    return Ok(ws);
+                }
+                // More than whitespace: a request with headers after all.
+                let pending = std::mem::take(&mut side.buf);
+                side.phase = Phase::Block;
+                side.head_len += pending.len();
+                if let Some(end) = side.scan.find(&pending) {
+                    side.buf
+                        .extend_from_slice(pending.get(..end).unwrap_or_default());
+                    self.head_done(d, limits)?;
+                } else {
+                    side.buf = pending;
+                }
+                Ok(ws)
+            }
+            Phase::Junk => {
+                let lf = memchr::memchr(b'\n', data);
+                let used = lf.map_or(data.len(), |p| p + 1);
+                self.junk(d, data.get(..used).unwrap_or_default(), limits);
+                if lf.is_some() {
+                    side_mut(self, d).phase = Phase::Idle;
+                }
+                Ok(used)
+            }
+            Phase::Body => self.read_body(d, data, limits),
+        }
+    }
+
+    /// Direction `d` ended: finishes what is in progress the way libhtp does at close.
+    pub(super) fn finish_side(&mut self, d: usize, limits: &HttpLimits) -> Result<(), HttpError> {
+        let side = side_mut(self, d);
+        match side.phase {
+            Phase::Line if !side.buf.is_empty() => {
+                let buf = std::mem::take(&mut side.buf);
+                if side.prev.is_some() && starts_message(d, &buf, true) == Some(false) {
+                    self.junk(d, &buf, limits);
+                } else {
+                    self.line_done(d, &buf, limits)?;
+                    match side_mut(self, d).phase {
+                        Phase::Block => self.head_done(d, limits)?,
+                        Phase::Maybe09 => self.http09(),
+                        _ => {}
+                    }
+                }
+            }
+            Phase::Block => self.head_done(d, limits)?,
+            Phase::Maybe09 => self.http09(),
+            _ => {}
+        }
+        if side_mut(self, d).tx.is_some() {
+            self.complete(d);
+        }
+        let side = side_mut(self, d);
+        side.phase = Phase::Ignore;
+        side.buf = Vec::new();
+        side.decoder = None;
+        Ok(())
+    }
+
+    /// Starts a message on direction `d`.
+    fn start(&mut self, d: usize, limits: &HttpLimits) -> Result<(), HttpError> {
+        if d == 1 {
+            if self.sides[0].phase == Phase::Maybe09 && self.sides[0].tx == Some(self.resp_next) {
+                // The server answers: the request was HTTP/0.9.
+                self.http09();
+            }
+            if self.get(self.resp_next).is_some_and(|t| t.http09) {
+                // The answer to an HTTP/0.9 request has no head.
+                return self.body_without_head(limits);
+            }
+        }
+        let side = side_mut(self, d);
+        side.reset();
+        side.phase = Phase::Line;
+        Ok(())
+    }
+
+    /// The request waiting in [`Phase::Maybe09`] is HTTP/0.9: complete, and the client's
+    /// further bytes are ignored (libhtp).
+    fn http09(&mut self) {
+        let id = self.sides[0].tx;
+        if let Some(t) = tx_mut(&mut self.txs, id) {
+            t.http09 = true;
+        }
+        self.complete(0);
+        self.sides[0].phase = Phase::Ignore;
+    }
+
+    /// The transaction `id`, if held.
+    fn get(&self, id: u64) -> Option<&HttpTx> {
+        let front = self.txs.front()?.id;
+        self.txs.get(usize::try_from(id.checked_sub(front)?).ok()?)
+    }
+
+    /// Appends a new transaction; errs if too many are held.
+    fn new_tx(&mut self, limits: &HttpLimits) -> Result<u64, HttpError> {
+        if self.txs.len() >= limits.max_txs {
+            return Err(HttpError::TooManyTransactions(limits.max_txs));
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.txs.push_back(HttpTx {
+            id,
+            ..HttpTx::default()
+        });
+        Ok(id)
+    }
+
+    /// The transaction the response starting now answers (a new one if no request is
+    /// waiting); sets the response side's transaction.
+    fn pair_response(&mut self, limits: &HttpLimits) -> Result<u64, HttpError> {
+        let id = if self.resp_next < self.next_id {
+            self.resp_next
+        } else {
+            // libhtp: a response without a request gets a transaction of its own, with
+            // this URI.
+            let id = self.new_tx(limits)?;
+            if let Some(t) = tx_mut(&mut self.txs, Some(id)) {
+                t.progress[0] = Progress::Complete;
+                t.req.line = NOT_SEEN.to_vec();
+                t.req.parts.second = Some(0..NOT_SEEN.len() as u32);
+                t.uri = Some(uri::NormUri {
+                    uri: NOT_SEEN.to_vec(),
+                    host: None,
+                });
+            }
+            id
+        };
+        self.resp_next = id + 1;
+        self.sides[1].tx = Some(id);
+        Ok(id)
+    }
+
+    /// The response is all body until close (no head).
+    fn body_without_head(&mut self, limits: &HttpLimits) -> Result<(), HttpError> {
+        let id = self.pair_response(limits)?;
+        if let Some(t) = tx_mut(&mut self.txs, Some(id)) {
+            t.progress[1] = Progress::Headers;
+        }
+        let side = &mut self.sides[1];
+        side.phase = Phase::Body;
+        side.framing = Some(Framing::Close);
+        side.decoder = Some(Decoder::new(Coding::Identity, limits.response_body_limit));
+        Ok(())
+    }
+
+    /// Bytes after a message that are more of its body (libhtp's unexpected body).
+    fn junk(&mut self, d: usize, bytes: &[u8], limits: &HttpLimits) {
+        let limit = if d == 0 {
+            limits.request_body_limit
+        } else {
+            limits.response_body_limit
+        };
+        let prev = self.sides.get(d).and_then(|s| s.prev);
+        if let Some(t) = tx_mut(&mut self.txs, prev) {
+            let m = msg_mut(t, d);
+            let n = bytes.len().min(limit.saturating_sub(m.body.len()));
+            m.body.extend_from_slice(bytes.get(..n).unwrap_or_default());
+            m.truncated |= n < bytes.len();
+        }
+    }
+
+    /// Reads the start line of direction `d` (after a message: first decides whether the
+    /// line starts one).
+    fn read_line(
+        &mut self,
+        d: usize,
+        data: &[u8],
+        limits: &HttpLimits,
+    ) -> Result<usize, HttpError> {
+        let side = side_mut(self, d);
+        let lf = memchr::memchr(b'\n', data);
+        let used = lf.map_or(data.len(), |p| p + 1);
+        side.buf
+            .extend_from_slice(data.get(..used).unwrap_or_default());
+        side.head_len += used;
+        let after = side.prev.is_some();
+        if after && starts_message(d, &side.buf, lf.is_some()) == Some(false) {
+            let bytes = std::mem::take(&mut side.buf);
+            side.phase = if lf.is_some() {
+                Phase::Idle
+            } else {
+                Phase::Junk
+            };
+            self.junk(d, &bytes, limits);
+            side_mut(self, d).buf = bytes;
+            side_mut(self, d).buf.clear();
+            return Ok(used);
+        }
+        if !after
+            && d == 1
+            && side.buf.len() < 16
+            && head::looks_like_status(&side.buf, lf.is_some()) == Some(false)
+        {
+            // Not a status line: the bytes are body (libhtp, and browsers).
+            let bytes = std::mem::take(&mut side.buf);
+            self.body_without_head(limits)?;
+            self.write_body(1, &bytes);
+            return Ok(used);
+        }
+        if side.head_len > limits.max_head {
+            return Err(HttpError::HeadTooLong(limits.max_head));
+        }
+        if lf.is_some() {
+            let buf = std::mem::take(&mut side.buf);
+            self.line_done(d, &buf, limits)?;
+            let side = side_mut(self, d);
+            if side.buf.is_empty() {
+                side.buf = buf;
+                side.buf.clear();
+            }
+        }
+        Ok(used)
+    }
+
+    /// A start line of direction `d` is in (`raw`, with its line end if any).
+    fn line_done(&mut self, d: usize, raw: &[u8], limits: &HttpLimits) -> Result<(), HttpError> {
+        let line = chomp(raw);
+        if d == 0 {
+            return self.request_line(line, limits);
+        }
+        if head::looks_like_status(line, true) == Some(false) {
+            self.body_without_head(limits)?;
+            self.write_body(1, raw);
+            return Ok(());
+        }
+        self.status_line(line, limits)
+    }
+
+    /// A request line is in.
+    fn request_line(&mut self, line: &[u8], limits: &HttpLimits) -> Result<(), HttpError> {
+        let parts = head::request_line(line).ok_or(HttpError::NotHttp)?;
+        let id = self.new_tx(limits)?;
+        let side = &mut self.sides[0];
+        side.tx = Some(id);
+        side.scan = BlankScan::default();
+        let Some(t) = tx_mut(&mut self.txs, Some(id)) else {
+            return Ok(());
+        };
+        t.req.line = line.to_vec();
+        t.req.parts = parts;
+        let connect = t.method() == Some(b"CONNECT");
+        let raw_uri = t
+            .req
+            .parts
+            .second
+            .as_ref()
+            .and_then(|r| line.get(r.start as usize..r.end as usize));
+        t.uri = raw_uri.map(|u| uri::normalize(u, connect));
+        t.host = t.uri.as_ref().and_then(|u| u.host.clone());
+        t.progress[0] = Progress::Line;
+        side.phase = if t.req.parts.third.is_none() {
+            Phase::Maybe09
+        } else {
+            Phase::Block
+        };
+        Ok(())
+    }
+
+    /// A status line is in (and looks like one).
+    fn status_line(&mut self, line: &[u8], limits: &HttpLimits) -> Result<(), HttpError> {
+        let parts = head::status_line(line);
+        let status = parts
+            .second
+            .as_ref()
+            .and_then(|r| line.get(r.start as usize..r.end as usize))
+            .and_then(head::status_number);
+        let side = &mut self.sides[1];
+        side.phase = Phase::Block;
+        side.scan = BlankScan::default();
+        if status.is_some_and(|s| (100..200).contains(&s) && s != 101) {
+            side.interim = true;
+            return Ok(());
+        }
+        let id = self.pair_response(limits)?;
+        if let Some(t) = tx_mut(&mut self.txs, Some(id)) {
+            t.resp.line = line.to_vec();
+            t.resp.parts = parts;
+            t.progress[1] = Progress::Line;
+        }
+        Ok(())
+    }
+
+    /// Reads the header block of direction `d`.
+    fn read_block(
+        &mut self,
+        d: usize,
+        data: &[u8],
+        limits: &HttpLimits,
+    ) -> Result<usize, HttpError> {
+        let side = side_mut(self, d);
+        let end = side.scan.find(data);
+        let used = end.unwrap_or(data.len());
+        side.buf
+            .extend_from_slice(data.get(..used).unwrap_or_default());
+        side.head_len += used;
+        if side.head_len > limits.max_head {
+            return Err(HttpError::HeadTooLong(limits.max_head));
+        }
+        if end.is_some() {
+            self.head_done(d, limits)?;
+        }
+        Ok(used)
+    }
+
+    /// The header block of direction `d` is in `buf` (at close: what there is of it).
+    fn head_done(&mut self, d: usize, limits: &HttpLimits) -> Result<(), HttpError> {
+        let side = &mut self.sides[d];
+        let block = std::mem::take(&mut side.buf);
+        if side.interim {
+            // An interim response: the final one follows for the same transaction.
+            side.buf = block;
+            side.reset();
+            return Ok(());
+        }
+        let cookie: &[u8] = if d == 0 { b"cookie" } else { b"set-cookie" };
+        let headers = Headers::build(&head::parse_block(&block), cookie)
+            .map_err(|()| HttpError::TooManyHeaders)?;
+        let id = side.tx;
+        let Some(t) = tx_mut(&mut self.txs, id) else {
+            // Retired meanwhile: read on without keeping anything.
+            side.phase = Phase::Ignore;
+            return Ok(());
+        };
+        if d == 0 && t.host.is_none() {
+            t.host = headers.value(b"host").and_then(host_of);
+        }
+        let m = msg_mut(t, d);
+        m.raw = block;
+        m.has_head = true;
+        m.headers = headers;
+        t.progress[d] = Progress::Headers;
+        let framing = self.framing(d, id)?;
+        let coding = tx_mut(&mut self.txs, id).map_or(Coding::Identity, |t| {
+            Coding::from_header(msg_mut(t, d).headers.value(b"content-encoding"))
+        });
+        let limit = if d == 0 {
+            limits.request_body_limit
+        } else {
+            limits.response_body_limit
+        };
+        match framing {
+            None => self.complete(d),
+            Some(f) => {
+                let side = side_mut(self, d);
+                side.phase = Phase::Body;
+                side.framing = Some(f);
+                side.decoder = Some(Decoder::new(coding, limit));
+            }
+        }
+        Ok(())
+    }
+
+    /// How the body of direction `d` of transaction `id` ends (`None`: no body). Also
+    /// switches the flow to ignoring everything after a 101 or an accepted `CONNECT`.
+    fn framing(&mut self, d: usize, id: Option<u64>) -> Result<Option<Framing>, HttpError> {
+        let Some(t) = tx_mut(&mut self.txs, id) else {
+            return Ok(None);
+        };
+        let m = if d == 0 { &t.req } else { &t.resp };
+        let te = m.headers.value(b"transfer-encoding");
+        let chunked =
+            te.is_some_and(|v| v.to_ascii_lowercase().windows(7).any(|w| w == b"chunked"));
+        let cl = m.headers.value(b"content-length");
+        if d == 0 {
+            return Ok(if chunked {
+                Some(Framing::Chunked(Chunk::Size))
+            } else if te.is_some() {
+                None
+            } else {
+                cl.and_then(body::content_length)
+                    .filter(|&n| n > 0)
+                    .map(Framing::Length)
+            });
+        }
+        let status = m
+            .parts
+            .second
+            .as_ref()
+            .and_then(|r| m.line.get(r.start as usize..r.end as usize))
+            .and_then(head::status_number);
+        let method = t.method();
+        let tunnel = status == Some(101)
+            || (method == Some(b"CONNECT") && status.is_some_and(|s| (200..300).contains(&s)));
+        if tunnel {
+            for s in &mut self.sides {
+                s.phase = Phase::Ignore;
+            }
+            return Ok(None);
+        }
+        if method == Some(b"HEAD") || matches!(status, Some(100..=199 | 204 | 304)) {
+            return Ok(None);
+        }
+        if chunked {
+            return Ok(Some(Framing::Chunked(Chunk::Size)));
+        }
+        match cl {
+            Some(v) => match body::content_length(v) {
+                Some(0) => Ok(None),
+                Some(n) => Ok(Some(Framing::Length(n))),
+                None => Err(HttpError::BadContentLength),
+            },
+            None => Ok(Some(Framing::Close)),
+        }
+    }
+
+    /// Body bytes of direction `d`, decoded onto its message's body.
+    fn write_body(&mut self, d: usize, bytes: &[u8]) {
+        let side = &mut self.sides[d];
+        let (Some(dec), Some(t)) = (side.decoder.as_mut(), tx_mut(&mut self.txs, side.tx)) else {
+            return;
+        };
+        let m = msg_mut(t, d);
+        if dec.write(bytes, &mut m.body) {
+            m.truncated = true;
+            t.progress[d] = Progress::Complete;
+            side.decoder = None;
+        }
+    }
+
+    /// The message of direction `d` is complete: the side goes back to idle (unless it
+    /// ignores everything), remembering the transaction for bytes that follow.
+    pub(super) fn complete(&mut self, d: usize) {
+        let side = &mut self.sides[d];
+        if let Some(t) = tx_mut(&mut self.txs, side.tx) {
+            if let Some(dec) = side.decoder.as_mut() {
+                dec.finish(&mut msg_mut(t, d).body);
+            }
+            t.progress[d] = Progress::Complete;
+            side.prev = Some(t.id);
+            if d == 0 && t.method() == Some(b"POST") {
+                t.files = t
+                    .req
+                    .headers
+                    .value(b"content-type")
+                    .and_then(multipart::boundary)
+                    .map(|b| multipart::files(&b, &t.req.body));
+            }
+        }
+        side.reset();
+    }
+
+    /// Reads body bytes of direction `d` per its framing.
+    fn read_body(
+        &mut self,
+        d: usize,
+        data: &[u8],
+        limits: &HttpLimits,
+    ) -> Result<usize, HttpError> {
+        let side = &mut self.sides[d];
+        let Some(framing) = side.framing else {
+            self.complete(d);
+            return Ok(0);
+        };
+        let take = |left: u64| data.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        match framing {
+            Framing::Close => {
+                self.write_body(d, data);
+                Ok(data.len())
+            }
+            Framing::Length(left) => {
+                let n = take(left);
+                self.write_body(d, data.get(..n).unwrap_or_default());
+                let left = left.saturating_sub(n as u64);
+                self.sides[d].framing = Some(Framing::Length(left));
+                if left == 0 {
+                    self.complete(d);
+                }
+                Ok(n)
+            }
+            Framing::Chunked(Chunk::Data(left)) => {
+                let n = take(left);
+                self.write_body(d, data.get(..n).unwrap_or_default());
+                let left = left.saturating_sub(n as u64);
+                self.sides[d].framing = Some(Framing::Chunked(if left == 0 {
+                    Chunk::DataEnd
+                } else {
+                    Chunk::Data(left)
+                }));
+                Ok(n)
+            }
+            Framing::Chunked(Chunk::DataEnd) => {
+                // libhtp skips anything up to the line end after the data.
+                Ok(match memchr::memchr(b'\n', data) {
+                    Some(p) => {
+                        side.framing = Some(Framing::Chunked(Chunk::Size));
+                        p + 1
+                    }
+                    None => data.len(),
+                })
+            }
+            Framing::Chunked(Chunk::Size) => {
+                let lf = memchr::memchr(b'\n', data);
+                let used = lf.map_or(data.len(), |p| p + 1);
+                side.buf
+                    .extend_from_slice(data.get(..used).unwrap_or_default());
+                if side.buf.len() > MAX_CHUNK_LINE {
+                    return Err(HttpError::BadChunk);
+                }
+                if lf.is_some() {
+                    let size =
+                        body::chunk_size(chomp(&side.buf)).map_err(|()| HttpError::BadChunk)?;
+                    side.buf.clear();
+                    side.framing = Some(Framing::Chunked(match size {
+                        None => Chunk::Size,
+                        Some(0) => {
+                            side.scan = BlankScan::default();
+                            Chunk::Trailer
+                        }
+                        Some(n) => Chunk::Data(n),
+                    }));
+                }
+                Ok(used)
+            }
+            Framing::Chunked(Chunk::Trailer) => {
+                let end = side.scan.find(data);
+                let used = end.unwrap_or(data.len());
+                side.buf
+                    .extend_from_slice(data.get(..used).unwrap_or_default());
+                if side.buf.len() > limits.max_head {
+                    return Err(HttpError::HeadTooLong(limits.max_head));
+                }
+                if end.is_some() {
+                    self.trailers_done(d)?;
+                    self.complete(d);
+                }
+                Ok(used)
+            }
+        }
+    }
+
+    /// The trailer block of direction `d` is in `buf`: Suricata adds it to the raw header
+    /// buffer and its fields to the headers.
+    fn trailers_done(&mut self, d: usize) -> Result<(), HttpError> {
+        let side = &mut self.sides[d];
+        let Some(t) = tx_mut(&mut self.txs, side.tx) else {
+            return Ok(());
+        };
+        let m = msg_mut(t, d);
+        let head_len = m.raw.len();
+        m.raw.extend_from_slice(&side.buf);
+        side.buf.clear();
+        let Some((hb, tb)) = m.raw.split_at_checked(head_len) else {
+            return Ok(());
+        };
+        let trailer = head::parse_block(tb);
+        if trailer.is_empty() {
+            return Ok(());
+        }
+        let mut fields = head::parse_block(hb);
+        fields.extend(trailer);
+        let cookie: &[u8] = if d == 0 { b"cookie" } else { b"set-cookie" };
+        m.headers = Headers::build(&fields, cookie).map_err(|()| HttpError::TooManyHeaders)?;
+        Ok(())
+    }
+}
+
+/// Direction `d`'s parser (`d` is 0 or 1).
+fn side_mut(s: &mut HttpState, d: usize) -> &mut Side {
+    let [req, resp] = &mut s.sides;
+    if d == 0 { req } else { resp }
+}
