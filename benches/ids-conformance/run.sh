@@ -32,5 +32,7 @@ RELAYD=${RELAYD:-$target/release/relayd}
 RULECHECK=${RULECHECK:-$target/release/examples/rulecheck}
 OUT=${OUT:-$target/ids-conformance}
 
+# No __pycache__ in the clone.
+export PYTHONDONTWRITEBYTECODE=1
 exec python3 "$here/conformance.py" --tree "$tree" --relayd "$RELAYD" \
     --rulecheck "$RULECHECK" --out "$OUT" "$@"
