@@ -71,10 +71,10 @@ fn broken_rules_name_file_line_and_keyword() {
         errs,
         [
             (21, Some("sid")),
-            (22, Some("http.uri")),
+            (22, Some("ja3.hash")),
             (23, Some("pcre")),
             (24, Some("sid")),
-            (25, Some("http")),
+            (25, Some("smtp")),
             (26, Some("source address")),
             (27, Some("nocase")),
             (28, Some("distance")),

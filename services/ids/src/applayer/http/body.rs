@@ -1,0 +1,387 @@
+//! Message bodies: the framing (Content-Length, chunked with trailers, until close) and the
+//! content decoding (gzip / deflate with flate2), into a body kept up to a limit.
+//!
+//! Decoding follows libhtp: `gzip` / `x-gzip` and `deflate` / `x-deflate` are decoded
+//! (one coding; a list of codings, or any other, leaves the body as sent). A stream that
+//! fails before producing anything is retried as raw deflate, zlib, then gzip (three
+//! restarts), then passed through as sent; one that fails after producing output stops
+//! there. Data after the end of the compressed stream is ignored. The decoded size is
+//! capped by the body limit: decompression stops when the limit is reached, so a
+//! compression bomb costs at most `limit` bytes of output.
+//!
+//! Memory: the body (at most the limit), and while a compressed body is being read one
+//! boxed flate2 decoder (its 32 KiB window and output buffer, about 80 KiB).
+
+use std::io::Write;
+
+use flate2::write::{DeflateDecoder, GzDecoder, ZlibDecoder};
+
+/// The content coding of a body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Coding {
+    /// As sent.
+    Identity,
+    /// gzip (RFC 1952).
+    Gzip,
+    /// Raw deflate (RFC 1951), what libhtp tries first for `deflate`.
+    Deflate,
+    /// zlib-wrapped deflate (RFC 1950).
+    Zlib,
+}
+
+impl Coding {
+    /// The coding a `Content-Encoding` value asks for.
+    pub(super) fn from_header(v: Option<&[u8]>) -> Coding {
+        let Some(v) = v else {
+            return Coding::Identity;
+        };
+        let v = super::head::trim(v);
+        if v.eq_ignore_ascii_case(b"gzip") || v.eq_ignore_ascii_case(b"x-gzip") {
+            Coding::Gzip
+        } else if v.eq_ignore_ascii_case(b"deflate") || v.eq_ignore_ascii_case(b"x-deflate") {
+            Coding::Deflate
+        } else {
+            Coding::Identity
+        }
+    }
+
+    /// The coding libhtp tries after this one fails.
+    fn next(self) -> Coding {
+        match self {
+            Coding::Gzip => Coding::Deflate,
+            Coding::Deflate => Coding::Zlib,
+            Coding::Zlib | Coding::Identity => Coding::Gzip,
+        }
+    }
+}
+
+/// Input kept while a decoder has produced nothing, to be read again by the next coding
+/// tried if this one fails (libhtp re-reads only the current chunk, which makes the result
+/// depend on how the stream was cut).
+const MAX_REPLAY: usize = 16 * 1024;
+
+/// Where a decoder writes: a staging vector with room for what the limit still allows.
+#[derive(Debug)]
+struct Sink {
+    out: Vec<u8>,
+    room: usize,
+}
+
+impl Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.room == 0 {
+            return Err(std::io::Error::other("body limit reached"));
+        }
+        let n = buf.len().min(self.room);
+        self.out.extend_from_slice(buf.get(..n).unwrap_or_default());
+        self.room -= n;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A running flate2 decoder.
+enum Inflater {
+    Gzip(Box<GzDecoder<Sink>>),
+    Deflate(Box<DeflateDecoder<Sink>>),
+    Zlib(Box<ZlibDecoder<Sink>>),
+}
+
+impl Inflater {
+    fn new(c: Coding, room: usize) -> Option<Inflater> {
+        let s = Sink {
+            out: Vec::new(),
+            room,
+        };
+        match c {
+            Coding::Identity => None,
+            Coding::Gzip => Some(Inflater::Gzip(Box::new(GzDecoder::new(s)))),
+            Coding::Deflate => Some(Inflater::Deflate(Box::new(DeflateDecoder::new(s)))),
+            Coding::Zlib => Some(Inflater::Zlib(Box::new(ZlibDecoder::new(s)))),
+        }
+    }
+
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Inflater::Gzip(d) => d.write(data),
+            Inflater::Deflate(d) => d.write(data),
+            Inflater::Zlib(d) => d.write(data),
+        }
+    }
+
+    fn finish(&mut self) {
+        // Errors here are a truncated or corrupt end: keep what was decoded.
+        let _ = match self {
+            Inflater::Gzip(d) => d.try_finish(),
+            Inflater::Deflate(d) => d.try_finish(),
+            Inflater::Zlib(d) => d.try_finish(),
+        };
+    }
+
+    fn sink(&mut self) -> &mut Sink {
+        match self {
+            Inflater::Gzip(d) => d.get_mut(),
+            Inflater::Deflate(d) => d.get_mut(),
+            Inflater::Zlib(d) => d.get_mut(),
+        }
+    }
+}
+
+/// What a decoder does with the bytes it gets.
+enum Mode {
+    /// Keeps them as they are.
+    Pass,
+    /// Inflates them; `coding` is what is being tried, `restarts` how often it changed,
+    /// `seen` the input so far while nothing came out (for a restart to read again).
+    Inflate {
+        inflater: Inflater,
+        coding: Coding,
+        restarts: u8,
+        produced: bool,
+        seen: Vec<u8>,
+    },
+    /// Drops them (the stream ended or broke after producing output).
+    Stopped,
+}
+
+/// Turns the (de-chunked) bytes of a body into the body Suricata inspects, appending to a
+/// body vector up to `limit` bytes.
+pub(super) struct Decoder {
+    mode: Mode,
+    limit: usize,
+}
+
+impl Decoder {
+    /// A decoder for coding `c` and a body limit.
+    pub(super) fn new(c: Coding, limit: usize) -> Decoder {
+        let mode = match Inflater::new(c, limit) {
+            Some(inflater) => Mode::Inflate {
+                inflater,
+                coding: c,
+                restarts: 0,
+                produced: false,
+                seen: Vec::new(),
+            },
+            None => Mode::Pass,
+        };
+        Decoder { mode, limit }
+    }
+
+    /// Decodes `data` onto `body`. Returns true once `body` holds `limit` bytes.
+    pub(super) fn write(&mut self, data: &[u8], body: &mut Vec<u8>) -> bool {
+        let mut replay;
+        let mut rest = data;
+        loop {
+            match &mut self.mode {
+                Mode::Pass => {
+                    let n = rest.len().min(self.limit.saturating_sub(body.len()));
+                    body.extend_from_slice(rest.get(..n).unwrap_or_default());
+                    break;
+                }
+                Mode::Stopped => break,
+                Mode::Inflate {
+                    inflater,
+                    coding,
+                    restarts,
+                    produced,
+                    seen,
+                } => {
+                    if rest.is_empty() {
+                        break;
+                    }
+                    let r = inflater.write(rest);
+                    let sink = inflater.sink();
+                    *produced |= !sink.out.is_empty();
+                    body.append(&mut sink.out);
+                    let full = sink.room == 0;
+                    match r {
+                        Ok(0) => self.mode = Mode::Stopped,
+                        Ok(n) => {
+                            let (used, left) = rest.split_at(n.min(rest.len()));
+                            if !*produced && seen.len() + used.len() <= MAX_REPLAY {
+                                seen.extend_from_slice(used);
+                            } else {
+                                *seen = Vec::new();
+                            }
+                            rest = left;
+                        }
+                        Err(_) if full || *produced => self.mode = Mode::Stopped,
+                        Err(_) => {
+                            // Read what this coding consumed again with the next one.
+                            seen.extend_from_slice(rest);
+                            replay = std::mem::take(seen);
+                            let (c, n) = (coding.next(), *restarts + 1);
+                            let room = self.limit.saturating_sub(body.len());
+                            self.mode = match Inflater::new(c, room) {
+                                Some(inflater) if n <= 3 => Mode::Inflate {
+                                    inflater,
+                                    coding: c,
+                                    restarts: n,
+                                    produced: false,
+                                    seen: Vec::new(),
+                                },
+                                _ => Mode::Pass,
+                            };
+                            rest = &replay;
+                        }
+                    }
+                }
+            }
+        }
+        body.len() >= self.limit
+    }
+
+    /// Ends the body: flushes what the decoder still holds onto `body`.
+    pub(super) fn finish(&mut self, body: &mut Vec<u8>) {
+        if let Mode::Inflate { inflater, .. } = &mut self.mode {
+            inflater.finish();
+            body.append(&mut inflater.sink().out);
+        }
+        self.mode = Mode::Stopped;
+    }
+}
+
+/// How the end of a body is found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Framing {
+    /// This many bytes are left.
+    Length(u64),
+    /// Chunked transfer coding, in the given state.
+    Chunked(Chunk),
+    /// Until the connection closes (responses without length).
+    Close,
+}
+
+/// Where a chunked body is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Chunk {
+    /// Reading a chunk-size line.
+    Size,
+    /// This many bytes of chunk data are left.
+    Data(u64),
+    /// Skipping to the end of the line after the chunk data.
+    DataEnd,
+    /// Reading the trailer block after the last chunk.
+    Trailer,
+}
+
+/// Parses a chunk-size line (without its line end): `httparse::parse_chunk_size` first,
+/// then libhtp's leniency (leading whitespace, junk after the hex digits). `Ok(None)` for a
+/// blank line, which libhtp skips; `Err` for a line without hex digits or a size over
+/// `i32::MAX` (libhtp's bound).
+pub(super) fn chunk_size(line: &[u8]) -> Result<Option<u64>, ()> {
+    let t = super::head::trim(line);
+    if t.is_empty() {
+        return Ok(None);
+    }
+    let mut crlf = [0u8; 64];
+    if let Some(dst) = crlf.get_mut(..line.len() + 2) {
+        let (l, e) = dst.split_at_mut(line.len());
+        l.copy_from_slice(line);
+        e.copy_from_slice(b"\r\n");
+        if let Ok(httparse::Status::Complete((_, n))) = httparse::parse_chunk_size(dst) {
+            return if n > i32::MAX as u64 {
+                Err(())
+            } else {
+                Ok(Some(n))
+            };
+        }
+    }
+    let digits = t.iter().take_while(|c| c.is_ascii_hexdigit()).count();
+    let hex = std::str::from_utf8(t.get(..digits).unwrap_or_default()).map_err(|_| ())?;
+    match u64::from_str_radix(hex, 16) {
+        Ok(n) if n <= i32::MAX as u64 => Ok(Some(n)),
+        _ => Err(()),
+    }
+}
+
+/// Parses a Content-Length value as libhtp: the first run of digits, junk around it
+/// tolerated; `None` without digits or on overflow.
+pub(super) fn content_length(v: &[u8]) -> Option<u64> {
+    let start = v.iter().position(u8::is_ascii_digit)?;
+    let digits = v.get(start..)?;
+    let end = digits
+        .iter()
+        .position(|c| !c.is_ascii_digit())
+        .unwrap_or(digits.len());
+    std::str::from_utf8(digits.get(..end)?).ok()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gzip(data: &[u8]) -> Vec<u8> {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(data).expect("gzip");
+        e.finish().expect("gzip")
+    }
+
+    fn decode(c: Coding, limit: usize, input: &[u8], step: usize) -> Vec<u8> {
+        let mut d = Decoder::new(c, limit);
+        let mut body = Vec::new();
+        for part in input.chunks(step.max(1)) {
+            d.write(part, &mut body);
+        }
+        d.finish(&mut body);
+        body
+    }
+
+    #[test]
+    fn gzip_deflate_and_zlib_decode_in_any_split() {
+        let text = b"hello hello hello hello world".repeat(50);
+        let gz = gzip(&text);
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+        z.write_all(&text).expect("zlib");
+        let zl = z.finish().expect("zlib");
+        let mut r = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::fast());
+        r.write_all(&text).expect("deflate");
+        let raw = r.finish().expect("deflate");
+        for step in [1, 3, 7, 100, 10_000] {
+            assert_eq!(decode(Coding::Gzip, 1 << 20, &gz, step), text);
+            // `deflate` with a zlib header: raw deflate fails at once, zlib takes over.
+            assert_eq!(decode(Coding::Deflate, 1 << 20, &zl, step), text);
+            assert_eq!(decode(Coding::Deflate, 1 << 20, &raw, step), text);
+        }
+    }
+
+    #[test]
+    fn not_compressed_passes_through_and_limits_hold() {
+        let plain = b"{\"sdk_version\":1} not gzip at all";
+        assert_eq!(decode(Coding::Gzip, 1 << 20, plain, 1000), plain);
+        let bomb = gzip(&vec![b'a'; 1 << 20]);
+        let out = decode(Coding::Gzip, 1000, &bomb, 4096);
+        assert_eq!(out, vec![b'a'; 1000]);
+        let mut d = Decoder::new(Coding::Identity, 4);
+        let mut body = Vec::new();
+        assert!(!d.write(b"ab", &mut body));
+        assert!(d.write(b"cdef", &mut body));
+        assert_eq!(body, b"abcd");
+    }
+
+    #[test]
+    fn trailing_garbage_after_the_stream_is_ignored() {
+        let mut gz = gzip(b"payload");
+        gz.extend_from_slice(b"garbage after the end");
+        assert_eq!(decode(Coding::Gzip, 1 << 20, &gz, 5), b"payload");
+    }
+
+    #[test]
+    fn chunk_sizes_and_content_lengths() {
+        assert_eq!(chunk_size(b"1a"), Ok(Some(26)));
+        assert_eq!(chunk_size(b"3;x=y"), Ok(Some(3)));
+        assert_eq!(chunk_size(b"  3  "), Ok(Some(3)));
+        assert_eq!(chunk_size(b"3 junk"), Ok(Some(3)));
+        assert_eq!(chunk_size(b""), Ok(None));
+        assert_eq!(chunk_size(b"zz"), Err(()));
+        assert_eq!(chunk_size(b"ffffffffff"), Err(()));
+        assert_eq!(chunk_size(&[b'1'; 200]), Err(()));
+        assert_eq!(content_length(b" 12 "), Some(12));
+        assert_eq!(content_length(b"x12y"), Some(12));
+        assert_eq!(content_length(b"abc"), None);
+        assert_eq!(content_length(b"99999999999999999999999"), None);
+    }
+}

@@ -1,0 +1,542 @@
+//! Parsing of a message head: the request or status line, and the header block (also a
+//! chunked body's trailer block) into the normalized forms Suricata's buffers use.
+//!
+//! Start lines are split as libhtp does, not by httparse: Suricata accepts what httparse
+//! refuses (spaces inside a request URI, Suricata's default `allow-space-uri`; a missing
+//! protocol, HTTP/0.9; leading whitespace; any status text), and the buffers are the raw
+//! pieces of the line. Header blocks go to `httparse::parse_headers` with a fixed array of
+//! [`FAST_HEADERS`] entries; a block httparse refuses (more headers than that, obsolete
+//! line folding, a space before the colon, a line without a colon, control bytes) is parsed
+//! again by [`parse_lenient`], which follows libhtp. Both give the same result on any block
+//! httparse accepts (a test checks it).
+//!
+//! Normalization, checked against Suricata 7.0.10: names and values are trimmed of
+//! whitespace; a line without a colon is a header with an empty name; a line starting with
+//! a space or tab continues the previous value (joined without its line end); a repeated
+//! name (case-insensitive) appends `, value` to the first (at most 64 repetitions counted
+//! per message, as libhtp), except `Content-Length`, which keeps the first value.
+
+use std::ops::Range;
+
+/// Header entries httparse parses into its fixed array; a block with more goes to the
+/// lenient parser.
+pub(super) const FAST_HEADERS: usize = 64;
+
+/// Distinct header names kept per message (libhtp's default `number_headers_limit`); a
+/// message with more is an error.
+pub(super) const MAX_FIELDS: usize = 1024;
+
+/// Repetitions of header names merged per message (libhtp: 64); later ones are dropped.
+const MAX_REPEATS: usize = 64;
+
+/// libhtp's whitespace (`is_space`).
+pub(super) fn is_space(c: u8) -> bool {
+    matches!(c, b' ' | b'\t' | b'\r' | b'\n' | 0x0b | 0x0c)
+}
+
+/// `s` without leading and trailing whitespace.
+pub(super) fn trim(s: &[u8]) -> &[u8] {
+    let start = s.iter().position(|&c| !is_space(c)).unwrap_or(s.len());
+    let end = s
+        .iter()
+        .rposition(|&c| !is_space(c))
+        .map_or(start, |e| e + 1);
+    s.get(start..end).unwrap_or_default()
+}
+
+/// `r` as a `u32` range (heads are bounded well below 4 GiB).
+fn r32(r: Range<usize>) -> Range<u32> {
+    let c = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
+    c(r.start)..c(r.end)
+}
+
+/// The pieces of a start line, as byte ranges into the line.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(super) struct StartLine {
+    /// Request: method; response: protocol.
+    pub(super) first: Option<Range<u32>>,
+    /// Request: URI; response: status code.
+    pub(super) second: Option<Range<u32>>,
+    /// Request: protocol; response: reason phrase.
+    pub(super) third: Option<Range<u32>>,
+}
+
+/// The offset of `sub` (a subslice of `line`) in `line`.
+fn offset(line: &[u8], sub: &[u8]) -> Range<u32> {
+    let start = (sub.as_ptr() as usize).saturating_sub(line.as_ptr() as usize);
+    r32(start..start + sub.len())
+}
+
+/// RFC 9110 `tchar`: what a method may be made of. A first line whose first word is not a
+/// token is not HTTP.
+fn is_tchar(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&c)
+}
+
+/// Splits a request line (without its line end) as libhtp with `allow_space_uri`: method up
+/// to the first whitespace; the rest, trimmed, splits at its last space into URI and
+/// protocol (no space: URI only, HTTP/0.9). Returns `None` if the method is not a token.
+pub(super) fn request_line(line: &[u8]) -> Option<StartLine> {
+    let lead = line.iter().position(|&c| !is_space(c))?;
+    let from = line.get(lead..)?;
+    let mlen = from.iter().position(|&c| is_space(c)).unwrap_or(from.len());
+    let method = from.get(..mlen)?;
+    if !method.iter().all(|&c| is_tchar(c)) {
+        return None;
+    }
+    let mut sl = StartLine {
+        first: Some(offset(line, method)),
+        ..StartLine::default()
+    };
+    let rest = trim(from.get(mlen..).unwrap_or_default());
+    if rest.is_empty() {
+        return Some(sl);
+    }
+    let (mut uri, mut proto) = split_last(rest, |c| c == b' ');
+    if uri.len() == rest.len() && uri.iter().any(|&c| is_space(c)) {
+        (uri, proto) = split_last(rest, is_space);
+    }
+    sl.second = Some(offset(line, uri));
+    if !proto.is_empty() {
+        sl.third = Some(offset(line, proto));
+    }
+    Some(sl)
+}
+
+/// Splits `s` at its last byte matching `sep` into trimmed halves; no such byte: all of `s`
+/// first.
+fn split_last(s: &[u8], sep: impl Fn(u8) -> bool) -> (&[u8], &[u8]) {
+    match s.iter().rposition(|&c| sep(c)) {
+        Some(i) => (
+            trim(s.get(..i).unwrap_or_default()),
+            trim(s.get(i + 1..).unwrap_or_default()),
+        ),
+        None => (s, &[]),
+    }
+}
+
+/// Whether a response's first line looks like a status line (libhtp: optional whitespace
+/// or NULs, then `HTTP` in any case); if not, libhtp takes the response as a body without
+/// head. `None` while `line` is too short to tell.
+pub(super) fn looks_like_status(line: &[u8], complete: bool) -> Option<bool> {
+    let start = line
+        .iter()
+        .position(|&c| !is_space(c) && c != 0)
+        .unwrap_or(line.len());
+    let word = line.get(start..).unwrap_or_default();
+    let n = word.len().min(4);
+    if !word.get(..n)?.eq_ignore_ascii_case(b"HTTP".get(..n)?) {
+        return Some(false);
+    }
+    if n == 4 {
+        Some(true)
+    } else if complete {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+/// Splits a status line (without its line end) as libhtp: protocol, status code and reason
+/// phrase are separated by whitespace; the phrase keeps inner and trailing spaces and is
+/// absent without whitespace after the code.
+pub(super) fn status_line(line: &[u8]) -> StartLine {
+    let mut sl = StartLine::default();
+    let mut words = Words { s: line, pos: 0 };
+    let Some(proto) = words.word(|c| is_space(c) || c == 0) else {
+        return sl;
+    };
+    sl.first = Some(offset(line, proto));
+    let Some(code) = words.word(is_space) else {
+        return sl;
+    };
+    sl.second = Some(offset(line, code));
+    let ws = words.skip(is_space);
+    if ws > 0 {
+        let msg = line.get(words.pos..).unwrap_or_default();
+        let end = msg
+            .iter()
+            .rposition(|&c| c != b'\r' && c != b'\n')
+            .map_or(0, |e| e + 1);
+        sl.third = Some(offset(line, msg.get(..end).unwrap_or_default()));
+    }
+    sl
+}
+
+/// A cursor over whitespace-separated words.
+struct Words<'a> {
+    s: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Words<'a> {
+    /// Skips bytes matching `sep`; returns how many.
+    fn skip(&mut self, sep: impl Fn(u8) -> bool) -> usize {
+        let rest = self.s.get(self.pos..).unwrap_or_default();
+        let n = rest.iter().position(|&c| !sep(c)).unwrap_or(rest.len());
+        self.pos += n;
+        n
+    }
+
+    /// Skips separators, then returns the next non-empty word.
+    fn word(&mut self, sep: impl Fn(u8) -> bool) -> Option<&'a [u8]> {
+        self.skip(&sep);
+        let rest = self.s.get(self.pos..).unwrap_or_default();
+        let n = rest.iter().position(|&c| is_space(c)).unwrap_or(rest.len());
+        self.pos += n;
+        rest.get(..n).filter(|w| !w.is_empty())
+    }
+}
+
+/// The status code as a number, if it is three digits (libhtp: 100 to 999).
+pub(super) fn status_number(code: &[u8]) -> Option<u16> {
+    let t = trim(code);
+    if t.len() != 3 || !t.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(t)
+        .ok()?
+        .parse()
+        .ok()
+        .filter(|n| (100..=999).contains(n))
+}
+
+/// A header as parsed from one line (or folded lines): name and value, trimmed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct RawField<'a> {
+    /// The name as sent (may be empty).
+    pub(super) name: &'a [u8],
+    /// The value; folded lines are joined into `folded`.
+    pub(super) value: &'a [u8],
+    /// Continuation lines after the first, each without its line end.
+    pub(super) folded: Vec<&'a [u8]>,
+}
+
+/// The lines of a block, each without its line end (LF, and a CR before it); stops at the
+/// first empty line.
+fn lines(block: &[u8]) -> impl Iterator<Item = &[u8]> {
+    block
+        .split(|&c| c == b'\n')
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+        .take_while(|l| !l.is_empty())
+}
+
+/// libhtp's header parsing of a block (the fallback behind httparse).
+pub(super) fn parse_lenient(block: &[u8]) -> Vec<RawField<'_>> {
+    let mut out: Vec<RawField<'_>> = Vec::new();
+    for line in lines(block) {
+        if matches!(line.first(), Some(b' ' | b'\t'))
+            && let Some(last) = out.last_mut()
+        {
+            last.folded.push(line);
+            continue;
+        }
+        let (name, value) = match memchr::memchr(b':', line) {
+            Some(c) => (
+                line.get(..c).unwrap_or_default(),
+                line.get(c + 1..).unwrap_or_default(),
+            ),
+            None => (&[][..], line),
+        };
+        out.push(RawField {
+            name: trim(name),
+            value: trim(value),
+            folded: Vec::new(),
+        });
+    }
+    out
+}
+
+/// Parses a header block (ending with its empty line) with httparse, falling back to
+/// [`parse_lenient`] where httparse refuses it.
+pub(super) fn parse_block(block: &[u8]) -> Vec<RawField<'_>> {
+    let mut arr = [httparse::EMPTY_HEADER; FAST_HEADERS];
+    match httparse::parse_headers(block, &mut arr) {
+        Ok(httparse::Status::Complete((_, hs))) => hs
+            .iter()
+            .map(|h| RawField {
+                name: h.name.as_bytes(),
+                value: trim(h.value),
+                folded: Vec::new(),
+            })
+            .collect(),
+        _ => parse_lenient(block),
+    }
+}
+
+/// One merged header: name and value as ranges into [`Headers::store`].
+#[derive(Debug, Clone)]
+struct Field {
+    name: Range<u32>,
+    value: Range<u32>,
+}
+
+/// The normalized headers of one message (plus its trailers), and the buffers built from
+/// them: `http.header` (every header but the cookie one, `Name: value\r\n` each) and
+/// `http.header_names` (`\r\nName1\r\nName2\r\n\r\n`).
+#[derive(Debug, Default, Clone)]
+pub(super) struct Headers {
+    /// `http.header`, then the cookie header's line, then `http.header_names`.
+    store: Vec<u8>,
+    /// The merged headers in order of first appearance.
+    fields: Vec<Field>,
+    /// End of `http.header` in `store`.
+    header_end: u32,
+    /// Start of `http.header_names` in `store`.
+    names_start: u32,
+}
+
+impl Headers {
+    /// Builds the headers from parsed fields (head then trailers), merging repeated names.
+    /// `cookie` is the name left out of `http.header` (`Cookie` or `Set-Cookie`). Errs if
+    /// there are more than [`MAX_FIELDS`] distinct names.
+    pub(super) fn build(raw: &[RawField<'_>], cookie: &[u8]) -> Result<Headers, ()> {
+        // Merge first: (name, value pieces), values joined later.
+        let mut merged: Vec<(&[u8], Vec<&[u8]>)> = Vec::new();
+        let mut repeats = 0;
+        for f in raw {
+            let mut pieces = vec![f.value];
+            for l in &f.folded {
+                pieces.push(l);
+            }
+            match merged
+                .iter_mut()
+                .find(|(n, _)| n.eq_ignore_ascii_case(f.name))
+            {
+                Some((n, v)) => {
+                    if repeats >= MAX_REPEATS {
+                        continue;
+                    }
+                    repeats += 1;
+                    if !n.eq_ignore_ascii_case(b"content-length") {
+                        v.push(b", ");
+                        v.extend(pieces);
+                    }
+                }
+                None => {
+                    if merged.len() >= MAX_FIELDS {
+                        return Err(());
+                    }
+                    merged.push((f.name, pieces));
+                }
+            }
+        }
+        let mut h = Headers {
+            fields: Vec::with_capacity(merged.len()),
+            ..Headers::default()
+        };
+        let len: usize = merged
+            .iter()
+            .map(|(n, v)| 2 * n.len() + v.iter().map(|p| p.len()).sum::<usize>() + 8)
+            .sum();
+        h.store.reserve(len + 4);
+        let is_cookie = |n: &[u8]| n.eq_ignore_ascii_case(cookie);
+        // Regular headers first, the cookie header after them.
+        for pass in [false, true] {
+            for (name, pieces) in merged.iter().filter(|(n, _)| is_cookie(n) == pass) {
+                let n0 = h.store.len();
+                h.store.extend_from_slice(name);
+                let n1 = h.store.len();
+                h.store.extend_from_slice(b": ");
+                let v0 = h.store.len();
+                for p in pieces {
+                    h.store.extend_from_slice(p);
+                }
+                let joined = h.store.get(v0..).unwrap_or_default();
+                let value = trim(joined);
+                let v0 = v0 + offset(joined, value).start as usize;
+                let v1 = v0 + value.len();
+                h.store.truncate(v1);
+                h.store.extend_from_slice(b"\r\n");
+                h.fields.push(Field {
+                    name: r32(n0..n1),
+                    value: r32(v0..v1),
+                });
+            }
+            if !pass {
+                h.header_end = r32(0..h.store.len()).end;
+            }
+        }
+        h.names_start = r32(0..h.store.len()).end;
+        if !merged.is_empty() {
+            h.store.extend_from_slice(b"\r\n");
+            for (name, _) in &merged {
+                h.store.extend_from_slice(name);
+                h.store.extend_from_slice(b"\r\n");
+            }
+            h.store.extend_from_slice(b"\r\n");
+        }
+        Ok(h)
+    }
+
+    /// The bytes of `r` in the store.
+    fn get(&self, r: &Range<u32>) -> &[u8] {
+        self.store
+            .get(r.start as usize..r.end as usize)
+            .unwrap_or_default()
+    }
+
+    /// The value of header `name` (case-insensitive), if present.
+    pub(super) fn value(&self, name: &[u8]) -> Option<&[u8]> {
+        self.fields
+            .iter()
+            .find(|f| self.get(&f.name).eq_ignore_ascii_case(name))
+            .map(|f| self.get(&f.value))
+    }
+
+    /// `http.header`: absent when empty, as in Suricata.
+    pub(super) fn header(&self) -> Option<&[u8]> {
+        self.store
+            .get(..self.header_end as usize)
+            .filter(|b| !b.is_empty())
+    }
+
+    /// `http.header_names`: absent without headers.
+    pub(super) fn names(&self) -> Option<&[u8]> {
+        self.store
+            .get(self.names_start as usize..)
+            .filter(|b| !b.is_empty())
+    }
+
+    /// Bytes held.
+    pub(super) fn heap_size(&self) -> usize {
+        self.store.capacity() + self.fields.capacity() * std::mem::size_of::<Field>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part<'a>(line: &'a [u8], r: &Option<Range<u32>>) -> Option<&'a [u8]> {
+        r.as_ref()
+            .and_then(|r| line.get(r.start as usize..r.end as usize))
+    }
+
+    fn req(line: &[u8]) -> [Option<&[u8]>; 3] {
+        let sl = request_line(line).expect("a request line");
+        [
+            part(line, &sl.first),
+            part(line, &sl.second),
+            part(line, &sl.third),
+        ]
+    }
+
+    #[test]
+    fn request_lines_split_as_libhtp() {
+        assert_eq!(
+            req(b"GET /a HTTP/1.1"),
+            [Some(&b"GET"[..]), Some(b"/a"), Some(b"HTTP/1.1")]
+        );
+        assert_eq!(
+            req(b"GET /uri afterspace HTTP/1.1"),
+            [
+                Some(&b"GET"[..]),
+                Some(b"/uri afterspace"),
+                Some(b"HTTP/1.1")
+            ]
+        );
+        assert_eq!(
+            req(b"  POST \t /x   HTTP/1.0  "),
+            [Some(&b"POST"[..]), Some(b"/x"), Some(b"HTTP/1.0")]
+        );
+        assert_eq!(req(b"GET /"), [Some(&b"GET"[..]), Some(b"/"), None]);
+        assert_eq!(req(b"GET"), [Some(&b"GET"[..]), None, None]);
+        assert_eq!(
+            req(b"GET /a\tHTTP/1.1"),
+            [Some(&b"GET"[..]), Some(b"/a"), Some(b"HTTP/1.1")]
+        );
+        assert!(request_line(b"\x16\x03\x01 x").is_none());
+        assert!(request_line(b"").is_none());
+        assert!(request_line(b"   ").is_none());
+    }
+
+    #[test]
+    fn status_lines_split_as_libhtp() {
+        let l = b"HTTP/1.1  404   Not  Found ";
+        let sl = status_line(l);
+        assert_eq!(part(l, &sl.first), Some(&b"HTTP/1.1"[..]));
+        assert_eq!(part(l, &sl.second), Some(&b"404"[..]));
+        assert_eq!(part(l, &sl.third), Some(&b"Not  Found "[..]));
+        let l = b"HTTP/1.1 200";
+        let sl = status_line(l);
+        assert_eq!(part(l, &sl.second), Some(&b"200"[..]));
+        assert_eq!(sl.third, None);
+        assert_eq!(status_number(b"200"), Some(200));
+        assert_eq!(status_number(b"20x"), None);
+        assert_eq!(status_number(b"099"), None);
+        assert_eq!(looks_like_status(b" http/1.0", true), Some(true));
+        assert_eq!(looks_like_status(b"HT", false), None);
+        assert_eq!(looks_like_status(b"HT", true), Some(false));
+        assert_eq!(looks_like_status(b"<html>", false), Some(false));
+    }
+
+    #[test]
+    fn headers_merge_fold_and_trim_as_suricata() {
+        // Read back from Suricata 7.0.10 (http.header, http.header_names, http.cookie).
+        let block = b"Host: Example.COM.\r\nCookie: a=b\r\nX-Dup: 1\r\nx-dup:  2  \r\n\
+X-Fold: a\r\n  b\r\nUser-Agent:\tUA 1 \r\nNoColon\r\nSp ace : v\r\nEmpty:\r\n\
+Content-Length: 3\r\ncontent-length: 4\r\n\r\n";
+        let h = Headers::build(&parse_block(block), b"cookie").expect("headers");
+        assert_eq!(
+            h.header().expect("header"),
+            &b"Host: Example.COM.\r\nX-Dup: 1, 2\r\nX-Fold: a  b\r\nUser-Agent: UA 1\r\n\
+: NoColon\r\nSp ace: v\r\nEmpty: \r\nContent-Length: 3\r\n"[..]
+        );
+        assert_eq!(
+            h.names().expect("names"),
+            &b"\r\nHost\r\nCookie\r\nX-Dup\r\nX-Fold\r\nUser-Agent\r\n\r\nSp ace\r\nEmpty\r\nContent-Length\r\n\r\n"[..]
+        );
+        assert_eq!(h.value(b"COOKIE"), Some(&b"a=b"[..]));
+        assert_eq!(h.value(b"user-agent"), Some(&b"UA 1"[..]));
+        assert_eq!(h.value(b"content-length"), Some(&b"3"[..]));
+        assert_eq!(h.value(b"absent"), None);
+        let none = Headers::build(&parse_block(b"\r\n"), b"cookie").expect("empty");
+        assert_eq!((none.header(), none.names()), (None, None));
+    }
+
+    #[test]
+    fn httparse_and_lenient_agree_on_valid_blocks() {
+        let blocks: &[&[u8]] = &[
+            b"Host: a\r\nAccept: */*\r\nX:   spaced value  \r\n\r\n",
+            b"A: 1\nB: 2\n\n",
+            b"Set-Cookie: x\r\nset-cookie: y\r\nServer: s\xc3\xa9\r\n\r\n",
+            b"\r\n",
+        ];
+        for b in blocks {
+            let mut arr = [httparse::EMPTY_HEADER; FAST_HEADERS];
+            assert!(
+                matches!(
+                    httparse::parse_headers(b, &mut arr),
+                    Ok(httparse::Status::Complete(_))
+                ),
+                "httparse takes {b:?}"
+            );
+            assert_eq!(parse_block(b), parse_lenient(b));
+        }
+        // More than FAST_HEADERS entries fall back, losing nothing.
+        let mut big = Vec::new();
+        for i in 0..FAST_HEADERS + 10 {
+            big.extend_from_slice(format!("H{i}: {i}\r\n").as_bytes());
+        }
+        big.extend_from_slice(b"\r\n");
+        assert_eq!(parse_block(&big).len(), FAST_HEADERS + 10);
+    }
+
+    #[test]
+    fn too_many_distinct_names_is_an_error_repeats_are_capped() {
+        let mut big = Vec::new();
+        for i in 0..=MAX_FIELDS {
+            big.extend_from_slice(format!("H{i}: x\r\n").as_bytes());
+        }
+        big.extend_from_slice(b"\r\n");
+        assert!(Headers::build(&parse_block(&big), b"cookie").is_err());
+        let mut rep = Vec::new();
+        for _ in 0..200 {
+            rep.extend_from_slice(b"A: x\r\n");
+        }
+        rep.extend_from_slice(b"\r\n");
+        let h = Headers::build(&parse_block(&rep), b"cookie").expect("ok");
+        assert_eq!(h.value(b"a").map(<[u8]>::len), Some(1 + 3 * MAX_REPEATS));
+    }
+}
