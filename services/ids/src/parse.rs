@@ -244,6 +244,7 @@ pub(crate) fn parse_rule(
         proto,
         sid: 0,
         rev: 0,
+        gid: 1,
         msg: String::new(),
         classtype: None,
         category: String::new(),
@@ -428,11 +429,7 @@ fn option(
             *sid = Some(v);
         }
         "rev" => r.rev = num(need()?)?,
-        "gid" => {
-            if num(need()?)? != 1 {
-                return Err(kerr(name, "only gid 1 (rules) is supported"));
-            }
-        }
+        "gid" => r.gid = num(need()?)?,
         "priority" => {
             let p = num(need()?)?;
             if !(1..=255).contains(&p) {
@@ -631,7 +628,10 @@ fn option(
             set_once(&mut r.threshold, t, name)?
         }
         "detection_filter" => {
-            let ported = matches!(r.proto, RuleProto::Tcp | RuleProto::Udp | RuleProto::TcpOrUdp);
+            let ported = matches!(
+                r.proto,
+                RuleProto::Tcp | RuleProto::Udp | RuleProto::TcpOrUdp
+            );
             let f = parse_detection_filter(need()?, ported).map_err(|m| kerr(name, m))?;
             set_once(&mut r.filter, f, name)?
         }

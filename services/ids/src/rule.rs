@@ -600,6 +600,8 @@ pub struct Rule {
     pub sid: u32,
     /// Revision (`rev`, default 0).
     pub rev: u32,
+    /// Generator id (`gid`, default 1), the EVE `gid`.
+    pub gid: u32,
     /// The message (`msg`), the EVE `signature`.
     pub msg: String,
     /// The `classtype` short name, if any.

@@ -181,5 +181,8 @@ fn keep_alive_transactions_are_each_inspected_and_retired() {
     assert_eq!(counter(&c, "sid:2"), 500);
     let (flows, held) = d.flow_usage();
     assert_eq!(flows, 1);
-    assert!(held <= 16 << 10, "{held} bytes held: only the look-back should stay");
+    assert!(
+        held <= 16 << 10,
+        "{held} bytes held: only the look-back should stay"
+    );
 }
