@@ -43,6 +43,7 @@
 mod bestfit;
 mod body;
 mod conn;
+mod framing;
 mod head;
 mod multipart;
 mod tx;
@@ -50,6 +51,8 @@ mod uri;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_sv;
 
 use std::collections::VecDeque;
 

@@ -55,9 +55,7 @@ impl Coding {
     }
 }
 
-/// Input kept while a decoder has produced nothing, to be read again by the next coding
-/// tried if this one fails (libhtp re-reads only the current chunk, which makes the result
-/// depend on how the stream was cut).
+/// Input kept per coding tried, to be read again by the next coding if this one fails.
 const MAX_REPLAY: usize = 16 * 1024;
 
 /// Where a decoder writes: a staging vector with room for what the limit still allows.
@@ -134,21 +132,34 @@ impl Inflater {
 enum Mode {
     /// Keeps them as they are.
     Pass,
-    /// Inflates them; `coding` is what is being tried, `restarts` how often it changed,
-    /// `seen` the input so far while nothing came out (for a restart to read again).
-    Inflate {
-        inflater: Inflater,
-        coding: Coding,
-        restarts: u8,
-        produced: bool,
-        seen: Vec<u8>,
-    },
-    /// Drops them (the stream ended or broke after producing output).
+    /// Inflates them.
+    Inflate(Box<Attempt>),
+    /// Drops them (the stream ended, broke after producing output, or filled the limit).
     Stopped,
+}
+
+/// One coding being tried on a body.
+struct Attempt {
+    inflater: Inflater,
+    coding: Coding,
+    /// How many codings were tried before this one (0: the declared one).
+    restarts: u8,
+    /// The body's length when this attempt started.
+    start: usize,
+    /// The input this attempt consumed, to read again with the next coding if it fails.
+    seen: Vec<u8>,
+    /// `seen` passed [`MAX_REPLAY`] and was dropped.
+    overflow: bool,
 }
 
 /// Turns the (de-chunked) bytes of a body into the body Suricata inspects, appending to a
 /// body vector up to `limit` bytes.
+///
+/// Restarts as libhtp, made independent of how the input is cut: the declared coding keeps
+/// what it decoded before an error (libhtp flushes it, then stops); a later coding that
+/// fails has its output dropped and the input it consumed is read again by the next one
+/// (libhtp reads again only the current chunk); after three restarts the input passes
+/// through as sent.
 pub(super) struct Decoder {
     mode: Mode,
     limit: usize,
@@ -157,22 +168,30 @@ pub(super) struct Decoder {
 impl Decoder {
     /// A decoder for coding `c` and a body limit.
     pub(super) fn new(c: Coding, limit: usize) -> Decoder {
-        let mode = match Inflater::new(c, limit) {
-            Some(inflater) => Mode::Inflate {
+        Decoder {
+            mode: Decoder::attempt(c, 0, 0, limit),
+            limit,
+        }
+    }
+
+    /// Mode for trying coding `c` after `restarts` others, the body holding `start` bytes.
+    fn attempt(c: Coding, restarts: u8, start: usize, limit: usize) -> Mode {
+        match Inflater::new(c, limit.saturating_sub(start)) {
+            Some(inflater) if restarts <= 3 => Mode::Inflate(Box::new(Attempt {
                 inflater,
                 coding: c,
-                restarts: 0,
-                produced: false,
+                restarts,
+                start,
                 seen: Vec::new(),
-            },
-            None => Mode::Pass,
-        };
-        Decoder { mode, limit }
+                overflow: false,
+            })),
+            _ => Mode::Pass,
+        }
     }
 
     /// Decodes `data` onto `body`. Returns true once `body` holds `limit` bytes.
     pub(super) fn write(&mut self, data: &[u8], body: &mut Vec<u8>) -> bool {
-        let mut replay;
+        let mut replay: Vec<u8>;
         let mut rest = data;
         loop {
             match &mut self.mode {
@@ -182,49 +201,46 @@ impl Decoder {
                     break;
                 }
                 Mode::Stopped => break,
-                Mode::Inflate {
-                    inflater,
-                    coding,
-                    restarts,
-                    produced,
-                    seen,
-                } => {
+                Mode::Inflate(a) => {
                     if rest.is_empty() {
                         break;
                     }
-                    let r = inflater.write(rest);
-                    let sink = inflater.sink();
-                    *produced |= !sink.out.is_empty();
+                    let r = a.inflater.write(rest);
+                    if r.is_err() && a.restarts == 0 {
+                        // flate2 keeps what it decoded before the error in its buffer.
+                        a.inflater.finish();
+                    }
+                    let sink = a.inflater.sink();
                     body.append(&mut sink.out);
                     let full = sink.room == 0;
                     match r {
                         Ok(0) => self.mode = Mode::Stopped,
                         Ok(n) => {
                             let (used, left) = rest.split_at(n.min(rest.len()));
-                            if !*produced && seen.len() + used.len() <= MAX_REPLAY {
-                                seen.extend_from_slice(used);
+                            if !a.overflow && a.seen.len() + used.len() <= MAX_REPLAY {
+                                a.seen.extend_from_slice(used);
                             } else {
-                                *seen = Vec::new();
+                                a.overflow = true;
+                                a.seen = Vec::new();
                             }
                             rest = left;
                         }
-                        Err(_) if full || *produced => self.mode = Mode::Stopped,
+                        Err(_)
+                            if full || a.overflow || (a.restarts == 0 && body.len() > a.start) =>
+                        {
+                            self.mode = Mode::Stopped;
+                        }
                         Err(_) => {
-                            // Read what this coding consumed again with the next one.
-                            seen.extend_from_slice(rest);
-                            replay = std::mem::take(seen);
-                            let (c, n) = (coding.next(), *restarts + 1);
-                            let room = self.limit.saturating_sub(body.len());
-                            self.mode = match Inflater::new(c, room) {
-                                Some(inflater) if n <= 3 => Mode::Inflate {
-                                    inflater,
-                                    coding: c,
-                                    restarts: n,
-                                    produced: false,
-                                    seen: Vec::new(),
-                                },
-                                _ => Mode::Pass,
-                            };
+                            body.truncate(a.start);
+                            let mut again = std::mem::take(&mut a.seen);
+                            again.extend_from_slice(rest);
+                            replay = again;
+                            self.mode = Decoder::attempt(
+                                a.coding.next(),
+                                a.restarts + 1,
+                                a.start,
+                                self.limit,
+                            );
                             rest = &replay;
                         }
                     }
@@ -236,9 +252,9 @@ impl Decoder {
 
     /// Ends the body: flushes what the decoder still holds onto `body`.
     pub(super) fn finish(&mut self, body: &mut Vec<u8>) {
-        if let Mode::Inflate { inflater, .. } = &mut self.mode {
-            inflater.finish();
-            body.append(&mut inflater.sink().out);
+        if let Mode::Inflate(a) = &mut self.mode {
+            a.inflater.finish();
+            body.append(&mut a.inflater.sink().out);
         }
         self.mode = Mode::Stopped;
     }

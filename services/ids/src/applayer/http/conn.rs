@@ -13,13 +13,10 @@
 //! rest of the packet, which depends on how the stream was cut); anything else makes it a
 //! request with headers.
 
-use super::body::{self, Chunk, Coding, Decoder, Framing};
+use super::body::{Coding, Decoder, Framing};
 use super::head::{self, Headers};
-use super::{HttpError, HttpLimits, HttpState, HttpTx, multipart, tx, uri};
+use super::{HttpError, HttpLimits, HttpState, HttpTx, tx, uri};
 use crate::applayer::Progress;
-
-/// The longest chunk-size line read (libhtp's field limit is 18000).
-const MAX_CHUNK_LINE: usize = 8 * 1024;
 
 /// Whitespace after a protocol-less request line that still leaves it HTTP/0.9 (libhtp's
 /// `HTTP09_MAX_JUNK_LEN`).
@@ -91,7 +88,7 @@ pub(super) struct BlankScan {
 
 impl BlankScan {
     /// Scans `data`; returns the offset just past the LF ending an empty line, if any.
-    fn find(&mut self, data: &[u8]) -> Option<usize> {
+    pub(super) fn find(&mut self, data: &[u8]) -> Option<usize> {
         let mut i = 0;
         loop {
             let rest = data.get(i..).unwrap_or_default();
@@ -119,17 +116,17 @@ pub(super) struct Side {
     /// Bytes of the line or block being read.
     pub(super) buf: Vec<u8>,
     /// The response being read is an interim 1xx one, to be skipped.
-    interim: bool,
+    pub(super) interim: bool,
     /// Bytes of the current head so far (line and block).
-    head_len: usize,
-    scan: BlankScan,
+    pub(super) head_len: usize,
+    pub(super) scan: BlankScan,
     /// The transaction this direction is filling.
-    tx: Option<u64>,
+    pub(super) tx: Option<u64>,
     /// The transaction of the last message completed in this direction.
-    prev: Option<u64>,
-    framing: Option<Framing>,
+    pub(super) prev: Option<u64>,
+    pub(super) framing: Option<Framing>,
     /// Decodes the body; `None` once the body passed the limit.
-    decoder: Option<Decoder>,
+    pub(super) decoder: Option<Decoder>,
 }
 
 impl Side {
@@ -142,7 +139,7 @@ impl Side {
     }
 
     /// Back to idle (or still ignoring), keeping the buffer's allocation and `prev`.
-    fn reset(&mut self) {
+    pub(super) fn reset(&mut self) {
         let phase = if self.phase == Phase::Ignore {
             Phase::Ignore
         } else {
@@ -160,19 +157,22 @@ impl Side {
 }
 
 /// The transaction `id` in `txs` (ids are consecutive from the front).
-fn tx_mut(txs: &mut std::collections::VecDeque<HttpTx>, id: Option<u64>) -> Option<&mut HttpTx> {
+pub(super) fn tx_mut(
+    txs: &mut std::collections::VecDeque<HttpTx>,
+    id: Option<u64>,
+) -> Option<&mut HttpTx> {
     let front = txs.front()?.id;
     let i = usize::try_from(id?.checked_sub(front)?).ok()?;
     txs.get_mut(i)
 }
 
 /// The message of direction `d` (0 request, 1 response).
-fn msg_mut(tx: &mut HttpTx, d: usize) -> &mut tx::Message {
+pub(super) fn msg_mut(tx: &mut HttpTx, d: usize) -> &mut tx::Message {
     if d == 0 { &mut tx.req } else { &mut tx.resp }
 }
 
 /// `line` without the CR and LF bytes ending it.
-fn chomp(line: &[u8]) -> &[u8] {
+pub(super) fn chomp(line: &[u8]) -> &[u8] {
     let end = line
         .iter()
         .rposition(|&c| c != b'\r' && c != b'\n')
@@ -197,17 +197,27 @@ fn host_of(value: &[u8]) -> Option<Vec<u8>> {
 
 /// After a message, whether the line begun in `line` starts the next one: `Some(true)` if
 /// it does, `Some(false)` if it is body of the previous one, `None` while undecided.
+/// Looks at the first bytes only (the leading whitespace and the first word are bounded).
 fn starts_message(d: usize, line: &[u8], complete: bool) -> Option<bool> {
     if d == 1 {
         return head::looks_like_status(line, complete);
     }
-    let start = line.iter().position(|&c| !head::is_space(c));
-    let Some(start) = start else {
+    let lead = line
+        .iter()
+        .take(head::MAX_LEAD)
+        .take_while(|&&c| head::is_space(c))
+        .count();
+    if lead == head::MAX_LEAD {
+        return Some(false);
+    }
+    let word = line.get(lead..).unwrap_or_default();
+    if word.is_empty() {
+        // A line of whitespace is body (libhtp).
         return if complete { Some(false) } else { None };
-    };
-    let word = line.get(start..).unwrap_or_default();
-    let end = word.iter().position(|&c| head::is_space(c));
-    let w = word.get(..end.unwrap_or(word.len())).unwrap_or_default();
+    }
+    let w: &[u8] = word.get(..word.len().min(17)).unwrap_or_default();
+    let end = w.iter().position(|&c| head::is_space(c));
+    let w = w.get(..end.unwrap_or(w.len())).unwrap_or_default();
     if w.len() > 16 || !w.iter().all(|&c| c.is_ascii_uppercase() || c == b'-') {
         return Some(false);
     }
@@ -440,11 +450,7 @@ impl HttpState {
             side_mut(self, d).buf.clear();
             return Ok(used);
         }
-        if !after
-            && d == 1
-            && side.buf.len() < 16
-            && head::looks_like_status(&side.buf, lf.is_some()) == Some(false)
-        {
+        if !after && d == 1 && head::looks_like_status(&side.buf, lf.is_some()) == Some(false) {
             // Not a status line: the bytes are body (libhtp, and browsers).
             let bytes = std::mem::take(&mut side.buf);
             self.body_without_head(limits)?;
@@ -601,209 +607,6 @@ impl HttpState {
                 side.decoder = Some(Decoder::new(coding, limit));
             }
         }
-        Ok(())
-    }
-
-    /// How the body of direction `d` of transaction `id` ends (`None`: no body). Also
-    /// switches the flow to ignoring everything after a 101 or an accepted `CONNECT`.
-    fn framing(&mut self, d: usize, id: Option<u64>) -> Result<Option<Framing>, HttpError> {
-        let Some(t) = tx_mut(&mut self.txs, id) else {
-            return Ok(None);
-        };
-        let m = if d == 0 { &t.req } else { &t.resp };
-        let te = m.headers.value(b"transfer-encoding");
-        let chunked =
-            te.is_some_and(|v| v.to_ascii_lowercase().windows(7).any(|w| w == b"chunked"));
-        let cl = m.headers.value(b"content-length");
-        if d == 0 {
-            return Ok(if chunked {
-                Some(Framing::Chunked(Chunk::Size))
-            } else if te.is_some() {
-                None
-            } else {
-                cl.and_then(body::content_length)
-                    .filter(|&n| n > 0)
-                    .map(Framing::Length)
-            });
-        }
-        let status = m
-            .parts
-            .second
-            .as_ref()
-            .and_then(|r| m.line.get(r.start as usize..r.end as usize))
-            .and_then(head::status_number);
-        let method = t.method();
-        let tunnel = status == Some(101)
-            || (method == Some(b"CONNECT") && status.is_some_and(|s| (200..300).contains(&s)));
-        if tunnel {
-            for s in &mut self.sides {
-                s.phase = Phase::Ignore;
-            }
-            return Ok(None);
-        }
-        if method == Some(b"HEAD") || matches!(status, Some(100..=199 | 204 | 304)) {
-            return Ok(None);
-        }
-        if chunked {
-            return Ok(Some(Framing::Chunked(Chunk::Size)));
-        }
-        match cl {
-            Some(v) => match body::content_length(v) {
-                Some(0) => Ok(None),
-                Some(n) => Ok(Some(Framing::Length(n))),
-                None => Err(HttpError::BadContentLength),
-            },
-            None => Ok(Some(Framing::Close)),
-        }
-    }
-
-    /// Body bytes of direction `d`, decoded onto its message's body.
-    fn write_body(&mut self, d: usize, bytes: &[u8]) {
-        let side = &mut self.sides[d];
-        let (Some(dec), Some(t)) = (side.decoder.as_mut(), tx_mut(&mut self.txs, side.tx)) else {
-            return;
-        };
-        let m = msg_mut(t, d);
-        if dec.write(bytes, &mut m.body) {
-            m.truncated = true;
-            t.progress[d] = Progress::Complete;
-            side.decoder = None;
-        }
-    }
-
-    /// The message of direction `d` is complete: the side goes back to idle (unless it
-    /// ignores everything), remembering the transaction for bytes that follow.
-    pub(super) fn complete(&mut self, d: usize) {
-        let side = &mut self.sides[d];
-        if let Some(t) = tx_mut(&mut self.txs, side.tx) {
-            if let Some(dec) = side.decoder.as_mut() {
-                dec.finish(&mut msg_mut(t, d).body);
-            }
-            t.progress[d] = Progress::Complete;
-            side.prev = Some(t.id);
-            if d == 0 && t.method() == Some(b"POST") {
-                t.files = t
-                    .req
-                    .headers
-                    .value(b"content-type")
-                    .and_then(multipart::boundary)
-                    .map(|b| multipart::files(&b, &t.req.body));
-            }
-        }
-        side.reset();
-    }
-
-    /// Reads body bytes of direction `d` per its framing.
-    fn read_body(
-        &mut self,
-        d: usize,
-        data: &[u8],
-        limits: &HttpLimits,
-    ) -> Result<usize, HttpError> {
-        let side = &mut self.sides[d];
-        let Some(framing) = side.framing else {
-            self.complete(d);
-            return Ok(0);
-        };
-        let take = |left: u64| data.len().min(usize::try_from(left).unwrap_or(usize::MAX));
-        match framing {
-            Framing::Close => {
-                self.write_body(d, data);
-                Ok(data.len())
-            }
-            Framing::Length(left) => {
-                let n = take(left);
-                self.write_body(d, data.get(..n).unwrap_or_default());
-                let left = left.saturating_sub(n as u64);
-                self.sides[d].framing = Some(Framing::Length(left));
-                if left == 0 {
-                    self.complete(d);
-                }
-                Ok(n)
-            }
-            Framing::Chunked(Chunk::Data(left)) => {
-                let n = take(left);
-                self.write_body(d, data.get(..n).unwrap_or_default());
-                let left = left.saturating_sub(n as u64);
-                self.sides[d].framing = Some(Framing::Chunked(if left == 0 {
-                    Chunk::DataEnd
-                } else {
-                    Chunk::Data(left)
-                }));
-                Ok(n)
-            }
-            Framing::Chunked(Chunk::DataEnd) => {
-                // libhtp skips anything up to the line end after the data.
-                Ok(match memchr::memchr(b'\n', data) {
-                    Some(p) => {
-                        side.framing = Some(Framing::Chunked(Chunk::Size));
-                        p + 1
-                    }
-                    None => data.len(),
-                })
-            }
-            Framing::Chunked(Chunk::Size) => {
-                let lf = memchr::memchr(b'\n', data);
-                let used = lf.map_or(data.len(), |p| p + 1);
-                side.buf
-                    .extend_from_slice(data.get(..used).unwrap_or_default());
-                if side.buf.len() > MAX_CHUNK_LINE {
-                    return Err(HttpError::BadChunk);
-                }
-                if lf.is_some() {
-                    let size =
-                        body::chunk_size(chomp(&side.buf)).map_err(|()| HttpError::BadChunk)?;
-                    side.buf.clear();
-                    side.framing = Some(Framing::Chunked(match size {
-                        None => Chunk::Size,
-                        Some(0) => {
-                            side.scan = BlankScan::default();
-                            Chunk::Trailer
-                        }
-                        Some(n) => Chunk::Data(n),
-                    }));
-                }
-                Ok(used)
-            }
-            Framing::Chunked(Chunk::Trailer) => {
-                let end = side.scan.find(data);
-                let used = end.unwrap_or(data.len());
-                side.buf
-                    .extend_from_slice(data.get(..used).unwrap_or_default());
-                if side.buf.len() > limits.max_head {
-                    return Err(HttpError::HeadTooLong(limits.max_head));
-                }
-                if end.is_some() {
-                    self.trailers_done(d)?;
-                    self.complete(d);
-                }
-                Ok(used)
-            }
-        }
-    }
-
-    /// The trailer block of direction `d` is in `buf`: Suricata adds it to the raw header
-    /// buffer and its fields to the headers.
-    fn trailers_done(&mut self, d: usize) -> Result<(), HttpError> {
-        let side = &mut self.sides[d];
-        let Some(t) = tx_mut(&mut self.txs, side.tx) else {
-            return Ok(());
-        };
-        let m = msg_mut(t, d);
-        let head_len = m.raw.len();
-        m.raw.extend_from_slice(&side.buf);
-        side.buf.clear();
-        let Some((hb, tb)) = m.raw.split_at_checked(head_len) else {
-            return Ok(());
-        };
-        let trailer = head::parse_block(tb);
-        if trailer.is_empty() {
-            return Ok(());
-        }
-        let mut fields = head::parse_block(hb);
-        fields.extend(trailer);
-        let cookie: &[u8] = if d == 0 { b"cookie" } else { b"set-cookie" };
-        m.headers = Headers::build(&fields, cookie).map_err(|()| HttpError::TooManyHeaders)?;
         Ok(())
     }
 }

@@ -115,15 +115,24 @@ fn split_last(s: &[u8], sep: impl Fn(u8) -> bool) -> (&[u8], &[u8]) {
     }
 }
 
+/// Leading whitespace looked at before a first word; more makes the line not a start
+/// line (bounds the work on a line fed byte by byte).
+pub(super) const MAX_LEAD: usize = 64;
+
 /// Whether a response's first line looks like a status line (libhtp: optional whitespace
-/// or NULs, then `HTTP` in any case); if not, libhtp takes the response as a body without
-/// head. `None` while `line` is too short to tell.
+/// or NULs, at most [`MAX_LEAD`] here, then `HTTP` in any case); if not, libhtp takes the
+/// response as a body without head. `None` while `line` is too short to tell. Decided by
+/// the line's first bytes only, so it gives the same answer however the line arrives.
 pub(super) fn looks_like_status(line: &[u8], complete: bool) -> Option<bool> {
-    let start = line
+    let lead = line
         .iter()
-        .position(|&c| !is_space(c) && c != 0)
-        .unwrap_or(line.len());
-    let word = line.get(start..).unwrap_or_default();
+        .take(MAX_LEAD)
+        .take_while(|&&c| is_space(c) || c == 0)
+        .count();
+    if lead == MAX_LEAD {
+        return Some(false);
+    }
+    let word = line.get(lead..).unwrap_or_default();
     let n = word.len().min(4);
     if !word.get(..n)?.eq_ignore_ascii_case(b"HTTP".get(..n)?) {
         return Some(false);

@@ -10,7 +10,7 @@ use crate::buffer::{BUFFERS, Buffer};
 use Dir::{ToClient as TC, ToServer as TS};
 
 /// One feed (or a close when `None`) of a conversation.
-type Seg<'a> = (Dir, Option<&'a [u8]>);
+pub(super) type Seg<'a> = (Dir, Option<&'a [u8]>);
 
 /// Everything the transactions expose: per transaction its progress and every HTTP
 /// buffer in both directions.
@@ -64,7 +64,7 @@ fn run_with(
     (s, res)
 }
 
-fn run(segs: &[Seg<'_>]) -> HttpState {
+pub(super) fn run(segs: &[Seg<'_>]) -> HttpState {
     let (s, r) = run_with(segs, 0, &HttpLimits::default());
     assert_eq!(r, Ok(()));
     s
@@ -78,7 +78,7 @@ fn buf(s: &HttpState, id: u64, name: &str, dir: Dir) -> Option<Vec<u8>> {
         .and_then(|t| t.buffer(b, dir).map(<[u8]>::to_vec))
 }
 
-fn assert_buf(s: &HttpState, id: u64, name: &str, dir: Dir, want: Option<&[u8]>) {
+pub(super) fn assert_buf(s: &HttpState, id: u64, name: &str, dir: Dir, want: Option<&[u8]>) {
     assert_eq!(
         buf(s, id, name, dir).as_deref(),
         want,
@@ -506,4 +506,133 @@ fn http09_connect_upgrade_and_orphan_responses() {
         s.txs().nth(1).map(|t| t.progress(TS)),
         Some(Progress::Complete)
     );
+}
+
+/// A small deterministic generator (xorshift64*) for the robustness tests.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// Bytes that steer the parser somewhere: line ends, separators, escapes, digits.
+const PALETTE: &[u8] =
+    b"\r\n\r\n :%/\\.?#\t0123456789abcdefHTTP/1.1 GET POST chunked\x00\xff;=\"-gzip";
+
+fn mutate(rng: &mut Rng, input: &[u8]) -> Vec<u8> {
+    let mut v = input.to_vec();
+    for _ in 0..rng.below(8) {
+        let at = rng.below(v.len() + 1);
+        match rng.below(5) {
+            0 if at < v.len() => v[at] = PALETTE[rng.below(PALETTE.len())],
+            1 => v.insert(at, PALETTE[rng.below(PALETTE.len())]),
+            2 if at < v.len() => {
+                v.remove(at);
+            }
+            3 => {
+                let len = rng.below(12).min(v.len() - at.min(v.len()));
+                let piece = v[at..at + len].to_vec();
+                v.splice(at..at, piece);
+            }
+            _ => v.insert(at, rng.next() as u8),
+        }
+    }
+    v
+}
+
+/// What a run leaves: every buffer, every progress, and each direction's error.
+fn outcome(
+    segs: &[Seg<'_>],
+    cuts: &dyn Fn(usize, usize) -> Vec<usize>,
+    l: &HttpLimits,
+) -> (Dump, [Option<HttpError>; 2]) {
+    let mut s = HttpState::new();
+    for (i, (dir, data)) in segs.iter().enumerate() {
+        match data {
+            Some(d) => {
+                let mut from = 0;
+                for to in cuts(i, d.len()).into_iter().chain([d.len()]) {
+                    let _ = s.feed(*dir, &d[from..to], l);
+                    from = to;
+                }
+            }
+            None => s.close(*dir),
+        }
+    }
+    (dump(&s), [s.failed(TS), s.failed(TC)])
+}
+
+#[test]
+fn random_and_mutated_traffic_never_panics_and_cuts_do_not_matter() {
+    let gz = gzip(b"compressed body compressed body");
+    let mut gz_resp = format!(
+        "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: {}\r\n\r\n",
+        gz.len()
+    )
+    .into_bytes();
+    gz_resp.extend_from_slice(&gz);
+    let requests: &[&[u8]] = &[
+        b"GET /a/./b/../%41%u0042?x=%2f#f HTTP/1.1\r\nHost: Ex.COM:80\r\nCookie: a=b\r\n\r\n",
+        b"POST /p HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nT: 1\r\n\r\nGET /2 HTTP/1.0\r\n\r\n",
+        b"POST /u HTTP/1.1\r\nContent-Type: multipart/form-data; boundary=zz\r\nContent-Length: 70\r\n\r\n\
+--zz\r\nContent-Disposition: form-data; filename=\"f\"\r\n\r\nfile\r\n--zz--\r\n",
+        b"GET /09\r\n",
+        b"HEAD / HTTP/1.1\r\n\r\nGET http://h/x HTTP/1.1\r\nX: a\r\n b\r\n\r\njunk\r\n",
+    ];
+    let responses: &[&[u8]] = &[
+        b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nSet-Cookie: s\r\n\r\nabc",
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2;e\r\nhi\r\n0\r\n\r\n",
+        &gz_resp,
+        b"HTTP/1.0 404 Not Found\r\n\r\nuntil close",
+        b"<html>no head",
+    ];
+    let small = HttpLimits {
+        request_body_limit: 7,
+        response_body_limit: 9,
+        max_head: 120,
+        max_txs: 3,
+    };
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for case in 0..500 {
+        let req = if case % 10 == 9 {
+            (0..rng.below(200)).map(|_| rng.next() as u8).collect()
+        } else {
+            let first = requests[rng.below(requests.len())];
+            let mut r = mutate(&mut rng, first);
+            if rng.below(2) == 0 {
+                let second = requests[rng.below(requests.len())];
+                r.extend(mutate(&mut rng, second));
+            }
+            r
+        };
+        let template = responses[rng.below(responses.len())];
+        let resp = mutate(&mut rng, template);
+        let segs: Vec<Seg<'_>> = vec![(TS, Some(&req)), (TC, Some(&resp)), (TS, None), (TC, None)];
+        for limits in [HttpLimits::default(), small] {
+            let whole = outcome(&segs, &|_, _| Vec::new(), &limits);
+            let bytewise = outcome(&segs, &|_, n| (1..n).collect(), &limits);
+            assert_eq!(bytewise, whole, "case {case}: byte by byte");
+            let seed = rng.next();
+            let random = outcome(
+                &segs,
+                &|i, n| {
+                    let mut r = Rng(seed ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9));
+                    let mut cuts: Vec<usize> = (0..r.below(6)).map(|_| r.below(n + 1)).collect();
+                    cuts.sort_unstable();
+                    cuts
+                },
+                &limits,
+            );
+            assert_eq!(random, whole, "case {case}: random cuts");
+        }
+    }
 }
