@@ -9,21 +9,23 @@
 //! Nothing is allocated per packet once the scratch vectors have grown to their working
 //! size.
 
+mod app;
+mod detect;
+mod flowbits;
+mod packet;
+
+pub use detect::{DEFAULT_STREAM_LOOKBACK, Detector, DetectorOptions};
+
+use crate::buffer::Buffer;
 use crate::classify::Classes;
-use crate::eve::{AlertEvent, EveWriter, flow_id};
 use crate::parse::{Ctx, RuleError, parse_text};
-use crate::prefilter::{Prefilter, Scratch};
-use crate::rule::{Content, Rule, RuleAction, RuleProto, ip_key, port_match};
-use crate::track::{Addrs, Tracker};
-use relay_core::wire::{
-    IcmpPacket, Ipv4Packet, Ipv6Packet, TcpPacket, UdpPacket, icmp, proto, udp,
-};
-use relay_core::{Counter, Counters, CtInfo, IpVersion, Packet};
+use crate::prefilter::Prefilter;
+use crate::rule::{Rule, RuleProto, StreamMode, Track};
+use app::TxRules;
+use flowbits::BitOp;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
 
 /// Most alerts one packet raises (Suricata's default `packet-alert-max`); further
 /// matching rules still act and count their hits.
@@ -93,6 +95,16 @@ pub struct RuleSet {
     class_has_content: [bool; CLASSES],
     /// Per rule, the index of its first pcre in the flattened pcre list.
     pcre_base: Vec<u32>,
+    /// Per rule, its `flowbits` with the names interned.
+    bitops: Vec<Vec<BitOp>>,
+    /// The rules that inspect application-layer transactions.
+    tx: TxRules,
+    /// Some rule needs the flow table: flowbits, an application protocol, stream
+    /// inspection of a TCP payload, `track by_flow`.
+    needs_flows: bool,
+    /// Some rule needs the application layer parsed (an application protocol, or
+    /// `app-layer-protocol`).
+    needs_app: bool,
 }
 
 impl RuleSet {
@@ -153,29 +165,56 @@ impl RuleSet {
     }
 
     fn build(mut rules: Vec<Rule>, errors: Vec<RuleError>) -> Result<RuleSet, LoadError> {
-        // Suricata's order: by action (pass, drop, reject, alert), then priority.
-        rules.sort_by_key(|r| (r.action, r.priority, r.sid));
+        // Suricata's order: by action (pass, drop, reject, alert), then the rules that set
+        // flowbits before those that only read them, then priority.
+        rules.sort_by_key(|r| {
+            let bits = if flowbits::sets(&r.flowbits) {
+                0
+            } else if r.flowbits.is_empty() {
+                2
+            } else {
+                1
+            };
+            (r.action, bits, r.priority, r.sid)
+        });
         let mut patterns: Vec<Vec<u8>> = Vec::new();
         let mut by_pat: HashMap<Vec<u8>, usize> = HashMap::new();
         let mut pat_rules: Vec<Vec<u32>> = Vec::new();
         let mut header_only: [Vec<u32>; CLASSES] = Default::default();
         let mut class_has_content = [false; CLASSES];
         let mut pcre_base = Vec::with_capacity(rules.len());
+        let mut names = flowbits::Names::default();
+        let mut bitops = Vec::with_capacity(rules.len());
         let mut npcre = 0u32;
+        let (mut needs_flows, mut needs_app) = (false, false);
         for (i, r) in rules.iter().enumerate() {
             pcre_base.push(npcre);
             npcre += r.pcres.len() as u32;
+            bitops.push(names.compile(&r.flowbits));
+            needs_app |= r.app.is_some() || !r.app_test.is_empty();
+            needs_flows |= needs_app
+                || !r.flowbits.is_empty()
+                || [
+                    r.threshold.map(|t| t.track),
+                    r.filter.map(|f| f.track),
+                    r.rate.map(|x| x.track),
+                ]
+                .contains(&Some(Track::Flow));
+            if app::is_tx_rule(r) {
+                continue;
+            }
             let classes: &[usize] = match r.proto {
                 RuleProto::Ip => &[0, 1, 2, 3],
                 RuleProto::Tcp => &[0],
                 RuleProto::Udp => &[1],
                 RuleProto::Icmp => &[2],
+                RuleProto::TcpOrUdp => &[0, 1],
             };
-            match r.fast_pattern() {
-                Some(p) => {
+            match r.fast_content() {
+                Some((Buffer::Payload, c)) => {
                     // One case-insensitive prefilter serves every pattern; a candidate's
                     // case is checked when the rule is verified.
-                    let key = p.to_ascii_lowercase();
+                    let key = c.pat.to_ascii_lowercase();
                     let id = *by_pat.entry(key.clone()).or_insert_with(|| {
                         patterns.push(key);
                         pat_rules.push(Vec::new());
@@ -186,14 +225,25 @@ impl RuleSet {
                         class_has_content[c] = true;
                     }
                 }
-                None => {
+                _ => {
                     for &c in classes {
                         header_only[c].push(i as u32);
                     }
                 }
             }
         }
+        // A TCP payload rule inspects the reassembled stream too (unless `no_stream`).
+        needs_flows |= rules.iter().any(|r| {
+            !app::is_tx_rule(r)
+                && matches!(
+                    r.proto,
+                    RuleProto::Tcp | RuleProto::Ip | RuleProto::TcpOrUdp
+                )
+                && r.lists.iter().any(|l| l.buffer == Buffer::Payload)
+                && r.flow.is_none_or(|f| f.stream != StreamMode::No)
+        });
         let prefilter = (!patterns.is_empty()).then(|| Prefilter::new(&patterns));
+        let tx = TxRules::build(&rules);
         Ok(RuleSet {
             rules,
             errors,
@@ -202,6 +252,10 @@ impl RuleSet {
             header_only,
             class_has_content,
             pcre_base,
+            bitops,
+            tx,
+            needs_flows,
+            needs_app,
         })
     }
 
@@ -230,6 +284,12 @@ impl RuleSet {
         self.rules.iter().any(|r| r.flow.is_some())
     }
 
+    /// True if the rules need relayd's own flow table (flowbits, stream inspection,
+    /// application-layer buffers, `track by_flow`).
+    pub fn needs_flows(&self) -> bool {
+        self.needs_flows
+    }
+
     /// Number of distinct patterns in the prefilter.
     pub fn prefilter_patterns(&self) -> usize {
         self.pat_rules.len()
@@ -250,421 +310,4 @@ pub enum Outcome {
     Drop,
     /// A `reject` rule matched: answer with a reset / unreachable and drop it.
     Reject,
-}
-
-/// Per-instance counters (see docs/ids.md).
-#[derive(Debug)]
-struct Stats {
-    alerts: Counter,
-    suppressed: Counter,
-    dropped: Counter,
-    rejected: Counter,
-    passed: Counter,
-    eve_dropped: Counter,
-    no_ct: Counter,
-}
-
-/// What a rule check needs besides the rule set, borrowed apart from the scratch lists.
-#[derive(Debug)]
-struct State {
-    tracker: Tracker,
-    regexes: Vec<regex::bytes::Regex>,
-    no_ct: Counter,
-}
-
-/// The facts of a packet the rules look at, read once.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct PktInfo {
-    pub(crate) src: IpAddr,
-    pub(crate) dst: IpAddr,
-    ks: u128,
-    kd: u128,
-    pub(crate) sport: Option<u16>,
-    pub(crate) dport: Option<u16>,
-    pub(crate) proto: u8,
-    class: usize,
-    ttl: u8,
-    tcp_flags: u8,
-    pub(crate) icmp: Option<(u8, u8)>,
-    pay: (usize, usize),
-    ct: Option<CtInfo>,
-}
-
-/// Reads the facts of a packet, or `None` if it cannot be parsed.
-pub(crate) fn pkt_info(pkt: &mut Packet) -> Option<PktInfo> {
-    let l = pkt.layout().ok()?;
-    let ct = pkt.meta.ct;
-    let data = pkt.data();
-    let (src, dst, ttl): (IpAddr, IpAddr, u8) = match l.version {
-        IpVersion::V4 => {
-            let ip = Ipv4Packet::new_unchecked(data);
-            (ip.src_addr().into(), ip.dst_addr().into(), ip.ttl())
-        }
-        IpVersion::V6 => {
-            let ip = Ipv6Packet::new_unchecked(data);
-            (ip.src_addr().into(), ip.dst_addr().into(), ip.hop_limit())
-        }
-    };
-    let end = l.len.min(data.len());
-    let mut p = PktInfo {
-        src,
-        dst,
-        ks: ip_key(src),
-        kd: ip_key(dst),
-        sport: None,
-        dport: None,
-        proto: l.proto,
-        class: 3,
-        ttl,
-        tcp_flags: 0,
-        icmp: None,
-        pay: (end, end),
-        ct,
-    };
-    let Some(off) = l.l4 else { return Some(p) };
-    let l4 = data.get(off..end)?;
-    match l.proto {
-        proto::TCP => {
-            let t = TcpPacket::new_checked(l4).ok()?;
-            p.sport = Some(t.src_port());
-            p.dport = Some(t.dst_port());
-            p.tcp_flags = t.flags();
-            p.class = 0;
-            p.pay = ((off + t.header_len()).min(end), end);
-        }
-        // The length field is not checked: the rules see the bytes as they came.
-        proto::UDP if l4.len() >= udp::HEADER_LEN => {
-            let u = UdpPacket::new_unchecked(l4);
-            p.sport = Some(u.src_port());
-            p.dport = Some(u.dst_port());
-            p.class = 1;
-            p.pay = (off + udp::HEADER_LEN, end);
-        }
-        proto::ICMP | proto::ICMPV6 if l4.len() >= icmp::HEADER_LEN => {
-            let m = IcmpPacket::new_unchecked(l4);
-            p.icmp = Some((m.msg_type(), m.code()));
-            p.class = 2;
-            p.pay = (off + icmp::HEADER_LEN, end);
-        }
-        _ => p.pay = (off, end),
-    }
-    Some(p)
-}
-
-/// The per-queue-thread inspector.
-#[derive(Debug)]
-pub struct Detector {
-    set: Arc<RuleSet>,
-    st: State,
-    hits: Vec<Counter>,
-    scratch: Scratch,
-    cand: Vec<u32>,
-    matched: Vec<u32>,
-    stats: Stats,
-    eve: Option<Arc<EveWriter>>,
-}
-
-impl Detector {
-    /// A detector over `set`, registering its counters (`alerts`, ..., `sid:N` per rule)
-    /// in `counters`, sending alerts to `eve`, tracking at most `track_max` keys.
-    pub fn new(
-        set: Arc<RuleSet>,
-        counters: &Counters,
-        eve: Option<Arc<EveWriter>>,
-        track_max: usize,
-    ) -> Detector {
-        let c = |n: &str| counters.counter(n);
-        let stats = Stats {
-            alerts: c("alerts"),
-            suppressed: c("suppressed"),
-            dropped: c("dropped"),
-            rejected: c("rejected"),
-            passed: c("passed"),
-            eve_dropped: c("eve_dropped"),
-            no_ct: c("no_ct"),
-        };
-        let overflow = c("track_overflow");
-        // A regex clone has its own match cache, so queue threads share no lock.
-        let regexes = set
-            .rules
-            .iter()
-            .flat_map(|r| r.pcres.iter().map(|p| p.re.clone()))
-            .collect();
-        let hits = set
-            .rules
-            .iter()
-            .map(|r| c(&format!("sid:{}", r.sid)))
-            .collect();
-        Detector {
-            st: State {
-                tracker: Tracker::new(track_max, overflow),
-                regexes,
-                no_ct: stats.no_ct.clone(),
-            },
-            hits,
-            scratch: set
-                .prefilter
-                .as_ref()
-                .map(Prefilter::scratch)
-                .unwrap_or_default(),
-            cand: Vec::with_capacity(64),
-            matched: Vec::with_capacity(16),
-            stats,
-            eve,
-            set,
-        }
-    }
-
-    /// The rule set in use.
-    pub fn rule_set(&self) -> &Arc<RuleSet> {
-        &self.set
-    }
-
-    /// The sids of the rules the last packet matched, in evaluation order.
-    pub fn matched_sids(&self) -> impl Iterator<Item = u32> + '_ {
-        self.matched.iter().map(|&i| self.set.rules[i as usize].sid)
-    }
-
-    /// Inspects one packet at time `now` (the batch time): counts hits, raises alerts and
-    /// says what to do with the packet.
-    pub fn inspect(&mut self, pkt: &mut Packet, now: Instant) -> Outcome {
-        self.matched.clear();
-        let Some(p) = pkt_info(pkt) else {
-            return Outcome::Clean;
-        };
-        let payload = &pkt.data()[p.pay.0..p.pay.1];
-        let set = &*self.set;
-        self.cand.clear();
-        if set.class_has_content[p.class]
-            && !payload.is_empty()
-            && let Some(pf) = &set.prefilter
-        {
-            let cand = &mut self.cand;
-            // Each pattern is reported once per scan.
-            pf.scan(payload, &mut self.scratch, |id| {
-                cand.extend_from_slice(&set.pat_rules[id as usize]);
-            });
-            // Each rule has one fast pattern, so the list has no duplicates.
-            self.cand.sort_unstable();
-        }
-        let ho = &set.header_only[p.class];
-        let (mut a, mut b) = (0, 0);
-        loop {
-            let i = match (self.cand.get(a), ho.get(b)) {
-                (Some(&x), Some(&y)) if x < y => {
-                    a += 1;
-                    x
-                }
-                (_, Some(&y)) => {
-                    b += 1;
-                    y
-                }
-                (Some(&x), None) => {
-                    a += 1;
-                    x
-                }
-                (None, None) => break,
-            };
-            if check(set, &mut self.st, i as usize, &p, payload, now) {
-                self.matched.push(i);
-                if set.rules[i as usize].action == RuleAction::Pass {
-                    break;
-                }
-            }
-        }
-        self.decide(&p, now)
-    }
-
-    fn decide(&mut self, p: &PktInfo, now: Instant) -> Outcome {
-        let set = &*self.set;
-        let Some(&first) = self.matched.first() else {
-            return Outcome::Clean;
-        };
-        if set.rules[first as usize].action == RuleAction::Pass {
-            self.hits[first as usize].inc();
-            self.stats.passed.inc();
-            return Outcome::Pass;
-        }
-        let addrs = Addrs {
-            src: p.ks,
-            dst: p.kd,
-        };
-        let mut out = Outcome::Alert;
-        let mut alerts = 0;
-        for &i in &self.matched {
-            let r = &set.rules[i as usize];
-            self.hits[i as usize].inc();
-            match r.action {
-                RuleAction::Reject => out = Outcome::Reject,
-                RuleAction::Drop | RuleAction::Ratelimit if out != Outcome::Reject => {
-                    out = Outcome::Drop
-                }
-                _ => {}
-            }
-            let alert = match &r.threshold {
-                Some(t) => self.st.tracker.alert(i, t, addrs, now),
-                None => true,
-            };
-            if !alert || alerts >= MAX_ALERTS_PER_PACKET {
-                self.stats.suppressed.inc();
-                continue;
-            }
-            alerts += 1;
-            self.stats.alerts.inc();
-            if let Some(eve) = &self.eve {
-                let ev = AlertEvent {
-                    time: SystemTime::now(),
-                    rule: i,
-                    blocked: r.action.blocks(),
-                    src: p.src,
-                    dst: p.dst,
-                    sport: p.sport,
-                    dport: p.dport,
-                    proto: p.proto,
-                    icmp: p.icmp,
-                    flow_id: flow_id(
-                        p.src,
-                        p.dst,
-                        p.sport.unwrap_or(0),
-                        p.dport.unwrap_or(0),
-                        p.proto,
-                    ),
-                };
-                if !eve.try_send(ev) {
-                    self.stats.eve_dropped.inc();
-                }
-            }
-        }
-        match out {
-            Outcome::Reject => self.stats.rejected.inc(),
-            Outcome::Drop => self.stats.dropped.inc(),
-            _ => {}
-        }
-        out
-    }
-}
-
-/// The full check of rule `i` against a packet.
-fn check(
-    set: &RuleSet,
-    st: &mut State,
-    i: usize,
-    p: &PktInfo,
-    payload: &[u8],
-    now: Instant,
-) -> bool {
-    let r = &set.rules[i];
-    let proto_ok = match r.proto {
-        RuleProto::Ip => true,
-        RuleProto::Tcp => p.class == 0,
-        RuleProto::Udp => p.class == 1,
-        RuleProto::Icmp => p.class == 2,
-    };
-    if !proto_ok {
-        return false;
-    }
-    let way = |s: u128, sp: Option<u16>, d: u128, dp: Option<u16>| {
-        r.src.eval(&|n| n.contains(s))
-            && port_match(&r.sport, sp)
-            && r.dst.eval(&|n| n.contains(d))
-            && port_match(&r.dport, dp)
-    };
-    if !(way(p.ks, p.sport, p.kd, p.dport) || r.bidir && way(p.kd, p.dport, p.ks, p.sport)) {
-        return false;
-    }
-    if r.ttl.is_some_and(|c| !c.test(p.ttl.into()))
-        || r.flags
-            .is_some_and(|f| p.class != 0 || !f.test(p.tcp_flags))
-        || r.itype
-            .is_some_and(|c| p.icmp.is_none_or(|(t, _)| !c.test(t.into())))
-        || r.icode
-            .is_some_and(|c| p.icmp.is_none_or(|(_, k)| !c.test(k.into())))
-        || r.dsize.is_some_and(|c| !c.test(payload.len() as u32))
-    {
-        return false;
-    }
-    if let Some(f) = r.flow {
-        if f.needs_ct() && p.ct.is_none() {
-            st.no_ct.inc();
-        }
-        if !f.test(p.ct) {
-            return false;
-        }
-    }
-    if !r.contents.is_empty() {
-        let mut budget = INSPECT_BUDGET;
-        if !match_from(&r.contents, 0, payload, 0, &mut budget) {
-            return false;
-        }
-    }
-    let base = set.pcre_base[i] as usize;
-    for (j, pc) in r.pcres.iter().enumerate() {
-        if st.regexes[base + j].is_match(payload) == pc.negated {
-            return false;
-        }
-    }
-    // Stateful last: only packets that match everything else count towards a rate.
-    let addrs = Addrs {
-        src: p.ks,
-        dst: p.kd,
-    };
-    if let Some(f) = &r.filter
-        && !st.tracker.filter(i as u32, f, addrs, now)
-    {
-        return false;
-    }
-    if let Some(rate) = &r.rate
-        && !st.tracker.over_rate(i as u32, rate, addrs, now)
-    {
-        return false;
-    }
-    true
-}
-
-/// Matches `cs[i..]` given the end of the previous content match, backtracking over later
-/// occurrences while a following content is relative.
-fn match_from(cs: &[Content], i: usize, hay: &[u8], prev_end: usize, budget: &mut u32) -> bool {
-    let Some(c) = cs.get(i) else { return true };
-    if *budget == 0 {
-        return false;
-    }
-    *budget -= 1;
-    let Some((lo, hi)) = c.window(prev_end, hay.len()) else {
-        return c.negated && match_from(cs, i + 1, hay, prev_end, budget);
-    };
-    if c.negated {
-        // A negated content leaves the previous match where it was.
-        return c.find(hay, lo, hi).is_none() && match_from(cs, i + 1, hay, prev_end, budget);
-    }
-    let later_relative = cs[i + 1..].iter().any(Content::relative);
-    let mut from = lo;
-    while let Some(pos) = c.find(hay, from, hi) {
-        if match_from(cs, i + 1, hay, pos + c.pat.len(), budget) {
-            return true;
-        }
-        if !later_relative || *budget == 0 {
-            return false;
-        }
-        from = pos + 1;
-    }
-    false
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn negative_distance_reaches_back() {
-        let set = RuleSet::parse_str(
-            "alert tcp any any -> any any (content:\"AB\"; content:\"B\"; distance:-1; within:1; sid:1;)",
-            "t",
-            &BTreeMap::new(),
-        )
-        .unwrap();
-        let r = &set.rules()[0];
-        assert_eq!(r.contents[1].window(3, 4), Some((2, 3)));
-        let mut b = INSPECT_BUDGET;
-        assert!(match_from(&r.contents, 0, b"xABx", 0, &mut b));
-    }
 }

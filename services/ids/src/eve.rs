@@ -96,7 +96,7 @@ pub fn format_line(ev: &AlertEvent, set: &RuleSet) -> String {
         icmp_code: ev.icmp.map(|i| i.1),
         alert: AlertObj {
             action: if ev.blocked { "blocked" } else { "allowed" },
-            gid: 1,
+            gid: r.gid,
             signature_id: r.sid,
             rev: r.rev,
             signature: &r.msg,

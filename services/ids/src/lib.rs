@@ -12,15 +12,19 @@ pub mod buffer;
 mod classify;
 mod engine;
 mod eve;
+pub mod flow;
+mod inspect;
 mod parse;
 mod prefilter;
 mod reject;
 mod rule;
 mod service;
+pub mod stream;
 mod track;
 
 pub use engine::{
-    Detector, INSPECT_BUDGET, LoadError, LoadOptions, MAX_ALERTS_PER_PACKET, Outcome, RuleSet,
+    DEFAULT_STREAM_LOOKBACK, Detector, DetectorOptions, INSPECT_BUDGET, LoadError, LoadOptions,
+    MAX_ALERTS_PER_PACKET, Outcome, RuleSet,
 };
 pub use eve::{AlertEvent, EveWriter, flow_id, format_line, timestamp};
 pub use parse::RuleError;

@@ -1,14 +1,25 @@
 //! The rule language: a Suricata subset, parsed into [`Rule`]s. Errors carry the file, the
 //! line a rule starts on and the keyword at fault; one bad rule never stops the others.
 
+use crate::applayer::AppProto;
+use crate::buffer::Buffer;
 use crate::classify::{Classes, DEFAULT_PRIORITY};
+use crate::inspect::Bsize;
 use crate::rule::*;
 use std::collections::{BTreeMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
+mod keywords;
+mod lists;
+mod modifiers;
+mod threshold;
 mod values;
 
+use keywords::*;
+use lists::Lists;
+use modifiers::content_modifier;
+use threshold::*;
 use values::*;
 
 /// A rule that could not be loaded: where it is and why.
@@ -194,21 +205,26 @@ pub(crate) fn parse_rule(
         }
         _ => return Err(kerr(action, "unknown action")),
     };
-    let proto = match proto {
-        "ip" | "pkthdr" => RuleProto::Ip,
-        "tcp" | "tcp-pkt" => RuleProto::Tcp,
-        "udp" => RuleProto::Udp,
-        "icmp" => RuleProto::Icmp,
+    // The header's protocol: (transport, application protocol, packets only).
+    let (proto, app, pkt_only) = match proto {
+        "ip" | "pkthdr" => (RuleProto::Ip, None, false),
+        "tcp" => (RuleProto::Tcp, None, false),
+        "tcp-pkt" => (RuleProto::Tcp, None, true),
+        "udp" => (RuleProto::Udp, None, false),
+        "icmp" => (RuleProto::Icmp, None, false),
+        "http" | "http1" => (RuleProto::Tcp, Some(AppProto::Http), false),
+        "tls" => (RuleProto::Tcp, Some(AppProto::Tls), false),
+        "dns" => (RuleProto::TcpOrUdp, Some(AppProto::Dns), false),
         "tcp-stream" | "icmpv4" | "icmpv6" | "sctp" | "ipv4" | "ipv6" | "ip4" | "ip6" => {
             return Err(kerr(
                 proto,
-                "protocol is not supported (use ip, tcp, udp or icmp)",
+                "protocol is not supported (use ip, tcp, tcp-pkt, udp, icmp, http, tls or dns)",
             ));
         }
         p => {
             return Err(kerr(
                 p,
-                "application-layer protocols are not supported: relayd inspects packets (use tcp/udp and ports)",
+                "application-layer protocol not supported (relayd parses http, dns and tls)",
             ));
         }
     };
@@ -228,6 +244,7 @@ pub(crate) fn parse_rule(
         proto,
         sid: 0,
         rev: 0,
+        gid: 1,
         msg: String::new(),
         classtype: None,
         category: String::new(),
@@ -239,8 +256,12 @@ pub(crate) fn parse_rule(
         dst: addr(dst, "destination address")?,
         dport: port(dport, "destination port")?,
         bidir,
-        contents: Vec::new(),
+        lists: Vec::new(),
         pcres: Vec::new(),
+        noalert: false,
+        flowbits: Vec::new(),
+        app,
+        app_test: Vec::new(),
         dsize: None,
         ttl: None,
         itype: None,
@@ -257,6 +278,7 @@ pub(crate) fn parse_rule(
     }
     let mut sid = None;
     let mut priority = None;
+    let mut ls = Lists::default();
     for (name, value) in split_options(&s[open + 1..close])? {
         option(
             &mut r,
@@ -265,8 +287,18 @@ pub(crate) fn parse_rule(
             ctx,
             &mut sid,
             &mut priority,
+            &mut ls,
         )?;
     }
+    (r.lists, r.pcres) = ls.finish()?;
+    if pkt_only {
+        let f = r.flow.get_or_insert_with(Flow::default);
+        if f.stream == StreamMode::Only {
+            return Err(kerr("flow", "only_stream contradicts the tcp-pkt protocol"));
+        }
+        f.stream = StreamMode::No;
+    }
+    app_and_transport(&mut r)?;
     r.sid = sid.ok_or_else(|| kerr("sid", "every rule needs a sid"))?;
     if let Some(p) = priority {
         r.priority = p;
@@ -289,27 +321,85 @@ pub(crate) fn parse_rule(
         }
         _ => {}
     }
-    if (r.itype.is_some() || r.icode.is_some()) && !matches!(proto, RuleProto::Icmp | RuleProto::Ip)
+    if (r.itype.is_some() || r.icode.is_some())
+        && !matches!(r.proto, RuleProto::Icmp | RuleProto::Ip)
     {
         return Err(kerr("itype", "itype/icode need an icmp (or ip) rule"));
     }
-    if r.flags.is_some() && !matches!(proto, RuleProto::Tcp | RuleProto::Ip) {
+    if r.flags.is_some() && !matches!(r.proto, RuleProto::Tcp | RuleProto::Ip) {
         return Err(kerr("flags", "flags needs a tcp (or ip) rule"));
     }
-    r.fast = r.contents.iter().position(|c| c.fast_pattern).or_else(|| {
-        // The longest non-negated content; the first of equals.
-        let mut best: Option<usize> = None;
-        for (i, c) in r.contents.iter().enumerate() {
-            if !c.negated && best.is_none_or(|b| c.pat.len() > r.contents[b].pat.len()) {
-                best = Some(i);
-            }
-        }
-        best
-    });
+    r.fast = fast_pattern(&r.lists);
     Ok(r)
 }
 
-/// Applies one option to the rule under construction.
+/// The content a prefilter looks for: the one marked `fast_pattern`, else the longest
+/// non-negated content (the first of equals, in list order).
+fn fast_pattern(lists: &[MatchList]) -> Option<(usize, usize)> {
+    let contents = || {
+        lists.iter().enumerate().flat_map(|(l, list)| {
+            list.items
+                .iter()
+                .enumerate()
+                .filter_map(move |(i, it)| match it {
+                    Item::Content(c) => Some((l, i, c)),
+                    _ => None,
+                })
+        })
+    };
+    if let Some((l, i, _)) = contents().find(|(_, _, c)| c.fast_pattern) {
+        return Some((l, i));
+    }
+    let mut best: Option<(usize, usize, usize)> = None;
+    for (l, i, c) in contents() {
+        if !c.negated && best.is_none_or(|b| c.pat.len() > b.2) {
+            best = Some((l, i, c.pat.len()));
+        }
+    }
+    best.map(|(l, i, _)| (l, i))
+}
+
+/// The application protocol the buffers imply (one per rule, and the header's if it names
+/// one), and the transport it narrows the rule to.
+fn app_and_transport(r: &mut Rule) -> Result<(), PErr> {
+    for list in &r.lists {
+        let Some(p) = list.buffer.info().and_then(|i| i.proto) else {
+            continue;
+        };
+        match r.app {
+            Some(a) if a != p => {
+                return Err(kerr(
+                    list.buffer.name(),
+                    format!(
+                        "a rule inspects one application protocol: this buffer is {}, the rule is {}",
+                        p.name(),
+                        a.name()
+                    ),
+                ));
+            }
+            _ => r.app = Some(p),
+        }
+    }
+    let Some(app) = r.app else { return Ok(()) };
+    r.proto = match (app, r.proto) {
+        (AppProto::Dns, RuleProto::Udp) => RuleProto::Udp,
+        (AppProto::Dns, RuleProto::Tcp) => RuleProto::Tcp,
+        (AppProto::Dns, RuleProto::Ip | RuleProto::TcpOrUdp) => RuleProto::TcpOrUdp,
+        (AppProto::Http | AppProto::Tls, RuleProto::Tcp | RuleProto::Ip) => RuleProto::Tcp,
+        (a, _) => {
+            return Err(kerr(
+                a.name(),
+                format!(
+                    "{} runs over tcp: the rule's protocol cannot carry it",
+                    a.name()
+                ),
+            ));
+        }
+    };
+    Ok(())
+}
+
+/// Applies one option to the rule under construction (`ls`: its match lists so far).
 fn option(
     r: &mut Rule,
     name: &str,
@@ -317,6 +407,7 @@ fn option(
     ctx: &Ctx<'_>,
     sid: &mut Option<u32>,
     priority: &mut Option<u8>,
+    ls: &mut Lists,
 ) -> Result<(), PErr> {
     let need = || value.ok_or_else(|| kerr(name, "needs a value (`keyword:value;`)"));
     let num = |v: &str| -> Result<u32, PErr> {
@@ -338,11 +429,7 @@ fn option(
             *sid = Some(v);
         }
         "rev" => r.rev = num(need()?)?,
-        "gid" => {
-            if num(need()?)? != 1 {
-                return Err(kerr(name, "only gid 1 (rules) is supported"));
-            }
-        }
+        "gid" => r.gid = num(need()?)?,
         "priority" => {
             let p = num(need()?)?;
             if !(1..=255).contains(&p) {
@@ -361,100 +448,150 @@ fn option(
             r.priority = *prio;
         }
         "reference" | "metadata" | "target" | "rawbytes" => {}
-        "content" => {
+        "content" | "uricontent" => {
             let (neg, raw) = unquote(need()?).map_err(|m| kerr(name, m))?;
             let bytes = content_bytes(raw).map_err(|m| kerr(name, m))?;
-            r.contents.push(Content::new(bytes, neg));
+            let b = ls.current();
+            ls.push(b, Item::Content(Box::new(Content::new(bytes, neg))))
+                .map_err(|m| kerr(name, m))?;
+            if name == "uricontent" {
+                // Suricata: `content` then the `http_uri` modifier.
+                ls.move_last_payload_content(Buffer::HttpUri, name)?;
+            }
         }
         "nocase" | "offset" | "depth" | "distance" | "within" | "fast_pattern" | "startswith"
         | "endswith" => {
-            let c = r
-                .contents
-                .last_mut()
-                .ok_or_else(|| kerr(name, "a content modifier needs a `content` before it"))?;
-            let absolute = |c: &Content| c.offset.is_some() || c.depth.is_some();
-            let mixed = || {
-                kerr(
-                    name,
-                    "offset/depth and distance/within cannot be mixed on one content",
-                )
-            };
-            let dup = || kerr(name, "given twice for one content");
-            match name {
-                "nocase" => {
-                    flag()?;
-                    c.set_nocase();
-                }
-                "offset" | "depth" => {
-                    if c.relative() {
-                        return Err(mixed());
-                    }
-                    let v = num(need()?)?;
-                    let slot = if name == "offset" {
-                        &mut c.offset
-                    } else {
-                        &mut c.depth
-                    };
-                    if slot.replace(v).is_some() {
-                        return Err(dup());
-                    }
-                    if name == "depth" && (v as usize) < c.pat.len() {
-                        return Err(kerr(name, "depth is shorter than the content"));
-                    }
-                }
-                "distance" => {
-                    if absolute(c) {
-                        return Err(mixed());
-                    }
-                    let v = need()?.trim();
-                    let v: i32 = v
-                        .parse()
-                        .map_err(|_| kerr(name, format!("`{v}` is not a number")))?;
-                    if c.distance.replace(v).is_some() {
-                        return Err(dup());
-                    }
-                }
-                "within" => {
-                    if absolute(c) {
-                        return Err(mixed());
-                    }
-                    let v = num(need()?)?;
-                    if (v as usize) < c.pat.len() {
-                        return Err(kerr(name, "within is shorter than the content"));
-                    }
-                    if c.within.replace(v).is_some() {
-                        return Err(dup());
-                    }
-                }
-                "fast_pattern" => {
-                    match value.map(str::trim) {
-                        None | Some("only") => {}
-                        Some(_) => {
-                            return Err(kerr(
-                                name,
-                                "fast_pattern chopping (`fast_pattern:o,l`) is not supported",
-                            ));
-                        }
-                    }
-                    if c.negated {
-                        return Err(kerr(name, "a negated content cannot be the fast pattern"));
-                    }
-                    c.fast_pattern = true;
-                }
-                _ => {
-                    return Err(kerr(
-                        name,
-                        "unsupported keyword (write offset:0 with depth, or a pcre, instead)",
-                    ));
-                }
-            }
-            if name == "fast_pattern" && r.contents.iter().filter(|c| c.fast_pattern).count() > 1 {
-                return Err(kerr(name, "only one content may be the fast pattern"));
-            }
+            content_modifier(ls, name, value)?;
         }
         "pcre" => {
             let p = parse_pcre(need()?).map_err(|m| kerr(name, m))?;
-            r.pcres.push(p);
+            let b = match (p.buffer, ls.sticky()) {
+                (Some(f), Some(s)) if f != s => {
+                    return Err(kerr(
+                        name,
+                        format!(
+                            "the pcre's buffer flag selects `{}` but the sticky buffer `{}` is in effect (write `pkt_data;` first)",
+                            f.name(),
+                            s.name()
+                        ),
+                    ));
+                }
+                (Some(f), _) => f,
+                (None, _) => ls.current(),
+            };
+            if p.relative && ls.sticky().is_none() && !ls.has_match_in(b) {
+                return Err(kerr(
+                    name,
+                    "pcre `R` (relative) needs a content or pcre before it in the same buffer",
+                ));
+            }
+            let item = PcreItem {
+                index: ls.pcres.len(),
+                negated: p.negated,
+                relative: p.relative,
+                retry: false,
+            };
+            ls.pcres.push(p);
+            ls.push(b, Item::Pcre(item)).map_err(|m| kerr(name, m))?;
+        }
+        "isdataat" => {
+            let d = parse_isdataat(need()?, ls).map_err(|m| kerr(name, m))?;
+            let b = if d.relative {
+                ls.relative_target()
+            } else {
+                ls.current()
+            };
+            // Suricata reads `isdataat:!1,relative` right after a content as `endswith`.
+            if d.relative
+                && d.negated
+                && d.at == Num::Lit(1)
+                && let Some(c) = ls.last_if_content_in(b)
+            {
+                c.endswith = true;
+                return Ok(());
+            }
+            ls.push(b, Item::IsDataAt(d)).map_err(|m| kerr(name, m))?;
+        }
+        "byte_test" | "byte_jump" | "byte_extract" => {
+            let v = need()?;
+            let item = match name {
+                "byte_test" => Item::ByteTest(parse_byte_test(v, ls).map_err(|m| kerr(name, m))?),
+                "byte_jump" => Item::ByteJump(parse_byte_jump(v, ls).map_err(|m| kerr(name, m))?),
+                _ => Item::ByteExtract(parse_byte_extract(v, ls).map_err(|m| kerr(name, m))?),
+            };
+            let b = if item.relative() {
+                ls.relative_target()
+            } else {
+                ls.current()
+            };
+            ls.push(b, item).map_err(|m| kerr(name, m))?;
+        }
+        "bsize" => {
+            let Some(b) = ls.sticky() else {
+                return Err(kerr(
+                    name,
+                    "bsize needs a sticky buffer before it (it measures that buffer)",
+                ));
+            };
+            let cmp = parse_uint(need()?, u64::MAX).map_err(|m| kerr(name, m))?;
+            ls.push(b, Item::Bsize(Bsize { cmp, urilen: false }))
+                .map_err(|m| kerr(name, m))?;
+        }
+        "urilen" => {
+            let (cmp, raw) = parse_urilen(need()?).map_err(|m| kerr(name, m))?;
+            let b = if raw {
+                Buffer::HttpUriRaw
+            } else {
+                Buffer::HttpUri
+            };
+            ls.push(b, Item::Bsize(Bsize { cmp, urilen: true }))
+                .map_err(|m| kerr(name, m))?;
+        }
+        "noalert" => {
+            flag()?;
+            r.noalert = true;
+        }
+        "flowbits" => match parse_flowbits(need()?).map_err(|m| kerr(name, m))? {
+            None => r.noalert = true,
+            Some(op) => {
+                let contra = |a, b| {
+                    op.cmd == a
+                        && op.names.len() == 1
+                        && r.flowbits.iter().any(|o| o.cmd == b && o.names == op.names)
+                };
+                if contra(FlowbitCmd::IsSet, FlowbitCmd::IsNotSet)
+                    || contra(FlowbitCmd::IsNotSet, FlowbitCmd::IsSet)
+                {
+                    return Err(kerr(
+                        name,
+                        format!(
+                            "isset and isnotset of `{}` can never both hold",
+                            op.names[0]
+                        ),
+                    ));
+                }
+                r.flowbits.push(op);
+            }
+        },
+        "app-layer-protocol" => {
+            let t = parse_app_test(need()?).map_err(|m| kerr(name, m))?;
+            if r.app_test.iter().any(|x| x.1 == t.1) {
+                return Err(kerr(name, format!("`{}` is tested twice", t.1.name())));
+            }
+            r.app_test.push(t);
+        }
+        "pkt_data" => {
+            flag()?;
+            ls.set_sticky(None, name)?;
+        }
+        n if Buffer::from_modifier(n).is_some() => {
+            flag()?;
+            let b = Buffer::from_modifier(n).unwrap_or(Buffer::Payload);
+            ls.move_last_payload_content(b, n)?;
+        }
+        n if Buffer::from_sticky(n).is_some() => {
+            flag()?;
+            ls.set_sticky(Buffer::from_sticky(n), n)?;
         }
         "dsize" => set_once(
             &mut r.dsize,
@@ -491,13 +628,11 @@ fn option(
             set_once(&mut r.threshold, t, name)?
         }
         "detection_filter" => {
-            let kv =
-                key_values(need()?, &["track", "count", "seconds"]).map_err(|m| kerr(name, m))?;
-            let f = DetectionFilter {
-                track: parse_track(kv[0]).map_err(|m| kerr(name, m))?,
-                count: positive(kv[1], "count").map_err(|m| kerr(name, m))?,
-                seconds: positive(kv[2], "seconds").map_err(|m| kerr(name, m))?,
-            };
+            let ported = matches!(
+                r.proto,
+                RuleProto::Tcp | RuleProto::Udp | RuleProto::TcpOrUdp
+            );
+            let f = parse_detection_filter(need()?, ported).map_err(|m| kerr(name, m))?;
             set_once(&mut r.filter, f, name)?
         }
         "rate" => set_once(
@@ -517,7 +652,7 @@ fn option(
         {
             return Err(kerr(
                 n,
-                "application-layer keywords are not supported: relayd inspects single packets",
+                "application-layer keyword not supported (relayd parses HTTP/1, DNS and TLS: see docs/ids.md for their buffers)",
             ));
         }
         n => return Err(kerr(n, "unsupported keyword")),

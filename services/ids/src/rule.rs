@@ -1,7 +1,11 @@
-//! A parsed rule and the per-packet checks it is made of: address and port expressions,
-//! numeric comparisons, TCP flags, flow state, and `content` searches with their modifiers.
+//! A parsed rule and the checks it is made of: address and port expressions, numeric
+//! comparisons, TCP flags, flow state, flowbits, and its match lists (`content`, `pcre`,
+//! `isdataat`, `byte_*`, `bsize` over the payload or an application-layer buffer).
 //! Everything here is immutable after parsing and shared by every queue thread.
 
+use crate::applayer::AppProto;
+use crate::buffer::Buffer;
+use crate::inspect::{Bsize, ByteExtract, ByteJump, ByteTest, IsDataAt};
 use memchr::memmem;
 use relay_core::{CtInfo, CtState};
 use std::sync::Arc;
@@ -57,6 +61,8 @@ pub enum RuleProto {
     Udp,
     /// ICMP and ICMPv6.
     Icmp,
+    /// TCP or UDP: a `dns` rule (DNS runs over both).
+    TcpOrUdp,
 }
 
 /// An expression over addresses or ports: `any`, one item, or a list of possibly negated
@@ -192,6 +198,18 @@ impl Flags {
     }
 }
 
+/// Whether a rule looks at reassembled stream data (`flow:only_stream` / `no_stream`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum StreamMode {
+    /// Packets and stream (the default).
+    #[default]
+    Any,
+    /// `only_stream`: only reassembled stream data.
+    Only,
+    /// `no_stream` (and the `tcp-pkt` protocol): only single packets.
+    No,
+}
+
 /// The `flow` keyword, answered from the kernel's conntrack state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct Flow {
@@ -199,6 +217,8 @@ pub(crate) struct Flow {
     pub(crate) established: Option<bool>,
     /// `Some(false)`: to_server / from_client; `Some(true)`: to_client / from_server.
     pub(crate) reply: Option<bool>,
+    /// `only_stream` / `no_stream`.
+    pub(crate) stream: StreamMode,
 }
 
 impl Flow {
@@ -234,10 +254,12 @@ pub(crate) enum Track {
     Src,
     /// `by_dst`
     Dst,
-    /// `by_both`: the address pair
+    /// `by_both`: the address pair, either way round (as Suricata orders it, lower first)
     Both,
     /// `by_rule`: one key for the rule
     Rule,
+    /// `by_flow`: one key per flow (the flow id the engine gives the tracker)
+    Flow,
 }
 
 /// `threshold: type ...`.
@@ -249,6 +271,12 @@ pub(crate) enum ThresholdKind {
     Threshold,
     /// Alert once per interval, at the `count`-th match.
     Both,
+    /// Suricata 8's `backoff` (only `by_flow`, no interval): alert on the `count`-th match,
+    /// then on the `count * multiplier`-th, `count * multiplier^2`-th, and so on.
+    Backoff {
+        /// 2..=65535.
+        multiplier: u32,
+    },
 }
 
 /// The `threshold` keyword: suppresses alerts (never the rule's action).
@@ -257,15 +285,28 @@ pub(crate) struct Threshold {
     pub(crate) kind: ThresholdKind,
     pub(crate) track: Track,
     pub(crate) count: u32,
+    /// The interval; 0 for `backoff`, which has none.
     pub(crate) seconds: u32,
 }
 
-/// `detection_filter`: the rule matches only after `count` matches per `seconds` window.
+/// `detection_filter: ..., unique_on`: which port is counted distinctly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum UniqueOn {
+    /// `unique_on src_port`
+    SrcPort,
+    /// `unique_on dst_port`
+    DstPort,
+}
+
+/// `detection_filter`: the rule matches only after `count` matches per `seconds` window
+/// (with `unique_on`: once more than `count` distinct ports were seen in the window).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct DetectionFilter {
     pub(crate) track: Track,
     pub(crate) count: u32,
     pub(crate) seconds: u32,
+    /// Suricata 8's `unique_on`: count distinct ports instead of matches.
+    pub(crate) unique_on: Option<UniqueOn>,
 }
 
 /// relayd's `rate` (for `ratelimit` rules): a token bucket per tracked key.
@@ -278,6 +319,64 @@ pub(crate) struct Rate {
     pub(crate) burst: f64,
 }
 
+/// Most `byte_extract` variables in one rule.
+pub(crate) const MAX_VARS: usize = 16;
+
+/// A number in a payload keyword, or the `byte_extract` variable holding it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Num {
+    /// A number written in the rule (for `byte_test`'s value, the bits of a `u64`).
+    Lit(i64),
+    /// The slot of a variable in [`Vars`].
+    Var(u8),
+}
+
+impl Num {
+    /// The value as a signed number (an extracted value above `i64::MAX` reads as it).
+    pub(crate) fn get(self, vars: &Vars) -> i64 {
+        match self {
+            Num::Lit(n) => n,
+            Num::Var(i) => i64::try_from(vars.get(i)).unwrap_or(i64::MAX),
+        }
+    }
+
+    /// The value's 64 bits as unsigned (`byte_test`'s comparison value).
+    pub(crate) fn get_u64(self, vars: &Vars) -> u64 {
+        match self {
+            Num::Lit(n) => n as u64,
+            Num::Var(i) => vars.get(i),
+        }
+    }
+
+    /// The variable slot, if it names one.
+    pub(crate) fn var(self) -> Option<u8> {
+        match self {
+            Num::Lit(_) => None,
+            Num::Var(i) => Some(i),
+        }
+    }
+}
+
+/// The values `byte_extract` stored while one rule is inspected: a fixed array, so the
+/// inspection allocates nothing. A variable is always written (earlier in its list) before
+/// it is read; the parser checks that.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Vars([u64; MAX_VARS]);
+
+impl Vars {
+    /// The value in slot `i` (0 for a slot out of range, which the parser never makes).
+    pub(crate) fn get(&self, i: u8) -> u64 {
+        self.0.get(usize::from(i)).copied().unwrap_or(0)
+    }
+
+    /// Stores `v` in slot `i`.
+    pub(crate) fn set(&mut self, i: u8, v: u64) {
+        if let Some(s) = self.0.get_mut(usize::from(i)) {
+            *s = v;
+        }
+    }
+}
+
 /// One `content` with its modifiers.
 #[derive(Debug, Clone)]
 pub(crate) struct Content {
@@ -285,11 +384,23 @@ pub(crate) struct Content {
     pub(crate) pat: Vec<u8>,
     pub(crate) nocase: bool,
     pub(crate) negated: bool,
-    pub(crate) offset: Option<u32>,
-    pub(crate) depth: Option<u32>,
-    pub(crate) distance: Option<i32>,
-    pub(crate) within: Option<u32>,
+    pub(crate) offset: Option<Num>,
+    /// Counted from `offset` (the window is `[offset, offset + depth)`).
+    pub(crate) depth: Option<Num>,
+    pub(crate) distance: Option<Num>,
+    pub(crate) within: Option<Num>,
+    /// `startswith`: set together with `depth` = the content's length.
+    pub(crate) startswith: bool,
+    /// `endswith` (or `isdataat:!1,relative` right after it): the match ends the buffer.
+    pub(crate) endswith: bool,
     pub(crate) fast_pattern: bool,
+    /// Set by the parser: the next content or pcre in the list is placed relative to this
+    /// one's end (`within`, a negated `distance`, pcre `R`) or a relative keyword follows,
+    /// so a failure after it tries this content's next occurrence (Suricata's
+    /// `DETECT_CONTENT_WITHIN_NEXT`).
+    pub(crate) retry: bool,
+    /// Set by the parser: some keyword after it is relative to it (`RELATIVE_NEXT`).
+    pub(crate) rel_next: bool,
     pub(crate) finder: memmem::Finder<'static>,
 }
 
@@ -304,7 +415,11 @@ impl Content {
             depth: None,
             distance: None,
             within: None,
+            startswith: false,
+            endswith: false,
             fast_pattern: false,
+            retry: false,
+            rel_next: false,
             finder,
         }
     }
@@ -319,27 +434,41 @@ impl Content {
         self.distance.is_some() || self.within.is_some()
     }
 
-    /// The window `[lo, hi)` the whole match must lie in, given the end of the previous
-    /// content match (Suricata: start = prev + distance, end = start + within).
-    pub(crate) fn window(&self, prev_end: usize, len: usize) -> Option<(usize, usize)> {
+    /// Suricata's `DETECT_CONTENT_IS_SINGLE`: nothing places it or depends on its place,
+    /// so a negated one that is found fails the whole list.
+    pub(crate) fn is_single(&self) -> bool {
+        !(self.relative() || self.rel_next || self.offset.is_some() || self.depth.is_some())
+    }
+
+    /// The window `[lo, hi)` the whole match must lie in, given the cursor (the end of the
+    /// previous match) and the buffer length, as Suricata computes it: relative, the start
+    /// is `cursor + distance` (at least 0) and the end `cursor + distance + within`;
+    /// absolute, `[offset, offset + depth)`. `None` when the window is empty by its bounds
+    /// (Suricata's `offset > depth || depth == 0`).
+    pub(crate) fn window(&self, cursor: usize, len: usize, vars: &Vars) -> Option<(usize, usize)> {
+        let len = len as i64;
+        let cur = cursor as i64;
         let (lo, hi) = if self.relative() {
-            let d = self.distance.unwrap_or(0) as i64;
-            let lo = (prev_end as i64 + d).max(0) as usize;
+            let d = self.distance.map_or(0, |n| n.get(vars));
+            let lo = cur.saturating_add(d).max(0);
             let hi = match self.within {
-                Some(w) => ((prev_end as i64 + d).max(0) as usize).saturating_add(w as usize),
+                Some(w) => cur.saturating_add(w.get(vars)).saturating_add(d),
                 None => len,
             };
             (lo, hi)
         } else {
-            let lo = self.offset.unwrap_or(0) as usize;
+            let lo = self.offset.map_or(0, |n| n.get(vars));
             let hi = match self.depth {
-                Some(d) => lo.saturating_add(d as usize),
+                Some(dp) => lo.saturating_add(dp.get(vars)),
                 None => len,
             };
             (lo, hi)
         };
         let hi = hi.min(len);
-        (lo < hi).then_some((lo, hi))
+        if lo > hi || hi <= 0 {
+            return None;
+        }
+        Some((lo as usize, hi as usize))
     }
 
     /// The first match starting at or after `from` and ending by `hi`.
@@ -348,7 +477,7 @@ impl Content {
         if from > hi || hi - from < n {
             return None;
         }
-        let h = &hay[from..hi];
+        let h = hay.get(from..hi)?;
         let pos = if self.nocase {
             find_nocase(&self.pat, h)
         } else {
@@ -365,8 +494,8 @@ fn find_nocase(needle: &[u8], hay: &[u8]) -> Option<usize> {
     let up = first.to_ascii_uppercase();
     let mut start = 0;
     while start + n <= hay.len() {
-        let i = start + memchr::memchr2(first, up, &hay[start..=hay.len() - n])?;
-        if hay[i + 1..i + n].eq_ignore_ascii_case(rest) {
+        let i = start + memchr::memchr2(first, up, hay.get(start..=hay.len() - n)?)?;
+        if hay.get(i + 1..i + n)?.eq_ignore_ascii_case(rest) {
             return Some(i);
         }
         start = i + 1;
@@ -379,6 +508,85 @@ fn find_nocase(needle: &[u8], hay: &[u8]) -> Option<usize> {
 pub(crate) struct Pcre {
     pub(crate) re: regex::bytes::Regex,
     pub(crate) negated: bool,
+    /// Flag `R`: searched from the end of the previous match in its list.
+    pub(crate) relative: bool,
+    /// The buffer a flag selects (`U`, `H`, ...: see [`Buffer::from_pcre_flag`]).
+    pub(crate) buffer: Option<Buffer>,
+}
+
+/// A pcre in a match list: which of the rule's [`Rule::pcres`] (the engine keeps a clone
+/// of each regex per thread) and how it is placed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PcreItem {
+    /// Index in the rule's `pcres`.
+    pub(crate) index: usize,
+    pub(crate) negated: bool,
+    pub(crate) relative: bool,
+    /// Set by the parser: a keyword after it is relative to it (Suricata's
+    /// `DETECT_PCRE_RELATIVE_NEXT`), so a failure after it tries its next match.
+    pub(crate) retry: bool,
+}
+
+/// One keyword of a match list.
+#[derive(Debug, Clone)]
+pub(crate) enum Item {
+    Content(Box<Content>),
+    Pcre(PcreItem),
+    IsDataAt(IsDataAt),
+    ByteTest(ByteTest),
+    ByteJump(ByteJump),
+    ByteExtract(ByteExtract),
+    /// `bsize`, `urilen`.
+    Bsize(Bsize),
+}
+
+impl Item {
+    /// True for the keywords that count from the cursor.
+    pub(crate) fn relative(&self) -> bool {
+        match self {
+            Item::Content(c) => c.relative(),
+            Item::Pcre(p) => p.relative,
+            Item::IsDataAt(d) => d.relative,
+            Item::ByteTest(t) => t.relative,
+            Item::ByteJump(j) => j.relative,
+            Item::ByteExtract(e) => e.relative,
+            Item::Bsize(_) => false,
+        }
+    }
+}
+
+/// The keywords of a rule over one buffer, in rule order (inspected by
+/// [`crate::inspect::inspect_list`]).
+#[derive(Debug, Clone)]
+pub(crate) struct MatchList {
+    pub(crate) buffer: Buffer,
+    pub(crate) items: Vec<Item>,
+}
+
+/// What a `flowbits` keyword does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FlowbitCmd {
+    /// Set the bit when the rule matches.
+    Set,
+    /// Clear it when the rule matches.
+    Unset,
+    /// Flip it when the rule matches.
+    Toggle,
+    /// The rule matches only if the bit is set.
+    IsSet,
+    /// The rule matches only if the bit is not set.
+    IsNotSet,
+}
+
+/// One `flowbits` keyword (`flowbits:noalert` sets [`Rule::noalert`] instead).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FlowbitOp {
+    pub(crate) cmd: FlowbitCmd,
+    /// The bit names (case-sensitive); more than one only for `isset` / `isnotset`.
+    pub(crate) names: Vec<String>,
+    /// How the per-name tests of `isset` / `isnotset` combine: `false` for `a|b` (one
+    /// suffices, Suricata's OR), `true` for `a&b` (all must hold).
+    pub(crate) all: bool,
 }
 
 /// A parsed rule.
@@ -392,6 +600,8 @@ pub struct Rule {
     pub sid: u32,
     /// Revision (`rev`, default 0).
     pub rev: u32,
+    /// Generator id (`gid`, default 1), the EVE `gid`.
+    pub gid: u32,
     /// The message (`msg`), the EVE `signature`.
     pub msg: String,
     /// The `classtype` short name, if any.
@@ -409,8 +619,20 @@ pub struct Rule {
     pub(crate) dst: AddrExpr,
     pub(crate) dport: PortExpr,
     pub(crate) bidir: bool,
-    pub(crate) contents: Vec<Content>,
+    /// The match lists, one per buffer, in the order the rule first names each buffer.
+    pub(crate) lists: Vec<MatchList>,
+    /// The rule's pcres, indexed by [`PcreItem::index`].
     pub(crate) pcres: Vec<Pcre>,
+    /// `noalert` / `flowbits:noalert`: the rule acts (and sets flowbits) but never alerts.
+    pub(crate) noalert: bool,
+    /// The `flowbits` keywords, in rule order.
+    pub(crate) flowbits: Vec<FlowbitOp>,
+    /// The application protocol the rule is for: from the header (`alert http`) or implied
+    /// by the buffers it inspects (`http.uri` makes an `alert tcp` rule an HTTP rule).
+    pub(crate) app: Option<AppProto>,
+    /// The `app-layer-protocol:[!]NAME` tests, (negated, protocol): all must hold (so
+    /// `app-layer-protocol:!http; app-layer-protocol:!tls;` is "neither").
+    pub(crate) app_test: Vec<(bool, AppProto)>,
     pub(crate) dsize: Option<Cmp>,
     pub(crate) ttl: Option<Cmp>,
     pub(crate) itype: Option<Cmp>,
@@ -420,20 +642,38 @@ pub struct Rule {
     pub(crate) threshold: Option<Threshold>,
     pub(crate) filter: Option<DetectionFilter>,
     pub(crate) rate: Option<Rate>,
-    /// Index in `contents` of the pattern the prefilter looks for, if any.
-    pub(crate) fast: Option<usize>,
+    /// (list, item) of the content a prefilter looks for (`fast_pattern`, else the longest
+    /// non-negated content of any list), if any.
+    pub(crate) fast: Option<(usize, usize)>,
 }
 
 impl Rule {
-    /// The pattern the prefilter looks for (`fast_pattern`, else the longest non-negated
-    /// content), if the rule has one.
-    pub fn fast_pattern(&self) -> Option<&[u8]> {
-        self.fast.map(|i| self.contents[i].pat.as_slice())
+    /// The fast pattern and the buffer it is in, if the rule has one.
+    pub(crate) fn fast_content(&self) -> Option<(Buffer, &Content)> {
+        let (l, i) = self.fast?;
+        let list = self.lists.get(l)?;
+        match list.items.get(i)? {
+            Item::Content(c) => Some((list.buffer, c)),
+            _ => None,
+        }
     }
 
-    /// Number of `content` matches in the rule.
+    /// The pattern the packet prefilter looks for: the rule's fast pattern (`fast_pattern`,
+    /// else the longest non-negated content) when it is in the payload, else `None`.
+    pub fn fast_pattern(&self) -> Option<&[u8]> {
+        match self.fast_content()? {
+            (Buffer::Payload, c) => Some(c.pat.as_slice()),
+            _ => None,
+        }
+    }
+
+    /// Number of `content` matches in the rule, over all buffers.
     pub fn content_count(&self) -> usize {
-        self.contents.len()
+        self.lists
+            .iter()
+            .flat_map(|l| &l.items)
+            .filter(|i| matches!(i, Item::Content(_)))
+            .count()
     }
 }
 

@@ -1,9 +1,11 @@
 //! The `ids` service: configuration, factory (one rule set and one EVE writer per
 //! configuration, shared by the queue threads) and the per-packet call.
 
-use crate::engine::{Detector, LoadOptions, Outcome, RuleSet};
+use crate::engine::{Detector, DetectorOptions, LoadOptions, Outcome, RuleSet};
 use crate::eve::EveWriter;
+use crate::flow::FlowLimits;
 use crate::reject::{RejectCounters, RejectLimits, Rejecter};
+use crate::stream::StreamLimits;
 use relay_core::builtin::de_u32;
 use relay_core::{
     Action, Context, Counters, FailPolicy, Packet, Service, ServiceConfig, ServiceFactory, Tally,
@@ -44,6 +46,39 @@ pub struct IdsConfig {
     /// (default 65536); beyond it new keys share one entry per rule.
     #[serde(default = "default_track_max")]
     pub track_max: usize,
+    /// Flows each queue thread tracks (default 65536): flowbits, stream reassembly and
+    /// application-layer parsing live in them. A full table evicts flows that are not
+    /// established first; beyond that new flows are inspected packet by packet
+    /// (`flow_overflow`).
+    #[serde(default = "default_flows", deserialize_with = "de_at_least_1_usize")]
+    pub flows: usize,
+    /// Bytes all TCP streams of a queue thread may hold (default 67108864, 64 MiB);
+    /// a stream that would pass it stops being reassembled (`stream_memcap`).
+    #[serde(
+        default = "default_stream_memcap",
+        deserialize_with = "de_at_least_1_usize"
+    )]
+    pub stream_memcap: usize,
+    /// Bytes reassembled per direction of a TCP flow (default 1048576, 1 MiB, Suricata's
+    /// `reassembly.depth`; 0: no limit). Past it the stream is inspected packet by packet.
+    #[serde(default = "default_stream_depth")]
+    pub stream_depth: u64,
+    /// Bytes one direction of a TCP flow may hold unconsumed or out of order (default
+    /// 262144, 256 KiB).
+    #[serde(
+        default = "default_stream_buffer",
+        deserialize_with = "de_at_least_1_usize"
+    )]
+    pub stream_buffer: usize,
+    /// Reassemble TCP flows picked up without their handshake (default false, as
+    /// Suricata's `stream.midstream`).
+    #[serde(default)]
+    pub midstream: bool,
+    /// Bytes of stream before a packet's new bytes that stream inspection includes
+    /// (default 2048): a pattern split across segments is found if it spans at most this
+    /// many bytes before the segment that completes it.
+    #[serde(default = "default_stream_lookback")]
+    pub stream_lookback: usize,
     /// Alerts that may wait for the EVE writer (default 8192); beyond it lines are
     /// dropped and counted (`eve_dropped`), never waited for.
     #[serde(default = "default_eve_queue")]
@@ -107,6 +142,34 @@ fn default_eve_queue() -> usize {
     8192
 }
 
+fn default_flows() -> usize {
+    crate::flow::DEFAULT_MAX_FLOWS
+}
+
+fn default_stream_memcap() -> usize {
+    crate::stream::DEFAULT_MEMCAP
+}
+
+fn default_stream_depth() -> u64 {
+    crate::stream::DEFAULT_DEPTH
+}
+
+fn default_stream_buffer() -> usize {
+    crate::stream::DEFAULT_BUFFER
+}
+
+fn default_stream_lookback() -> usize {
+    crate::engine::DEFAULT_STREAM_LOOKBACK
+}
+
+/// A size that must be at least 1, refused at its own key otherwise.
+fn de_at_least_1_usize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    match usize::deserialize(d)? {
+        0 => Err(serde::de::Error::custom("must be at least 1")),
+        n => Ok(n),
+    }
+}
+
 impl ServiceConfig for IdsConfig {
     const KIND: &'static str = "ids";
 
@@ -166,7 +229,22 @@ impl ServiceConfig for IdsConfig {
                 dest_rate: self.reject_dest_rate,
                 dest_burst: self.reject_dest_burst,
             },
-            track_max: self.track_max,
+            opts: DetectorOptions {
+                track_max: self.track_max,
+                flows: FlowLimits {
+                    max_flows: self.flows,
+                    midstream: self.midstream,
+                    memcap: self.stream_memcap,
+                    stream: StreamLimits {
+                        depth: self.stream_depth,
+                        buffer: self.stream_buffer,
+                        ..StreamLimits::default()
+                    },
+                    ..FlowLimits::default()
+                },
+                stream_lookback: self.stream_lookback,
+                ..DetectorOptions::default()
+            },
         }))
     }
 }
@@ -176,7 +254,7 @@ struct IdsFactory {
     eve: Option<Arc<EveWriter>>,
     reject_mark: Option<u32>,
     reject_limits: RejectLimits,
-    track_max: usize,
+    opts: DetectorOptions,
 }
 
 impl ServiceFactory for IdsFactory {
@@ -223,7 +301,12 @@ impl ServiceFactory for IdsFactory {
                 suppressed: counters.counter("reject_suppressed"),
             },
         );
-        let det = Detector::new(self.set.clone(), counters, self.eve.clone(), self.track_max);
+        let det = Detector::with_options(
+            self.set.clone(),
+            counters,
+            self.eve.clone(),
+            self.opts.clone(),
+        );
         Box::new(Ids { det, rejecter })
     }
 }

@@ -206,10 +206,20 @@ fn flow_from_conntrack() {
     assert_eq!(sids(&d), [2, 4]);
     d.inspect(&mut with_ct(http(b"req"), CtState::New, false), now);
     assert_eq!(sids(&d), [3, 4]);
-    // Without conntrack information only `stateless` matches, and it is counted.
+    // Without conntrack information relayd's own flow table answers: a lone segment
+    // without a handshake is not established (Suricata's rule), to server.
     d.inspect(&mut http(b"req"), now);
-    assert_eq!(sids(&d), [4]);
-    assert_eq!(counter(&c, "no_ct"), 3);
+    assert_eq!(sids(&d), [3, 4]);
+    assert_eq!(counter(&c, "no_ct"), 0);
+    // An ICMP packet has no flow in the table: only `stateless` can match, and the
+    // missing state is counted.
+    let (mut d, c) = detector(
+        "alert ip any any -> any any (flow:established; sid:1;)\n\
+         alert ip any any -> any any (flow:stateless; sid:2;)",
+    );
+    d.inspect(&mut icmp4(64, 8, b"ping"), now);
+    assert_eq!(sids(&d), [2]);
+    assert_eq!(counter(&c, "no_ct"), 1);
 }
 
 #[test]

@@ -71,10 +71,10 @@ fn broken_rules_name_file_line_and_keyword() {
         errs,
         [
             (21, Some("sid")),
-            (22, Some("http.uri")),
+            (22, Some("ja3.hash")),
             (23, Some("pcre")),
             (24, Some("sid")),
-            (25, Some("http")),
+            (25, Some("smtp")),
             (26, Some("source address")),
             (27, Some("nocase")),
             (28, Some("distance")),
@@ -130,4 +130,36 @@ fn variable_cycles_and_header_errors() {
     assert!(msgs[5].contains("only for ratelimit"), "{}", msgs[5]);
     assert!(msgs[6].contains("no ports"), "{}", msgs[6]);
     assert!(msgs[7].contains("within is shorter"), "{}", msgs[7]);
+}
+
+#[test]
+fn refused_keywords_name_file_line_and_why() {
+    let set = RuleSet::parse_str(
+        "alert tcp any any -> any any (tls.version:1.2; sid:1;)\n\
+         alert smb any any -> any any (sid:2;)\n\
+         alert tcp any any -> any any (byte_test:2,=,1,0,dce; sid:3;)\n\
+         alert tcp any any -> any any (http.uri; content:\"a\"; dns.query; content:\"b\"; sid:4;)\n\
+         alert tcp any any -> any any (content:\"a\"; http.uri;\\\n\
+         sid:5;)\n\
+         alert tcp any any -> any any (flowbits:set,a|b; sid:6;)\n\
+         alert udp any any -> any any (content:\"GET\"; http_method; sid:7;)\n",
+        "k.rules",
+        &common::vars(),
+    )
+    .unwrap();
+    assert!(set.rules().is_empty());
+    let msgs: Vec<String> = set.errors().iter().map(ToString::to_string).collect();
+    let want = [
+        "k.rules:1: `tls.version`: application-layer keyword not supported (relayd parses HTTP/1, DNS and TLS",
+        "k.rules:2: `smb`: application-layer protocol not supported (relayd parses http, dns and tls)",
+        "k.rules:3: `byte_test`: `dce` (DCE/RPC byte order) is not supported",
+        "k.rules:4: `dns.query`: a rule inspects one application protocol",
+        "k.rules:5: `http.uri`: the sticky buffer has no match after it",
+        "k.rules:7: `flowbits`: only isset and isnotset take several names",
+        "k.rules:8: `http`: http runs over tcp",
+    ];
+    assert_eq!(msgs.len(), want.len(), "{msgs:#?}");
+    for (m, w) in msgs.iter().zip(want) {
+        assert!(m.starts_with(w), "{m}\n  does not start with\n{w}");
+    }
 }

@@ -5,6 +5,10 @@
 //! The vocabulary shared by the parsers and the engine lives here: which protocol a flow
 //! speaks, which direction a byte travels, and how far a transaction has got.
 
+pub mod detect;
+pub mod dns;
+pub mod tls;
+
 /// The application protocol of a flow, as detected from its first bytes (and ports).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
@@ -91,3 +95,4 @@ pub trait Transaction {
 }
 
 pub(crate) mod http;
+pub(crate) mod state;

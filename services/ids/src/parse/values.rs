@@ -1,5 +1,6 @@
 //! The values of rule options and header fields: quoted strings, content bytes, address
-//! and port expressions, comparisons, flags, flow, thresholds, rates and PCRE.
+//! and port expressions, comparisons, flags, flow, thresholds, rates and PCRE (with its
+//! `R` and buffer flags).
 
 use super::*;
 
@@ -287,11 +288,22 @@ pub(super) fn parse_flow(v: &str) -> Result<Flow, String> {
             "not_established" => set(&mut f.established, false, k)?,
             "to_server" | "from_client" => set(&mut f.reply, false, k)?,
             "to_client" | "from_server" => set(&mut f.reply, true, k)?,
+            "only_stream" | "no_stream" => {
+                let m = if k == "only_stream" {
+                    StreamMode::Only
+                } else {
+                    StreamMode::No
+                };
+                if f.stream != StreamMode::Any && f.stream != m {
+                    return Err(format!("`{k}` contradicts an earlier flow option"));
+                }
+                f.stream = m;
+            }
             "stateless" => {}
             "" => {}
             _ => {
                 return Err(format!(
-                    "flow option `{k}` is not supported (established, not_established, stateless, to_server, to_client, from_server, from_client)"
+                    "flow option `{k}` is not supported (established, not_established, stateless, to_server, to_client, from_server, from_client, only_stream, no_stream)"
                 ));
             }
         }
@@ -299,108 +311,17 @@ pub(super) fn parse_flow(v: &str) -> Result<Flow, String> {
     Ok(f)
 }
 
-/// Parses `k v, k v, ...` requiring exactly the `keys` (any order); returns values in `keys` order.
-pub(super) fn key_values<'a>(v: &'a str, keys: &[&str]) -> Result<Vec<&'a str>, String> {
-    let mut vals: Vec<Option<&str>> = vec![None; keys.len()];
-    for part in v.split(',') {
-        let mut it = part.split_whitespace();
-        let (Some(k), Some(val), None) = (it.next(), it.next(), it.next()) else {
-            return Err(format!("expected `key value`, got `{}`", part.trim()));
-        };
-        let i = keys
-            .iter()
-            .position(|x| *x == k)
-            .ok_or_else(|| format!("unknown setting `{k}` (expected {})", keys.join(", ")))?;
-        if vals[i].replace(val).is_some() {
-            return Err(format!("`{k}` given twice"));
-        }
-    }
-    vals.iter()
-        .zip(keys)
-        .map(|(v, k)| v.ok_or_else(|| format!("missing `{k}`")))
-        .collect()
-}
-
-pub(super) fn positive(v: &str, what: &str) -> Result<u32, String> {
-    v.parse::<u32>()
-        .ok()
-        .filter(|&n| n > 0)
-        .ok_or_else(|| format!("{what} must be a positive number, got `{v}`"))
-}
-
-pub(super) fn parse_track(v: &str) -> Result<Track, String> {
-    Ok(match v {
-        "by_src" => Track::Src,
-        "by_dst" => Track::Dst,
-        "by_both" => Track::Both,
-        "by_rule" => Track::Rule,
-        _ => {
-            return Err(format!(
-                "track is by_src, by_dst, by_both or by_rule, not `{v}`"
-            ));
-        }
-    })
-}
-
-pub(super) fn parse_threshold(v: &str) -> Result<Threshold, String> {
-    let kv = key_values(v, &["type", "track", "count", "seconds"])?;
-    let kind = match kv[0] {
-        "limit" => ThresholdKind::Limit,
-        "threshold" => ThresholdKind::Threshold,
-        "both" => ThresholdKind::Both,
-        t => {
-            return Err(format!(
-                "threshold type is limit, threshold or both, not `{t}`"
-            ));
-        }
-    };
-    Ok(Threshold {
-        kind,
-        track: parse_track(kv[1])?,
-        count: positive(kv[2], "count")?,
-        seconds: positive(kv[3], "seconds")?,
-    })
-}
-
-/// `rate:N/unit[, burst B][, track by_x]`; unit s, m or h. The burst defaults to N.
-pub(super) fn parse_rate(v: &str) -> Result<Rate, String> {
-    let mut parts = v.split(',');
-    let head = parts.next().unwrap_or("").trim();
-    let (n, unit) = head
-        .split_once('/')
-        .ok_or_else(|| format!("expected `N/s`, `N/m` or `N/h`, got `{head}`"))?;
-    let n = positive(n.trim(), "rate")?;
-    let secs = match unit.trim() {
-        "s" | "sec" | "second" => 1.0,
-        "m" | "min" | "minute" => 60.0,
-        "h" | "hour" => 3600.0,
-        u => return Err(format!("rate unit is s, m or h, not `{u}`")),
-    };
-    let mut rate = Rate {
-        track: Track::Rule,
-        per_sec: n as f64 / secs,
-        burst: n as f64,
-    };
-    for p in parts {
-        let mut it = p.split_whitespace();
-        match (it.next(), it.next(), it.next()) {
-            (Some("burst"), Some(b), None) => rate.burst = positive(b, "burst")? as f64,
-            (Some("track"), Some(t), None) => rate.track = parse_track(t)?,
-            _ => {
-                return Err(format!(
-                    "expected `burst N` or `track by_x`, got `{}`",
-                    p.trim()
-                ));
-            }
-        }
-    }
-    Ok(rate)
-}
-
 /// `"/pattern/flags"` (or negated) to a bytes regex. PCRE features the `regex` crate lacks
 /// are refused by name rather than by a parse error deep in the pattern.
 pub(super) fn parse_pcre(v: &str) -> Result<Pcre, String> {
-    let (negated, raw) = unquote(v)?;
+    // Quotes are optional for pcre (Suricata's SIGMATCH_QUOTES_OPTIONAL).
+    let t = v.trim();
+    let bare = t.strip_prefix('!').unwrap_or(t).trim_start();
+    let (negated, raw) = if bare.starts_with('"') {
+        unquote(v)?
+    } else {
+        (t.starts_with('!'), bare)
+    };
     // Only the rule language's own escapes go: the rest belongs to the pattern.
     let raw = raw.replace("\\;", ";").replace("\\\"", "\"");
     let body = raw
@@ -410,49 +331,119 @@ pub(super) fn parse_pcre(v: &str) -> Result<Pcre, String> {
         .rfind('/')
         .ok_or("a pcre is written \"/pattern/flags\"")?;
     let (pat, flags) = (&body[..end], &body[end + 1..]);
-    let mut b = regex::bytes::RegexBuilder::new(pat);
+    if flags.contains(',') {
+        return Err("pcre captures into variables (`/re/,flow:name`) are not supported".into());
+    }
+    let (mut relative, mut buffer) = (false, None);
+    let (mut nocase, mut dotall, mut multi, mut extended, mut dollar_end) =
+        (false, false, false, false, false);
+    for f in flags.chars() {
+        match f {
+            'i' => nocase = true,
+            's' => dotall = true,
+            'm' => multi = true,
+            'x' => extended = true,
+            // PCRE2_DOLLAR_ENDONLY: `$` only at the very end, the regex crate's own `$`.
+            'E' => dollar_end = true,
+            'R' => relative = true,
+            // `B` (raw bytes) and `O` (no match limit) change nothing here: the payload is
+            // not normalized, and the regex crate needs no match limit.
+            'B' | 'O' => {}
+            f => match Buffer::from_pcre_flag(f) {
+                Some(sel) if buffer.is_some_and(|x| x != sel) => {
+                    return Err(format!(
+                        "pcre flag `{f}` selects a second buffer (`{}`)",
+                        sel.name()
+                    ));
+                }
+                Some(sel) => buffer = Some(sel),
+                None if f.is_ascii_uppercase() && f != 'A' && f != 'G' => {
+                    return Err(format!(
+                        "pcre flag `{f}` (a Suricata buffer or engine modifier) is not supported"
+                    ));
+                }
+                None => match f {
+                    'A' | 'G' => {
+                        return Err(format!(
+                            "PCRE-specific flag `{f}` is not supported (use `^` or lazy quantifiers in the pattern)"
+                        ));
+                    }
+                    _ => return Err(format!("unknown pcre flag `{f}`")),
+                },
+            },
+        }
+    }
+    check_pcre_features(pat)?;
+    if buffer == Some(Buffer::HttpHost)
+        && !flags.contains('i')
+        && pat.chars().any(|c| c.is_ascii_uppercase())
+    {
+        // Suricata refuses it too (detect-pcre.c): the buffer is lowercase.
+        return Err("pcre flag `W` (http.host, a lowercase buffer) with capitals in the pattern never matches: add `i` or write it in lowercase".into());
+    }
+    // PCRE's `$` (without `m` or `E`) also matches before a newline ending the subject.
+    let pat = if multi || dollar_end {
+        pat.to_string()
+    } else {
+        pcre_dollar(pat)
+    };
+    let mut b = regex::bytes::RegexBuilder::new(&pat);
     // PCRE without the UTF flag works on bytes: `.` is any byte but newline, classes are ASCII.
     // Octal escapes are bytes as in PCRE (`\0`, `\012`, `[\1]`): the `\1`..`\9` outside a
     // class that PCRE would read as backreferences are refused first (check_pcre_features).
     b.unicode(false)
         .octal(true)
+        .case_insensitive(nocase)
+        .dot_matches_new_line(dotall)
+        .multi_line(multi)
+        .ignore_whitespace(extended)
         .size_limit(4 << 20)
         .dfa_size_limit(2 << 20);
-    for f in flags.chars() {
-        match f {
-            'i' => {
-                b.case_insensitive(true);
-            }
-            's' => {
-                b.dot_matches_new_line(true);
-            }
-            'm' => {
-                b.multi_line(true);
-            }
-            'x' => {
-                b.ignore_whitespace(true);
-            }
-            'R' => {
-                return Err(
-                    "pcre flag `R` (relative to the previous match) is not supported".into(),
-                );
-            }
-            'U' | 'I' | 'P' | 'Q' | 'H' | 'D' | 'M' | 'C' | 'S' | 'Y' | 'B' | 'O' | 'V' | 'W' => {
-                return Err(format!(
-                    "pcre flag `{f}` (a Suricata buffer or engine modifier) is not supported: relayd matches the packet payload"
-                ));
-            }
-            'A' | 'E' | 'G' => {
-                return Err(format!(
-                    "PCRE-specific flag `{f}` is not supported (use `^`, `\\z` or lazy quantifiers in the pattern)"
-                ));
-            }
-            _ => return Err(format!("unknown pcre flag `{f}`")),
-        }
-    }
-    check_pcre_features(pat)?;
     let re = b.build().map_err(|e| format!("cannot compile pcre: {e}"))?;
-    Ok(Pcre { re, negated })
+    Ok(Pcre {
+        re,
+        negated,
+        relative,
+        buffer,
+    })
+}
+
+/// Rewrites each `$` outside a class as `(?:\n?\z)`: PCRE's default `$` matches at the end
+/// and before a final newline, the regex crate's only at the end. (The rewritten match
+/// takes the newline in; a following relative keyword then starts after it.)
+fn pcre_dollar(p: &str) -> String {
+    let b = p.as_bytes();
+    let mut out = String::with_capacity(p.len() + 8);
+    let (mut i, mut from, mut in_class) = (0, 0, false);
+    while i < b.len() {
+        match b[i] {
+            b'\\' => {
+                i += 2;
+                continue;
+            }
+            b'[' if !in_class => {
+                in_class = true;
+                i += 1;
+                if b.get(i) == Some(&b'^') {
+                    i += 1;
+                }
+                if b.get(i) == Some(&b']') {
+                    i += 1;
+                }
+                continue;
+            }
+            b']' if in_class => in_class = false,
+            b'$' if !in_class => {
+                out.push_str(p.get(from..i).unwrap_or(""));
+                out.push_str("(?:\\n?\\z)");
+                from = i + 1;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    out.push_str(p.get(from..).unwrap_or(""));
+    out
 }
 
 /// Refuses the PCRE constructs the `regex` crate does not have (it guarantees linear time

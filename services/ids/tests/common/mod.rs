@@ -20,6 +20,21 @@ pub(crate) fn tcp4(
     flags: u8,
     payload: &[u8],
 ) -> Packet {
+    tcp4_seq(src, dst, sport, dport, flags, 1000, 5000, payload)
+}
+
+/// A TCP/IPv4 segment with the given flags, sequence and acknowledgement numbers.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn tcp4_seq(
+    src: [u8; 4],
+    dst: [u8; 4],
+    sport: u16,
+    dport: u16,
+    flags: u8,
+    seq: u32,
+    ack: u32,
+    payload: &[u8],
+) -> Packet {
     let total = 40 + payload.len();
     let mut b = vec![0u8; total];
     b[0] = 0x45;
@@ -30,8 +45,8 @@ pub(crate) fn tcp4(
     b[16..20].copy_from_slice(&dst);
     b[20..22].copy_from_slice(&sport.to_be_bytes());
     b[22..24].copy_from_slice(&dport.to_be_bytes());
-    b[24..28].copy_from_slice(&1000u32.to_be_bytes());
-    b[28..32].copy_from_slice(&5000u32.to_be_bytes());
+    b[24..28].copy_from_slice(&seq.to_be_bytes());
+    b[28..32].copy_from_slice(&ack.to_be_bytes());
     b[32] = 5 << 4;
     b[33] = flags;
     b[40..].copy_from_slice(payload);
@@ -142,4 +157,97 @@ pub(crate) fn counter(c: &Counters, name: &str) -> u64 {
         .find(|(n, _, _)| n == name)
         .map(|x| x.2)
         .unwrap_or(0)
+}
+
+/// TCP flag bits.
+pub(crate) const SYN: u8 = 0x02;
+pub(crate) const ACK: u8 = 0x10;
+pub(crate) const PSH_ACK: u8 = 0x18;
+pub(crate) const FIN_ACK: u8 = 0x11;
+
+/// One TCP connection between CLIENT:40000 and SERVER:`port`, building its segments with
+/// consistent sequence and acknowledgement numbers (a capture of a real conversation).
+pub(crate) struct Conv {
+    pub(crate) port: u16,
+    pub(crate) sport: u16,
+    /// Next sequence number of the client and of the server.
+    pub(crate) seq: [u32; 2],
+}
+
+impl Conv {
+    /// A connection to `port`, with initial sequence numbers near the 2^32 wrap so that
+    /// tests cross it.
+    pub(crate) fn new(port: u16) -> Conv {
+        Conv {
+            port,
+            sport: 40000,
+            seq: [0xffff_ff00, 0x7000_0000],
+        }
+    }
+
+    /// The three-way handshake: SYN, SYN-ACK, ACK.
+    pub(crate) fn handshake(&mut self) -> Vec<Packet> {
+        let syn = tcp4_seq(
+            CLIENT,
+            SERVER,
+            self.sport,
+            self.port,
+            SYN,
+            self.seq[0],
+            0,
+            b"",
+        );
+        self.seq[0] = self.seq[0].wrapping_add(1);
+        let synack = tcp4_seq(
+            SERVER,
+            CLIENT,
+            self.port,
+            self.sport,
+            SYN | ACK,
+            self.seq[1],
+            self.seq[0],
+            b"",
+        );
+        self.seq[1] = self.seq[1].wrapping_add(1);
+        let ack = tcp4_seq(
+            CLIENT,
+            SERVER,
+            self.sport,
+            self.port,
+            ACK,
+            self.seq[0],
+            self.seq[1],
+            b"",
+        );
+        vec![syn, synack, ack]
+    }
+
+    /// A data segment from the client (`to_server`) or the server, advancing its sequence.
+    pub(crate) fn data(&mut self, to_server: bool, payload: &[u8]) -> Packet {
+        let p = self.segment_at(to_server, 0, payload);
+        let i = usize::from(!to_server);
+        self.seq[i] = self.seq[i].wrapping_add(payload.len() as u32);
+        p
+    }
+
+    /// A data segment `offset` bytes after the sender's next sequence number, without
+    /// advancing it (out-of-order and retransmitted segments).
+    pub(crate) fn segment_at(&self, to_server: bool, offset: u32, payload: &[u8]) -> Packet {
+        let i = usize::from(!to_server);
+        let (src, dst, sp, dp) = if to_server {
+            (CLIENT, SERVER, self.sport, self.port)
+        } else {
+            (SERVER, CLIENT, self.port, self.sport)
+        };
+        tcp4_seq(
+            src,
+            dst,
+            sp,
+            dp,
+            PSH_ACK,
+            self.seq[i].wrapping_add(offset),
+            self.seq[1 - i],
+            payload,
+        )
+    }
 }

@@ -1,0 +1,183 @@
+//! The application layer of one flow: protocol detection on its first bytes, then the
+//! parser of the detected protocol, fed with the flow's reassembled TCP stream (in order,
+//! no gaps) or its UDP datagrams. The engine asks it for the transactions to inspect.
+//!
+//! Bounds: detection looks at most at [`DETECT_BYTES`] bytes of a direction before giving
+//! up; each parser bounds its own buffering (see its module docs).
+
+use super::detect::{Detection, detect};
+use super::dns::DnsState;
+use super::http::{HttpLimits, HttpState};
+use super::tls::TlsState;
+use super::{AppProto, Dir, Transaction};
+
+/// The most bytes of one direction that may wait for protocol detection. Detection itself
+/// decides on fewer ([`super::detect::DETECT_MAX_LEN`]); this only caps what is held when a
+/// peer sends its first bytes one at a time.
+pub(crate) const DETECT_BYTES: usize = 4096;
+
+/// Where a flow's application layer is.
+#[derive(Default)]
+pub(crate) enum AppState {
+    /// No protocol recognised yet; per direction, whether detection has given up on it.
+    #[default]
+    Detecting,
+    /// One direction gave up, the other has not decided yet.
+    HalfDetected(Dir),
+    /// HTTP/1.x.
+    Http(Box<HttpState>),
+    /// TLS.
+    Tls(Box<TlsState>),
+    /// DNS.
+    Dns(Box<DnsState>),
+    /// No parser applies (not a known protocol, or its parser failed): the flow is
+    /// inspected packet by packet (and as a raw stream) only.
+    Failed(Option<AppProto>),
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AppState::Detecting => f.write_str("Detecting"),
+            AppState::HalfDetected(d) => write!(f, "HalfDetected({d:?})"),
+            AppState::Failed(p) => write!(f, "Failed({p:?})"),
+            other => write!(f, "{:?}", other.proto()),
+        }
+    }
+}
+
+impl AppState {
+    /// The flow's protocol, once detected (also after its parser failed, as Suricata keeps
+    /// `app-layer-protocol` of a flow whose parser errored).
+    pub(crate) fn proto(&self) -> Option<AppProto> {
+        match self {
+            AppState::Http(_) => Some(AppProto::Http),
+            AppState::Tls(_) => Some(AppProto::Tls),
+            AppState::Dns(_) => Some(AppProto::Dns),
+            AppState::Failed(p) => *p,
+            AppState::Detecting | AppState::HalfDetected(_) => None,
+        }
+    }
+
+    /// True while the protocol is still being detected.
+    pub(crate) fn detecting(&self) -> bool {
+        matches!(self, AppState::Detecting | AppState::HalfDetected(_))
+    }
+
+    fn start(&mut self, p: AppProto) {
+        *self = match p {
+            AppProto::Http => AppState::Http(Box::default()),
+            AppProto::Tls => AppState::Tls(Box::default()),
+            AppProto::Dns => AppState::Dns(Box::default()),
+        };
+    }
+
+    /// Detection's answer for one direction: true if a parser now runs.
+    fn detected(&mut self, dir: Dir, d: Detection, held: usize) -> bool {
+        match d {
+            Detection::Proto(p) => {
+                self.start(p);
+                true
+            }
+            Detection::NeedMore if held < DETECT_BYTES => false,
+            Detection::NeedMore | Detection::NotThis => {
+                *self = match self {
+                    AppState::HalfDetected(other) if *other != dir => AppState::Failed(None),
+                    _ => AppState::HalfDetected(dir),
+                };
+                false
+            }
+        }
+    }
+
+    /// Feeds the bytes of direction `dir` of a TCP stream that the application layer has
+    /// not consumed yet (`pending`, in order, from the first unconsumed byte). Returns how
+    /// many of them are consumed: all of them, except while detection needs more.
+    pub(crate) fn feed_stream(
+        &mut self,
+        dir: Dir,
+        pending: &[u8],
+        ports: (u16, u16),
+        limits: &HttpLimits,
+    ) -> usize {
+        if pending.is_empty() {
+            return 0;
+        }
+        if let AppState::HalfDetected(d) = self
+            && *d == dir
+        {
+            // This direction already gave up: its bytes go unparsed.
+            return pending.len();
+        }
+        if self.detecting() {
+            let d = detect(dir, pending, false, ports.0, ports.1);
+            if !self.detected(dir, d, pending.len()) {
+                return if self.detecting() && matches!(d, Detection::NeedMore) {
+                    0
+                } else {
+                    pending.len()
+                };
+            }
+        }
+        let ok = match self {
+            AppState::Http(h) => h.feed(dir, pending, limits).is_ok(),
+            AppState::Tls(t) => t.feed(dir, pending).is_ok(),
+            AppState::Dns(d) => d.feed_stream(dir, pending).is_ok(),
+            _ => true,
+        };
+        if !ok {
+            // The parser gave up on the flow; what it parsed stays inspectable until the
+            // flow ends, as its transactions are kept by the engine's last inspection.
+            tracing::trace!(proto = ?self.proto(), "application-layer parser failed");
+            *self = AppState::Failed(self.proto());
+        }
+        pending.len()
+    }
+
+    /// Feeds one UDP datagram travelling in `dir`.
+    pub(crate) fn feed_datagram(&mut self, dir: Dir, data: &[u8], ports: (u16, u16)) {
+        if self.detecting() {
+            if let AppState::HalfDetected(d) = self
+                && *d == dir
+            {
+                return;
+            }
+            let d = detect(dir, data, true, ports.0, ports.1);
+            // A datagram is all there is: NeedMore is as good as NotThis.
+            if !self.detected(dir, d, DETECT_BYTES) {
+                return;
+            }
+        }
+        if let AppState::Dns(d) = self {
+            // A malformed datagram makes no transaction; the next one is parsed all the same.
+            let _ = d.feed_datagram(dir, data);
+        }
+    }
+
+    /// The direction `dir` ended (FIN, RST, flow timeout): a body delimited by the close
+    /// completes.
+    pub(crate) fn close(&mut self, dir: Dir) {
+        if let AppState::Http(h) = self {
+            h.close(dir);
+        }
+    }
+
+    /// Calls `f` with each live transaction, oldest first.
+    pub(crate) fn for_each_tx(&self, f: &mut dyn FnMut(&dyn Transaction)) {
+        match self {
+            AppState::Http(h) => h.txs().for_each(|t| f(t)),
+            AppState::Dns(d) => d.txs().for_each(|t| f(t)),
+            AppState::Tls(t) => f(t.tx()),
+            _ => {}
+        }
+    }
+
+    /// Drops the transactions with ids below `below` (the engine has finished with them).
+    pub(crate) fn retire(&mut self, below: u64) {
+        match self {
+            AppState::Http(h) => h.retire(below),
+            AppState::Dns(d) if below > 0 => d.free_through(below - 1),
+            _ => {}
+        }
+    }
+}

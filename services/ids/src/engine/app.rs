@@ -1,0 +1,237 @@
+//! Detection over application-layer transactions: which rules inspect transactions, their
+//! per-buffer prefilters, and the per-flow record of which rule is done with which
+//! transaction.
+//!
+//! A rule that names an application-layer buffer (`http.uri`, `dns.query`, ...) or that is
+//! written for an application protocol without inspecting the payload (`alert http ...
+//! (sid:1;)`) is a *transaction rule*. It is inspected against each transaction of a flow
+//! of its protocol once the buffers it names are final (their direction has reached the
+//! buffer's `ready` progress, see [`crate::buffer::BUFFERS`]), on a packet travelling in
+//! the rule's direction (the direction of its buffers, to client if it names buffers of
+//! both). It then matches at most once per transaction and direction, as in Suricata, and
+//! the packet that completed the transaction's buffers takes the verdict. A transaction
+//! is looked at again only when its progress changed.
+//!
+//! Cost: per packet whose transaction progressed, one scan of each of its buffers by the
+//! prefilter over the fast patterns of the protocol's rules in that buffer (the same
+//! hashed-anchor prefilter as for payloads), then the candidates and the rules without a
+//! fast pattern are checked. Memory per transaction: two bitsets over the protocol's
+//! transaction rules (freed with the transaction).
+
+use super::flowbits::FlowBits;
+use crate::applayer::state::AppState;
+use crate::applayer::{AppProto, Dir, Progress, Transaction};
+use crate::buffer::Buffer;
+use crate::prefilter::{Prefilter, Scratch};
+use crate::rule::Rule;
+use std::collections::{HashMap, VecDeque};
+
+/// Number of application protocols (index: `AppProto as usize`).
+pub(crate) const PROTOS: usize = 3;
+
+/// The index of a protocol in per-protocol arrays.
+pub(crate) fn proto_index(p: AppProto) -> usize {
+    match p {
+        AppProto::Http => 0,
+        AppProto::Tls => 1,
+        AppProto::Dns => 2,
+    }
+}
+
+/// A prefilter over the fast patterns that lie in one buffer.
+#[derive(Debug)]
+pub(crate) struct BufferPrefilter {
+    pub(crate) buffer: Buffer,
+    pub(crate) pf: Prefilter,
+    /// Pattern id to the rules (ascending) whose fast pattern it is.
+    pub(crate) pat_rules: Vec<Vec<u32>>,
+}
+
+/// The transaction rules of one protocol.
+#[derive(Debug, Default)]
+pub(crate) struct AppRules {
+    /// The rules (indices into the rule set, ascending).
+    pub(crate) rules: Vec<u32>,
+    /// Per buffer, the prefilter over the fast patterns in it.
+    pub(crate) prefilters: Vec<BufferPrefilter>,
+    /// Rules without a fast pattern in an application-layer buffer (ascending).
+    pub(crate) no_fast: Vec<u32>,
+}
+
+/// What the rule set knows of transaction rules.
+#[derive(Debug, Default)]
+pub(crate) struct TxRules {
+    pub(crate) by_proto: [AppRules; PROTOS],
+    /// Per rule: its slot in its protocol's `rules` (bit in the per-transaction sets), or
+    /// `u32::MAX` for a packet rule.
+    pub(crate) slot: Vec<u32>,
+    /// Per rule: the direction it is inspected in (`None`: either).
+    pub(crate) dir: Vec<Option<Dir>>,
+}
+
+/// The fast patterns of one (protocol, buffer): the patterns, pattern to id, and per id
+/// the rules.
+type PatternGroup = (Vec<Vec<u8>>, HashMap<Vec<u8>, usize>, Vec<Vec<u32>>);
+
+/// True if rule `r` inspects transactions rather than packets.
+pub(crate) fn is_tx_rule(r: &Rule) -> bool {
+    r.app.is_some() && (r.lists.iter().any(|l| l.buffer != Buffer::Payload) || r.lists.is_empty())
+}
+
+/// The direction a transaction rule is inspected in.
+fn rule_dir(r: &Rule) -> Option<Dir> {
+    let dirs = r
+        .lists
+        .iter()
+        .filter_map(|l| l.buffer.info().and_then(|i| i.dir));
+    let mut out = None;
+    for d in dirs {
+        if d == Dir::ToClient {
+            return Some(Dir::ToClient);
+        }
+        out = Some(d);
+    }
+    out.or_else(|| {
+        r.flow
+            .and_then(|f| f.reply)
+            .map(|reply| if reply { Dir::ToClient } else { Dir::ToServer })
+    })
+}
+
+impl TxRules {
+    /// Sorts the transaction rules of `rules` (in evaluation order) by protocol and builds
+    /// their prefilters.
+    pub(crate) fn build(rules: &[Rule]) -> TxRules {
+        let mut t = TxRules {
+            slot: vec![u32::MAX; rules.len()],
+            dir: vec![None; rules.len()],
+            ..TxRules::default()
+        };
+        // (protocol, buffer) -> (patterns, by pattern, pattern rules)
+        let mut groups: HashMap<(usize, Buffer), PatternGroup> = HashMap::new();
+        for (i, r) in rules.iter().enumerate() {
+            let Some(app) = r.app.filter(|_| is_tx_rule(r)) else {
+                continue;
+            };
+            let pi = proto_index(app);
+            let ar = &mut t.by_proto[pi];
+            t.slot[i] = ar.rules.len() as u32;
+            ar.rules.push(i as u32);
+            t.dir[i] = rule_dir(r);
+            match r.fast_content() {
+                Some((buffer, c)) if buffer != Buffer::Payload => {
+                    let key = c.pat.to_ascii_lowercase();
+                    let (pats, by, pr) = groups.entry((pi, buffer)).or_default();
+                    let id = *by.entry(key.clone()).or_insert_with(|| {
+                        pats.push(key);
+                        pr.push(Vec::new());
+                        pats.len() - 1
+                    });
+                    if let Some(v) = pr.get_mut(id) {
+                        v.push(i as u32);
+                    }
+                }
+                _ => ar.no_fast.push(i as u32),
+            }
+        }
+        let mut groups: Vec<_> = groups.into_iter().collect();
+        groups.sort_by_key(|((p, b), _)| (*p, *b));
+        for ((pi, buffer), (pats, _, pat_rules)) in groups {
+            t.by_proto[pi].prefilters.push(BufferPrefilter {
+                buffer,
+                pf: Prefilter::new(&pats),
+                pat_rules,
+            });
+        }
+        t
+    }
+
+    /// Per-thread prefilter scratch for every buffer prefilter, in order.
+    pub(crate) fn scratch(&self) -> Vec<Vec<Scratch>> {
+        self.by_proto
+            .iter()
+            .map(|a| a.prefilters.iter().map(|b| b.pf.scratch()).collect())
+            .collect()
+    }
+}
+
+/// What the engine keeps per flow.
+#[derive(Debug, Default)]
+pub(crate) struct FlowState {
+    /// The application layer.
+    pub(crate) app: AppState,
+    /// The flow's flowbits.
+    pub(crate) bits: FlowBits,
+    /// Per live transaction, what detection has done with it.
+    pub(crate) txs: VecDeque<TxDetect>,
+}
+
+/// Detection's record of one transaction.
+#[derive(Debug)]
+pub(crate) struct TxDetect {
+    pub(crate) id: u64,
+    /// The progress (to server, to client) at the last inspection.
+    pub(crate) seen: [Progress; 2],
+    /// Per direction, the transaction rules done with it (matched, or final and not
+    /// matching), as bits over the protocol's rule slots.
+    done: [Vec<u64>; 2],
+}
+
+impl TxDetect {
+    fn new(id: u64) -> TxDetect {
+        TxDetect {
+            id,
+            seen: [Progress::None; 2],
+            done: [Vec::new(), Vec::new()],
+        }
+    }
+
+    /// True if the rule in `slot` is done with the transaction in direction `dir`.
+    pub(crate) fn is_done(&self, dir: Dir, slot: u32) -> bool {
+        self.done[dir.index()]
+            .get((slot / 64) as usize)
+            .is_some_and(|w| w & (1 << (slot % 64)) != 0)
+    }
+
+    /// Marks the rule in `slot` done with the transaction in direction `dir`.
+    pub(crate) fn mark_done(&mut self, dir: Dir, slot: u32) {
+        let v = &mut self.done[dir.index()];
+        let i = (slot / 64) as usize;
+        if i >= v.len() {
+            v.resize(i + 1, 0);
+        }
+        if let Some(w) = v.get_mut(i) {
+            *w |= 1 << (slot % 64);
+        }
+    }
+}
+
+/// The detection record of transaction `id`, created if new; records of transactions
+/// older than the oldest live one are dropped.
+pub(crate) fn tx_record(txs: &mut VecDeque<TxDetect>, id: u64) -> &mut TxDetect {
+    while txs.front().is_some_and(|t| t.id < id) && txs.len() > 64 {
+        txs.pop_front();
+    }
+    let pos = match txs.iter().position(|t| t.id == id) {
+        Some(p) => p,
+        None => {
+            let at = txs.iter().position(|t| t.id > id).unwrap_or(txs.len());
+            txs.insert(at, TxDetect::new(id));
+            at
+        }
+    };
+    &mut txs[pos]
+}
+
+/// The current progress of a transaction, both directions.
+pub(crate) fn progress(tx: &dyn Transaction) -> [Progress; 2] {
+    [tx.progress(Dir::ToServer), tx.progress(Dir::ToClient)]
+}
+
+/// True if buffer `b` of `tx` is final for an inspection in direction `dir`.
+pub(crate) fn ready(tx: &dyn Transaction, b: Buffer, dir: Dir) -> bool {
+    match b.info() {
+        None => true,
+        Some(i) => tx.progress(i.dir.unwrap_or(dir)) >= i.ready,
+    }
+}

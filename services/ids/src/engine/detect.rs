@@ -1,0 +1,769 @@
+//! The per-queue-thread [`Detector`]: the flow table, stream reassembly and application
+//! layer of the thread's flows, and the inspection of each packet against the rule set.
+//!
+//! Per packet:
+//! 1. the header facts are read once;
+//! 2. if the rules need flows (see [`RuleSet::needs_flows`]), the packet's flow is found
+//!    or created; a TCP payload goes into its direction's reassembled stream, and the
+//!    new in-order bytes (or a UDP datagram) go to the flow's application layer;
+//! 3. packet rules: one prefilter scan over the payload, or over the stream window that
+//!    ends with it (the bytes this packet completed plus up to `stream_lookback` bytes
+//!    before them), names the candidates; they and the rules without a payload fast
+//!    pattern are checked fully in Suricata's order, stopping at the first `pass`. A TCP
+//!    payload rule matches the packet's payload or, unless `flow:no_stream`, the stream
+//!    window provided the match needs the bytes this packet completed (so a pattern split
+//!    across segments is found once, on the segment that completes it);
+//! 4. transaction rules (`engine::app`) are checked against the transactions of the
+//!    flow that progressed;
+//! 5. the verdict: drop if any matching rule drops, alerts (at most 15), counters.
+//!
+//! Nothing is allocated per packet once the scratch vectors have grown, except by the flow
+//! table, the streams and the parsers (per flow, within their bounds) and the tracker
+//! (per new key).
+
+use super::app::{FlowState, progress, ready, tx_record};
+use super::flowbits::{self, FlowBits};
+use super::packet::{PktInfo, pkt_info};
+use super::{INSPECT_BUDGET, MAX_ALERTS_PER_PACKET, Outcome, RuleSet};
+use crate::applayer::http::HttpLimits;
+use crate::applayer::{AppProto, Dir, Progress, Transaction};
+use crate::buffer::Buffer;
+use crate::eve::{AlertEvent, EveWriter, flow_id};
+use crate::flow::{FlowCounters, FlowLimits, FlowPacket, FlowTable, TcpHeader};
+use crate::inspect::inspect_list;
+use crate::prefilter::{Prefilter, Scratch};
+use crate::rule::{MatchList, RuleAction, RuleProto, StreamMode, Vars, port_match};
+use crate::track::{Addrs, Tracker};
+use relay_core::{Counter, Counters, Packet};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+/// Default bytes of a TCP stream before a packet's new bytes that stream inspection looks
+/// at (Suricata inspects its raw stream in chunks of 2,560 bytes).
+pub const DEFAULT_STREAM_LOOKBACK: usize = 2048;
+
+/// TCP FIN and RST.
+const FIN_RST: u8 = 0x01 | 0x04;
+
+/// The bounds and settings of a detector beyond its rule set.
+#[derive(Debug, Clone)]
+pub struct DetectorOptions {
+    /// Most keys tracked for `threshold`, `detection_filter` and `rate`.
+    pub track_max: usize,
+    /// The flow table's and streams' bounds.
+    pub flows: FlowLimits,
+    /// The HTTP parser's bounds (the defaults: libhtp's).
+    pub(crate) http: HttpLimits,
+    /// Bytes of stream before a packet's new bytes that stream inspection includes.
+    pub stream_lookback: usize,
+    /// Keep a flow table at all (default true). Without it the engine inspects packets
+    /// only: no streams, no application layer, no flowbits; `flow:` from conntrack alone.
+    pub flow_tracking: bool,
+}
+
+impl Default for DetectorOptions {
+    fn default() -> DetectorOptions {
+        DetectorOptions {
+            track_max: 65_536,
+            flows: FlowLimits::default(),
+            http: HttpLimits::default(),
+            stream_lookback: DEFAULT_STREAM_LOOKBACK,
+            flow_tracking: true,
+        }
+    }
+}
+
+/// Per-instance counters (see docs/ids.md).
+#[derive(Debug)]
+struct Stats {
+    alerts: Counter,
+    suppressed: Counter,
+    dropped: Counter,
+    rejected: Counter,
+    passed: Counter,
+    eve_dropped: Counter,
+    no_ct: Counter,
+}
+
+/// What a rule check needs besides the rule set, borrowed apart from the scratch lists.
+#[derive(Debug)]
+struct State {
+    tracker: Tracker,
+    regexes: Vec<regex::bytes::Regex>,
+    no_ct: Counter,
+}
+
+/// The flow facts a rule check reads (and the flowbits it may change).
+struct FlowCx<'a> {
+    dir: Dir,
+    established: bool,
+    app: Option<AppProto>,
+    bits: &'a mut FlowBits,
+    id: u64,
+}
+
+/// The stream window a TCP payload rule also inspects: `bytes[old..]` is what this
+/// packet completed.
+struct Win<'a> {
+    bytes: &'a [u8],
+    old: usize,
+}
+
+/// The per-queue-thread inspector.
+#[derive(Debug)]
+pub struct Detector {
+    set: Arc<RuleSet>,
+    st: State,
+    hits: Vec<Counter>,
+    scratch: Scratch,
+    /// Per protocol, per buffer prefilter, its scratch.
+    app_scratch: Vec<Vec<Scratch>>,
+    cand: Vec<u32>,
+    tx_cand: Vec<u32>,
+    matched: Vec<u32>,
+    stats: Stats,
+    eve: Option<Arc<EveWriter>>,
+    flows: Option<FlowTable<FlowState>>,
+    opts: DetectorOptions,
+}
+
+impl Detector {
+    /// A detector over `set`, registering its counters (`alerts`, ..., `sid:N` per rule)
+    /// in `counters`, sending alerts to `eve`, tracking at most `track_max` keys, with the
+    /// default flow, stream and HTTP bounds.
+    pub fn new(
+        set: Arc<RuleSet>,
+        counters: &Counters,
+        eve: Option<Arc<EveWriter>>,
+        track_max: usize,
+    ) -> Detector {
+        let opts = DetectorOptions {
+            track_max,
+            ..DetectorOptions::default()
+        };
+        Detector::with_options(set, counters, eve, opts)
+    }
+
+    /// A detector with explicit bounds (see [`DetectorOptions`]).
+    pub fn with_options(
+        set: Arc<RuleSet>,
+        counters: &Counters,
+        eve: Option<Arc<EveWriter>>,
+        opts: DetectorOptions,
+    ) -> Detector {
+        let c = |n: &str| counters.counter(n);
+        let stats = Stats {
+            alerts: c("alerts"),
+            suppressed: c("suppressed"),
+            dropped: c("dropped"),
+            rejected: c("rejected"),
+            passed: c("passed"),
+            eve_dropped: c("eve_dropped"),
+            no_ct: c("no_ct"),
+        };
+        let overflow = c("track_overflow");
+        // A regex clone has its own match cache, so queue threads share no lock.
+        let regexes = set
+            .rules
+            .iter()
+            .flat_map(|r| r.pcres.iter().map(|p| p.re.clone()))
+            .collect();
+        let hits = set
+            .rules
+            .iter()
+            .map(|r| c(&format!("sid:{}", r.sid)))
+            .collect();
+        let flows = (set.needs_flows && opts.flow_tracking)
+            .then(|| FlowTable::new(opts.flows.clone(), FlowCounters::register(counters)));
+        Detector {
+            st: State {
+                tracker: Tracker::new(opts.track_max, overflow),
+                regexes,
+                no_ct: stats.no_ct.clone(),
+            },
+            hits,
+            scratch: set
+                .prefilter
+                .as_ref()
+                .map(Prefilter::scratch)
+                .unwrap_or_default(),
+            app_scratch: set.tx.scratch(),
+            cand: Vec::with_capacity(64),
+            tx_cand: Vec::with_capacity(64),
+            matched: Vec::with_capacity(16),
+            stats,
+            eve,
+            flows,
+            opts,
+            set,
+        }
+    }
+
+    /// The rule set in use.
+    pub fn rule_set(&self) -> &Arc<RuleSet> {
+        &self.set
+    }
+
+    /// The sids of the rules the last packet matched, in evaluation order.
+    pub fn matched_sids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.matched.iter().map(|&i| self.set.rules[i as usize].sid)
+    }
+
+    /// Flows tracked now, and the stream bytes they hold.
+    pub fn flow_usage(&self) -> (usize, usize) {
+        self.flows.as_ref().map_or((0, 0), |t| (t.len(), t.mem()))
+    }
+
+    /// Inspects one packet at time `now` (the batch time): counts hits, raises alerts and
+    /// says what to do with the packet.
+    pub fn inspect(&mut self, pkt: &mut Packet, now: Instant) -> Outcome {
+        self.matched.clear();
+        let Some(p) = pkt_info(pkt) else {
+            return Outcome::Clean;
+        };
+        let Detector {
+            set,
+            st,
+            scratch,
+            app_scratch,
+            cand,
+            tx_cand,
+            matched,
+            flows,
+            opts,
+            ..
+        } = self;
+        let set: &RuleSet = set;
+        let data = pkt.data();
+        let payload = data.get(p.pay.0..p.pay.1).unwrap_or(&[]);
+        let ports = (p.sport.unwrap_or(0), p.dport.unwrap_or(0));
+        let mut fref = match flows {
+            Some(t) if p.class <= 1 => t.packet(
+                &FlowPacket {
+                    proto: p.proto,
+                    src: p.ks,
+                    dst: p.kd,
+                    sport: ports.0,
+                    dport: ports.1,
+                    tcp: (p.class == 0).then_some(TcpHeader {
+                        seq: p.seq,
+                        ack: p.ack,
+                        flags: p.tcp_flags,
+                    }),
+                    payload,
+                },
+                now,
+            ),
+            _ => None,
+        };
+        let (mut fx, mut stream, mut app_txs, mut new_bytes) = (None, None, None, 0);
+        if let Some(f) = fref.as_mut() {
+            let dir = f.dir;
+            let established = f.established;
+            new_bytes = f.seg.new;
+            let id = f.flow.id();
+            let (state, s) = f.flow.split_mut(dir);
+            let FlowState { app, bits, txs } = state;
+            match s {
+                Some(s) => {
+                    if set.needs_app {
+                        let n = app.feed_stream(dir, s.app_pending(), ports, &opts.http);
+                        let upto = s.app_offset() + n as u64;
+                        s.consume_app(upto);
+                    } else {
+                        let end = s.end();
+                        s.consume_app(end);
+                    }
+                    stream = Some(s);
+                }
+                None if p.class == 1 && set.needs_app => app.feed_datagram(dir, payload, ports),
+                None => {}
+            }
+            if p.tcp_flags & FIN_RST != 0 {
+                app.close(dir);
+            }
+            fx = Some(FlowCx {
+                dir,
+                established,
+                app: app.proto(),
+                bits,
+                id,
+            });
+            app_txs = Some((app, txs));
+        }
+        let win = stream.as_deref().and_then(|s| {
+            if new_bytes == 0 {
+                return None;
+            }
+            let (_, bytes) = s.raw_window();
+            Some(Win {
+                bytes,
+                old: bytes.len().saturating_sub(new_bytes),
+            })
+        });
+
+        // Packet rules.
+        cand.clear();
+        if set.class_has_content[p.class]
+            && let Some(pf) = &set.prefilter
+        {
+            let mut scan = |hay: &[u8], cand: &mut Vec<u32>| {
+                pf.scan(hay, scratch, |id| {
+                    cand.extend_from_slice(&set.pat_rules[id as usize]);
+                });
+            };
+            match &win {
+                Some(w) => {
+                    scan(w.bytes, cand);
+                    if !w.contains(payload) {
+                        scan(payload, cand);
+                    }
+                }
+                None if !payload.is_empty() => scan(payload, cand),
+                None => {}
+            }
+            cand.sort_unstable();
+            cand.dedup();
+        }
+        let ho = &set.header_only[p.class];
+        let (mut a, mut b) = (0, 0);
+        let mut passed = false;
+        loop {
+            let i = match (cand.get(a), ho.get(b)) {
+                (Some(&x), Some(&y)) if x < y => {
+                    a += 1;
+                    x
+                }
+                (_, Some(&y)) => {
+                    b += 1;
+                    y
+                }
+                (Some(&x), None) => {
+                    a += 1;
+                    x
+                }
+                (None, None) => break,
+            };
+            if check(
+                set,
+                st,
+                i as usize,
+                &p,
+                payload,
+                win.as_ref(),
+                fx.as_mut(),
+                now,
+            ) {
+                matched.push(i);
+                if set.rules[i as usize].action == RuleAction::Pass {
+                    passed = true;
+                    break;
+                }
+            }
+        }
+
+        // Transaction rules.
+        if !passed
+            && let Some((app, txs)) = app_txs
+            && let Some(proto) = app.proto()
+            && let Some(dir) = fx.as_ref().map(|f| f.dir)
+        {
+            let pi = super::app::proto_index(proto);
+            let ar = &set.tx.by_proto[pi];
+            if !ar.rules.is_empty() {
+                let scr = &mut app_scratch[pi];
+                app.for_each_tx(&mut |tx| {
+                    let rec = tx_record(txs, tx.id());
+                    let prog = progress(tx);
+                    if prog == rec.seen {
+                        return;
+                    }
+                    rec.seen = prog;
+                    tx_cand.clear();
+                    for (k, bp) in ar.prefilters.iter().enumerate() {
+                        if !ready(tx, bp.buffer, dir) {
+                            continue;
+                        }
+                        let d = bp.buffer.info().and_then(|i| i.dir).unwrap_or(dir);
+                        let Some(sc) = scr.get_mut(k) else { continue };
+                        tx.for_each(bp.buffer, d, &mut |b| {
+                            bp.pf.scan(b, sc, |id| {
+                                if let Some(r) = bp.pat_rules.get(id as usize) {
+                                    tx_cand.extend_from_slice(r);
+                                }
+                            });
+                            false
+                        });
+                    }
+                    tx_cand.extend_from_slice(&ar.no_fast);
+                    tx_cand.sort_unstable();
+                    tx_cand.dedup();
+                    for &i in tx_cand.iter() {
+                        let slot = set.tx.slot[i as usize];
+                        if rec.is_done(dir, slot)
+                            || set.tx.dir[i as usize].is_some_and(|d| d != dir)
+                        {
+                            continue;
+                        }
+                        match check_tx(set, st, i as usize, &p, payload, tx, fx.as_mut(), now) {
+                            TxCheck::NotYet => {}
+                            TxCheck::Done(m) => {
+                                rec.mark_done(dir, slot);
+                                if m {
+                                    matched.push(i);
+                                }
+                            }
+                        }
+                    }
+                });
+                // Transactions finished both ways are inspected for good: retire them.
+                let done = [Progress::Complete; 2];
+                let below = txs
+                    .iter()
+                    .take_while(|r| r.seen == done)
+                    .last()
+                    .map(|r| r.id + 1);
+                if let Some(below) = below {
+                    app.retire(below);
+                    txs.retain(|r| r.id >= below);
+                }
+                // One order for the verdict and the alerts: Suricata's.
+                matched.sort_unstable();
+            }
+        }
+        if let Some(s) = stream {
+            let upto = s.end().saturating_sub(opts.stream_lookback as u64);
+            s.consume_raw(upto);
+        }
+        let flow = fx.as_ref().map(|f| f.id);
+        self.decide(&p, flow, now)
+    }
+
+    fn decide(&mut self, p: &PktInfo, flow: Option<u64>, now: Instant) -> Outcome {
+        let set = &*self.set;
+        let Some(&first) = self.matched.first() else {
+            return Outcome::Clean;
+        };
+        if set.rules[first as usize].action == RuleAction::Pass {
+            self.hits[first as usize].inc();
+            self.stats.passed.inc();
+            return Outcome::Pass;
+        }
+        let addrs = addrs(p, flow);
+        let mut out = Outcome::Alert;
+        let mut alerts = 0;
+        for &i in &self.matched {
+            let r = &set.rules[i as usize];
+            self.hits[i as usize].inc();
+            match r.action {
+                RuleAction::Reject => out = Outcome::Reject,
+                RuleAction::Drop | RuleAction::Ratelimit if out != Outcome::Reject => {
+                    out = Outcome::Drop
+                }
+                // A pass after other matches (a transaction rule's) only stops alerts.
+                RuleAction::Pass => break,
+                _ => {}
+            }
+            if r.noalert {
+                continue;
+            }
+            let alert = match &r.threshold {
+                Some(t) => self.st.tracker.alert(i, t, addrs, now),
+                None => true,
+            };
+            if !alert || alerts >= MAX_ALERTS_PER_PACKET {
+                self.stats.suppressed.inc();
+                continue;
+            }
+            alerts += 1;
+            self.stats.alerts.inc();
+            if let Some(eve) = &self.eve {
+                let ev = AlertEvent {
+                    time: SystemTime::now(),
+                    rule: i,
+                    blocked: r.action.blocks(),
+                    src: p.src,
+                    dst: p.dst,
+                    sport: p.sport,
+                    dport: p.dport,
+                    proto: p.proto,
+                    icmp: p.icmp,
+                    flow_id: flow_id(
+                        p.src,
+                        p.dst,
+                        p.sport.unwrap_or(0),
+                        p.dport.unwrap_or(0),
+                        p.proto,
+                    ),
+                };
+                if !eve.try_send(ev) {
+                    self.stats.eve_dropped.inc();
+                }
+            }
+        }
+        match out {
+            Outcome::Reject => self.stats.rejected.inc(),
+            Outcome::Drop => self.stats.dropped.inc(),
+            _ => {}
+        }
+        out
+    }
+}
+
+impl Win<'_> {
+    /// True if `payload` is the part of the window this packet completed, or inside it.
+    fn contains(&self, payload: &[u8]) -> bool {
+        let new = self.bytes.get(self.old..).unwrap_or(&[]);
+        new.len() >= payload.len() && new.get(..payload.len()) == Some(payload)
+    }
+}
+
+/// The checks of rule `i` that do not look at payload or buffers: protocol, addresses and
+/// ports, header fields, flow state, application protocol, flowbits tests.
+fn header_ok(
+    set: &RuleSet,
+    st: &mut State,
+    i: usize,
+    p: &PktInfo,
+    payload_len: usize,
+    fx: Option<&FlowCx<'_>>,
+) -> bool {
+    let r = &set.rules[i];
+    let proto_ok = match r.proto {
+        RuleProto::Ip => true,
+        RuleProto::Tcp => p.class == 0,
+        RuleProto::Udp => p.class == 1,
+        RuleProto::Icmp => p.class == 2,
+        RuleProto::TcpOrUdp => p.class <= 1,
+    };
+    if !proto_ok {
+        return false;
+    }
+    let way = |s: u128, sp: Option<u16>, d: u128, dp: Option<u16>| {
+        r.src.eval(&|n| n.contains(s))
+            && port_match(&r.sport, sp)
+            && r.dst.eval(&|n| n.contains(d))
+            && port_match(&r.dport, dp)
+    };
+    if !(way(p.ks, p.sport, p.kd, p.dport) || r.bidir && way(p.kd, p.dport, p.ks, p.sport)) {
+        return false;
+    }
+    if r.ttl.is_some_and(|c| !c.test(p.ttl.into()))
+        || r.flags
+            .is_some_and(|f| p.class != 0 || !f.test(p.tcp_flags))
+        || r.itype
+            .is_some_and(|c| p.icmp.is_none_or(|(t, _)| !c.test(t.into())))
+        || r.icode
+            .is_some_and(|c| p.icmp.is_none_or(|(_, k)| !c.test(k.into())))
+        || r.dsize.is_some_and(|c| !c.test(payload_len as u32))
+    {
+        return false;
+    }
+    if let Some(f) = r.flow
+        && f.needs_ct()
+    {
+        // The kernel's conntrack state when the packet carries it (the kernel sees every
+        // packet of the flow); else relayd's own flow table; else no state.
+        let ok = match (p.ct, fx) {
+            (Some(_), _) => f.test(p.ct),
+            (None, Some(x)) => {
+                f.established.is_none_or(|e| e == x.established)
+                    && f.reply.is_none_or(|rep| rep == (x.dir == Dir::ToClient))
+            }
+            (None, None) => {
+                st.no_ct.inc();
+                false
+            }
+        };
+        if !ok {
+            return false;
+        }
+    }
+    if let Some(a) = r.app
+        && fx.and_then(|x| x.app) != Some(a)
+    {
+        return false;
+    }
+    for &(neg, a) in &r.app_test {
+        match fx.and_then(|x| x.app) {
+            Some(cur) if (cur == a) != neg => {}
+            _ => return false,
+        }
+    }
+    flowbits::test(&set.bitops[i], fx.map(|x| &*x.bits))
+}
+
+/// The regexes of rule `i` (this thread's clones).
+fn regexes<'a>(set: &RuleSet, st: &'a State, i: usize) -> &'a [regex::bytes::Regex] {
+    let base = set.pcre_base[i] as usize;
+    st.regexes
+        .get(base..base + set.rules[i].pcres.len())
+        .unwrap_or(&[])
+}
+
+/// One list over one buffer, with a fresh budget.
+fn list_matches(list: &MatchList, buf: &[u8], re: &[regex::bytes::Regex], vars: &mut Vars) -> bool {
+    let mut budget = INSPECT_BUDGET;
+    inspect_list(list, buf, re, vars, &mut budget)
+}
+
+/// The payload list of a packet rule against the packet and the stream window.
+fn payload_matches(
+    list: &MatchList,
+    mode: StreamMode,
+    payload: &[u8],
+    win: Option<&Win<'_>>,
+    re: &[regex::bytes::Regex],
+    vars: &mut Vars,
+) -> bool {
+    if mode != StreamMode::Only && list_matches(list, payload, re, vars) {
+        return true;
+    }
+    if mode == StreamMode::No {
+        return false;
+    }
+    let Some(w) = win else { return false };
+    let mut v = *vars;
+    if !list_matches(list, w.bytes, re, &mut v) {
+        return false;
+    }
+    // Only a match that needs this packet's bytes is new.
+    let old = w.bytes.get(..w.old).unwrap_or(&[]);
+    let mut v_old = *vars;
+    if !old.is_empty() && list_matches(list, old, re, &mut v_old) {
+        return false;
+    }
+    *vars = v;
+    true
+}
+
+/// The stateful tests, last (only packets that match everything else count towards a
+/// rate), and the flowbits a match sets.
+fn finish(
+    set: &RuleSet,
+    st: &mut State,
+    i: usize,
+    p: &PktInfo,
+    fx: Option<&mut FlowCx<'_>>,
+    now: Instant,
+) -> bool {
+    let r = &set.rules[i];
+    if r.filter.is_some() || r.rate.is_some() {
+        let addrs = addrs(p, fx.as_ref().map(|f| f.id));
+        if let Some(f) = &r.filter
+            && !st.tracker.filter(i as u32, f, addrs, now)
+        {
+            return false;
+        }
+        if let Some(rate) = &r.rate
+            && !st.tracker.over_rate(i as u32, rate, addrs, now)
+        {
+            return false;
+        }
+    }
+    if let Some(fx) = fx {
+        flowbits::apply(&set.bitops[i], fx.bits);
+    }
+    true
+}
+
+/// The full check of packet rule `i`.
+#[allow(clippy::too_many_arguments)]
+fn check(
+    set: &RuleSet,
+    st: &mut State,
+    i: usize,
+    p: &PktInfo,
+    payload: &[u8],
+    win: Option<&Win<'_>>,
+    fx: Option<&mut FlowCx<'_>>,
+    now: Instant,
+) -> bool {
+    if !header_ok(set, st, i, p, payload.len(), fx.as_deref()) {
+        return false;
+    }
+    let r = &set.rules[i];
+    let mode = r.flow.map_or(StreamMode::Any, |f| f.stream);
+    // Stream inspection is for TCP.
+    let win = win.filter(|_| p.class == 0);
+    let re = regexes(set, st, i);
+    let mut vars = Vars::default();
+    for list in &r.lists {
+        let ok = if list.buffer == Buffer::Payload {
+            payload_matches(list, mode, payload, win, re, &mut vars)
+        } else {
+            false
+        };
+        if !ok {
+            return false;
+        }
+    }
+    finish(set, st, i, p, fx, now)
+}
+
+/// What checking a transaction rule against a transaction found.
+enum TxCheck {
+    /// Not decidable yet (buffers not final, or the packet's facts do not fit): ask again
+    /// when the transaction progresses.
+    NotYet,
+    /// Decided for this transaction and direction: matched or not.
+    Done(bool),
+}
+
+/// The check of transaction rule `i` against transaction `tx`, on packet `p`.
+#[allow(clippy::too_many_arguments)]
+fn check_tx(
+    set: &RuleSet,
+    st: &mut State,
+    i: usize,
+    p: &PktInfo,
+    payload: &[u8],
+    tx: &dyn Transaction,
+    fx: Option<&mut FlowCx<'_>>,
+    now: Instant,
+) -> TxCheck {
+    let Some(dir) = fx.as_ref().map(|f| f.dir) else {
+        return TxCheck::NotYet;
+    };
+    let r = &set.rules[i];
+    if r.lists
+        .iter()
+        .any(|l| l.buffer != Buffer::Payload && !ready(tx, l.buffer, dir))
+    {
+        return TxCheck::NotYet;
+    }
+    if !header_ok(set, st, i, p, payload.len(), fx.as_deref()) {
+        return TxCheck::NotYet;
+    }
+    let re = regexes(set, st, i);
+    let mut vars = Vars::default();
+    for list in &r.lists {
+        if list.buffer == Buffer::Payload {
+            // Depends on the packet: try again on the next one.
+            if !list_matches(list, payload, re, &mut vars) {
+                return TxCheck::NotYet;
+            }
+            continue;
+        }
+        let d = list.buffer.info().and_then(|b| b.dir).unwrap_or(dir);
+        if !tx.for_each(list.buffer, d, &mut |b| {
+            list_matches(list, b, re, &mut vars)
+        }) {
+            return TxCheck::Done(false);
+        }
+    }
+    TxCheck::Done(finish(set, st, i, p, fx, now))
+}
+
+/// What the tracker keys a packet by; the flow is the flow table's id, or the 5-tuple's
+/// EVE flow id when the packet has no tracked flow.
+fn addrs(p: &PktInfo, flow: Option<u64>) -> Addrs {
+    let (sport, dport) = (p.sport.unwrap_or(0), p.dport.unwrap_or(0));
+    Addrs {
+        src: p.ks,
+        dst: p.kd,
+        sport,
+        dport,
+        flow: flow.unwrap_or_else(|| flow_id(p.src, p.dst, sport, dport, p.proto)),
+    }
+}

@@ -1,0 +1,188 @@
+//! The IDS over whole conversations: stream reassembly (patterns split across segments),
+//! HTTP, DNS and TLS buffers, flowbits, and the per-packet verdict of a stream match.
+
+mod common;
+
+use common::*;
+use relay_svc_ids::Outcome;
+use std::time::Instant;
+
+fn sids(d: &relay_svc_ids::Detector) -> Vec<u32> {
+    d.matched_sids().collect()
+}
+
+/// Inspects each packet, returning the sids each matched.
+fn run(d: &mut relay_svc_ids::Detector, pkts: Vec<relay_core::Packet>) -> Vec<Vec<u32>> {
+    let now = Instant::now();
+    pkts.into_iter()
+        .map(|mut p| {
+            d.inspect(&mut p, now);
+            sids(d)
+        })
+        .collect()
+}
+
+#[test]
+fn a_pattern_split_across_segments_matches_once_on_the_completing_segment() {
+    let (mut d, c) = detector(
+        "drop tcp any any -> any 9000 (content:\"attack-pattern\"; sid:1;)\n\
+         alert tcp any any -> any 9000 (flow:no_stream; content:\"attack-pattern\"; sid:2;)\n\
+         alert tcp any any -> any 9000 (flow:only_stream; content:\"attack-pattern\"; sid:3;)",
+    );
+    let mut conv = Conv::new(9000);
+    let mut pkts = conv.handshake();
+    pkts.push(conv.data(true, b"xxxxattack-"));
+    pkts.push(conv.data(true, b"pattern yyyy"));
+    pkts.push(conv.data(true, b"zzzz"));
+    let got = run(&mut d, pkts);
+    assert_eq!(got[3], Vec::<u32>::new());
+    assert_eq!(
+        got[4],
+        [1, 3],
+        "the stream match, on the completing segment"
+    );
+    assert!(got[5].is_empty(), "old bytes do not match again");
+    assert_eq!(counter(&c, "dropped"), 1);
+}
+
+#[test]
+fn without_the_handshake_there_is_no_stream() {
+    let (mut d, _) = detector("alert tcp any any -> any 9000 (content:\"attack-pattern\"; sid:1;)");
+    let mut conv = Conv::new(9000);
+    conv.handshake();
+    let got = run(
+        &mut d,
+        vec![conv.data(true, b"xxxxattack-"), conv.data(true, b"pattern")],
+    );
+    assert!(got.iter().all(Vec::is_empty), "{got:?}");
+}
+
+#[test]
+fn out_of_order_segments_are_reassembled() {
+    let (mut d, _) = detector("alert tcp any any -> any 9000 (content:\"attack-pattern\"; sid:1;)");
+    let mut conv = Conv::new(9000);
+    let mut pkts = conv.handshake();
+    // The second half first.
+    pkts.push(conv.segment_at(true, 7, b"pattern"));
+    pkts.push(conv.data(true, b"attack-"));
+    let got = run(&mut d, pkts);
+    assert!(got[3].is_empty());
+    assert_eq!(got[4], [1]);
+}
+
+const REQUEST: &[u8] = b"GET /admin/../secret.php?id=1 HTTP/1.1\r\nHost: Example.COM:8080\r\nUser-Agent: evil-bot/1.0\r\nCookie: session=abc\r\n\r\n";
+const RESPONSE: &[u8] =
+    b"HTTP/1.1 403 Forbidden\r\nServer: nginx\r\nContent-Length: 11\r\n\r\ngo away now";
+
+#[test]
+fn http_buffers_match_once_per_transaction_on_the_completing_packet() {
+    let (mut d, c) = detector(
+        "alert http any any -> any any (msg:\"uri\"; http.uri; content:\"/secret.php\"; startswith; sid:1;)\n\
+         alert http any any -> any any (http.host; content:\"example.com\"; bsize:11; sid:2;)\n\
+         alert http any any -> any any (http.user_agent; content:\"evil-bot\"; sid:3;)\n\
+         alert http any any -> any any (http.cookie; content:\"session=abc\"; sid:4;)\n\
+         alert http any any -> any any (http.method; content:\"GET\"; http.stat_code; content:\"403\"; sid:5;)\n\
+         alert http any any -> any any (file_data; content:\"go away\"; sid:6;)\n\
+         alert tcp any any -> any any (content:\"/secret.php\"; http_uri; sid:7;)\n\
+         alert http any any -> any any (uricontent:\"/admin/\"; sid:8;)",
+    );
+    let mut conv = Conv::new(80);
+    let mut pkts = conv.handshake();
+    // The request head in three segments.
+    pkts.push(conv.data(true, &REQUEST[..10]));
+    pkts.push(conv.data(true, &REQUEST[10..60]));
+    pkts.push(conv.data(true, &REQUEST[60..]));
+    pkts.push(conv.data(false, &RESPONSE[..40]));
+    pkts.push(conv.data(false, &RESPONSE[40..]));
+    let got = run(&mut d, pkts);
+    assert!(got[3].is_empty(), "{got:?}");
+    assert_eq!(got[4], [1, 7], "the URI, once the request line is in");
+    assert_eq!(got[5], [2, 3, 4], "the headers, once they are all in");
+    assert_eq!(got[6], [5], "the status code, with the request's method");
+    assert_eq!(got[7], [6], "the body, once complete");
+    // Each once.
+    for sid in 1..=7 {
+        assert_eq!(counter(&c, &format!("sid:{sid}")), 1, "sid {sid}");
+    }
+    assert_eq!(
+        counter(&c, "sid:8"),
+        0,
+        "http.uri is normalized: /admin/.. is gone"
+    );
+}
+
+#[test]
+fn flowbits_carry_state_from_request_to_response() {
+    let (mut d, c) = detector(
+        "alert http any any -> any any (http.uri; content:\"/secret\"; flowbits:set,asked; flowbits:noalert; sid:1;)\n\
+         alert http any any -> any any (flowbits:isset,asked; http.stat_code; content:\"403\"; sid:2;)\n\
+         alert http any any -> any any (flowbits:isnotset,asked; http.stat_code; content:\"403\"; sid:3;)",
+    );
+    let mut conv = Conv::new(80);
+    let mut pkts = conv.handshake();
+    pkts.push(conv.data(true, REQUEST));
+    pkts.push(conv.data(false, RESPONSE));
+    let got = run(&mut d, pkts);
+    assert_eq!(got[3], [1]);
+    assert_eq!(got[4], [2]);
+    assert_eq!(counter(&c, "alerts"), 1, "noalert on the setter");
+}
+
+#[test]
+fn a_drop_rule_on_a_transaction_drops_the_completing_packet() {
+    let (mut d, _) =
+        detector("drop http any any -> any any (http.uri; content:\"/secret\"; sid:1;)");
+    let mut conv = Conv::new(80);
+    let now = Instant::now();
+    for mut p in conv.handshake() {
+        assert_eq!(d.inspect(&mut p, now), Outcome::Clean);
+    }
+    let mut first = conv.data(true, &REQUEST[..20]);
+    assert_eq!(d.inspect(&mut first, now), Outcome::Clean);
+    let mut last = conv.data(true, &REQUEST[20..]);
+    assert_eq!(d.inspect(&mut last, now), Outcome::Drop);
+}
+
+#[test]
+fn dns_query_names_from_udp() {
+    let (mut d, _) = detector(
+        "alert dns any any -> any any (dns.query; content:\"evil.example\"; nocase; sid:1;)\n\
+         alert udp any any -> any 53 (app-layer-protocol:dns; sid:2;)",
+    );
+    // A query for www.EVIL.example, type A.
+    let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+    for label in ["www", "EVIL", "example"] {
+        q.push(label.len() as u8);
+        q.extend_from_slice(label.as_bytes());
+    }
+    q.extend_from_slice(&[0, 0, 1, 0, 1]);
+    let got = run(&mut d, vec![udp4(CLIENT, SERVER, 5555, 53, &q)]);
+    assert_eq!(got[0], [1, 2]);
+}
+
+#[test]
+fn keep_alive_transactions_are_each_inspected_and_retired() {
+    let (mut d, c) = detector(
+        "alert http any any -> any any (http.uri; content:\"/item.php\"; sid:1;)\n\
+         alert http any any -> any any (file.data; content:\"body\"; sid:2;)",
+    );
+    let mut conv = Conv::new(80);
+    let now = Instant::now();
+    for mut p in conv.handshake() {
+        d.inspect(&mut p, now);
+    }
+    let req = b"GET /item.php?id=1 HTTP/1.1\r\nHost: a\r\n\r\n";
+    let resp = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nbody";
+    for _ in 0..500 {
+        d.inspect(&mut conv.data(true, req), now);
+        d.inspect(&mut conv.data(false, resp), now);
+    }
+    assert_eq!(counter(&c, "sid:1"), 500);
+    assert_eq!(counter(&c, "sid:2"), 500);
+    let (flows, held) = d.flow_usage();
+    assert_eq!(flows, 1);
+    assert!(
+        held <= 16 << 10,
+        "{held} bytes held: only the look-back should stay"
+    );
+}
