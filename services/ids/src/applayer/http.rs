@@ -4,7 +4,7 @@
 //! and checked against Suricata 7.0.10 on the suricata-verify HTTP/1 captures; where
 //! Suricata 7 and 8 differ, this follows 8.
 //!
-//! One [`HttpState`] per flow. The engine feeds each direction's stream bytes in order
+//! One [`HttpState`] per flow (its `Default`). The engine feeds each direction's stream bytes in order
 //! ([`HttpState::feed`]), says when a direction ends ([`HttpState::close`]), inspects
 //! [`HttpState::txs`] (each an [`HttpTx`], a [`crate::applayer::Transaction`]) and drops
 //! the transactions it is done with ([`HttpState::retire`]). Cutting the bytes anywhere
@@ -52,9 +52,6 @@
 //! (64 KiB heads, 100 KiB bodies, 32 transactions) that is under 1 MiB per transaction
 //! and 33 MiB per flow at the very worst; [`HttpState::memory`] tells the actual figure.
 //! No panic on any input.
-
-// The engine wires this in (issue 17); until then only the tests use it.
-#![cfg_attr(not(test), allow(dead_code))]
 
 mod bestfit;
 mod body;
@@ -143,11 +140,6 @@ pub(crate) struct HttpState {
 }
 
 impl HttpState {
-    /// A parser for a new flow.
-    pub(crate) fn new() -> HttpState {
-        HttpState::default()
-    }
-
     /// The transactions held, oldest first.
     pub(crate) fn txs(&self) -> impl Iterator<Item = &HttpTx> {
         self.txs.iter()
@@ -167,6 +159,10 @@ impl HttpState {
 
     /// Heap bytes held by the transactions and the partial heads (not counting a body
     /// decoder's fixed state).
+    #[allow(
+        dead_code,
+        reason = "for the engine's memory accounting; the tests check the bound"
+    )]
     pub(crate) fn memory(&self) -> usize {
         self.txs.iter().map(HttpTx::heap_size).sum::<usize>()
             + self.sides.iter().map(|s| s.buf.capacity()).sum::<usize>()

@@ -46,7 +46,7 @@ fn run_with(
     step: usize,
     limits: &HttpLimits,
 ) -> (HttpState, Result<(), HttpError>) {
-    let mut s = HttpState::new();
+    let mut s = HttpState::default();
     let mut res = Ok(());
     for (dir, data) in segs {
         match data {
@@ -246,7 +246,7 @@ fn pipelined_requests_pair_with_responses_in_order() {
 #[test]
 fn progress_follows_the_message() {
     let l = HttpLimits::default();
-    let mut s = HttpState::new();
+    let mut s = HttpState::default();
     s.feed(TS, b"POST /x HTTP/1.1\r\nHost: a\r\n", &l)
         .expect("feed");
     let p = |s: &HttpState| s.txs().next().map(|t| t.progress(TS));
@@ -339,7 +339,7 @@ fn request_bodies_are_decompressed() {
 #[test]
 fn close_completes_bodies_and_messages() {
     let l = HttpLimits::default();
-    let mut s = HttpState::new();
+    let mut s = HttpState::default();
     s.feed(
         TS,
         b"GET / HTTP/1.1\r\n\r\nGET /cut HTTP/1.1\r\nHost: x",
@@ -376,7 +376,7 @@ fn close_completes_bodies_and_messages() {
 #[test]
 fn not_http_and_oversized_heads_stop_the_parser() {
     let l = HttpLimits::default();
-    let mut s = HttpState::new();
+    let mut s = HttpState::default();
     assert_eq!(
         s.feed(TS, b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\n", &l),
         Err(HttpError::NotHttp)
@@ -413,7 +413,7 @@ fn not_http_and_oversized_heads_stop_the_parser() {
     assert_buf(&s, 0, "http.method", TS, None);
 
     let small = HttpLimits { max_head: 100, ..l };
-    let mut s = HttpState::new();
+    let mut s = HttpState::default();
     let r = s.feed(TS, b"GET / HTTP/1.1\r\n", &small);
     assert_eq!(r, Ok(()));
     let long = [b'a'; 60];
@@ -421,7 +421,7 @@ fn not_http_and_oversized_heads_stop_the_parser() {
     assert_eq!(s.feed(TS, &long, &small), Ok(()));
     assert_eq!(s.feed(TS, &long, &small), Err(HttpError::HeadTooLong(100)));
     // A line without an end counts too.
-    let mut s = HttpState::new();
+    let mut s = HttpState::default();
     assert_eq!(
         s.feed(TS, &[b'G'; 101], &small),
         Err(HttpError::HeadTooLong(100))
@@ -434,7 +434,7 @@ fn transactions_are_bounded_and_retired() {
         max_txs: 3,
         ..HttpLimits::default()
     };
-    let mut s = HttpState::new();
+    let mut s = HttpState::default();
     let req = b"GET / HTTP/1.1\r\n\r\n";
     for _ in 0..3 {
         s.feed(TS, req, &l).expect("feed");
@@ -555,7 +555,7 @@ fn outcome(
     cuts: &dyn Fn(usize, usize) -> Vec<usize>,
     l: &HttpLimits,
 ) -> (Dump, [Option<HttpError>; 2]) {
-    let mut s = HttpState::new();
+    let mut s = HttpState::default();
     for (i, (dir, data)) in segs.iter().enumerate() {
         match data {
             Some(d) => {
@@ -640,7 +640,7 @@ fn random_and_mutated_traffic_never_panics_and_cuts_do_not_matter() {
 #[test]
 fn memory_stays_bounded_on_unbounded_streams() {
     let l = HttpLimits::default();
-    let mut s = HttpState::new();
+    let mut s = HttpState::default();
     s.feed(TS, b"GET /big HTTP/1.1\r\n\r\n", &l).expect("feed");
     s.feed(
         TC,
@@ -658,7 +658,7 @@ fn memory_stays_bounded_on_unbounded_streams() {
     assert_buf(&s, 0, "http.response_body", TC, Some(&[b'x'; 100 * 1024]));
     assert!(s.memory() < 100 * 1024 + 16 * 1024, "{}", s.memory());
     // Junk after a message is bounded by the same limit.
-    let mut s = HttpState::new();
+    let mut s = HttpState::default();
     s.feed(TS, b"POST / HTTP/1.1\r\nContent-Length: 1\r\n\r\nx", &l)
         .expect("feed");
     for _ in 0..100 {
