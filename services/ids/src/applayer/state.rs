@@ -30,8 +30,8 @@ pub(crate) enum AppState {
     Tls(Box<TlsState>),
     /// DNS.
     Dns(Box<DnsState>),
-    /// No parser applies (not a known protocol, or its parser failed): the flow is
-    /// inspected packet by packet (and as a raw stream) only.
+    /// No parser applies (no known protocol): the flow is inspected packet by packet
+    /// (and as a raw stream) only.
     Failed(Option<AppProto>),
 }
 
@@ -119,17 +119,17 @@ impl AppState {
                 };
             }
         }
-        let ok = match self {
-            AppState::Http(h) => h.feed(dir, pending, limits).is_ok(),
-            AppState::Tls(t) => t.feed(dir, pending).is_ok(),
-            AppState::Dns(d) => d.feed_stream(dir, pending).is_ok(),
-            _ => true,
+        // A parser error stops that parser where it happened (HTTP: that direction, as
+        // libhtp; DNS over TCP and TLS: the flow) and the parser remembers it; what it
+        // parsed stays inspectable, and its protocol stays the flow's.
+        let res = match self {
+            AppState::Http(h) => h.feed(dir, pending, limits).map_err(|e| e.to_string()),
+            AppState::Tls(t) => t.feed(dir, pending).map_err(|e| e.to_string()),
+            AppState::Dns(d) => d.feed_stream(dir, pending).map_err(|e| e.to_string()),
+            _ => Ok(()),
         };
-        if !ok {
-            // The parser gave up on the flow; what it parsed stays inspectable until the
-            // flow ends, as its transactions are kept by the engine's last inspection.
-            tracing::trace!(proto = ?self.proto(), "application-layer parser failed");
-            *self = AppState::Failed(self.proto());
+        if let Err(e) = res {
+            tracing::trace!(proto = ?self.proto(), "application-layer parser stopped: {e}");
         }
         pending.len()
     }
