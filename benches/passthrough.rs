@@ -41,7 +41,8 @@
 //! (only `perf record -C RELAY -g` of a flood, or of PROFILE_PPS packets/s, through the
 //! kernel and relayd `accept`, and the top of `perf report`; PROFILE_KEEP=1 keeps the
 //! perf data for `perf report -i`), SIZING=1 (only the
-//! packets/s-per-core table of `accept` and each service, `make bench-sizing`),
+//! packets/s-per-core table of `accept` and each service, `make bench-sizing`; with
+//! SIZING_ONLY=TEXT only the rows whose name contains TEXT),
 //! PROBE=x,y,.. (a quick look while tuning: the kernel and relayd `accept` at those
 //! multiples of R64 packets/s, and latency at 10 % and 50 % of it), XDP=1 (only the
 //! AF_XDP comparisons, written to target/bench-xdp.md), XDP_BATCH (the XDP port's
@@ -1543,7 +1544,12 @@ fn sized() -> &'static [SizedSvc] {
 fn sizing(bed: &mut Bed) {
     let dir = run_dir();
     std::fs::create_dir_all(&dir).unwrap();
-    let specs = sizing_rows(&dir);
+    let mut specs = sizing_rows(&dir);
+    // SIZING_ONLY=TEXT: only the rows whose name contains TEXT (`ids`, `encrypt`, ...).
+    if let Ok(only) = std::env::var("SIZING_ONLY") {
+        specs.retain(|s| s.name.contains(only.as_str()));
+        assert!(!specs.is_empty(), "SIZING_ONLY={only}: no such row");
+    }
     // Encoded 1,500-byte packets are larger than 1,500 (ESP 1,536-1,556, MPLS-in-IP 1,524);
     // the generator sends with DF.
     bed.l.src_link.mtu(1600);

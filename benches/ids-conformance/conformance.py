@@ -383,6 +383,37 @@ def run_suricata(test, opts, work):
     return None
 
 
+# Suricata `--set` keys with a relayd counterpart: (key, relayd key, value converter).
+SETTINGS = [
+    ("stream.midstream", "midstream", lambda v: "true" if v.lower() in ("true", "yes", "1") else "false"),
+    ("stream.reassembly.depth", "stream_depth", lambda v: str(size_bytes(v))),
+]
+
+
+def size_bytes(v):
+    """Suricata's sizes: `1mb`, `64kb`, `0`."""
+    m = re.fullmatch(r"\s*(\d+)\s*([kmg]?)b?\s*", v.lower())
+    if not m:
+        raise ValueError(v)
+    return int(m.group(1)) * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[m.group(2)]
+
+
+def relayd_settings(args):
+    """The `[service.ids]` lines for the test's `--set` args relayd has a key for."""
+    out = []
+    for i, a in enumerate(args):
+        if a != "--set" or i + 1 >= len(args) or "=" not in args[i + 1]:
+            continue
+        key, value = args[i + 1].split("=", 1)
+        for skey, rkey, conv in SETTINGS:
+            if key == skey:
+                try:
+                    out.append("%s = %s\n" % (rkey, conv(value)))
+                except ValueError:
+                    pass
+    return "".join(out)
+
+
 STATUS_COUNTER = re.compile(r"\b(alerts|eve_dropped)=(\d+)")
 
 
@@ -401,7 +432,9 @@ def run_relayd(test, opts, work):
         f.write("eve_log = %s\n" % json.dumps(eve))
         # Replay feeds the writer faster than a live queue: room for every alert of a
         # suricata-verify capture, so that no line is lost (eve_dropped is checked).
-        f.write("strict = true\neve_queue = 262144\n\n")
+        f.write("strict = true\neve_queue = 262144\n")
+        f.write(relayd_settings(test.args))
+        f.write("\n")
         f.write(opts.vars_toml)
     argv = [opts.relayd, "replay", "-c", conf, "--pcap", test.pcap]
     with open(os.path.join(work, "relayd.cmd"), "w") as f:

@@ -53,7 +53,7 @@ complete -c relayd -n "__fish_relayd_using_subcommand status" -l json -d 'Print 
 complete -c relayd -n "__fish_relayd_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c relayd -n "__fish_relayd_using_subcommand status" -s V -l version -d 'Print version'
 complete -c relayd -n "__fish_relayd_using_subcommand replay" -s c -l config -d 'Configuration file' -r -F
-complete -c relayd -n "__fish_relayd_using_subcommand replay" -l pcap -d 'Capture to read (pcap or pcapng; Ethernet, Linux cooked or raw IP)' -r -F
+complete -c relayd -n "__fish_relayd_using_subcommand replay" -l pcap -d 'Capture to read (pcap or pcapng; Ethernet, Linux cooked, raw IP, BSD loopback, PPP or Cisco HDLC)' -r -F
 complete -c relayd -n "__fish_relayd_using_subcommand replay" -l queue -d 'Queue whose chain runs (default: the first configured)' -r
 complete -c relayd -n "__fish_relayd_using_subcommand replay" -l write -d 'Write the packets that come out to this pcap (raw IP, original timestamps)' -r -F
 complete -c relayd -n "__fish_relayd_using_subcommand replay" -l backlog-bytes -d 'Egress queue backlog adaptive services see, in bytes' -r

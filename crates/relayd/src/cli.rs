@@ -133,7 +133,7 @@ enum Command {
         /// Configuration file.
         #[arg(short, long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
         config: PathBuf,
-        /// Capture to read (pcap or pcapng; Ethernet, Linux cooked or raw IP).
+        /// Capture to read (pcap or pcapng; Ethernet, Linux cooked, raw IP, BSD loopback, PPP or Cisco HDLC).
         #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
         pcap: PathBuf,
         /// Queue whose chain runs (default: the first configured).

@@ -1,13 +1,11 @@
-//! The matching engine: a rule set compiled once (shared by the queue threads of a service)
-//! and a [`Detector`] per queue thread that inspects packets against it.
+//! The matching engine: a rule set compiled once (shared by the queue threads of a
+//! service) and a [`Detector`] per queue thread that inspects packets against it.
 //!
-//! Per packet: the header facts are read once; the content prefilter over every rule's
-//! fast pattern (hashed 4-byte anchors, see `prefilter.rs`) runs once over the payload
-//! (only if some content rule applies to the packet's protocol) and names the candidate
-//! rules; the candidates and the rules without content (kept in one list per protocol)
-//! are then checked fully, in Suricata's action order, stopping at the first `pass`.
-//! Nothing is allocated per packet once the scratch vectors have grown to their working
-//! size.
+//! Compilation sorts the rules into Suricata's evaluation order, splits them into packet
+//! rules (payload and header tests, one prefilter over their payload fast patterns) and
+//! transaction rules (application-layer buffers, one prefilter per protocol and buffer,
+//! `engine::app`), and interns flowbit names (`engine::flowbits`). The per-packet work is
+//! `engine::detect`.
 
 mod app;
 mod detect;

@@ -37,7 +37,9 @@ pub enum CaptureError {
         reason: String,
     },
     /// A link type relayd cannot strip.
-    #[error("link type {0:?} is not supported (Ethernet, Linux cooked SLL/SLL2 and raw IP are)")]
+    #[error(
+        "link type {0:?} is not supported (Ethernet, Linux cooked SLL/SLL2, raw IP, BSD loopback, PPP and Cisco HDLC are)"
+    )]
     LinkType(DataLink),
 }
 
@@ -73,6 +75,10 @@ fn supported(link: DataLink) -> bool {
             | DataLink::RAW
             | DataLink::IPV4
             | DataLink::IPV6
+            | DataLink::NULL
+            | DataLink::LOOP
+            | DataLink::PPP
+            | DataLink::C_HDLC
     )
 }
 
@@ -218,6 +224,37 @@ pub fn strip_link(link: DataLink, frame: &[u8]) -> Option<&[u8]> {
             u16::from_be_bytes([*frame.first()?, *frame.get(1)?]),
             frame.get(20..)?,
         ),
+        // BSD loopback: a 4-byte address family, host order (NULL) or network order
+        // (LOOP); AF_INET is 2 everywhere, AF_INET6 24, 28 or 30 depending on the BSD.
+        DataLink::NULL | DataLink::LOOP => {
+            let h: [u8; 4] = frame.get(..4)?.try_into().ok()?;
+            let af = if link == DataLink::LOOP {
+                u32::from_be_bytes(h)
+            } else if h[0] != 0 {
+                u32::from_le_bytes(h)
+            } else {
+                u32::from_be_bytes(h)
+            };
+            matches!(af, 2 | 24 | 28 | 30)
+                .then(|| frame.get(4..))
+                .flatten()
+        }
+        // PPP: an optional address/control pair (ff 03), then the protocol.
+        DataLink::PPP => {
+            let rest = match frame {
+                [0xff, 0x03, rest @ ..] => rest,
+                _ => frame,
+            };
+            let proto = u16::from_be_bytes([*rest.first()?, *rest.get(1)?]);
+            matches!(proto, 0x0021 | 0x0057)
+                .then(|| rest.get(2..))
+                .flatten()
+        }
+        // Cisco HDLC: address, control, then an ethertype.
+        DataLink::C_HDLC => ip(
+            u16::from_be_bytes([*frame.get(2)?, *frame.get(3)?]),
+            frame.get(4..)?,
+        ),
         _ => None,
     }
 }
@@ -249,6 +286,28 @@ mod tests {
         sll2.extend_from_slice(&ip);
         assert_eq!(strip_link(DataLink::LINUX_SLL2, &sll2), Some(&ip[..]));
         assert_eq!(strip_link(DataLink::RAW, &ip), Some(&ip[..]));
+        let mut null = vec![2u8, 0, 0, 0];
+        null.extend_from_slice(&ip);
+        assert_eq!(strip_link(DataLink::NULL, &null), Some(&ip[..]));
+        let mut lo = vec![0u8, 0, 0, 24];
+        lo.extend_from_slice(&ip);
+        assert_eq!(strip_link(DataLink::LOOP, &lo), Some(&ip[..]));
+        let mut ppp = vec![0xffu8, 0x03, 0x00, 0x21];
+        ppp.extend_from_slice(&ip);
+        assert_eq!(strip_link(DataLink::PPP, &ppp), Some(&ip[..]));
+        assert_eq!(strip_link(DataLink::PPP, &ppp[2..]), Some(&ip[..]));
+        let mut hdlc = vec![0x0fu8, 0x00, 0x08, 0x00];
+        hdlc.extend_from_slice(&ip);
+        assert_eq!(strip_link(DataLink::C_HDLC, &hdlc), Some(&ip[..]));
+        for (link, f) in [
+            (DataLink::NULL, &null),
+            (DataLink::PPP, &ppp),
+            (DataLink::C_HDLC, &hdlc),
+        ] {
+            for n in 0..f.len() {
+                let _ = strip_link(link, &f[..n]);
+            }
+        }
         // Short frames never panic.
         for n in 0..eth.len() {
             let _ = strip_link(DataLink::ETHERNET, &eth[..n]);

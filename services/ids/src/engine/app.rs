@@ -206,12 +206,9 @@ impl TxDetect {
     }
 }
 
-/// The detection record of transaction `id`, created if new; records of transactions
-/// older than the oldest live one are dropped.
+/// The detection record of transaction `id`, created if new (records go when their
+/// transactions are retired, so there are at most as many as live transactions).
 pub(crate) fn tx_record(txs: &mut VecDeque<TxDetect>, id: u64) -> &mut TxDetect {
-    while txs.front().is_some_and(|t| t.id < id) && txs.len() > 64 {
-        txs.pop_front();
-    }
     let pos = match txs.iter().position(|t| t.id == id) {
         Some(p) => p,
         None => {
