@@ -56,6 +56,28 @@ LOGGING_KEYS = {"outputs", "logging", "stats", "engine-analysis", "default-log-d
                 "profiling", "run-as", "classification-file", "reference-config-file"}
 
 
+# Suricata `--set` options with a counterpart in relayd's `ids` service: honoured test
+# args are given to both (relayd key, value parser).
+def _bool(v):
+    return {"true": True, "yes": True, "1": True, "on": True}.get(v.strip().lower(), False)
+
+
+def _size(v):
+    m = re.match(r"^\s*(\d+)\s*(([kmg])i?b)?\s*$", v, re.I)
+    if not m:
+        raise ValueError(v)
+    scale = {None: 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[
+        m.group(3).lower() if m.group(3) else None]
+    return int(m.group(1)) * scale
+
+
+RELAYD_SET = {
+    "stream.midstream": ("midstream", _bool),
+    "stream.reassembly.depth": ("stream_depth", _size),
+    "stream.reassembly.memcap": ("stream_memcap", _size),
+}
+
+
 def log(msg):
     print(msg, file=sys.stderr, flush=True)
 
@@ -111,6 +133,7 @@ class Test:
         self.relayd = None      # sid -> count, or None
         self.notes = []
         self.own_config = []    # detection-relevant top-level keys of its suricata.yaml
+        self.relayd_conf = {}   # `ids` service keys taken from the args (RELAYD_SET)
 
     def plain(self):
         """Whether Suricata ran this test as its author configured it (see report)."""
@@ -175,6 +198,13 @@ def split_args(cfg_args, test, out_dir):
                 drop.append(f"--set {value}")
             else:
                 keep += ["--set", value]
+                key, _, v = value.partition("=")
+                if key in RELAYD_SET:
+                    name, parse = RELAYD_SET[key]
+                    try:
+                        test.relayd_conf[name] = parse(v)
+                    except ValueError:
+                        pass
             i += 1
         elif t == "--simulate-ips":
             pass  # decided by --mode
@@ -383,37 +413,6 @@ def run_suricata(test, opts, work):
     return None
 
 
-# Suricata `--set` keys with a relayd counterpart: (key, relayd key, value converter).
-SETTINGS = [
-    ("stream.midstream", "midstream", lambda v: "true" if v.lower() in ("true", "yes", "1") else "false"),
-    ("stream.reassembly.depth", "stream_depth", lambda v: str(size_bytes(v))),
-]
-
-
-def size_bytes(v):
-    """Suricata's sizes: `1mb`, `64kb`, `0`."""
-    m = re.fullmatch(r"\s*(\d+)\s*([kmg]?)b?\s*", v.lower())
-    if not m:
-        raise ValueError(v)
-    return int(m.group(1)) * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[m.group(2)]
-
-
-def relayd_settings(args):
-    """The `[service.ids]` lines for the test's `--set` args relayd has a key for."""
-    out = []
-    for i, a in enumerate(args):
-        if a != "--set" or i + 1 >= len(args) or "=" not in args[i + 1]:
-            continue
-        key, value = args[i + 1].split("=", 1)
-        for skey, rkey, conv in SETTINGS:
-            if key == skey:
-                try:
-                    out.append("%s = %s\n" % (rkey, conv(value)))
-                except ValueError:
-                    pass
-    return "".join(out)
-
-
 STATUS_COUNTER = re.compile(r"\b(alerts|eve_dropped)=(\d+)")
 
 
@@ -433,7 +432,8 @@ def run_relayd(test, opts, work):
         # Replay feeds the writer faster than a live queue: room for every alert of a
         # suricata-verify capture, so that no line is lost (eve_dropped is checked).
         f.write("strict = true\neve_queue = 262144\n")
-        f.write(relayd_settings(test.args))
+        for k, v in sorted(test.relayd_conf.items()):
+            f.write("%s = %s\n" % (k, json.dumps(v)))
         f.write("\n")
         f.write(opts.vars_toml)
     argv = [opts.relayd, "replay", "-c", conf, "--pcap", test.pcap]
@@ -638,7 +638,10 @@ def write_tsv(opts, tests):
                 agree = "yes" if t.suricata == t.relayd else "no"
             detail = "; ".join(x for x in [t.detail] + t.notes + (
                 ["dropped args: " + " ".join(t.dropped_args)] if t.dropped_args else []) + (
-                ["own suricata.yaml: " + ",".join(t.own_config)] if t.own_config else []) if x)
+                ["own suricata.yaml: " + ",".join(t.own_config)] if t.own_config else []) + (
+                ["relayd: " + ", ".join("%s = %s" % (k, json.dumps(v)) for k, v in
+                                        sorted(t.relayd_conf.items()))]
+                if t.relayd_conf else []) if x)
             f.write("%s\t%s\t%s\t%s\t%s\t%s\n" % (t.id, t.status, s, r, agree,
                                                   detail.replace("\t", " ")))
 
