@@ -186,3 +186,70 @@ fn keep_alive_transactions_are_each_inspected_and_retired() {
         "{held} bytes held: only the look-back should stay"
     );
 }
+
+/// A detector over `rules` with a small flow table and stream buffer.
+fn small_detector(
+    rules: &str,
+    flows: usize,
+    buffer: usize,
+) -> (relay_svc_ids::Detector, relay_core::Counters) {
+    let set = relay_svc_ids::RuleSet::parse_str(rules, "t.rules", &vars()).unwrap();
+    assert!(set.errors().is_empty(), "{:?}", set.errors());
+    let counters = relay_core::Counters::new();
+    let mut opts = relay_svc_ids::DetectorOptions::default();
+    opts.flows.max_flows = flows;
+    opts.flows.stream.buffer = buffer;
+    let d = relay_svc_ids::Detector::with_options(std::sync::Arc::new(set), &counters, None, opts);
+    (d, counters)
+}
+
+#[test]
+fn a_syn_flood_neither_grows_the_table_nor_evicts_an_established_flow() {
+    let (mut d, c) = small_detector(
+        "alert http any any -> any any (http.uri; content:\"/after-flood\"; sid:1;)",
+        1000,
+        64 << 10,
+    );
+    let now = Instant::now();
+    let mut conv = Conv::new(80);
+    for mut p in conv.handshake() {
+        d.inspect(&mut p, now);
+    }
+    for i in 0..20_000u32 {
+        let src = [172, 16, (i >> 8) as u8, i as u8];
+        let mut syn = tcp4_seq(src, SERVER, 1024 + (i % 50_000) as u16, 80, SYN, i, 0, b"");
+        d.inspect(&mut syn, now);
+    }
+    let (flows, _) = d.flow_usage();
+    assert!(flows <= 1000, "{flows} flows");
+    assert!(counter(&c, "flow_evicted") >= 19_000);
+    // The established flow is still there, and still parsed.
+    d.inspect(
+        &mut conv.data(true, b"GET /after-flood HTTP/1.1\r\nHost: a\r\n\r\n"),
+        now,
+    );
+    assert_eq!(sids(&d), [1]);
+}
+
+#[test]
+fn an_out_of_order_flood_stays_within_the_stream_bound() {
+    let (mut d, c) = small_detector(
+        "alert tcp any any -> any 9000 (content:\"never\"; sid:1;)",
+        1000,
+        64 << 10,
+    );
+    let now = Instant::now();
+    let mut conv = Conv::new(9000);
+    for mut p in conv.handshake() {
+        d.inspect(&mut p, now);
+    }
+    let chunk = [b'x'; 1000];
+    // Segments ahead of a hole that never fills.
+    for i in 1..5_000u32 {
+        let mut p = conv.segment_at(true, i * 1000, &chunk);
+        d.inspect(&mut p, now);
+        let (_, held) = d.flow_usage();
+        assert!(held <= 2 * (64 << 10) + 4096, "{held} bytes held");
+    }
+    assert!(counter(&c, "stream_truncated") + counter(&c, "stream_ooo_dropped") >= 1);
+}
