@@ -253,3 +253,42 @@ fn an_out_of_order_flood_stays_within_the_stream_bound() {
     }
     assert!(counter(&c, "stream_truncated") + counter(&c, "stream_ooo_dropped") >= 1);
 }
+
+#[test]
+fn a_finished_transaction_that_stays_alerts_once() {
+    // TLS keeps its one transaction for the flow's life: later packets must not alert
+    // on it again.
+    let (mut d, c) =
+        detector("alert tls any any -> any any (tls.sni; content:\"example\"; sid:1;)");
+    let mut conv = Conv::new(443);
+    let now = Instant::now();
+    for mut p in conv.handshake() {
+        d.inspect(&mut p, now);
+    }
+    // A ClientHello for www.example.com, then application data both ways.
+    let sni = b"www.example.com";
+    let mut ext = vec![0u8, 0];
+    let list_len = (sni.len() + 3) as u16;
+    ext.extend_from_slice(&(list_len + 2).to_be_bytes());
+    ext.extend_from_slice(&list_len.to_be_bytes());
+    ext.push(0);
+    ext.extend_from_slice(&(sni.len() as u16).to_be_bytes());
+    ext.extend_from_slice(sni);
+    let mut body = vec![3u8, 3];
+    body.extend_from_slice(&[0u8; 32]);
+    body.push(0);
+    body.extend_from_slice(&[0, 2, 0x13, 0x01, 1, 0]);
+    body.extend_from_slice(&(ext.len() as u16).to_be_bytes());
+    body.extend_from_slice(&ext);
+    let mut hs = vec![1u8, 0, (body.len() >> 8) as u8, body.len() as u8];
+    hs.extend_from_slice(&body);
+    let mut rec = vec![0x16u8, 3, 1, (hs.len() >> 8) as u8, hs.len() as u8];
+    rec.extend_from_slice(&hs);
+    d.inspect(&mut conv.data(true, &rec), now);
+    assert_eq!(sids(&d), [1]);
+    for _ in 0..5 {
+        d.inspect(&mut conv.data(true, b"\x17\x03\x03\x00\x05hello"), now);
+        d.inspect(&mut conv.data(false, b"\x17\x03\x03\x00\x05world"), now);
+    }
+    assert_eq!(counter(&c, "sid:1"), 1);
+}

@@ -425,7 +425,14 @@ impl Detector {
                     .map(|r| r.id + 1);
                 if let Some(below) = below {
                     app.retire(below);
-                    txs.retain(|r| r.id >= below);
+                    // Keep the records of the transactions the parser still has (TLS keeps
+                    // its one transaction for the flow's life): a record dropped too early
+                    // would have the transaction inspected, and alerted on, again.
+                    let mut oldest = None;
+                    app.for_each_tx(&mut |t| {
+                        oldest.get_or_insert(t.id());
+                    });
+                    txs.retain(|r| oldest.is_some_and(|o| r.id >= o));
                 }
                 // One order for the verdict and the alerts: Suricata's.
                 matched.sort_unstable();
