@@ -292,3 +292,28 @@ fn a_finished_transaction_that_stays_alerts_once() {
     }
     assert_eq!(counter(&c, "sid:1"), 1);
 }
+
+#[test]
+fn a_close_delimited_body_completes_at_the_fin_in_sequence_order() {
+    let (mut d, c) =
+        detector("alert http any any -> any any (file.data; content:\"tail-of-body\"; sid:1;)");
+    let mut conv = Conv::new(80);
+    let now = Instant::now();
+    for mut p in conv.handshake() {
+        d.inspect(&mut p, now);
+    }
+    d.inspect(&mut conv.data(true, b"GET / HTTP/1.0\r\n\r\n"), now);
+    d.inspect(
+        &mut conv.data(false, b"HTTP/1.0 200 OK\r\n\r\nsome body "),
+        now,
+    );
+    // The FIN arrives ahead of the body's last bytes: the body is not complete yet.
+    let missing = b"tail-of-body";
+    let mut fin = conv.segment_at(false, missing.len() as u32, b"");
+    fin.data_mut()[33] = FIN_ACK;
+    d.inspect(&mut fin, now);
+    assert_eq!(counter(&c, "sid:1"), 0);
+    // The missing bytes complete the stream up to the FIN: now the body is whole.
+    d.inspect(&mut conv.data(false, missing), now);
+    assert_eq!(sids(&d), [1]);
+}

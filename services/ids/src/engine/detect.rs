@@ -42,8 +42,8 @@ use std::time::{Instant, SystemTime};
 /// at (Suricata inspects its raw stream in chunks of 2,560 bytes).
 pub const DEFAULT_STREAM_LOOKBACK: usize = 2048;
 
-/// TCP FIN and RST.
-const FIN_RST: u8 = 0x01 | 0x04;
+/// TCP RST.
+const RST: u8 = 0x04;
 
 /// The bounds and settings of a detector beyond its rule set.
 #[derive(Debug, Clone)]
@@ -274,13 +274,19 @@ impl Detector {
                         let end = s.end();
                         s.consume_app(end);
                     }
+                    // The direction ends once its stream is complete up to its FIN (not
+                    // at a FIN that arrives ahead of missing bytes).
+                    if f.seg.finished {
+                        app.close(dir);
+                    }
                     stream = Some(s);
                 }
                 None if p.class == 1 && set.needs_app => app.feed_datagram(dir, payload, ports),
                 None => {}
             }
-            if p.tcp_flags & FIN_RST != 0 {
+            if p.tcp_flags & RST != 0 {
                 app.close(dir);
+                app.close(dir.reverse());
             }
             fx = Some(FlowCx {
                 dir,
