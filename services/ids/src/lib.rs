@@ -20,6 +20,8 @@ mod reject;
 mod rule;
 mod service;
 pub mod stream;
+#[cfg(test)]
+mod testutil;
 mod track;
 
 pub use engine::{

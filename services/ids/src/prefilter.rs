@@ -417,30 +417,19 @@ impl Prefilter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testutil::Rng;
     use std::collections::BTreeSet;
 
-    /// xorshift64*.
-    struct Rng(u64);
+    /// `len` bytes drawn from `alpha`.
+    fn bytes(rng: &mut Rng, len: usize, alpha: &[u8]) -> Vec<u8> {
+        (0..len).map(|_| alpha[rng.below(alpha.len())]).collect()
+    }
 
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-        }
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-        fn bytes(&mut self, len: usize, alpha: &[u8]) -> Vec<u8> {
-            (0..len).map(|_| alpha[self.below(alpha.len())]).collect()
-        }
-        /// Flips the ASCII case of about half the letters.
-        fn recase(&mut self, p: &mut [u8]) {
-            for b in p {
-                if b.is_ascii_alphabetic() && self.next() & 1 == 1 {
-                    *b ^= 0x20;
-                }
+    /// Flips the ASCII case of about half the letters.
+    fn recase(rng: &mut Rng, p: &mut [u8]) {
+        for b in p {
+            if b.is_ascii_alphabetic() && rng.next() & 1 == 1 {
+                *b ^= 0x20;
             }
         }
     }
@@ -533,7 +522,7 @@ mod tests {
             let pats: Vec<Vec<u8>> = (0..npat)
                 .map(|_| {
                     let len = 1 + rng.below(maxlen);
-                    rng.bytes(len, alpha)
+                    bytes(&mut rng, len, alpha)
                 })
                 .collect();
             let pf = Prefilter::new(&pats);
@@ -543,7 +532,7 @@ mod tests {
             let payloads = if npat >= 5000 { 3 } else { 12 };
             for k in 0..payloads {
                 let len = [0usize, 1, 3, 4, 5, 40, 300, 1500][rng.below(8)];
-                let mut hay = rng.bytes(len, alpha);
+                let mut hay = bytes(&mut rng, len, alpha);
                 // Plant a few patterns: at the start, at the end, anywhere, overlapping.
                 for j in 0..(k % 5) {
                     let p = &pats[rng.below(npat)];
@@ -556,7 +545,7 @@ mod tests {
                         _ => rng.below(hay.len() - p.len() + 1),
                     };
                     let mut q = p.clone();
-                    rng.recase(&mut q);
+                    recase(&mut rng, &mut q);
                     hay[at..at + q.len()].copy_from_slice(&q);
                 }
                 assert_eq!(
@@ -612,7 +601,9 @@ mod tests {
     #[test]
     fn bloom_stays_small() {
         let mut rng = Rng(7);
-        let pats: Vec<Vec<u8>> = (0..10_000).map(|_| rng.bytes(12, b"abcdefghij")).collect();
+        let pats: Vec<Vec<u8>> = (0..10_000)
+            .map(|_| bytes(&mut rng, 12, b"abcdefghij"))
+            .collect();
         let pf = Prefilter::new(&pats);
         assert!(pf.bloom_bytes() <= 32 * 1024);
         assert!(Prefilter::new(&[b"abcd"]).bloom_bytes() <= 512);

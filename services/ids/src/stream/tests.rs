@@ -1,4 +1,5 @@
 use super::*;
+use crate::testutil::Rng;
 
 fn budget_with(cap: usize, limits: StreamLimits) -> MemBudget {
     MemBudget::new(cap, limits, StreamCounters::default())
@@ -337,18 +338,6 @@ fn ooo_flood_stays_within_bounds() {
         s.release(&mut b);
     }
     assert_eq!(b.used(), 0);
-}
-
-/// xorshift64*.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
 }
 
 /// The byte a consistent sender puts at sequence number `seq`.

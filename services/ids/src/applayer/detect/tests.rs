@@ -2,6 +2,7 @@
 //! prefixes that need more bytes, and the cap past which the answer is final.
 
 use super::*;
+use crate::testutil::Rng;
 
 use Detection::{NeedMore, NotThis, Proto};
 
@@ -152,17 +153,6 @@ fn dns_tcp_length_prefixed() {
     // A header whose counts cannot fit the announced length.
     let bad = hex("000c5f780120ffff0000000000000000");
     assert_eq!(tcp(Dir::ToServer, &bad, 53), NotThis);
-}
-
-/// A small deterministic generator (xorshift64).
-struct Rng(u64);
-impl Rng {
-    fn byte(&mut self) -> u8 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0.to_le_bytes()[0]
-    }
 }
 
 #[test]

@@ -2,6 +2,7 @@
 //! the name decoding corner cases Suricata defines, the bounds, and random input.
 
 use super::*;
+use crate::testutil::Rng;
 
 fn hex(s: &str) -> Vec<u8> {
     (0..s.len())
@@ -387,20 +388,6 @@ fn tcp_buffer_is_one_message_at_most() {
         Err(DnsError::Header)
     );
     assert_eq!(s.partial[0].capacity(), 0);
-}
-
-/// A small deterministic generator for the random tests (xorshift64).
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        usize::try_from(self.next() % u64::try_from(n.max(1)).unwrap()).unwrap()
-    }
 }
 
 #[test]

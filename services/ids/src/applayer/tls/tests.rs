@@ -3,6 +3,7 @@
 //! the bounds, record errors, and random input.
 
 use super::*;
+use crate::testutil::Rng;
 
 fn hex(s: &str) -> Vec<u8> {
     (0..s.len())
@@ -424,20 +425,6 @@ fn malformed_hello_and_certificate_are_counted() {
     assert_eq!(s.tx().cert_subject(Dir::ToClient), None);
     assert_eq!(s.tx().progress(Dir::ToClient), Progress::Complete);
     assert!(!s.is_stopped());
-}
-
-/// A small deterministic generator for the random tests (xorshift64).
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        usize::try_from(self.next() % u64::try_from(n.max(1)).unwrap()).unwrap()
-    }
 }
 
 #[test]
