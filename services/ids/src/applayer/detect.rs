@@ -107,8 +107,7 @@ pub fn detect(dir: Dir, data: &[u8], udp: bool, sport: u16, dport: u16) -> Detec
     }
     // Suricata runs its pattern matcher (HTTP, TLS) first and its port probes after; a
     // pattern that still needs bytes does not stop a probe that already knows.
-    let mut more = false;
-    for found in [
+    first_of([
         http(dir, data),
         tls(dir, data, server_port),
         if server_port == DNS_PORT {
@@ -116,8 +115,15 @@ pub fn detect(dir: Dir, data: &[u8], udp: bool, sport: u16, dport: u16) -> Detec
         } else {
             Detection::NotThis
         },
-    ] {
-        match found {
+    ])
+}
+
+/// The first protocol found among `answers`, else `NeedMore` if any needs more bytes,
+/// else `NotThis`.
+fn first_of(answers: impl IntoIterator<Item = Detection>) -> Detection {
+    let mut more = false;
+    for a in answers {
+        match a {
             Detection::Proto(p) => return Detection::Proto(p),
             Detection::NeedMore => more = true,
             Detection::NotThis => {}
@@ -148,35 +154,17 @@ fn prefix_ci(data: &[u8], pattern: &[u8]) -> Detection {
 
 /// The HTTP patterns: a method and a space or tab to server, a version to client.
 fn http(dir: Dir, data: &[u8]) -> Detection {
-    let mut more = false;
     match dir {
-        Dir::ToServer => {
-            for m in HTTP_METHODS {
-                match prefix_ci(data, m) {
-                    Detection::Proto(_) => match data.get(m.len()) {
-                        Some(b' ' | b'\t') => return Detection::Proto(AppProto::Http),
-                        Some(_) => {}
-                        None => more = true,
-                    },
-                    Detection::NeedMore => more = true,
-                    Detection::NotThis => {}
-                }
-            }
-        }
-        Dir::ToClient => {
-            for v in HTTP_VERSIONS {
-                match prefix_ci(data, v) {
-                    Detection::Proto(p) => return Detection::Proto(p),
-                    Detection::NeedMore => more = true,
-                    Detection::NotThis => {}
-                }
-            }
-        }
-    }
-    if more {
-        Detection::NeedMore
-    } else {
-        Detection::NotThis
+        // A method counts only when a space or a tab follows it.
+        Dir::ToServer => first_of(HTTP_METHODS.iter().map(|m| match prefix_ci(data, m) {
+            Detection::Proto(p) => match data.get(m.len()) {
+                Some(b' ' | b'\t') => Detection::Proto(p),
+                Some(_) => Detection::NotThis,
+                None => Detection::NeedMore,
+            },
+            other => other,
+        })),
+        Dir::ToClient => first_of(HTTP_VERSIONS.iter().map(|v| prefix_ci(data, v))),
     }
 }
 
