@@ -258,3 +258,17 @@ fn a_packet_only_pass_rule_passes_only_its_packet() {
     assert_eq!(got[4], [2]);
     assert_eq!(counter(&c, "flow_passed"), 0);
 }
+
+#[test]
+fn a_reject_rule_rejects_the_rest_of_the_flow_without_alerts() {
+    let (mut d, c) = detector("reject udp any any -> any 9 (sid:7;)");
+    let now = Instant::now();
+    for _ in 0..3 {
+        let mut p = udp4(CLIENT, SERVER, 40000, 9, b"q");
+        assert_eq!(d.inspect(&mut p, now), Outcome::Reject);
+    }
+    assert_eq!(counter(&c, "sid:7"), 1, "matched once: the flow is decided");
+    assert_eq!(counter(&c, "alerts"), 1);
+    assert_eq!(counter(&c, "rejected"), 3);
+    assert_eq!(counter(&c, "flow_dropped"), 2);
+}

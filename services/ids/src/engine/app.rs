@@ -183,13 +183,21 @@ pub(crate) enum FlowAction {
     Pass,
     /// Drop the flow's later packets, without inspecting them or alerting.
     Drop,
+    /// Reject the flow's later packets (relayd answers each, within its reject rates),
+    /// without inspecting them or alerting.
+    Reject,
 }
 
 /// True if a match of `r` (of action pass, drop or reject) applies to its whole flow:
 /// Suricata's signature types IP-only, like-IP-only, protocol-detection-only, app-layer
 /// and app-tx apply it to the flow; a stream or packet-and-stream rule when it matched
-/// the stream (`stream`); a packet rule never.
+/// the stream (`stream`); a packet rule never. Rules with a `detection_filter` or `rate`
+/// stay per packet: their verdict is about a rate, which relayd keeps applying per packet
+/// (docs/ids.md), not about the flow.
 pub(crate) fn acts_on_flow(r: &Rule, stream: bool) -> bool {
+    if r.filter.is_some() || r.rate.is_some() {
+        return false;
+    }
     if is_tx_rule(r) || stream {
         return true;
     }

@@ -301,6 +301,11 @@ impl Detector {
                     stats.flow_dropped.inc();
                     Some(Outcome::Drop)
                 }
+                FlowAction::Reject => {
+                    stats.flow_dropped.inc();
+                    stats.rejected.inc();
+                    Some(Outcome::Reject)
+                }
             };
             if let Some(out) = decided {
                 if let Some(s) = s {
@@ -732,19 +737,16 @@ fn flow_verdict(set: &RuleSet, matched: &[u32], stream: &[u32]) -> FlowAction {
         let Some(r) = set.rules.get(i as usize) else {
             continue;
         };
-        let pass = match r.action {
-            RuleAction::Pass => true,
-            RuleAction::Drop | RuleAction::Reject => false,
+        let action = match r.action {
+            RuleAction::Pass => FlowAction::Pass,
+            RuleAction::Drop => FlowAction::Drop,
+            RuleAction::Reject => FlowAction::Reject,
             _ => continue,
         };
         if acts_on_flow(r, stream.contains(&i)) {
-            return if pass {
-                FlowAction::Pass
-            } else {
-                FlowAction::Drop
-            };
+            return action;
         }
-        if pass {
+        if action == FlowAction::Pass {
             break;
         }
     }
