@@ -317,3 +317,89 @@ fn a_close_delimited_body_completes_at_the_fin_in_sequence_order() {
     d.inspect(&mut conv.data(false, missing), now);
     assert_eq!(sids(&d), [1]);
 }
+
+#[test]
+fn a_pass_rule_on_a_transaction_passes_the_rest_of_the_flow() {
+    // Suricata's FLOW_ACTION_PASS: once an app-layer pass rule matched, the flow's later
+    // packets are not inspected, so the alert on the response never fires.
+    let (mut d, c) = detector(
+        "pass http any any -> any any (http.uri; content:\"/secret.php\"; sid:1;)\n\
+         alert tcp any any -> any any (content:\"Forbidden\"; sid:2;)",
+    );
+    let mut conv = Conv::new(80);
+    let now = Instant::now();
+    for mut p in conv.handshake() {
+        assert_eq!(d.inspect(&mut p, now), Outcome::Clean);
+    }
+    assert_eq!(d.inspect(&mut conv.data(true, REQUEST), now), Outcome::Pass);
+    assert_eq!(
+        d.inspect(&mut conv.data(false, RESPONSE), now),
+        Outcome::Pass
+    );
+    assert!(sids(&d).is_empty(), "not inspected");
+    assert_eq!(counter(&c, "sid:2"), 0);
+    assert_eq!(counter(&c, "flow_passed"), 1);
+    // Another flow is inspected as usual.
+    let mut other = Conv::new(8080);
+    let mut pkts = other.handshake();
+    pkts.push(other.data(false, RESPONSE));
+    let got = run(&mut d, pkts);
+    assert_eq!(got[3], [2]);
+}
+
+#[test]
+fn a_drop_rule_matching_the_stream_drops_the_rest_of_the_flow() {
+    let (mut d, c) = detector(
+        "drop tcp any any -> any 9000 (content:\"attack\"; sid:1;)\n\
+         alert tcp any any -> any 9000 (content:\"more\"; sid:2;)",
+    );
+    let mut conv = Conv::new(9000);
+    let now = Instant::now();
+    for mut p in conv.handshake() {
+        d.inspect(&mut p, now);
+    }
+    assert_eq!(
+        d.inspect(&mut conv.data(true, b"an attack"), now),
+        Outcome::Drop
+    );
+    assert_eq!(
+        d.inspect(&mut conv.data(true, b"more bytes"), now),
+        Outcome::Drop
+    );
+    assert!(sids(&d).is_empty(), "no further alerts");
+    assert_eq!(counter(&c, "sid:2"), 0);
+    assert_eq!(counter(&c, "flow_dropped"), 1);
+    assert_eq!(counter(&c, "dropped"), 1);
+}
+
+#[test]
+fn a_packet_only_pass_rule_passes_only_its_packet() {
+    // `dsize` makes it a packet rule (Suricata's SIG_TYPE_PKT): the action stays on the
+    // packet.
+    let (mut d, c) = detector(
+        "pass tcp any any -> any 9000 (dsize:<5; sid:1;)\n\
+         alert tcp any any -> any 9000 (flow:no_stream; content:\"x\"; sid:2;)",
+    );
+    let mut conv = Conv::new(9000);
+    let mut pkts = conv.handshake();
+    pkts.push(conv.data(true, b"x"));
+    pkts.push(conv.data(true, b"xxxxxxxx"));
+    let got = run(&mut d, pkts);
+    assert_eq!(got[3], [1]);
+    assert_eq!(got[4], [2]);
+    assert_eq!(counter(&c, "flow_passed"), 0);
+}
+
+#[test]
+fn a_reject_rule_rejects_the_rest_of_the_flow_without_alerts() {
+    let (mut d, c) = detector("reject udp any any -> any 9 (sid:7;)");
+    let now = Instant::now();
+    for _ in 0..3 {
+        let mut p = udp4(CLIENT, SERVER, 40000, 9, b"q");
+        assert_eq!(d.inspect(&mut p, now), Outcome::Reject);
+    }
+    assert_eq!(counter(&c, "sid:7"), 1, "matched once: the flow is decided");
+    assert_eq!(counter(&c, "alerts"), 1);
+    assert_eq!(counter(&c, "rejected"), 3);
+    assert_eq!(counter(&c, "flow_dropped"), 2);
+}

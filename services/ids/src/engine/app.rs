@@ -164,6 +164,51 @@ pub(crate) struct FlowState {
     pub(crate) bits: FlowBits,
     /// Per live transaction, what detection has done with it.
     pub(crate) txs: VecDeque<TxDetect>,
+    /// The action a `pass` or `drop` rule set on the whole flow (Suricata's
+    /// `FLOW_ACTION_PASS` / `FLOW_ACTION_DROP`): the flow's later packets are not inspected.
+    pub(crate) action: FlowAction,
+}
+
+/// What a `pass` or `drop` / `reject` match decided for the rest of its flow.
+///
+/// As in Suricata, the first to be set wins, and it is set only by a rule whose action
+/// applies to the flow: an IP-only-like rule (no payload, no packet keyword), a
+/// transaction rule, or a payload rule that matched the reassembled stream.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FlowAction {
+    /// Inspect the flow's packets.
+    #[default]
+    Inspect,
+    /// Pass the flow's later packets uninspected.
+    Pass,
+    /// Drop the flow's later packets, without inspecting them or alerting.
+    Drop,
+    /// Reject the flow's later packets (relayd answers each, within its reject rates),
+    /// without inspecting them or alerting.
+    Reject,
+}
+
+/// True if a match of `r` (of action pass, drop or reject) applies to its whole flow:
+/// Suricata's signature types IP-only, like-IP-only, protocol-detection-only, app-layer
+/// and app-tx apply it to the flow; a stream or packet-and-stream rule when it matched
+/// the stream (`stream`); a packet rule never. Rules with a `detection_filter` or `rate`
+/// stay per packet: their verdict is about a rate, which relayd keeps applying per packet
+/// (docs/ids.md), not about the flow.
+pub(crate) fn acts_on_flow(r: &Rule, stream: bool) -> bool {
+    if r.filter.is_some() || r.rate.is_some() {
+        return false;
+    }
+    if is_tx_rule(r) || stream {
+        return true;
+    }
+    r.lists.is_empty()
+        && r.pcres.is_empty()
+        && r.dsize.is_none()
+        && r.ttl.is_none()
+        && r.itype.is_none()
+        && r.icode.is_none()
+        && r.flags.is_none()
+        && r.flow.is_none()
 }
 
 /// Detection's record of one transaction.

@@ -21,7 +21,7 @@
 //! table, the streams and the parsers (per flow, within their bounds) and the tracker
 //! (per new key).
 
-use super::app::{FlowState, progress, ready, tx_record};
+use super::app::{FlowAction, FlowState, acts_on_flow, progress, ready, tx_record};
 use super::flowbits::{self, FlowBits};
 use super::packet::{PktInfo, pkt_info};
 use super::{INSPECT_BUDGET, MAX_ALERTS_PER_PACKET, Outcome, RuleSet};
@@ -81,6 +81,10 @@ struct Stats {
     dropped: Counter,
     rejected: Counter,
     passed: Counter,
+    /// Packets of flows a `pass` rule decided, let go uninspected.
+    flow_passed: Counter,
+    /// Packets of flows a `drop` / `reject` rule decided, dropped uninspected.
+    flow_dropped: Counter,
     eve_dropped: Counter,
     no_ct: Counter,
 }
@@ -121,6 +125,8 @@ pub struct Detector {
     cand: Vec<u32>,
     tx_cand: Vec<u32>,
     matched: Vec<u32>,
+    /// The packet rules in `matched` that matched the reassembled stream.
+    stream_hits: Vec<u32>,
     stats: Stats,
     eve: Option<Arc<EveWriter>>,
     flows: Option<FlowTable<FlowState>>,
@@ -158,6 +164,8 @@ impl Detector {
             dropped: c("dropped"),
             rejected: c("rejected"),
             passed: c("passed"),
+            flow_passed: c("flow_passed"),
+            flow_dropped: c("flow_dropped"),
             eve_dropped: c("eve_dropped"),
             no_ct: c("no_ct"),
         };
@@ -173,7 +181,14 @@ impl Detector {
             .iter()
             .map(|r| c(&format!("sid:{}", r.sid)))
             .collect();
-        let flows = (set.needs_flows && opts.flow_tracking)
+        // A `pass`, `drop` or `reject` rule may decide a whole flow, which needs the table.
+        let flow_actions = set.rules.iter().any(|r| {
+            matches!(
+                r.action,
+                RuleAction::Pass | RuleAction::Drop | RuleAction::Reject
+            )
+        });
+        let flows = ((set.needs_flows || flow_actions) && opts.flow_tracking)
             .then(|| FlowTable::new(opts.flows.clone(), FlowCounters::register(counters)));
         Detector {
             st: State {
@@ -191,6 +206,7 @@ impl Detector {
             cand: Vec::with_capacity(64),
             tx_cand: Vec::with_capacity(64),
             matched: Vec::with_capacity(16),
+            stream_hits: Vec::with_capacity(16),
             stats,
             eve,
             flows,
@@ -218,6 +234,7 @@ impl Detector {
     /// says what to do with the packet.
     pub fn inspect(&mut self, pkt: &mut Packet, now: Instant) -> Outcome {
         self.matched.clear();
+        self.stream_hits.clear();
         let Some(p) = pkt_info(pkt) else {
             return Outcome::Clean;
         };
@@ -229,8 +246,10 @@ impl Detector {
             cand,
             tx_cand,
             matched,
+            stream_hits,
             flows,
             opts,
+            stats,
             ..
         } = self;
         let set: &RuleSet = set;
@@ -257,13 +276,46 @@ impl Detector {
             _ => None,
         };
         let (mut fx, mut stream, mut app_txs, mut new_bytes) = (None, None, None, 0);
+        let mut flow_action = None;
         if let Some(f) = fref.as_mut() {
             let dir = f.dir;
             let established = f.established;
             new_bytes = f.seg.new;
             let id = f.flow.id();
             let (state, s) = f.flow.split_mut(dir);
-            let FlowState { app, bits, txs } = state;
+            let FlowState {
+                app,
+                bits,
+                txs,
+                action,
+            } = state;
+            // A flow a `pass` or `drop` rule decided is not inspected any more (Suricata's
+            // DetectFlow); its stream is let go as it arrives.
+            let decided = match *action {
+                FlowAction::Inspect => None,
+                FlowAction::Pass => {
+                    stats.flow_passed.inc();
+                    Some(Outcome::Pass)
+                }
+                FlowAction::Drop => {
+                    stats.flow_dropped.inc();
+                    Some(Outcome::Drop)
+                }
+                FlowAction::Reject => {
+                    stats.flow_dropped.inc();
+                    stats.rejected.inc();
+                    Some(Outcome::Reject)
+                }
+            };
+            if let Some(out) = decided {
+                if let Some(s) = s {
+                    let end = s.end();
+                    s.consume_app(end);
+                    s.consume_raw(end);
+                }
+                return out;
+            }
+            flow_action = Some(action);
             match s {
                 Some(s) => {
                     if set.needs_app {
@@ -350,6 +402,7 @@ impl Detector {
                 }
                 (None, None) => break,
             };
+            let mut on_stream = false;
             if check(
                 set,
                 st,
@@ -359,8 +412,12 @@ impl Detector {
                 win.as_ref(),
                 fx.as_mut(),
                 now,
+                &mut on_stream,
             ) {
                 matched.push(i);
+                if on_stream {
+                    stream_hits.push(i);
+                }
                 if set.rules[i as usize].action == RuleAction::Pass {
                     passed = true;
                     break;
@@ -447,6 +504,9 @@ impl Detector {
         if let Some(s) = stream {
             let upto = s.end().saturating_sub(opts.stream_lookback as u64);
             s.consume_raw(upto);
+        }
+        if let Some(action) = flow_action {
+            *action = flow_verdict(set, matched, stream_hits);
         }
         let flow = fx.as_ref().map(|f| f.id);
         self.decide(&p, flow, now)
@@ -680,7 +740,34 @@ fn finish(
     true
 }
 
-/// The full check of packet rule `i`.
+/// What the matches of a packet (in evaluation order, `stream`: the packet rules among
+/// them that matched the stream) decide for the rest of its flow, as Suricata's
+/// `RuleActionToFlow`: the first `pass` or `drop` / `reject` match whose action applies
+/// to the flow (see [`acts_on_flow`]); matches after a `pass` do not count (the verdict
+/// stops there too).
+fn flow_verdict(set: &RuleSet, matched: &[u32], stream: &[u32]) -> FlowAction {
+    for &i in matched {
+        let Some(r) = set.rules.get(i as usize) else {
+            continue;
+        };
+        let action = match r.action {
+            RuleAction::Pass => FlowAction::Pass,
+            RuleAction::Drop => FlowAction::Drop,
+            RuleAction::Reject => FlowAction::Reject,
+            _ => continue,
+        };
+        if acts_on_flow(r, stream.contains(&i)) {
+            return action;
+        }
+        if action == FlowAction::Pass {
+            break;
+        }
+    }
+    FlowAction::Inspect
+}
+
+/// The full check of packet rule `i`; `on_stream` is set if a payload list matched the
+/// reassembled stream (the packet's payload is part of it).
 #[allow(clippy::too_many_arguments)]
 fn check(
     set: &RuleSet,
@@ -691,6 +778,7 @@ fn check(
     win: Option<&Win<'_>>,
     fx: Option<&mut FlowCx<'_>>,
     now: Instant,
+    on_stream: &mut bool,
 ) -> bool {
     if !header_ok(set, st, i, p, payload.len(), fx.as_deref()) {
         return false;
@@ -711,6 +799,9 @@ fn check(
             return false;
         }
     }
+    // Suricata inspects a stream rule against the stream first; a TCP payload rule of a
+    // flow whose stream holds this packet's bytes matched there.
+    *on_stream = !r.lists.is_empty() && win.is_some() && mode != StreamMode::No;
     finish(set, st, i, p, fx, now)
 }
 

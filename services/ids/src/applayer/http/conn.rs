@@ -453,6 +453,12 @@ impl HttpState {
             side_mut(self, d).buf.clear();
             return Ok(used);
         }
+        if !after && d == 1 && lf.is_some() && side.buf.iter().all(|&c| head::is_space(c)) {
+            // libhtp ignores whitespace-only lines before a response line.
+            side.buf.clear();
+            side.head_len = 0;
+            return Ok(used);
+        }
         if !after && d == 1 && head::looks_like_status(&side.buf, lf.is_some()) == Some(false) {
             // Not a status line: the bytes are body (libhtp, and browsers).
             let bytes = std::mem::take(&mut side.buf);

@@ -670,3 +670,18 @@ fn memory_stays_bounded_on_unbounded_streams() {
     );
     assert!(s.memory() < 100 * 1024 + 16 * 1024, "{}", s.memory());
 }
+
+#[test]
+fn whitespace_lines_before_a_status_line_are_ignored() {
+    // http-evader-481: " \r\n" before the status line; libhtp skips the line and parses
+    // the response.
+    let s = run(&[
+        (TS, Some(b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n")),
+        (
+            TC,
+            Some(b" \r\n\t\r\nHTTP/1.1 200 ok\r\nContent-Length: 4\r\n\r\nbody"),
+        ),
+    ]);
+    assert_buf(&s, 0, "http.stat_code", TC, Some(b"200"));
+    assert_buf(&s, 0, "file.data", TC, Some(b"body"));
+}
