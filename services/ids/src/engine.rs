@@ -11,6 +11,7 @@ mod app;
 mod detect;
 mod flowbits;
 mod packet;
+mod payload;
 
 pub use detect::{DEFAULT_STREAM_LOOKBACK, Detector, DetectorOptions};
 

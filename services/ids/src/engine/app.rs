@@ -277,3 +277,29 @@ pub(crate) fn ready(tx: &dyn Transaction, b: Buffer, dir: Dir) -> bool {
         Some(i) => tx.progress(i.dir.unwrap_or(dir)) >= i.ready,
     }
 }
+
+/// What the matches of a packet (in evaluation order, `stream`: the packet rules among
+/// them that matched the stream) decide for the rest of its flow, as Suricata's
+/// `RuleActionToFlow`: the first `pass` or `drop` / `reject` match whose action applies
+/// to the flow (see [`acts_on_flow`]); matches after a `pass` do not count (the verdict
+/// stops there too).
+pub(crate) fn flow_verdict(set: &super::RuleSet, matched: &[u32], stream: &[u32]) -> FlowAction {
+    for &i in matched {
+        let Some(r) = set.rules.get(i as usize) else {
+            continue;
+        };
+        let action = match r.action {
+            crate::rule::RuleAction::Pass => FlowAction::Pass,
+            crate::rule::RuleAction::Drop => FlowAction::Drop,
+            crate::rule::RuleAction::Reject => FlowAction::Reject,
+            _ => continue,
+        };
+        if acts_on_flow(r, stream.contains(&i)) {
+            return action;
+        }
+        if action == FlowAction::Pass {
+            break;
+        }
+    }
+    FlowAction::Inspect
+}

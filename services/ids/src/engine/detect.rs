@@ -21,18 +21,18 @@
 //! table, the streams and the parsers (per flow, within their bounds) and the tracker
 //! (per new key).
 
-use super::app::{FlowAction, FlowState, acts_on_flow, progress, ready, tx_record};
+use super::app::{FlowAction, FlowState, flow_verdict, progress, ready, tx_record};
 use super::flowbits::{self, FlowBits};
 use super::packet::{PktInfo, pkt_info};
-use super::{INSPECT_BUDGET, MAX_ALERTS_PER_PACKET, Outcome, RuleSet};
+use super::payload::{Win, list_matches, payload_matches};
+use super::{MAX_ALERTS_PER_PACKET, Outcome, RuleSet};
 use crate::applayer::http::HttpLimits;
 use crate::applayer::{AppProto, Dir, Progress, Transaction};
 use crate::buffer::Buffer;
 use crate::eve::{AlertEvent, EveWriter, flow_id};
 use crate::flow::{FlowCounters, FlowLimits, FlowPacket, FlowTable, TcpHeader};
-use crate::inspect::inspect_list;
 use crate::prefilter::{Prefilter, Scratch};
-use crate::rule::{MatchList, RuleAction, RuleProto, StreamMode, Vars, port_match};
+use crate::rule::{RuleAction, RuleProto, StreamMode, Vars, port_match};
 use crate::track::{Addrs, Tracker};
 use relay_core::{Counter, Counters, Packet};
 use std::sync::Arc;
@@ -104,13 +104,6 @@ struct FlowCx<'a> {
     app: Option<AppProto>,
     bits: &'a mut FlowBits,
     id: u64,
-}
-
-/// The stream window a TCP payload rule also inspects: `bytes[old..]` is what this
-/// packet completed.
-struct Win<'a> {
-    bytes: &'a [u8],
-    old: usize,
 }
 
 /// The per-queue-thread inspector.
@@ -583,14 +576,6 @@ impl Detector {
     }
 }
 
-impl Win<'_> {
-    /// True if `payload` is the part of the window this packet completed, or inside it.
-    fn contains(&self, payload: &[u8]) -> bool {
-        let new = self.bytes.get(self.old..).unwrap_or(&[]);
-        new.len() >= payload.len() && new.get(..payload.len()) == Some(payload)
-    }
-}
-
 /// The checks of rule `i` that do not look at payload or buffers: protocol, addresses and
 /// ports, header fields, flow state, application protocol, flowbits tests.
 fn header_ok(
@@ -674,42 +659,6 @@ fn regexes<'a>(set: &RuleSet, st: &'a State, i: usize) -> &'a [regex::bytes::Reg
         .unwrap_or(&[])
 }
 
-/// One list over one buffer, with a fresh budget.
-fn list_matches(list: &MatchList, buf: &[u8], re: &[regex::bytes::Regex], vars: &mut Vars) -> bool {
-    let mut budget = INSPECT_BUDGET;
-    inspect_list(list, buf, re, vars, &mut budget)
-}
-
-/// The payload list of a packet rule against the packet and the stream window.
-fn payload_matches(
-    list: &MatchList,
-    mode: StreamMode,
-    payload: &[u8],
-    win: Option<&Win<'_>>,
-    re: &[regex::bytes::Regex],
-    vars: &mut Vars,
-) -> bool {
-    if mode != StreamMode::Only && list_matches(list, payload, re, vars) {
-        return true;
-    }
-    if mode == StreamMode::No {
-        return false;
-    }
-    let Some(w) = win else { return false };
-    let mut v = *vars;
-    if !list_matches(list, w.bytes, re, &mut v) {
-        return false;
-    }
-    // Only a match that needs this packet's bytes is new.
-    let old = w.bytes.get(..w.old).unwrap_or(&[]);
-    let mut v_old = *vars;
-    if !old.is_empty() && list_matches(list, old, re, &mut v_old) {
-        return false;
-    }
-    *vars = v;
-    true
-}
-
 /// The stateful tests, last (only packets that match everything else count towards a
 /// rate), and the flowbits a match sets.
 fn finish(
@@ -738,32 +687,6 @@ fn finish(
         flowbits::apply(&set.bitops[i], fx.bits);
     }
     true
-}
-
-/// What the matches of a packet (in evaluation order, `stream`: the packet rules among
-/// them that matched the stream) decide for the rest of its flow, as Suricata's
-/// `RuleActionToFlow`: the first `pass` or `drop` / `reject` match whose action applies
-/// to the flow (see [`acts_on_flow`]); matches after a `pass` do not count (the verdict
-/// stops there too).
-fn flow_verdict(set: &RuleSet, matched: &[u32], stream: &[u32]) -> FlowAction {
-    for &i in matched {
-        let Some(r) = set.rules.get(i as usize) else {
-            continue;
-        };
-        let action = match r.action {
-            RuleAction::Pass => FlowAction::Pass,
-            RuleAction::Drop => FlowAction::Drop,
-            RuleAction::Reject => FlowAction::Reject,
-            _ => continue,
-        };
-        if acts_on_flow(r, stream.contains(&i)) {
-            return action;
-        }
-        if action == FlowAction::Pass {
-            break;
-        }
-    }
-    FlowAction::Inspect
 }
 
 /// The full check of packet rule `i`; `on_stream` is set if a payload list matched the
