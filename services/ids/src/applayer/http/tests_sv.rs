@@ -261,3 +261,18 @@ Host: sdk.xinxiansk.com:8100\r\nContent-Length: 106\r\n\r\n"
     assert_buf(&s, 0, "http.host", TS, Some(b"sdk.xinxiansk.com"));
     assert_buf(&s, 0, "http.host.raw", TS, Some(b"sdk.xinxiansk.com:8100"));
 }
+
+#[test]
+fn http_evader_two_content_codings_are_both_undone() {
+    // http-evader-132, `GET /compressed/eicar.txt/ce%3Agzip,deflate;gzip;deflate`:
+    // `Content-Encoding:gzip,deflate`, the body gzipped and then deflated; Suricata undoes
+    // both (the last listed first) and its file_data holds the EICAR string.
+    let s = run(&[
+        (TS, Some(b"GET /compressed/eicar.txt/ce%3Agzip,deflate;gzip;deflate HTTP/1.1\r\nHost: evader.example.com\r\n\r\n")),
+        (TC, Some(b"HTTP/1.1 200 ok\x0d\x0aContent-length: 88\x0d\x0aContent-type: application/octet-stream\x0d\x0aContent-disposition: attachment; filename=\x22eicar.txt\x22\x0d\x0aContent-Encoding:gzip,deflate\x0d\x0a\x0d\x0a\x93\xef\xe6`\x00\x03\xe6n\x83\xaf\xe1<\x01\xa5\x05<\x1df\x9d\x9c\x1d]\x06\xa6\x179:.\x9b\x94\x97]3Y\x1fZ\xf8\xb5\xa4\x8c\xe7\x12/_\xe1\x97\xe2B\x9e\xa2\x8b\xa5_\xb8?\xf2|\xe6\xe1\xe2\xbd\xc6[\xc8\xcbw\xb1\xf4\xf3\x97\xc2\xd0\x90\x8f\x17\xbe]`b\xb09\x1f\x98\xe1\x024\x0e\x00")),
+    ]);
+    assert!(contains(
+        &get(&s, 0, "file.data", TC),
+        b"EICAR-STANDARD-ANTIVIRUS-TEST-FILE"
+    ));
+}
