@@ -276,3 +276,18 @@ fn http_evader_two_content_codings_are_both_undone() {
         b"EICAR-STANDARD-ANTIVIRUS-TEST-FILE"
     ));
 }
+
+#[test]
+fn http_evader_chunked_response_without_chunks_is_read_until_close() {
+    // http-evader-044, `GET /chunked/eicar.txt/chunked,http10,do_clen`: an HTTP/1.0
+    // response with `Transfer-Encoding: chunked` and a body sent as is; libhtp finds no
+    // chunk size and reads the body until close, and Suricata's file_data holds it.
+    let s = run(&[
+        (TS, Some(b"GET /chunked/eicar.txt/chunked,http10,do_clen HTTP/1.1\r\nHost: evader.example.com\r\n\r\n")),
+        (TC, Some(b"HTTP/1.0 200 ok\x0d\x0aContent-type: application/octet-stream\x0d\x0aContent-disposition: attachment; filename=\x22eicar.txt\x22\x0d\x0aTransfer-Encoding: chunked\x0d\x0aConnection: close\x0d\x0a\x0d\x0aX5O!P%@AP[4\x5cPZX54(P^)7CC)7}$EICAR-STANDARD-ANTIVIRUS-TEST-FILE!$H+H*")),
+        (TC, None),
+    ]);
+    let body = get(&s, 0, "file.data", TC);
+    assert!(body.starts_with(b"X5O!P%@AP[4"), "{body:?}");
+    assert!(contains(&body, b"EICAR-STANDARD-ANTIVIRUS-TEST-FILE"));
+}
