@@ -40,8 +40,15 @@ impl HttpState {
         };
         let m = if d == 0 { &t.req } else { &t.resp };
         let te = m.headers.value(b"transfer-encoding");
-        let chunked =
-            te.is_some_and(|v| v.to_ascii_lowercase().windows(7).any(|w| w == b"chunked"));
+        let chunked = te.is_some_and(|v| {
+            // libhtp's `index_of_nocase_nozero`: NUL bytes in the value are skipped.
+            let v: Vec<u8> = v
+                .iter()
+                .filter(|&&c| c != 0)
+                .map(u8::to_ascii_lowercase)
+                .collect();
+            v.windows(7).any(|w| w == b"chunked")
+        });
         let cl = m.headers.value(b"content-length");
         if d == 0 {
             return Ok(if chunked {

@@ -291,3 +291,18 @@ fn http_evader_chunked_response_without_chunks_is_read_until_close() {
     assert!(body.starts_with(b"X5O!P%@AP[4"), "{body:?}");
     assert!(contains(&body, b"EICAR-STANDARD-ANTIVIRUS-TEST-FILE"));
 }
+
+#[test]
+fn http_evader_transfer_encoding_with_a_nul_is_chunked() {
+    // http-evader-290, `GET /broken/eicar.txt/te%3Achu%5C000nked;do_chunked`:
+    // `Transfer-Encoding:chu\0nked`; libhtp skips the NUL, finds `chunked` and de-chunks.
+    let s = run(&[
+        (TS, Some(b"GET /broken/eicar.txt/te%3Achu%5C000nked;do_chunked HTTP/1.1\r\nHost: evader.example.com\r\n\r\n")),
+        (TC, Some(b"HTTP/1.1 200 ok\x0d\x0aContent-type: application/octet-stream\x0d\x0aContent-disposition: attachment; filename=\x22eicar.txt\x22\x0d\x0aConnection: close\x0d\x0aTransfer-Encoding:chu\x00nked\x0d\x0aYet-another-header: foo\x0d\x0a\x0d\x0a4\x0d\x0aX5O!\x0d\x0a4\x0d\x0aP%@A\x0d\x0a4\x0d\x0aP[4\x5c\x0d\x0a4\x0d\x0aPZX5\x0d\x0a4\x0d\x0a4(P^\x0d\x0a4\x0d\x0a)7CC\x0d\x0a4\x0d\x0a)7}$\x0d\x0a4\x0d\x0aEICA\x0d\x0a4\x0d\x0aR-ST\x0d\x0a4\x0d\x0aANDA\x0d\x0a4\x0d\x0aRD-A\x0d\x0a4\x0d\x0aNTIV\x0d\x0a4\x0d\x0aIRUS\x0d\x0a4\x0d\x0a-TES\x0d\x0a4\x0d\x0aT-FI\x0d\x0a4\x0d\x0aLE!$\x0d\x0a4\x0d\x0aH+H*\x0d\x0a0\x0d\x0a\x0d\x0a")),
+        (TC, None),
+    ]);
+    assert!(contains(
+        &get(&s, 0, "file.data", TC),
+        b"EICAR-STANDARD-ANTIVIRUS-TEST-FILE"
+    ));
+}
