@@ -306,3 +306,18 @@ fn http_evader_transfer_encoding_with_a_nul_is_chunked() {
         b"EICAR-STANDARD-ANTIVIRUS-TEST-FILE"
     ));
 }
+
+#[test]
+fn http_evader_header_name_with_a_nul_is_found() {
+    // http-evader-293, `GET /broken/eicar.txt/te%5C000%3Achunked;do_chunked`:
+    // `Transfer-Encoding\0:chunked`; libhtp's lookup skips the NUL in the name and de-chunks.
+    let s = run(&[
+        (TS, Some(b"GET /broken/eicar.txt/te%5C000%3Achunked;do_chunked HTTP/1.1\r\nHost: evader.example.com\r\n\r\n")),
+        (TC, Some(b"HTTP/1.1 200 ok\x0d\x0aContent-type: application/octet-stream\x0d\x0aContent-disposition: attachment; filename=\x22eicar.txt\x22\x0d\x0aConnection: close\x0d\x0aTransfer-Encoding\x00:chunked\x0d\x0aYet-another-header: foo\x0d\x0a\x0d\x0a4\x0d\x0aX5O!\x0d\x0a4\x0d\x0aP%@A\x0d\x0a4\x0d\x0aP[4\x5c\x0d\x0a4\x0d\x0aPZX5\x0d\x0a4\x0d\x0a4(P^\x0d\x0a4\x0d\x0a)7CC\x0d\x0a4\x0d\x0a)7}$\x0d\x0a4\x0d\x0aEICA\x0d\x0a4\x0d\x0aR-ST\x0d\x0a4\x0d\x0aANDA\x0d\x0a4\x0d\x0aRD-A\x0d\x0a4\x0d\x0aNTIV\x0d\x0a4\x0d\x0aIRUS\x0d\x0a4\x0d\x0a-TES\x0d\x0a4\x0d\x0aT-FI\x0d\x0a4\x0d\x0aLE!$\x0d\x0a4\x0d\x0aH+H*\x0d\x0a0\x0d\x0a\x0d\x0a")),
+        (TC, None),
+    ]);
+    assert!(contains(
+        &get(&s, 0, "file.data", TC),
+        b"EICAR-STANDARD-ANTIVIRUS-TEST-FILE"
+    ));
+}
