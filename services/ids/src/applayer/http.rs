@@ -34,7 +34,8 @@
 //! that is not HTTP); the engine may stop the whole flow: a request line whose method is
 //! not a token (bytes that are not HTTP), a head over [`HttpLimits::max_head`], more than
 //! [`HttpLimits::max_txs`] transactions held, more than 1024 distinct header names, a
-//! chunk-size line without hex digits, a response Content-Length without digits.
+//! request chunk-size line without hex digits (a response's is read, as by libhtp, as the
+//! start of a body until close), a response Content-Length without digits.
 //!
 //! Bodies are kept de-chunked and decoded (gzip, deflate), up to the direction's body
 //! limit, which also bounds decompression; past it the direction is marked

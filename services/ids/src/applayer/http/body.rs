@@ -1,8 +1,10 @@
 //! Message bodies: the framing (Content-Length, chunked with trailers, until close) and the
 //! content decoding (gzip / deflate with flate2), into a body kept up to a limit.
 //!
-//! Decoding follows libhtp: `gzip` / `x-gzip` and `deflate` / `x-deflate` are decoded
-//! (one coding; a list of codings, or any other, leaves the body as sent). A stream that
+//! Decoding follows libhtp: `gzip` / `x-gzip` and `deflate` / `x-deflate` are decoded; any
+//! other `Content-Encoding` value is read as libhtp's slow path does (a list of up to two
+//! codings, each token naming gzip or deflate if it contains the word, undone last listed
+//! first; see [`Coding::from_header`]). A stream that
 //! fails before producing anything is retried as raw deflate, zlib, then gzip (three
 //! restarts), then passed through as sent; one that fails after producing output stops
 //! there. Data after the end of the compressed stream is ignored. The decoded size is
@@ -10,7 +12,9 @@
 //! compression bomb costs at most `limit` bytes of output.
 //!
 //! Memory: the body (at most the limit), and while a compressed body is being read one
-//! boxed flate2 decoder (its 32 KiB window and output buffer, about 80 KiB).
+//! boxed flate2 decoder per coding (at most two; each its 32 KiB window and output buffer,
+//! about 80 KiB, and up to 16 KiB of input kept for a restart) and, with two, the first
+//! one's output of one write (at most the limit).
 
 use std::io::Write;
 
@@ -30,19 +34,61 @@ pub(super) enum Coding {
 }
 
 impl Coding {
-    /// The coding a `Content-Encoding` value asks for.
-    pub(super) fn from_header(v: Option<&[u8]>) -> Coding {
+    /// The codings a `Content-Encoding` value asks for, in the order they are undone.
+    ///
+    /// As libhtp (Suricata 8's `response.rs`): a value that is exactly `gzip`, `x-gzip`,
+    /// `deflate` or `x-deflate` (any case, NUL bytes ignored) is that one coding; any other
+    /// value is split at commas and spaces into at most [`MAX_LAYERS`] tokens, a token that
+    /// contains `gzip` is gzip, one that contains `deflate` is deflate, any other none, and
+    /// the last token listed is undone first (the layer applied last).
+    pub(super) fn from_header(v: Option<&[u8]>) -> [Coding; MAX_LAYERS] {
+        let mut out = [Coding::Identity; MAX_LAYERS];
         let Some(v) = v else {
-            return Coding::Identity;
+            return out;
         };
         let v = super::head::trim(v);
-        if v.eq_ignore_ascii_case(b"gzip") || v.eq_ignore_ascii_case(b"x-gzip") {
-            Coding::Gzip
-        } else if v.eq_ignore_ascii_case(b"deflate") || v.eq_ignore_ascii_case(b"x-deflate") {
-            Coding::Deflate
-        } else {
-            Coding::Identity
+        let is = |word: &[u8]| {
+            let mut it = v.iter().filter(|&&c| c != 0);
+            word.iter()
+                .all(|w| it.next().is_some_and(|c| c.eq_ignore_ascii_case(w)))
+                && it.next().is_none()
+        };
+        if is(b"gzip") || is(b"x-gzip") {
+            out[0] = Coding::Gzip;
+            return out;
         }
+        if is(b"deflate") || is(b"x-deflate") {
+            out[0] = Coding::Deflate;
+            return out;
+        }
+        let contains = |tok: &[u8], word: &[u8]| {
+            tok.windows(word.len())
+                .any(|w| w.eq_ignore_ascii_case(word))
+        };
+        let mut listed = [Coding::Identity; MAX_LAYERS];
+        let tokens = v
+            .split(|&c| c == b',' || c == b' ')
+            .filter(|t| !t.is_empty());
+        let mut n = 0;
+        for (slot, tok) in listed.iter_mut().zip(tokens) {
+            *slot = if contains(tok, b"gzip") {
+                Coding::Gzip
+            } else if contains(tok, b"deflate") {
+                Coding::Deflate
+            } else {
+                Coding::Identity
+            };
+            n += 1;
+        }
+        let undo = listed
+            .iter()
+            .take(n)
+            .rev()
+            .filter(|&&c| c != Coding::Identity);
+        for (slot, c) in out.iter_mut().zip(undo) {
+            *slot = *c;
+        }
+        out
     }
 
     /// The coding libhtp tries after this one fails.
@@ -54,6 +100,10 @@ impl Coding {
         }
     }
 }
+
+/// Content codings undone at most, one after the other (libhtp's
+/// `response-body-decompress-layer-limit`, 2 in Suricata's default configuration).
+pub(super) const MAX_LAYERS: usize = 2;
 
 /// Input kept per coding tried, to be read again by the next coding if this one fails.
 const MAX_REPLAY: usize = 16 * 1024;
@@ -152,24 +202,24 @@ struct Attempt {
     overflow: bool,
 }
 
-/// Turns the (de-chunked) bytes of a body into the body Suricata inspects, appending to a
-/// body vector up to `limit` bytes.
+/// Undoes one content coding: turns bytes into decoded bytes, appending to a vector up
+/// to `limit` bytes.
 ///
 /// Restarts as libhtp, made independent of how the input is cut: the declared coding keeps
 /// what it decoded before an error (libhtp flushes it, then stops); a later coding that
 /// fails has its output dropped and the input it consumed is read again by the next one
 /// (libhtp reads again only the current chunk); after three restarts the input passes
 /// through as sent.
-pub(super) struct Decoder {
+struct Layer {
     mode: Mode,
     limit: usize,
 }
 
-impl Decoder {
+impl Layer {
     /// A decoder for coding `c` and a body limit.
-    pub(super) fn new(c: Coding, limit: usize) -> Decoder {
-        Decoder {
-            mode: Decoder::attempt(c, 0, 0, limit),
+    fn new(c: Coding, limit: usize) -> Layer {
+        Layer {
+            mode: Layer::attempt(c, 0, 0, limit),
             limit,
         }
     }
@@ -190,7 +240,7 @@ impl Decoder {
     }
 
     /// Decodes `data` onto `body`. Returns true once `body` holds `limit` bytes.
-    pub(super) fn write(&mut self, data: &[u8], body: &mut Vec<u8>) -> bool {
+    fn write(&mut self, data: &[u8], body: &mut Vec<u8>) -> bool {
         let mut replay: Vec<u8>;
         let mut rest = data;
         loop {
@@ -235,7 +285,7 @@ impl Decoder {
                             let mut again = std::mem::take(&mut a.seen);
                             again.extend_from_slice(rest);
                             replay = again;
-                            self.mode = Decoder::attempt(
+                            self.mode = Layer::attempt(
                                 a.coding.next(),
                                 a.restarts + 1,
                                 a.start,
@@ -251,12 +301,66 @@ impl Decoder {
     }
 
     /// Ends the body: flushes what the decoder still holds onto `body`.
-    pub(super) fn finish(&mut self, body: &mut Vec<u8>) {
+    fn finish(&mut self, body: &mut Vec<u8>) {
         if let Mode::Inflate(a) = &mut self.mode {
             a.inflater.finish();
             body.append(&mut a.inflater.sink().out);
         }
         self.mode = Mode::Stopped;
+    }
+}
+
+/// Turns the (de-chunked) bytes of a body into the body Suricata inspects, appending to a
+/// body vector up to `limit` bytes: up to [`MAX_LAYERS`] codings undone one after the
+/// other, each as one [`Layer`].
+pub(super) struct Decoder {
+    /// The coding undone first, and its output not yet passed on, when there are two.
+    outer: Option<(Layer, Vec<u8>)>,
+    /// The coding undone last, writing the body.
+    inner: Layer,
+}
+
+impl Decoder {
+    /// A decoder for one coding `c` and a body limit.
+    pub(super) fn new(c: Coding, limit: usize) -> Decoder {
+        Decoder {
+            outer: None,
+            inner: Layer::new(c, limit),
+        }
+    }
+
+    /// A decoder for codings in the order they are undone ([`Coding::from_header`]).
+    pub(super) fn layered(c: [Coding; MAX_LAYERS], limit: usize) -> Decoder {
+        match c {
+            [first, Coding::Identity] => Decoder::new(first, limit),
+            [first, second] => Decoder {
+                outer: Some((Layer::new(first, limit), Vec::new())),
+                inner: Layer::new(second, limit),
+            },
+        }
+    }
+
+    /// Decodes `data` onto `body`. Returns true once `body` holds `limit` bytes.
+    pub(super) fn write(&mut self, data: &[u8], body: &mut Vec<u8>) -> bool {
+        match &mut self.outer {
+            None => self.inner.write(data, body),
+            Some((outer, stage)) => {
+                outer.write(data, stage);
+                let full = self.inner.write(stage, body);
+                stage.clear();
+                full
+            }
+        }
+    }
+
+    /// Ends the body: flushes what the decoders still hold onto `body`.
+    pub(super) fn finish(&mut self, body: &mut Vec<u8>) {
+        if let Some((outer, stage)) = &mut self.outer {
+            outer.finish(stage);
+            self.inner.write(stage, body);
+            *stage = Vec::new();
+        }
+        self.inner.finish(body);
     }
 }
 
@@ -383,6 +487,32 @@ mod tests {
         let mut gz = gzip(b"payload");
         gz.extend_from_slice(b"garbage after the end");
         assert_eq!(decode(Coding::Gzip, 1 << 20, &gz, 5), b"payload");
+    }
+
+    #[test]
+    fn content_encoding_values_as_libhtp_reads_them() {
+        use Coding::{Deflate as D, Gzip as G, Identity as I};
+        let f = |v: &[u8]| Coding::from_header(Some(v));
+        assert_eq!(Coding::from_header(None), [I, I]);
+        assert_eq!(f(b" GZip "), [G, I]);
+        assert_eq!(f(b"gz\0ip"), [G, I]);
+        assert_eq!(f(b"x-deflate"), [D, I]);
+        assert_eq!(f(b"gzip,deflate"), [D, G]);
+        assert_eq!(f(b"deflate, gzip"), [G, D]);
+        assert_eq!(f(b"gzip_x"), [G, I]);
+        assert_eq!(f(b"deflate,"), [D, I]);
+        assert_eq!(f(b"identity,gzip"), [G, I]);
+        // Two layers at most: the third token is not read.
+        assert_eq!(f(b"identity,gzip,deflate"), [G, I]);
+        assert_eq!(f(b"br"), [I, I]);
+        let gz = gzip(&gzip(b"twice"));
+        let mut d = Decoder::layered(f(b"gzip, gzip"), 1 << 20);
+        let mut out = Vec::new();
+        for c in gz.chunks(3) {
+            d.write(c, &mut out);
+        }
+        d.finish(&mut out);
+        assert_eq!(out, b"twice");
     }
 
     #[test]

@@ -599,7 +599,7 @@ impl HttpState {
         m.headers = headers;
         t.progress[d] = Progress::Headers;
         let framing = self.framing(d, id)?;
-        let coding = tx_mut(&mut self.txs, id).map_or(Coding::Identity, |t| {
+        let coding = tx_mut(&mut self.txs, id).map_or([Coding::Identity; 2], |t| {
             Coding::from_header(msg_mut(t, d).headers.value(b"content-encoding"))
         });
         let limit = if d == 0 {
@@ -613,7 +613,7 @@ impl HttpState {
                 let side = side_mut(self, d);
                 side.phase = Phase::Body;
                 side.framing = Some(f);
-                side.decoder = Some(Decoder::new(coding, limit));
+                side.decoder = Some(Decoder::layered(coding, limit));
             }
         }
         Ok(())

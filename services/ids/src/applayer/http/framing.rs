@@ -19,6 +19,14 @@ pub(super) fn trim_capacity(body: &mut Vec<u8>) {
     }
 }
 
+/// Whether a chunk-size line not yet ended may still be one: after any of libhtp's chunk
+/// control bytes (CR, LF, space, tab, VT, FF) comes nothing yet or a hex digit.
+fn chunk_size_start(line: &[u8]) -> bool {
+    line.iter()
+        .find(|c| !matches!(c, b'\r' | b'\n' | b' ' | b'\t' | 0x0b | 0x0c))
+        .is_none_or(u8::is_ascii_hexdigit)
+}
+
 impl HttpState {
     /// How the body of direction `d` of transaction `id` ends (`None`: no body). Also
     /// switches the flow to ignoring everything after a 101 or an accepted `CONNECT`.
@@ -32,8 +40,15 @@ impl HttpState {
         };
         let m = if d == 0 { &t.req } else { &t.resp };
         let te = m.headers.value(b"transfer-encoding");
-        let chunked =
-            te.is_some_and(|v| v.to_ascii_lowercase().windows(7).any(|w| w == b"chunked"));
+        let chunked = te.is_some_and(|v| {
+            // libhtp's `index_of_nocase_nozero`: NUL bytes in the value are skipped.
+            let v: Vec<u8> = v
+                .iter()
+                .filter(|&&c| c != 0)
+                .map(u8::to_ascii_lowercase)
+                .collect();
+            v.windows(7).any(|w| w == b"chunked")
+        });
         let cl = m.headers.value(b"content-length");
         if d == 0 {
             return Ok(if chunked {
@@ -169,12 +184,29 @@ impl HttpState {
                 let used = lf.map_or(data.len(), |p| p + 1);
                 side.buf
                     .extend_from_slice(data.get(..used).unwrap_or_default());
+                let size = if d == 1 && !chunk_size_start(&side.buf) {
+                    Err(())
+                } else if lf.is_some() {
+                    body::chunk_size(chomp(&side.buf))
+                } else if side.buf.len() > MAX_CHUNK_LINE {
+                    Err(())
+                } else {
+                    Ok(None)
+                };
+                if size.is_err() && d == 1 {
+                    // libhtp: a response whose chunk-size line is not one is read as a
+                    // body until close, starting with that line (how an HTTP/1.0 server
+                    // that ignores `chunked` sends it).
+                    let line = std::mem::take(&mut side.buf);
+                    side.framing = Some(Framing::Close);
+                    self.write_body(d, &line);
+                    return Ok(used);
+                }
                 if side.buf.len() > MAX_CHUNK_LINE {
                     return Err(HttpError::BadChunk);
                 }
                 if lf.is_some() {
-                    let size =
-                        body::chunk_size(chomp(&side.buf)).map_err(|()| HttpError::BadChunk)?;
+                    let size = size.map_err(|()| HttpError::BadChunk)?;
                     side.buf.clear();
                     side.framing = Some(Framing::Chunked(match size {
                         None => Chunk::Size,

@@ -427,7 +427,13 @@ impl Headers {
     pub(super) fn value(&self, name: &[u8]) -> Option<&[u8]> {
         self.fields
             .iter()
-            .find(|f| self.get(&f.name).eq_ignore_ascii_case(name))
+            .find(|f| {
+                // libhtp's `get_nocase_nozero`: NUL bytes in the stored name are skipped.
+                let mut it = self.get(&f.name).iter().filter(|&&c| c != 0);
+                name.iter()
+                    .all(|n| it.next().is_some_and(|c| c.eq_ignore_ascii_case(n)))
+                    && it.next().is_none()
+            })
             .map(|f| self.get(&f.value))
     }
 

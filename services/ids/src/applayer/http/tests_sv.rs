@@ -261,3 +261,63 @@ Host: sdk.xinxiansk.com:8100\r\nContent-Length: 106\r\n\r\n"
     assert_buf(&s, 0, "http.host", TS, Some(b"sdk.xinxiansk.com"));
     assert_buf(&s, 0, "http.host.raw", TS, Some(b"sdk.xinxiansk.com:8100"));
 }
+
+#[test]
+fn http_evader_two_content_codings_are_both_undone() {
+    // http-evader-132, `GET /compressed/eicar.txt/ce%3Agzip,deflate;gzip;deflate`:
+    // `Content-Encoding:gzip,deflate`, the body gzipped and then deflated; Suricata undoes
+    // both (the last listed first) and its file_data holds the EICAR string.
+    let s = run(&[
+        (TS, Some(b"GET /compressed/eicar.txt/ce%3Agzip,deflate;gzip;deflate HTTP/1.1\r\nHost: evader.example.com\r\n\r\n")),
+        (TC, Some(b"HTTP/1.1 200 ok\x0d\x0aContent-length: 88\x0d\x0aContent-type: application/octet-stream\x0d\x0aContent-disposition: attachment; filename=\x22eicar.txt\x22\x0d\x0aContent-Encoding:gzip,deflate\x0d\x0a\x0d\x0a\x93\xef\xe6`\x00\x03\xe6n\x83\xaf\xe1<\x01\xa5\x05<\x1df\x9d\x9c\x1d]\x06\xa6\x179:.\x9b\x94\x97]3Y\x1fZ\xf8\xb5\xa4\x8c\xe7\x12/_\xe1\x97\xe2B\x9e\xa2\x8b\xa5_\xb8?\xf2|\xe6\xe1\xe2\xbd\xc6[\xc8\xcbw\xb1\xf4\xf3\x97\xc2\xd0\x90\x8f\x17\xbe]`b\xb09\x1f\x98\xe1\x024\x0e\x00")),
+    ]);
+    assert!(contains(
+        &get(&s, 0, "file.data", TC),
+        b"EICAR-STANDARD-ANTIVIRUS-TEST-FILE"
+    ));
+}
+
+#[test]
+fn http_evader_chunked_response_without_chunks_is_read_until_close() {
+    // http-evader-044, `GET /chunked/eicar.txt/chunked,http10,do_clen`: an HTTP/1.0
+    // response with `Transfer-Encoding: chunked` and a body sent as is; libhtp finds no
+    // chunk size and reads the body until close, and Suricata's file_data holds it.
+    let s = run(&[
+        (TS, Some(b"GET /chunked/eicar.txt/chunked,http10,do_clen HTTP/1.1\r\nHost: evader.example.com\r\n\r\n")),
+        (TC, Some(b"HTTP/1.0 200 ok\x0d\x0aContent-type: application/octet-stream\x0d\x0aContent-disposition: attachment; filename=\x22eicar.txt\x22\x0d\x0aTransfer-Encoding: chunked\x0d\x0aConnection: close\x0d\x0a\x0d\x0aX5O!P%@AP[4\x5cPZX54(P^)7CC)7}$EICAR-STANDARD-ANTIVIRUS-TEST-FILE!$H+H*")),
+        (TC, None),
+    ]);
+    let body = get(&s, 0, "file.data", TC);
+    assert!(body.starts_with(b"X5O!P%@AP[4"), "{body:?}");
+    assert!(contains(&body, b"EICAR-STANDARD-ANTIVIRUS-TEST-FILE"));
+}
+
+#[test]
+fn http_evader_transfer_encoding_with_a_nul_is_chunked() {
+    // http-evader-290, `GET /broken/eicar.txt/te%3Achu%5C000nked;do_chunked`:
+    // `Transfer-Encoding:chu\0nked`; libhtp skips the NUL, finds `chunked` and de-chunks.
+    let s = run(&[
+        (TS, Some(b"GET /broken/eicar.txt/te%3Achu%5C000nked;do_chunked HTTP/1.1\r\nHost: evader.example.com\r\n\r\n")),
+        (TC, Some(b"HTTP/1.1 200 ok\x0d\x0aContent-type: application/octet-stream\x0d\x0aContent-disposition: attachment; filename=\x22eicar.txt\x22\x0d\x0aConnection: close\x0d\x0aTransfer-Encoding:chu\x00nked\x0d\x0aYet-another-header: foo\x0d\x0a\x0d\x0a4\x0d\x0aX5O!\x0d\x0a4\x0d\x0aP%@A\x0d\x0a4\x0d\x0aP[4\x5c\x0d\x0a4\x0d\x0aPZX5\x0d\x0a4\x0d\x0a4(P^\x0d\x0a4\x0d\x0a)7CC\x0d\x0a4\x0d\x0a)7}$\x0d\x0a4\x0d\x0aEICA\x0d\x0a4\x0d\x0aR-ST\x0d\x0a4\x0d\x0aANDA\x0d\x0a4\x0d\x0aRD-A\x0d\x0a4\x0d\x0aNTIV\x0d\x0a4\x0d\x0aIRUS\x0d\x0a4\x0d\x0a-TES\x0d\x0a4\x0d\x0aT-FI\x0d\x0a4\x0d\x0aLE!$\x0d\x0a4\x0d\x0aH+H*\x0d\x0a0\x0d\x0a\x0d\x0a")),
+        (TC, None),
+    ]);
+    assert!(contains(
+        &get(&s, 0, "file.data", TC),
+        b"EICAR-STANDARD-ANTIVIRUS-TEST-FILE"
+    ));
+}
+
+#[test]
+fn http_evader_header_name_with_a_nul_is_found() {
+    // http-evader-293, `GET /broken/eicar.txt/te%5C000%3Achunked;do_chunked`:
+    // `Transfer-Encoding\0:chunked`; libhtp's lookup skips the NUL in the name and de-chunks.
+    let s = run(&[
+        (TS, Some(b"GET /broken/eicar.txt/te%5C000%3Achunked;do_chunked HTTP/1.1\r\nHost: evader.example.com\r\n\r\n")),
+        (TC, Some(b"HTTP/1.1 200 ok\x0d\x0aContent-type: application/octet-stream\x0d\x0aContent-disposition: attachment; filename=\x22eicar.txt\x22\x0d\x0aConnection: close\x0d\x0aTransfer-Encoding\x00:chunked\x0d\x0aYet-another-header: foo\x0d\x0a\x0d\x0a4\x0d\x0aX5O!\x0d\x0a4\x0d\x0aP%@A\x0d\x0a4\x0d\x0aP[4\x5c\x0d\x0a4\x0d\x0aPZX5\x0d\x0a4\x0d\x0a4(P^\x0d\x0a4\x0d\x0a)7CC\x0d\x0a4\x0d\x0a)7}$\x0d\x0a4\x0d\x0aEICA\x0d\x0a4\x0d\x0aR-ST\x0d\x0a4\x0d\x0aANDA\x0d\x0a4\x0d\x0aRD-A\x0d\x0a4\x0d\x0aNTIV\x0d\x0a4\x0d\x0aIRUS\x0d\x0a4\x0d\x0a-TES\x0d\x0a4\x0d\x0aT-FI\x0d\x0a4\x0d\x0aLE!$\x0d\x0a4\x0d\x0aH+H*\x0d\x0a0\x0d\x0a\x0d\x0a")),
+        (TC, None),
+    ]);
+    assert!(contains(
+        &get(&s, 0, "file.data", TC),
+        b"EICAR-STANDARD-ANTIVIRUS-TEST-FILE"
+    ));
+}
