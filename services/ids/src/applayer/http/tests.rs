@@ -6,6 +6,7 @@ use std::io::Write;
 use super::*;
 use crate::applayer::{Progress, Transaction};
 use crate::buffer::{BUFFERS, Buffer};
+use crate::testutil::Rng;
 
 use Dir::{ToClient as TC, ToServer as TS};
 
@@ -506,22 +507,6 @@ fn http09_connect_upgrade_and_orphan_responses() {
         s.txs().nth(1).map(|t| t.progress(TS)),
         Some(Progress::Complete)
     );
-}
-
-/// A small deterministic generator (xorshift64*) for the robustness tests.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
 }
 
 /// Bytes that steer the parser somewhere: line ends, separators, escapes, digits.
