@@ -53,7 +53,7 @@ pub enum Detection {
 
 /// HTTP request methods Suricata's HTTP pattern set knows (`app-layer-htp.c`), each of which
 /// must be followed by a space or a tab.
-const HTTP_METHODS: &[&[u8]] = &[
+pub(crate) const HTTP_METHODS: &[&[u8]] = &[
     b"GET",
     b"PUT",
     b"POST",

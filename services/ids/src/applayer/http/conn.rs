@@ -25,37 +25,9 @@ const HTTP09_MAX_JUNK: usize = 16;
 /// The URI libhtp gives the transaction of a response without request.
 const NOT_SEEN: &[u8] = b"/libhtp::request_uri_not_seen";
 
-/// The methods libhtp knows; after a request, a line starting with another word is body.
-const METHODS: &[&[u8]] = &[
-    b"GET",
-    b"PUT",
-    b"POST",
-    b"DELETE",
-    b"CONNECT",
-    b"OPTIONS",
-    b"TRACE",
-    b"PATCH",
-    b"PROPFIND",
-    b"PROPPATCH",
-    b"MKCOL",
-    b"COPY",
-    b"MOVE",
-    b"LOCK",
-    b"UNLOCK",
-    b"VERSION-CONTROL",
-    b"CHECKOUT",
-    b"UNCHECKOUT",
-    b"CHECKIN",
-    b"UPDATE",
-    b"LABEL",
-    b"REPORT",
-    b"MKWORKSPACE",
-    b"MKACTIVITY",
-    b"BASELINE-CONTROL",
-    b"MERGE",
-    b"INVALID",
-    b"HEAD",
-];
+/// The methods libhtp knows (the same list as Suricata's HTTP detection patterns); after a
+/// request, a line starting with another word is body.
+const METHODS: &[&[u8]] = crate::applayer::detect::HTTP_METHODS;
 
 /// Where a direction's parser is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
