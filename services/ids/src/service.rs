@@ -186,6 +186,15 @@ impl ServiceConfig for IdsConfig {
         if self.track_max == 0 {
             return Err("track_max must be at least 1".into());
         }
+        // The raw consumer keeps `stream_lookback` bytes held: at or past the per-direction
+        // buffer every reassembled stream would fill its buffer and stop being reassembled.
+        if self.stream_lookback >= self.stream_buffer {
+            return Err(format!(
+                "stream_lookback ({}) must be below stream_buffer ({}): the look-back is held in the stream buffer",
+                self.stream_lookback, self.stream_buffer
+            )
+            .into());
+        }
         let opts = LoadOptions {
             files: self.rules.clone(),
             vars: self.vars.clone(),
@@ -328,5 +337,40 @@ impl Service for Ids {
             }
             _ => Action::Continue,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(extra: &str) -> IdsConfig {
+        let dir = std::env::temp_dir().join(format!("ids-svc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let rules = dir.join("r.rules");
+        std::fs::write(
+            &rules,
+            "alert tcp any any -> any any (content:\"x\"; sid:1;)\n",
+        )
+        .unwrap();
+        toml::from_str(&format!(
+            "rules = [{:?}]\n{extra}",
+            rules.display().to_string()
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_look_back_the_stream_buffer_cannot_hold_is_refused() {
+        let err = match config("stream_lookback = 262144\n").into_factory("ids") {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("accepted"),
+        };
+        assert!(err.contains("stream_lookback"), "{err}");
+        assert!(
+            config("stream_lookback = 4096\nstream_buffer = 8192\n")
+                .into_factory("ids")
+                .is_ok()
+        );
     }
 }
