@@ -7,10 +7,6 @@ use common::*;
 use relay_svc_ids::Outcome;
 use std::time::Instant;
 
-fn sids(d: &relay_svc_ids::Detector) -> Vec<u32> {
-    d.matched_sids().collect()
-}
-
 /// Inspects each packet, returning the sids each matched.
 fn run(d: &mut relay_svc_ids::Detector, pkts: Vec<relay_core::Packet>) -> Vec<Vec<u32>> {
     let now = Instant::now();

@@ -8,15 +8,6 @@ use common::*;
 use relay_svc_ids::Outcome;
 use std::time::Instant;
 
-/// Which of `payloads` (TCP, client to server port 80) the single rule `opts` matches.
-fn hits(opts: &str, payloads: &[&[u8]]) -> Vec<bool> {
-    let (mut d, _) = detector(&format!("alert tcp any any -> any any ({opts} sid:1;)"));
-    payloads
-        .iter()
-        .map(|p| d.inspect(&mut http(p), Instant::now()) == Outcome::Alert)
-        .collect()
-}
-
 #[test]
 fn isdataat_absolute_relative_and_negated() {
     let p: &[&[u8]] = &[b"USER x", b"USER xxxxxxxxxx", b"USER"];

@@ -8,19 +8,6 @@ use relay_core::{Action, Context, CtState, Packet, ServiceConfig};
 use relay_svc_ids::{IdsConfig, Outcome};
 use std::time::{Duration, Instant};
 
-fn sids(d: &relay_svc_ids::Detector) -> Vec<u32> {
-    d.matched_sids().collect()
-}
-
-/// Which of `payloads` the single rule `opts` (over tcp any -> any) matches.
-fn hits(opts: &str, payloads: &[&[u8]]) -> Vec<bool> {
-    let (mut d, _) = detector(&format!("alert tcp any any -> any any ({opts} sid:1;)"));
-    payloads
-        .iter()
-        .map(|p| d.inspect(&mut http(p), Instant::now()) == Outcome::Alert)
-        .collect()
-}
-
 #[test]
 fn content_and_nocase() {
     assert_eq!(

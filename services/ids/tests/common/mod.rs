@@ -251,3 +251,19 @@ impl Conv {
         )
     }
 }
+
+/// The sids of the rules the last packet matched, in evaluation order.
+pub(crate) fn sids(d: &Detector) -> Vec<u32> {
+    d.matched_sids().collect()
+}
+
+/// Which of `payloads` (TCP, client to server port 80) the single rule `opts` matches.
+pub(crate) fn hits(opts: &str, payloads: &[&[u8]]) -> Vec<bool> {
+    let (mut d, _) = detector(&format!("alert tcp any any -> any any ({opts} sid:1;)"));
+    payloads
+        .iter()
+        .map(|p| {
+            d.inspect(&mut http(p), std::time::Instant::now()) == relay_svc_ids::Outcome::Alert
+        })
+        .collect()
+}
