@@ -1526,6 +1526,9 @@ struct SizedSvc {
     /// The encoder in src installs a tc tree on src's eth0 (mpls-encap), which must not
     /// have the bench's qdisc then.
     src_tc: bool,
+    /// Measured with one TCP flow (relay-core CPU per kB against the kernel's) instead of
+    /// the packets/s search on the UDP stream.
+    tcp: bool,
 }
 
 static SIZED: std::sync::OnceLock<Vec<SizedSvc>> = std::sync::OnceLock::new();
@@ -1573,7 +1576,7 @@ fn sizing(bed: &mut Bed) {
     writeln!(report, "| service | size | packets/s per core | relay core at that rate | relay-core us/packet | at a full core (packets/s) | note |").unwrap();
     writeln!(report, "|---|---|---|---|---|---|---|").unwrap();
     for &size in &sizes {
-        for i in 0..n {
+        for i in (0..n).filter(|&i| !sized()[i].tcp) {
             let path = Path::Sized(i);
             let svc = &sized()[i];
             let mut rows: Vec<(f64, f64, f64, bool)> = Vec::new();
@@ -1645,8 +1648,58 @@ fn sizing(bed: &mut Bed) {
         }
     }
     writeln!(report, "\n\"at a full core\": 1 / relay-core CPU per packet, what the core would forward if the source could saturate it (CPU per packet falls as batches fill, so this is conservative).").unwrap();
+    let tcp_rows: Vec<usize> = (0..n).filter(|&i| sized()[i].tcp).collect();
+    if !tcp_rows.is_empty() {
+        sizing_tcp(bed, &tcp_rows, &mut report);
+    }
     println!("{report}");
     remove_keys();
+}
+
+/// The sizing table's TCP rows: one TCP flow (10.0.1.1 -> 10.0.2.2:9001, GSO and GRO on as
+/// in the TCP section) through the row's queue and through the kernel alone, `ROUNDS`
+/// times each; the relay core's CPU per kB delivered as a ratio to the kernel's.
+fn sizing_tcp(bed: &mut Bed, rows: &[usize], report: &mut String) {
+    let paths: Vec<Path> = std::iter::once(Path::Kernel)
+        .chain(rows.iter().map(|&i| Path::Sized(i)))
+        .collect();
+    let mut runs: Vec<Vec<Tcp>> = vec![Vec::new(); paths.len()];
+    for round in 0..bed.k.rounds {
+        println!(
+            "sizing: TCP, one flow, round {}/{}",
+            round + 1,
+            bed.k.rounds
+        );
+        for (j, &path) in paths.iter().enumerate() {
+            runs[j].push(tcp(bed, path));
+        }
+    }
+    writeln!(
+        report,
+        "\n### One TCP flow (medians of {} round(s))\n",
+        bed.k.rounds
+    )
+    .unwrap();
+    writeln!(
+        report,
+        "| path | Mbit/s | relay core | relay-core ns per kB | ratio to the kernel |"
+    )
+    .unwrap();
+    writeln!(report, "|---|---|---|---|---|").unwrap();
+    let kns = med(&runs[0], |t| t.relay_ns_per_kb);
+    for (j, p) in paths.iter().enumerate() {
+        let t = &runs[j];
+        let ns = med(t, |t| t.relay_ns_per_kb);
+        writeln!(
+            report,
+            "| {} | {:.0} | {} | {ns:.1} | {:.1} |",
+            p.name(),
+            med(t, |t| t.bps) / 1e6,
+            pct(med(t, |t| t.relay_share)),
+            ns / kns
+        )
+        .unwrap();
+    }
 }
 
 /// The sizing table's rows, with the key and rule files they need. Every queue is
@@ -1661,12 +1714,16 @@ fn sizing_rows(dir: &std::path::Path) -> Vec<SizedSvc> {
     let rules = dir.join("ids.rules");
     std::fs::write(&rules, include_str!("sizing-ids.rules")).expect("ids rules");
     let rules = rules.display();
+    let tcp_rules = dir.join("ids-tcp.rules");
+    std::fs::write(&tcp_rules, include_str!("sizing-ids-tcp.rules")).expect("ids tcp rules");
+    let tcp_rules = tcp_rules.display();
     let row = |name: &'static str, relay: QueueSpec| SizedSvc {
         name,
         relay,
         src: None,
         drops: false,
         src_tc: false,
+        tcp: false,
     };
     let decoder = |name: &'static str, src: QueueSpec, relay: QueueSpec| SizedSvc {
         name,
@@ -1674,6 +1731,7 @@ fn sizing_rows(dir: &std::path::Path) -> Vec<SizedSvc> {
         src: Some(src),
         drops: false,
         src_tc: false,
+        tcp: false,
     };
     let compress = |alg: &str| {
         QueueSpec::new(
@@ -1733,6 +1791,7 @@ fn sizing_rows(dir: &std::path::Path) -> Vec<SizedSvc> {
             src: None,
             drops: true,
             src_tc: false,
+            tcp: false,
         },
         row("compress (LZ4, always)", compress("lz4")),
         row("compress (deflate, always)", compress("deflate")),
@@ -1800,6 +1859,19 @@ fn sizing_rows(dir: &std::path::Path) -> Vec<SizedSvc> {
                 ),
             ),
         ),
+        SizedSvc {
+            tcp: true,
+            ..row(
+                "ids, one TCP flow (22 rules: + stream, + HTTP)",
+                QueueSpec::new(
+                    FC,
+                    "\"ids\"",
+                    &format!(
+                        "[service.ids]\nkind = \"ids\"\nrules = [\"{rules}\", \"{tcp_rules}\"]\nstrict = true\n[service.ids.vars]\nHOME_NET = \"[10.0.2.0/24]\"\nEXTERNAL_NET = \"!$HOME_NET\"\n"
+                    ),
+                ),
+            )
+        },
         row(
             "delay (1 ms)",
             QueueSpec::new(
