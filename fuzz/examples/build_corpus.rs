@@ -327,6 +327,53 @@ fn capture_seeds() {
         // No .pcap suffix: the repository ignores *.pcap outside tests/data.
         s.add(&f.replace('.', "-"), &bytes);
     }
+    // The link types without a test capture: the same IP packets behind each one's
+    // header (BSD loopback in both byte orders, PPP with and without address/control,
+    // Cisco HDLC), written as a little-endian microsecond pcap.
+    let packets = capture_packets();
+    let v6 = |ip: &[u8]| ip.first().is_some_and(|b| b >> 4 == 6);
+    let links: [(&str, u32, &dyn Fn(&[u8]) -> Vec<u8>); 5] = [
+        ("null", 0, &|ip| {
+            (if v6(ip) { 30u32 } else { 2 }).to_le_bytes().to_vec()
+        }),
+        ("loop", 108, &|ip| {
+            (if v6(ip) { 24u32 } else { 2 }).to_be_bytes().to_vec()
+        }),
+        ("ppp", 9, &|ip| {
+            (if v6(ip) { 0x0057u16 } else { 0x0021 })
+                .to_be_bytes()
+                .to_vec()
+        }),
+        ("ppp-ac", 9, &|ip| {
+            let mut h = vec![0xff, 0x03];
+            h.extend((if v6(ip) { 0x0057u16 } else { 0x0021 }).to_be_bytes());
+            h
+        }),
+        ("c-hdlc", 104, &|ip| {
+            let mut h = vec![0x0f, 0x00];
+            h.extend((if v6(ip) { 0x86ddu16 } else { 0x0800 }).to_be_bytes());
+            h
+        }),
+    ];
+    for (name, linktype, header) in links {
+        // Magic, version 2.4, zone, sigfigs, snap length, link type.
+        let mut f = 0xa1b2_c3d4u32.to_le_bytes().to_vec();
+        f.extend(2u16.to_le_bytes());
+        f.extend(4u16.to_le_bytes());
+        for v in [0, 0, 65_535, linktype] {
+            f.extend(v.to_le_bytes());
+        }
+        for (i, ip) in packets.iter().enumerate() {
+            let mut frame = header(ip);
+            frame.extend_from_slice(ip);
+            let len = frame.len() as u32;
+            for v in [1_700_000_000 + i as u32, 0, len, len] {
+                f.extend(v.to_le_bytes());
+            }
+            f.extend(frame);
+        }
+        s.add(&format!("flows-{name}-pcap"), &f);
+    }
 }
 
 /// The ```toml blocks of a Markdown file.
