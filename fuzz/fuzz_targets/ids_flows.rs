@@ -67,7 +67,15 @@ const SERVER: [u8; 4] = [10, 0, 2, 2];
 
 /// A TCP/IPv4 segment with its sequence and acknowledgement numbers.
 #[allow(clippy::too_many_arguments)]
-fn seg(to_server: bool, cport: u16, sport: u16, flags: u8, seq: u32, ack: u32, data: &[u8]) -> Vec<u8> {
+fn seg(
+    to_server: bool,
+    cport: u16,
+    sport: u16,
+    flags: u8,
+    seq: u32,
+    ack: u32,
+    data: &[u8],
+) -> Vec<u8> {
     let (src, dst, sp, dp) = if to_server {
         (CLIENT, SERVER, cport, sport)
     } else {
