@@ -1,9 +1,8 @@
 //! The capture reader behind `relayd replay` (crates/relayd `replay::Capture`): pcap in
 //! both byte orders and time resolutions, pcapng blocks and interface options, every
 //! link type relayd strips (Ethernet with VLAN tags, Linux SLL and SLL2, raw IP, BSD
-//! loopback, PPP, Cisco HDLC), snap
-//! lengths; then each IP packet through the replay's flow tracker, as `relayd replay`
-//! does before running the chain.
+//! loopback, PPP, Cisco HDLC), snap lengths; then each IP packet through the replay's
+//! flow tracker, as `relayd replay` does before running the chain.
 //!
 //! Input: the capture file.
 #![no_main]
