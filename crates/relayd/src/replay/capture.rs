@@ -302,15 +302,22 @@ pub fn strip_link(link: DataLink, frame: &[u8]) -> Option<&[u8]> {
                 .then(|| frame.get(4..))
                 .flatten()
         }
-        // PPP: an optional address/control pair (ff 03), then the protocol.
+        // PPP: an optional address/control pair (ff 03), then the protocol: one byte when
+        // compressed (RFC 1661 section 6.5: the low bit of its first byte set), else two.
+        // Van Jacobson uncompressed TCP/IP (0x2f) carries an IPv4 header as it was.
         DataLink::PPP => {
             let rest = match frame {
                 [0xff, 0x03, rest @ ..] => rest,
                 _ => frame,
             };
-            let proto = u16::from_be_bytes([*rest.first()?, *rest.get(1)?]);
-            matches!(proto, 0x0021 | 0x0057)
-                .then(|| rest.get(2..))
+            let first = *rest.first()?;
+            let (proto, n) = if first & 1 == 1 {
+                (u16::from(first), 1)
+            } else {
+                (u16::from_be_bytes([first, *rest.get(1)?]), 2)
+            };
+            matches!(proto, 0x0021 | 0x0057 | 0x002f)
+                .then(|| rest.get(n..))
                 .flatten()
         }
         // Cisco HDLC: address, control, then an ethertype.
@@ -393,6 +400,11 @@ mod tests {
         ppp.extend_from_slice(&ip);
         assert_eq!(strip_link(DataLink::PPP, &ppp), Some(&ip[..]));
         assert_eq!(strip_link(DataLink::PPP, &ppp[2..]), Some(&ip[..]));
+        // A compressed (one-byte) protocol field: 0x57 is IPv6.
+        let mut ppp6 = vec![0x57u8];
+        ppp6.extend_from_slice(&ip);
+        assert_eq!(strip_link(DataLink::PPP, &ppp6), Some(&ip[..]));
+        assert_eq!(strip_link(DataLink::PPP, &[0x23, 0x45]), None);
         let mut hdlc = vec![0x0fu8, 0x00, 0x08, 0x00];
         hdlc.extend_from_slice(&ip);
         assert_eq!(strip_link(DataLink::C_HDLC, &hdlc), Some(&ip[..]));

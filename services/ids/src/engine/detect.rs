@@ -270,7 +270,7 @@ impl Detector {
     fn inspect_one(&mut self, pkt: &mut Packet, now: Instant) -> Outcome {
         self.matched.clear();
         self.stream_hits.clear();
-        let Some(p) = pkt_info(pkt) else {
+        let Some(p) = pkt_info(pkt, self.opts.decode.enabled) else {
             return Outcome::Clean;
         };
         let Detector {
