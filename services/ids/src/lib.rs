@@ -10,6 +10,7 @@
 pub mod applayer;
 pub mod buffer;
 mod classify;
+pub mod decode;
 mod engine;
 mod eve;
 pub mod flow;

@@ -28,9 +28,19 @@ pub enum CaptureError {
     /// Not a pcap or pcapng file, or its header is damaged.
     #[error("not a pcap or pcapng file: {0}")]
     Format(String),
-    /// A record could not be read.
+    /// A record could not be read and the file cannot be followed past it (its length
+    /// is damaged, or the file ends inside it): reading stops here.
     #[error("packet {number}: {reason}")]
     Record {
+        /// The record number.
+        number: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A record that cannot be used, but the records after it can still be read (a
+    /// pcapng packet of an interface never described): skip it and go on.
+    #[error("packet {number} skipped: {reason}")]
+    Skipped {
         /// The record number.
         number: u64,
         /// What is wrong.
@@ -64,6 +74,8 @@ fn units_per_second(v: Option<u8>) -> u128 {
 pub struct Capture<R: Read> {
     inner: Inner<R>,
     number: u64,
+    /// A record could not be framed: nothing after it can be read.
+    ended: bool,
 }
 
 fn supported(link: DataLink) -> bool {
@@ -112,11 +124,27 @@ impl<R: Read> Capture<R> {
             let res = r.header().ts_resolution;
             Inner::Pcap(r, link, res)
         };
-        Ok(Capture { inner, number: 0 })
+        Ok(Capture {
+            inner,
+            number: 0,
+            ended: false,
+        })
     }
 
-    /// The next record, `None` at the end of the file.
+    /// The next record, `None` at the end of the file. After a [`CaptureError::Record`]
+    /// (the file cannot be followed past it) it is `None` too.
     pub fn next_record(&mut self) -> Option<Result<Record, CaptureError>> {
+        if self.ended {
+            return None;
+        }
+        let r = self.read_record();
+        if matches!(r, Some(Err(CaptureError::Record { .. }))) {
+            self.ended = true;
+        }
+        r
+    }
+
+    fn read_record(&mut self) -> Option<Result<Record, CaptureError>> {
         loop {
             let number = self.number + 1;
             let err = |e: pcap_file::PcapError| CaptureError::Record {
@@ -163,7 +191,8 @@ impl<R: Read> Capture<R> {
                             (ts, *l, p.data.into_owned(), p.original_len)
                         }
                         None => {
-                            return Some(Err(CaptureError::Record {
+                            self.number = number;
+                            return Some(Err(CaptureError::Skipped {
                                 number,
                                 reason: format!("interface {} was never described", p.interface_id),
                             }));
@@ -172,7 +201,8 @@ impl<R: Read> Capture<R> {
                     Ok(Block::SimplePacket(p)) => match links.first() {
                         Some((l, _)) => (Duration::ZERO, *l, p.data.into_owned(), p.original_len),
                         None => {
-                            return Some(Err(CaptureError::Record {
+                            self.number = number;
+                            return Some(Err(CaptureError::Skipped {
                                 number,
                                 reason: "no interface described".into(),
                             }));
@@ -196,6 +226,49 @@ impl<R: Read> Capture<R> {
     }
 }
 
+/// Most Ethernet frames nested in NSH (RFC 8300) that are unwrapped to find the IP packet.
+const MAX_NESTED_FRAMES: u8 = 4;
+
+/// The IP packet in an Ethernet frame: after its VLAN tags (802.1Q, 802.1ad), and through
+/// a Network Service Header (ethertype 0x894f, RFC 8300), which carries IPv4, IPv6 or
+/// another Ethernet frame (followed at most [`MAX_NESTED_FRAMES`] deep). As Suricata's
+/// DecodeNSH: version 0, MD type 1 (fixed 24-byte header) or 2 (variable), no more.
+fn ethernet(frame: &[u8], depth: u8) -> Option<&[u8]> {
+    let mut off = 12;
+    loop {
+        let et = u16::from_be_bytes([*frame.get(off)?, *frame.get(off + 1)?]);
+        if et == 0x8100 || et == 0x88a8 {
+            off += 4; // VLAN tag
+            continue;
+        }
+        let rest = frame.get(off + 2..)?;
+        return match et {
+            0x0800 | 0x86dd => Some(rest),
+            0x894f => nsh(rest, depth),
+            _ => None,
+        };
+    }
+}
+
+/// The IP packet behind a Network Service Header (see [`ethernet`]).
+fn nsh(h: &[u8], depth: u8) -> Option<&[u8]> {
+    let vfl = u16::from_be_bytes([*h.first()?, *h.get(1)?]);
+    let (md_type, next) = (*h.get(2)? & 0x0f, *h.get(3)?);
+    let len = usize::from(vfl & 0x3f) * 4;
+    if vfl >> 14 != 0 || len < 8 || len >= h.len() || (md_type == 1 && len != 24) {
+        return None;
+    }
+    if md_type != 1 && md_type != 2 {
+        return None;
+    }
+    let rest = h.get(len..)?;
+    match next {
+        1 | 2 => Some(rest),
+        3 if depth < MAX_NESTED_FRAMES => ethernet(rest, depth + 1),
+        _ => None,
+    }
+}
+
 /// The IP packet inside a frame of link type `link`, or `None` if it carries something else.
 pub fn strip_link(link: DataLink, frame: &[u8]) -> Option<&[u8]> {
     fn ip(ethertype: u16, rest: &[u8]) -> Option<&[u8]> {
@@ -203,17 +276,7 @@ pub fn strip_link(link: DataLink, frame: &[u8]) -> Option<&[u8]> {
     }
     match link {
         DataLink::RAW | DataLink::IPV4 | DataLink::IPV6 => Some(frame),
-        DataLink::ETHERNET => {
-            let mut off = 12;
-            loop {
-                let et = u16::from_be_bytes([*frame.get(off)?, *frame.get(off + 1)?]);
-                if et == 0x8100 || et == 0x88a8 {
-                    off += 4; // VLAN tag
-                    continue;
-                }
-                return ip(et, frame.get(off + 2..)?);
-            }
-        }
+        DataLink::ETHERNET => ethernet(frame, 0),
         // SLL: 16-byte header, protocol in the last two bytes.
         DataLink::LINUX_SLL => ip(
             u16::from_be_bytes([*frame.get(14)?, *frame.get(15)?]),
@@ -239,15 +302,22 @@ pub fn strip_link(link: DataLink, frame: &[u8]) -> Option<&[u8]> {
                 .then(|| frame.get(4..))
                 .flatten()
         }
-        // PPP: an optional address/control pair (ff 03), then the protocol.
+        // PPP: an optional address/control pair (ff 03), then the protocol: one byte when
+        // compressed (RFC 1661 section 6.5: the low bit of its first byte set), else two.
+        // Van Jacobson uncompressed TCP/IP (0x2f) carries an IPv4 header as it was.
         DataLink::PPP => {
             let rest = match frame {
                 [0xff, 0x03, rest @ ..] => rest,
                 _ => frame,
             };
-            let proto = u16::from_be_bytes([*rest.first()?, *rest.get(1)?]);
-            matches!(proto, 0x0021 | 0x0057)
-                .then(|| rest.get(2..))
+            let first = *rest.first()?;
+            let (proto, n) = if first & 1 == 1 {
+                (u16::from(first), 1)
+            } else {
+                (u16::from_be_bytes([first, *rest.get(1)?]), 2)
+            };
+            matches!(proto, 0x0021 | 0x0057 | 0x002f)
+                .then(|| rest.get(n..))
                 .flatten()
         }
         // Cisco HDLC: address, control, then an ethertype.
@@ -262,6 +332,40 @@ pub fn strip_link(link: DataLink, frame: &[u8]) -> Option<&[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A little-endian microsecond pcap of raw IP records: (caplen, origlen, data).
+    fn pcap(records: &[(u32, u32, &[u8])]) -> Vec<u8> {
+        let mut f = Vec::new();
+        f.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
+        f.extend_from_slice(&[2, 0, 4, 0]);
+        f.extend_from_slice(&[0u8; 8]);
+        f.extend_from_slice(&65535u32.to_le_bytes());
+        f.extend_from_slice(&101u32.to_le_bytes()); // LINKTYPE_RAW
+        for (cap, orig, data) in records {
+            f.extend_from_slice(&[0u8; 8]);
+            f.extend_from_slice(&cap.to_le_bytes());
+            f.extend_from_slice(&orig.to_le_bytes());
+            f.extend_from_slice(data);
+        }
+        f
+    }
+
+    #[test]
+    fn a_damaged_record_ends_the_capture_after_the_good_ones() {
+        let ip = [
+            0x45u8, 0, 0, 20, 0, 0, 0, 0, 64, 17, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8,
+        ];
+        // The second record claims 1.4 GB: it cannot be framed, nor anything after it.
+        let f = pcap(&[(20, 20, &ip), (0x5400_0000, 20, &ip), (20, 20, &ip)]);
+        let mut c = Capture::new(&f[..], [0xd4, 0xc3, 0xb2, 0xa1]).expect("pcap");
+        let first = c.next_record().expect("a record").expect("readable");
+        assert_eq!(first.ip.as_deref(), Some(&ip[..]));
+        match c.next_record() {
+            Some(Err(CaptureError::Record { number: 2, .. })) => {}
+            other => panic!("expected a record error, got {other:?}"),
+        }
+        assert!(c.next_record().is_none());
+    }
 
     #[test]
     fn strips_every_link_type() {
@@ -296,6 +400,11 @@ mod tests {
         ppp.extend_from_slice(&ip);
         assert_eq!(strip_link(DataLink::PPP, &ppp), Some(&ip[..]));
         assert_eq!(strip_link(DataLink::PPP, &ppp[2..]), Some(&ip[..]));
+        // A compressed (one-byte) protocol field: 0x57 is IPv6.
+        let mut ppp6 = vec![0x57u8];
+        ppp6.extend_from_slice(&ip);
+        assert_eq!(strip_link(DataLink::PPP, &ppp6), Some(&ip[..]));
+        assert_eq!(strip_link(DataLink::PPP, &[0x23, 0x45]), None);
         let mut hdlc = vec![0x0fu8, 0x00, 0x08, 0x00];
         hdlc.extend_from_slice(&ip);
         assert_eq!(strip_link(DataLink::C_HDLC, &hdlc), Some(&ip[..]));
@@ -307,6 +416,38 @@ mod tests {
             for n in 0..f.len() {
                 let _ = strip_link(link, &f[..n]);
             }
+        }
+        // NSH (MD type 1: 24-byte header; MD type 2: 8 bytes), IPv4 or Ethernet inside.
+        let mut nsh1 = vec![0u8; 12];
+        nsh1.extend_from_slice(&[0x89, 0x4f, 0x00, 0x06, 0x01, 0x01, 0, 0, 1, 2]);
+        nsh1.extend_from_slice(&[0u8; 16]);
+        nsh1.extend_from_slice(&ip);
+        assert_eq!(strip_link(DataLink::ETHERNET, &nsh1), Some(&ip[..]));
+        let mut nsh2 = vec![0u8; 12];
+        nsh2.extend_from_slice(&[0x89, 0x4f, 0x00, 0x02, 0x02, 0x03, 0, 0, 1, 2]);
+        nsh2.extend_from_slice(&eth);
+        assert_eq!(strip_link(DataLink::ETHERNET, &nsh2), Some(&ip[..]));
+        // A wrong MD type 1 length, a version other than 0, MPLS inside: not IP.
+        let mut bad = nsh1.clone();
+        bad[15] = 0x02;
+        assert_eq!(strip_link(DataLink::ETHERNET, &bad), None);
+        let mut bad = nsh1.clone();
+        bad[14] = 0x40;
+        assert_eq!(strip_link(DataLink::ETHERNET, &bad), None);
+        let mut bad = nsh1.clone();
+        bad[17] = 5;
+        assert_eq!(strip_link(DataLink::ETHERNET, &bad), None);
+        // NSH in NSH in ... stops at the nesting bound.
+        let mut deep = eth.clone();
+        for _ in 0..=MAX_NESTED_FRAMES {
+            let mut f = vec![0u8; 12];
+            f.extend_from_slice(&[0x89, 0x4f, 0x00, 0x02, 0x02, 0x03, 0, 0, 1, 2]);
+            f.extend_from_slice(&deep);
+            deep = f;
+        }
+        assert_eq!(strip_link(DataLink::ETHERNET, &deep), None);
+        for n in 0..nsh1.len() {
+            let _ = strip_link(DataLink::ETHERNET, &nsh1[..n]);
         }
         // Short frames never panic.
         for n in 0..eth.len() {

@@ -73,10 +73,22 @@ pub fn run(cfg: &Config, opts: &ReplayOptions, out: &mut dyn Write) -> anyhow::R
     let mut flows = FlowTracker::default();
     let base = Instant::now();
     let (mut first_ts, mut clock) = (None, Duration::ZERO);
-    let (mut non_ip, mut written) = (0u64, 0u64);
+    let (mut non_ip, mut written, mut unreadable) = (0u64, 0u64, 0u64);
     let pcap_name = opts.pcap.display().to_string();
     while let Some(rec) = capture.next_record() {
-        let rec = rec.with_context(|| pcap_name.clone())?;
+        // A record that cannot be read is counted and skipped, as `suricata -r` and
+        // `tcpdump -r` do: the packets before it (and after it, where the file can still
+        // be followed) are replayed. A damaged length ends the file (nothing after it can
+        // be framed).
+        let rec = match rec {
+            Ok(rec) => rec,
+            Err(e @ (CaptureError::Record { .. } | CaptureError::Skipped { .. })) => {
+                unreadable += 1;
+                tracing::warn!("{pcap_name}: {e}");
+                continue;
+            }
+            Err(e) => return Err(e).with_context(|| pcap_name.clone()),
+        };
         let Some(ip) = rec.ip else {
             non_ip += 1;
             continue;
@@ -145,7 +157,13 @@ pub fn run(cfg: &Config, opts: &ReplayOptions, out: &mut dyn Write) -> anyhow::R
     let services = store.services_status(|_, _, _| true);
     // Replay takes packets as captured: no GSO, no kernel queue.
     let queue = QueueStatus::new(num, spec, false, &q, None);
-    tracing::info!(flows = flows.len(), non_ip, written, "replay done");
+    tracing::info!(
+        flows = flows.len(),
+        non_ip,
+        unreadable,
+        written,
+        "replay done"
+    );
     Ok(Status {
         version: env!("CARGO_PKG_VERSION").to_string(),
         uptime_s: clock.as_secs_f64(),

@@ -29,6 +29,7 @@ use super::{MAX_ALERTS_PER_PACKET, Outcome, RuleSet};
 use crate::applayer::http::HttpLimits;
 use crate::applayer::{AppProto, Dir, Progress, Transaction};
 use crate::buffer::Buffer;
+use crate::decode::{DecodeOptions, Decoder, stricter};
 use crate::eve::{AlertEvent, EveWriter, flow_id};
 use crate::flow::{FlowCounters, FlowLimits, FlowPacket, FlowTable, TcpHeader};
 use crate::prefilter::{Prefilter, Scratch};
@@ -59,6 +60,8 @@ pub struct DetectorOptions {
     /// Keep a flow table at all (default true). Without it the engine inspects packets
     /// only: no streams, no application layer, no flowbits; `flow:` from conntrack alone.
     pub flow_tracking: bool,
+    /// Tunnels and fragments: the inner and reassembled packets inspected too.
+    pub decode: DecodeOptions,
 }
 
 impl Default for DetectorOptions {
@@ -69,6 +72,7 @@ impl Default for DetectorOptions {
             http: HttpLimits::default(),
             stream_lookback: DEFAULT_STREAM_LOOKBACK,
             flow_tracking: true,
+            decode: DecodeOptions::default(),
         }
     }
 }
@@ -123,6 +127,10 @@ pub struct Detector {
     stats: Stats,
     eve: Option<Arc<EveWriter>>,
     flows: Option<FlowTable<FlowState>>,
+    /// Tunnel decapsulation and fragment reassembly (`crate::decode`).
+    decoder: Option<Box<Decoder>>,
+    /// The outer packet's matches while its layers are inspected.
+    layer_matched: Vec<u32>,
     opts: DetectorOptions,
 }
 
@@ -183,7 +191,13 @@ impl Detector {
         });
         let flows = ((set.needs_flows || flow_actions) && opts.flow_tracking)
             .then(|| FlowTable::new(opts.flows.clone(), FlowCounters::register(counters)));
+        let decoder = opts
+            .decode
+            .enabled
+            .then(|| Box::new(Decoder::new(opts.decode.clone(), counters)));
         Detector {
+            decoder,
+            layer_matched: Vec::new(),
             st: State {
                 tracker: Tracker::new(opts.track_max, overflow),
                 regexes,
@@ -213,7 +227,8 @@ impl Detector {
         &self.set
     }
 
-    /// The sids of the rules the last packet matched, in evaluation order.
+    /// The sids of the rules the last packet matched, in evaluation order (then those its
+    /// inner or reassembled packets matched).
     pub fn matched_sids(&self) -> impl Iterator<Item = u32> + '_ {
         self.matched.iter().map(|&i| self.set.rules[i as usize].sid)
     }
@@ -223,12 +238,39 @@ impl Detector {
         self.flows.as_ref().map_or((0, 0), |t| (t.len(), t.mem()))
     }
 
+    /// Fragment trains held for reassembly, and the bytes they hold.
+    pub fn defrag_usage(&self) -> (usize, usize) {
+        self.decoder.as_ref().map_or((0, 0), |d| d.defrag_usage())
+    }
+
     /// Inspects one packet at time `now` (the batch time): counts hits, raises alerts and
-    /// says what to do with the packet.
+    /// says what to do with the packet. The packet's layers (a tunnel's inner packet, the
+    /// packet its fragment completes: `crate::decode`) are inspected after it as packets
+    /// of their own, and the outcome is the strictest of all.
     pub fn inspect(&mut self, pkt: &mut Packet, now: Instant) -> Outcome {
+        let out = self.inspect_one(pkt, now);
+        let Some(mut dec) = self.decoder.take() else {
+            return out;
+        };
+        let mut outer = std::mem::take(&mut self.layer_matched);
+        outer.clear();
+        let inner = dec.layers(pkt.data(), now, &mut |p| {
+            outer.extend_from_slice(&self.matched);
+            self.inspect_one(p, now)
+        });
+        if !outer.is_empty() {
+            outer.extend_from_slice(&self.matched);
+            std::mem::swap(&mut outer, &mut self.matched);
+        }
+        self.layer_matched = outer;
+        self.decoder = Some(dec);
+        stricter(out, inner)
+    }
+
+    fn inspect_one(&mut self, pkt: &mut Packet, now: Instant) -> Outcome {
         self.matched.clear();
         self.stream_hits.clear();
-        let Some(p) = pkt_info(pkt) else {
+        let Some(p) = pkt_info(pkt, self.opts.decode.enabled) else {
             return Outcome::Clean;
         };
         let Detector {

@@ -31,8 +31,12 @@ pub(crate) struct PktInfo {
     pub(crate) ct: Option<CtInfo>,
 }
 
-/// Reads the facts of a packet, or `None` if it cannot be parsed.
-pub(crate) fn pkt_info(pkt: &mut Packet) -> Option<PktInfo> {
+/// Reads the facts of a packet, or `None` if it cannot be parsed. With `defrag` (the
+/// detector reassembles fragments, `crate::decode`) a fragment, first or later, has no
+/// transport header and no payload, as in Suricata (decode-ipv4.c hands a fragment to
+/// reassembly before its transport header is decoded): its bytes are inspected once, in
+/// the reassembled packet. Without it a first fragment is read as a whole packet.
+pub(crate) fn pkt_info(pkt: &mut Packet, defrag: bool) -> Option<PktInfo> {
     let l = pkt.layout().ok()?;
     let ct = pkt.meta.ct;
     let data = pkt.data();
@@ -64,7 +68,9 @@ pub(crate) fn pkt_info(pkt: &mut Packet) -> Option<PktInfo> {
         pay: (end, end),
         ct,
     };
-    let Some(off) = l.l4 else { return Some(p) };
+    let Some(off) = l.l4.filter(|_| !(defrag && l.fragment)) else {
+        return Some(p);
+    };
     let l4 = data.get(off..end)?;
     match l.proto {
         proto::TCP => {
