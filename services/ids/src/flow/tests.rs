@@ -35,7 +35,12 @@ fn tcp<'a>(
         dst,
         sport,
         dport,
-        tcp: Some(TcpHeader { seq, ack, flags }),
+        tcp: Some(TcpHeader {
+            seq,
+            ack,
+            flags,
+            tfo: false,
+        }),
         payload,
     }
 }
