@@ -198,7 +198,9 @@ impl RuleSet {
                     r.filter.map(|f| f.track),
                     r.rate.map(|x| x.track),
                 ]
-                .contains(&Some(Track::Flow));
+                .contains(&Some(Track::Flow))
+                // A TCP connection's direction and `established` are the flow table's.
+                || r.flow.is_some_and(|f| f.needs_ct());
             if app::is_tx_rule(r) {
                 continue;
             }
@@ -284,7 +286,7 @@ impl RuleSet {
     }
 
     /// True if the rules need relayd's own flow table (flowbits, stream inspection,
-    /// application-layer buffers, `track by_flow`).
+    /// application-layer buffers, `track by_flow`, `flow:` state or direction tests).
     pub fn needs_flows(&self) -> bool {
         self.needs_flows
     }

@@ -32,7 +32,7 @@ mod tcp;
 #[cfg(test)]
 mod tests;
 
-pub use tcp::TcpState;
+pub use tcp::{TcpState, tcp_fast_open};
 
 use crate::applayer::Dir;
 use crate::stream::StreamLimits;
@@ -192,6 +192,9 @@ pub struct TcpHeader {
     pub ack: u32,
     /// Flags (`relay_core::wire::tcp::flags`).
     pub flags: u8,
+    /// The packet carries a TCP Fast Open option (see [`tcp_fast_open`]): data on its SYN
+    /// is reassembled, as Suricata does.
+    pub tfo: bool,
 }
 
 /// What the flow table needs of a packet.
@@ -265,6 +268,15 @@ impl<T> Flow<T> {
             Some(t) => t.established(),
             None => self.pkts[0] > 0 && self.pkts[1] > 0,
         }
+    }
+
+    /// True for a TCP flow whose connection the table follows: it saw the SYN, or picked
+    /// the flow up mid-stream with `midstream` (Suricata has a TCP session for it). Its
+    /// direction and `established` are then Suricata's; for other flows a packet's
+    /// conntrack state, which the kernel may have seen from the start, answers `flow`.
+    pub fn synced(&self) -> bool {
+        self.tcp_state()
+            .is_some_and(|s| !matches!(s, TcpState::New | TcpState::Unsynced))
     }
 
     /// The TCP state (`None` for other protocols).

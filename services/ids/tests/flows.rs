@@ -4,6 +4,7 @@
 mod common;
 
 use common::*;
+use relay_core::CtState;
 use relay_svc_ids::Outcome;
 use std::time::Instant;
 
@@ -398,4 +399,86 @@ fn a_reject_rule_rejects_the_rest_of_the_flow_without_alerts() {
     assert_eq!(counter(&c, "alerts"), 1);
     assert_eq!(counter(&c, "rejected"), 3);
     assert_eq!(counter(&c, "flow_dropped"), 2);
+}
+
+/// A client SYN from `conv` whose 12 bytes of options hold a TCP Fast Open cookie (kind
+/// 34) if `tfo`, else a timestamp, followed by `data`.
+fn syn_with_data(conv: &Conv, tfo: bool, data: &[u8]) -> relay_core::Packet {
+    let mut body = if tfo {
+        vec![1, 1, 34, 10, 1, 2, 3, 4, 5, 6, 7, 8]
+    } else {
+        vec![1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 0]
+    };
+    body.extend_from_slice(data);
+    let p = tcp4_seq(
+        CLIENT,
+        SERVER,
+        conv.sport,
+        conv.port,
+        SYN,
+        conv.seq[0],
+        0,
+        &body,
+    );
+    let mut b = p.data().to_vec();
+    b[32] = 8 << 4; // data offset: 20 bytes of header and 12 of options
+    relay_core::Packet::from_bytes(&b)
+}
+
+#[test]
+fn data_on_a_tcp_fast_open_syn_is_reassembled() {
+    let rules = "alert http any any -> any any (http.uri; content:\"/etc/passwd\"; sid:1;)\n\
+                 alert tcp any any -> any any (flow:established,to_client; content:\"200 OK\"; sid:2;)";
+    let req = b"GET /etc/passwd HTTP/1.0\r\n\r\n";
+    let resp = b"HTTP/1.0 200 OK\r\n\r\n";
+    let mut hits = Vec::new();
+    for tfo in [true, false] {
+        let (mut d, _) = detector(rules);
+        let mut conv = Conv::new(80);
+        let syn = syn_with_data(&conv, tfo, req);
+        // The server acknowledges the SYN and its data (TCP Fast Open accepted).
+        conv.seq[0] = conv.seq[0].wrapping_add(1 + req.len() as u32);
+        let synack = tcp4_seq(
+            SERVER,
+            CLIENT,
+            conv.port,
+            conv.sport,
+            SYN | ACK,
+            conv.seq[1],
+            conv.seq[0],
+            b"",
+        );
+        conv.seq[1] = conv.seq[1].wrapping_add(1);
+        let ack = conv.segment_at(true, 0, b"");
+        let data = conv.data(false, resp);
+        hits.push(run(&mut d, vec![syn, synack, ack, data]));
+    }
+    // With the option: the request on the SYN is parsed and the SYN-ACK acknowledging it
+    // completes the handshake. Without: a receiver drops data on a SYN, and a SYN-ACK
+    // acknowledging it is not an answer to the SYN.
+    assert_eq!(hits[0], [vec![1], vec![], vec![], vec![2]]);
+    assert!(hits[1].iter().all(Vec::is_empty));
+}
+
+#[test]
+fn flow_direction_of_a_followed_connection_is_the_flow_tables() {
+    // Conntrack calls the first sender the original direction; a connection relayd
+    // follows from its SYN has Suricata's direction and `established` instead.
+    let (mut d, _) = detector(
+        "alert tcp any any -> any any (flow:established,to_server; content:\"req\"; sid:1;)\n\
+         alert tcp any any -> any any (flow:not_established; content:\"x\"; sid:2;)",
+    );
+    let mut conv = Conv::new(9100);
+    let mut pkts: Vec<_> = conv
+        .handshake()
+        .into_iter()
+        .map(|p| with_ct(p, CtState::Established, true))
+        .collect();
+    pkts.push(with_ct(conv.data(true, b"req"), CtState::New, true));
+    let hits = run(&mut d, pkts);
+    assert_eq!(hits, [vec![], vec![], vec![], vec![1]]);
+    // A segment of a connection relayd did not see start: conntrack answers.
+    let mut late = Conv::new(9101);
+    let p = with_ct(late.data(true, b"x"), CtState::New, false);
+    assert_eq!(run(&mut d, vec![p]), [vec![2]]);
 }

@@ -31,7 +31,7 @@ use crate::applayer::{AppProto, Dir, Progress, Transaction};
 use crate::buffer::Buffer;
 use crate::decode::{DecodeOptions, Decoder, stricter};
 use crate::eve::{AlertEvent, EveWriter, flow_id};
-use crate::flow::{FlowCounters, FlowLimits, FlowPacket, FlowTable, TcpHeader};
+use crate::flow::{FlowCounters, FlowLimits, FlowPacket, FlowTable, TcpHeader, tcp_fast_open};
 use crate::prefilter::{Prefilter, Scratch};
 use crate::rule::{RuleAction, RuleProto, StreamMode, Vars, port_match};
 use crate::track::{Addrs, Tracker};
@@ -45,6 +45,8 @@ pub const DEFAULT_STREAM_LOOKBACK: usize = 2048;
 
 /// TCP RST.
 const RST: u8 = 0x04;
+/// TCP SYN.
+const SYN: u8 = 0x02;
 
 /// The bounds and settings of a detector beyond its rule set.
 #[derive(Debug, Clone)]
@@ -105,6 +107,9 @@ struct State {
 struct FlowCx<'a> {
     dir: Dir,
     established: bool,
+    /// The flow table follows this TCP connection's state (see [`crate::flow::Flow::synced`]), so its
+    /// direction and `established` answer `flow` before conntrack's.
+    synced: bool,
     app: Option<AppProto>,
     bits: &'a mut FlowBits,
     id: u64,
@@ -288,6 +293,11 @@ impl Detector {
             ..
         } = self;
         let set: &RuleSet = set;
+        // Where the TCP header starts, for the options of a SYN (TCP Fast Open).
+        let l4 = match p.tcp_flags & SYN {
+            0 => None,
+            _ => pkt.layout().ok().and_then(|l| l.l4),
+        };
         let data = pkt.data();
         let payload = data.get(p.pay.0..p.pay.1).unwrap_or(&[]);
         let ports = (p.sport.unwrap_or(0), p.dport.unwrap_or(0));
@@ -303,6 +313,9 @@ impl Detector {
                         seq: p.seq,
                         ack: p.ack,
                         flags: p.tcp_flags,
+                        tfo: l4.is_some_and(|o| {
+                            tcp_fast_open(data.get(o + 20..p.pay.0).unwrap_or(&[]))
+                        }),
                     }),
                     payload,
                 },
@@ -315,6 +328,7 @@ impl Detector {
         if let Some(f) = fref.as_mut() {
             let dir = f.dir;
             let established = f.established;
+            let synced = f.flow.synced();
             new_bytes = f.seg.new;
             let id = f.flow.id();
             let (state, s) = f.flow.split_mut(dir);
@@ -378,6 +392,7 @@ impl Detector {
             fx = Some(FlowCx {
                 dir,
                 established,
+                synced,
                 app: app.proto(),
                 bits,
                 id,
@@ -662,14 +677,18 @@ fn header_ok(
     if let Some(f) = r.flow
         && f.needs_ct()
     {
-        // The kernel's conntrack state when the packet carries it (the kernel sees every
-        // packet of the flow); else relayd's own flow table; else no state.
+        // relayd's flow table for a TCP connection it follows from its handshake (or
+        // picked up with `midstream`): Suricata's direction and `established`; else the
+        // kernel's conntrack state when the packet carries it (the kernel may have seen
+        // the start relayd missed); else the flow table; else no state.
+        let table = |x: &FlowCx<'_>| {
+            f.established.is_none_or(|e| e == x.established)
+                && f.reply.is_none_or(|rep| rep == (x.dir == Dir::ToClient))
+        };
         let ok = match (p.ct, fx) {
+            (_, Some(x)) if x.synced => table(x),
             (Some(_), _) => f.test(p.ct),
-            (None, Some(x)) => {
-                f.established.is_none_or(|e| e == x.established)
-                    && f.reply.is_none_or(|rep| rep == (x.dir == Dir::ToClient))
-            }
+            (None, Some(x)) => table(x),
             (None, None) => {
                 st.no_ct.inc();
                 false

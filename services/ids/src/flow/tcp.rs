@@ -4,7 +4,10 @@
 //!
 //! A flow picked up without its SYN is tracked but not reassembled unless the table's
 //! `midstream` flag is set (Suricata's `stream.midstream: false` default). Data carried on
-//! a SYN is not reassembled (receivers drop it unless TCP Fast Open was negotiated). An
+//! a SYN is reassembled only when the SYN carries a TCP Fast Open option (RFC 7413: kind
+//! 34, or the experimental kinds 253/254 with magic 0xF989, as Suricata's `decode-tcp.c`
+//! reads them); the SYN-ACK may then acknowledge the SYN with or without its data
+//! (Suricata's `StateSynSentCheckSynAckTFO`). Other receivers drop data on a SYN. An
 //! RST is believed if its sequence number is not behind the data already seen in its
 //! direction (RFC 5961 asks the receiver for an exact match or a challenge ACK, which a
 //! passive observer cannot send).
@@ -58,6 +61,8 @@ pub(crate) struct TcpSession {
     isn: [Option<u32>; 2],
     streams: [Stream; 2],
     fin: [bool; 2],
+    /// The client's SYN carried a TCP Fast Open option.
+    tfo: bool,
 }
 
 fn ignored() -> SegmentResult {
@@ -74,6 +79,7 @@ impl TcpSession {
             isn: [None; 2],
             streams: [Stream::new(), Stream::new()],
             fin: [false; 2],
+            tfo: false,
         }
     }
 
@@ -147,39 +153,39 @@ impl TcpSession {
                 if syn && !ack && !rst {
                     self.state = TcpState::SynSent;
                     self.syn(i, h.seq);
+                    self.tfo_data(dir, h, payload, budget, &mut out);
                 } else if syn && ack && !rst && midstream {
                     self.state = TcpState::SynRecv;
                     self.syn(i, h.seq);
                     self.streams[o].start(h.ack);
                 } else if !syn && !rst && midstream {
+                    // Not established itself: Suricata decides a packet's
+                    // `FLOW_PKT_ESTABLISHED` before the stream engine creates the session.
                     self.state = TcpState::Established;
                     self.streams[i].start(h.seq);
                     if ack {
                         self.streams[o].start(h.ack);
                     }
-                    out.established = !payload.is_empty();
                     self.data(dir, h, payload, budget, &mut out);
                 } else {
-                    self.state = if rst {
-                        TcpState::Closed
-                    } else {
-                        TcpState::Unsynced
-                    };
+                    // An RST without a session creates none (Suricata's
+                    // `STREAM_RST_BUT_NO_SESSION`): the flow stays unsynced.
+                    self.state = TcpState::Unsynced;
                 }
             }
-            TcpState::Unsynced => {
-                if rst {
-                    self.state = TcpState::Closed;
-                }
-            }
+            TcpState::Unsynced => {}
             TcpState::SynSent => {
                 let acks_syn = self.isn[0].map(|s| s.wrapping_add(1)) == Some(h.ack);
-                if dir == Dir::ToClient && syn && ack && !rst && acks_syn {
+                // With TCP Fast Open the SYN-ACK may acknowledge the SYN's data too.
+                let acks_tfo = self.tfo && self.streams[0].next_seq() == h.ack;
+                if dir == Dir::ToClient && syn && ack && !rst && (acks_syn || acks_tfo) {
                     self.state = TcpState::SynRecv;
                     self.syn(i, h.seq);
                 } else if dir == Dir::ToServer && syn && !ack && !rst {
-                    // A new SYN with another ISN replaces the first (nothing received yet).
+                    // A new SYN with another ISN replaces the first (nothing received yet);
+                    // a retransmitted TCP Fast Open SYN adds nothing new.
                     self.syn(i, h.seq);
+                    self.tfo_data(dir, h, payload, budget, &mut out);
                 } else if dir == Dir::ToClient && rst && ack && acks_syn {
                     self.state = TcpState::Closed;
                 }
@@ -235,6 +241,28 @@ impl TcpSession {
         }
     }
 
+    /// Reassembles the data of a client SYN carrying a TCP Fast Open option (its first
+    /// byte follows the SYN's sequence number).
+    fn tfo_data(
+        &mut self,
+        dir: Dir,
+        h: &TcpHeader,
+        payload: &[u8],
+        budget: &mut MemBudget,
+        out: &mut TcpOutcome,
+    ) {
+        if !h.tfo || dir != Dir::ToServer {
+            return;
+        }
+        self.tfo = true;
+        if let Some(s) = self.streams.get_mut(dir.index())
+            && s.is_started()
+            && !payload.is_empty()
+        {
+            out.seg = s.segment(h.seq.wrapping_add(1), payload, false, budget);
+        }
+    }
+
     fn data(
         &mut self,
         dir: Dir,
@@ -258,4 +286,41 @@ impl TcpSession {
             _ => true,
         }
     }
+}
+
+/// True if the TCP options `opts` (the bytes after the fixed 20-byte header) hold a TCP
+/// Fast Open option as Suricata's `decode-tcp.c` accepts it: kind 34 with length 2 (a
+/// cookie request) or an even length of 4 to 18, or experimental kind 253 or 254 of length
+/// 4 or 12 whose first two bytes are the magic 0xF989. Stops at an end-of-list option or a
+/// malformed length; never reads past `opts`.
+pub fn tcp_fast_open(opts: &[u8]) -> bool {
+    let mut i = 0;
+    while let Some(&kind) = opts.get(i) {
+        match kind {
+            0 => return false,
+            1 => {
+                i += 1;
+                continue;
+            }
+            _ => {}
+        }
+        let Some(&len) = opts.get(i + 1) else {
+            return false;
+        };
+        let len = usize::from(len);
+        if len < 2 || i + len > opts.len() {
+            return false;
+        }
+        match kind {
+            34 if len == 2 || ((4..=18).contains(&len) && len % 2 == 0) => return true,
+            253 | 254
+                if (len == 4 || len == 12) && opts.get(i + 2..i + 4) == Some(&[0xf9, 0x89]) =>
+            {
+                return true;
+            }
+            _ => {}
+        }
+        i += len;
+    }
+    false
 }

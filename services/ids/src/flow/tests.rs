@@ -35,7 +35,12 @@ fn tcp<'a>(
         dst,
         sport,
         dport,
-        tcp: Some(TcpHeader { seq, ack, flags }),
+        tcp: Some(TcpHeader {
+            seq,
+            ack,
+            flags,
+            tfo: false,
+        }),
         payload,
     }
 }
@@ -522,4 +527,91 @@ fn flow_size_is_as_documented() {
     // The module docs state about 400 bytes a flow plus `T`.
     let n = std::mem::size_of::<Flow<()>>();
     assert!(n <= 400, "{n}");
+}
+
+#[test]
+fn tcp_fast_open_options_are_recognised() {
+    // NOP, NOP, kind 34 with an 8-byte cookie.
+    assert!(tcp_fast_open(&[1, 1, 34, 10, 1, 2, 3, 4, 5, 6, 7, 8]));
+    // A cookie request (length 2) after an MSS option.
+    assert!(tcp_fast_open(&[2, 4, 5, 180, 34, 2]));
+    // The experimental kind with the magic, and without it.
+    assert!(tcp_fast_open(&[254, 4, 0xf9, 0x89]));
+    assert!(!tcp_fast_open(&[254, 4, 0xf9, 0x88]));
+    // Odd cookie length, an option running past the end, end of list first, nothing.
+    assert!(!tcp_fast_open(&[34, 5, 1, 2, 3]));
+    assert!(!tcp_fast_open(&[34, 10, 1, 2]));
+    assert!(!tcp_fast_open(&[0, 34, 2]));
+    assert!(!tcp_fast_open(&[1, 1, 8]));
+    assert!(!tcp_fast_open(&[]));
+}
+
+#[test]
+fn tcp_fast_open_syn_data_is_reassembled() {
+    let now = Instant::now();
+    let mut t = table(FlowLimits::default());
+    let mut syn = tcp((C, 5), (S, 80), 1000, 0, SYN, b"GET /");
+    let plain = syn;
+    if let Some(h) = &mut syn.tcp {
+        h.tfo = true;
+    }
+    let r = t.packet(&syn, now).unwrap();
+    assert_eq!(r.seg.new, 5);
+    assert!(!r.established);
+    assert_eq!(r.flow.stream(Dir::ToServer).unwrap().data(), b"GET /");
+    // The SYN-ACK acknowledges the SYN and its data.
+    let r = t
+        .packet(&tcp((S, 80), (C, 5), 5000, 1006, SYN | ACK, b""), now)
+        .unwrap();
+    assert_eq!(r.flow.tcp_state(), Some(TcpState::SynRecv));
+    let r = t
+        .packet(&tcp((C, 5), (S, 80), 1006, 5001, ACK, b" HTTP"), now)
+        .unwrap();
+    assert!(r.established);
+    assert_eq!(r.flow.stream(Dir::ToServer).unwrap().data(), b"GET / HTTP");
+    // Without the option the data is not reassembled, and that SYN-ACK answers nothing.
+    let mut t = table(FlowLimits::default());
+    let r = t.packet(&plain, now).unwrap();
+    assert!(r.seg.ignored);
+    let r = t
+        .packet(&tcp((S, 80), (C, 5), 5000, 1006, SYN | ACK, b""), now)
+        .unwrap();
+    assert_eq!(r.flow.tcp_state(), Some(TcpState::SynSent));
+}
+
+#[test]
+fn an_rst_without_a_session_establishes_nothing() {
+    let now = Instant::now();
+    let mut t = table(FlowLimits::default());
+    t.packet(&tcp((C, 6), (S, 80), 7000, 9000, ACK | PSH, b"hi"), now)
+        .unwrap();
+    let r = t
+        .packet(&tcp((S, 80), (C, 6), 9000, 0, RST, b""), now)
+        .unwrap();
+    assert_eq!(r.flow.tcp_state(), Some(TcpState::Unsynced));
+    let r = t
+        .packet(&tcp((C, 6), (S, 80), 7000, 9000, ACK | PSH, b"hi"), now)
+        .unwrap();
+    assert!(!r.established);
+    assert!(!r.flow.established());
+    assert!(!r.flow.synced());
+}
+
+#[test]
+fn a_midstream_pickup_is_established_from_its_second_packet() {
+    let now = Instant::now();
+    let mut t = table(FlowLimits {
+        midstream: true,
+        ..FlowLimits::default()
+    });
+    let r = t
+        .packet(&tcp((C, 7), (S, 80), 7000, 9000, ACK | PSH, b"one"), now)
+        .unwrap();
+    assert!(!r.established);
+    assert!(r.flow.synced());
+    assert_eq!(r.seg.new, 3);
+    let r = t
+        .packet(&tcp((C, 7), (S, 80), 7003, 9000, ACK | PSH, b"two"), now)
+        .unwrap();
+    assert!(r.established);
 }
