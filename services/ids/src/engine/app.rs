@@ -2,9 +2,13 @@
 //! per-buffer prefilters, and the per-flow record of which rule is done with which
 //! transaction.
 //!
-//! A rule that names an application-layer buffer (`http.uri`, `dns.query`, ...) or that is
-//! written for an application protocol without inspecting the payload (`alert http ...
-//! (sid:1;)`) is a *transaction rule*. It is inspected against each transaction of a flow
+//! A rule that names an application-layer buffer (`http.uri`, `dns.query`, ...) is a
+//! *transaction rule*. A rule written for an application protocol that names no such
+//! buffer (`alert http any any -> any any (sid:1;)`, or with `flowbits`, `flow`, payload
+//! `content`) is a packet rule that needs the flow's protocol: as Suricata's
+//! `SIG_TYPE_APPLAYER` / `SIG_TYPE_PKT` with an `alproto`, it is checked on every packet
+//! of the flow once the protocol is known (an `alert http ... (sid:1;)` alerts on each
+//! of them, the bare ACKs included). It is inspected against each transaction of a flow
 //! of its protocol once the buffers it names are final (their direction has reached the
 //! buffer's `ready` progress, see [`crate::buffer::BUFFERS`]), on a packet travelling in
 //! the rule's direction (the direction of its buffers, to client if it names buffers of
@@ -73,9 +77,12 @@ pub(crate) struct TxRules {
 /// the rules.
 type PatternGroup = (Vec<Vec<u8>>, HashMap<Vec<u8>, usize>, Vec<Vec<u32>>);
 
-/// True if rule `r` inspects transactions rather than packets.
+/// True if rule `r` inspects transactions rather than packets: it names an
+/// application-layer buffer. (Suricata's `SignatureSetType`: a rule with an app-layer
+/// inspect engine is `SIG_TYPE_APP_TX`; one with only a protocol is `SIG_TYPE_APPLAYER`,
+/// inspected per packet.)
 pub(crate) fn is_tx_rule(r: &Rule) -> bool {
-    r.app.is_some() && (r.lists.iter().any(|l| l.buffer != Buffer::Payload) || r.lists.is_empty())
+    r.app.is_some() && r.lists.iter().any(|l| l.buffer != Buffer::Payload)
 }
 
 /// The direction a transaction rule is inspected in.
