@@ -174,6 +174,41 @@ pub(crate) struct FlowState {
     /// The action a `pass` or `drop` rule set on the whole flow (Suricata's
     /// `FLOW_ACTION_PASS` / `FLOW_ACTION_DROP`): the flow's later packets are not inspected.
     pub(crate) action: FlowAction,
+    /// Per direction, whether the IP-only rules (see [`is_ip_only`]) have been checked
+    /// (Suricata's `FLOW_TOSERVER_IPONLY_SET` / `FLOW_TOCLIENT_IPONLY_SET`).
+    pub(crate) iponly_done: [bool; 2],
+}
+
+/// True if `r` is an IP-only rule as Suricata's `SignatureIsIPOnly` judges it (type
+/// `SIG_TYPE_IPONLY`): no application protocol, no payload or buffer, no packet keyword
+/// other than the IP-only compatible ones (thresholds, `detection_filter`, `flowbits:set`),
+/// and no negated address (a negated address makes it *like* IP-only, checked per packet).
+/// Suricata checks IP-only rules once per flow direction, on the direction's first packet
+/// that reaches detection; on packets without a flow, on each packet.
+pub(crate) fn is_ip_only(r: &Rule) -> bool {
+    r.app.is_none()
+        && r.app_test.is_empty()
+        && r.lists.is_empty()
+        && r.pcres.is_empty()
+        && r.dsize.is_none()
+        && r.ttl.is_none()
+        && r.itype.is_none()
+        && r.icode.is_none()
+        && r.flags.is_none()
+        && r.flow.is_none()
+        && r.flowbits
+            .iter()
+            .all(|o| o.cmd == crate::rule::FlowbitCmd::Set)
+        && !has_negation(&r.src)
+        && !has_negation(&r.dst)
+}
+
+/// True if an address expression negates something (Suricata's `src_contains_negation`).
+fn has_negation<T>(e: &crate::rule::Expr<T>) -> bool {
+    match e {
+        crate::rule::Expr::List(items) => items.iter().any(|(neg, e)| *neg || has_negation(e)),
+        _ => false,
+    }
 }
 
 /// What a `pass` or `drop` / `reject` match decided for the rest of its flow.

@@ -1,4 +1,6 @@
-//! Rules written for an application protocol: which packets they are checked on.
+//! Which packets a rule is checked on, by its type (Suricata's `SignatureSetType`):
+//! IP-only rules once per flow direction, protocol-only rules on every packet of a flow
+//! of their protocol.
 
 mod common;
 
@@ -38,4 +40,33 @@ fn a_protocol_only_rule_matches_every_packet_once_the_protocol_is_known() {
     }
     assert_eq!(counter(&c, "sid:1"), 4);
     assert_eq!(counter(&c, "sid:2"), 0);
+}
+
+#[test]
+fn an_ip_only_rule_is_checked_once_per_flow_direction() {
+    // sid 1 is IP-only; sid 2 negates an address (like IP-only: per packet); sid 3 has a
+    // packet keyword (per packet).
+    let (mut d, c) = detector(
+        "alert tcp any any -> any any (sid:1;)\n\
+         alert tcp !192.0.2.1 any -> any any (sid:2;)\n\
+         alert tcp any any -> any any (flags:A+; sid:3;)",
+    );
+    let mut conv = Conv::new(9000);
+    let mut pkts = conv.handshake();
+    pkts.push(conv.data(true, b"hello"));
+    pkts.push(conv.data(false, b"world"));
+    let got = run(&mut d, pkts);
+    assert_eq!(got[0], [1, 2], "{got:?}");
+    assert_eq!(got[1], [1, 2, 3], "{got:?}");
+    for g in &got[2..] {
+        assert_eq!(g, &[2, 3], "{got:?}");
+    }
+    assert_eq!(counter(&c, "sid:1"), 2);
+    assert_eq!(counter(&c, "sid:2"), 5);
+    // A new flow: both directions again.
+    let mut conv = Conv::new(9001);
+    let got = run(&mut d, conv.handshake());
+    assert_eq!(got[0], [1, 2], "{got:?}");
+    assert_eq!(got[1], [1, 2, 3], "{got:?}");
+    assert_eq!(got[2], [2, 3], "{got:?}");
 }
