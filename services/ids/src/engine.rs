@@ -96,6 +96,9 @@ pub struct RuleSet {
     pcre_base: Vec<u32>,
     /// Per rule, its `flowbits` with the names interned.
     bitops: Vec<Vec<BitOp>>,
+    /// Per rule, whether it is IP-only (checked once per flow direction, see
+    /// `app::is_ip_only`).
+    ip_only: Vec<bool>,
     /// The rules that inspect application-layer transactions.
     tx: TxRules,
     /// Some rule needs the flow table: flowbits, an application protocol, stream
@@ -245,6 +248,9 @@ impl RuleSet {
         });
         let prefilter = (!patterns.is_empty()).then(|| Prefilter::new(&patterns));
         let tx = TxRules::build(&rules);
+        let ip_only: Vec<bool> = rules.iter().map(app::is_ip_only).collect();
+        // IP-only rules are checked once per flow direction: that needs the flows.
+        needs_flows |= ip_only.contains(&true);
         Ok(RuleSet {
             rules,
             errors,
@@ -254,6 +260,7 @@ impl RuleSet {
             class_has_content,
             pcre_base,
             bitops,
+            ip_only,
             tx,
             needs_flows,
             needs_app,

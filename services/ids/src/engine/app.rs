@@ -2,9 +2,13 @@
 //! per-buffer prefilters, and the per-flow record of which rule is done with which
 //! transaction.
 //!
-//! A rule that names an application-layer buffer (`http.uri`, `dns.query`, ...) or that is
-//! written for an application protocol without inspecting the payload (`alert http ...
-//! (sid:1;)`) is a *transaction rule*. It is inspected against each transaction of a flow
+//! A rule that names an application-layer buffer (`http.uri`, `dns.query`, ...) is a
+//! *transaction rule*. A rule written for an application protocol that names no such
+//! buffer (`alert http any any -> any any (sid:1;)`, or with `flowbits`, `flow`, payload
+//! `content`) is a packet rule that needs the flow's protocol: as Suricata's
+//! `SIG_TYPE_APPLAYER` / `SIG_TYPE_PKT` with an `alproto`, it is checked on every packet
+//! of the flow once the protocol is known (an `alert http ... (sid:1;)` alerts on each
+//! of them, the bare ACKs included). It is inspected against each transaction of a flow
 //! of its protocol once the buffers it names are final (their direction has reached the
 //! buffer's `ready` progress, see [`crate::buffer::BUFFERS`]), on a packet travelling in
 //! the rule's direction (the direction of its buffers, to client if it names buffers of
@@ -73,9 +77,12 @@ pub(crate) struct TxRules {
 /// the rules.
 type PatternGroup = (Vec<Vec<u8>>, HashMap<Vec<u8>, usize>, Vec<Vec<u32>>);
 
-/// True if rule `r` inspects transactions rather than packets.
+/// True if rule `r` inspects transactions rather than packets: it names an
+/// application-layer buffer. (Suricata's `SignatureSetType`: a rule with an app-layer
+/// inspect engine is `SIG_TYPE_APP_TX`; one with only a protocol is `SIG_TYPE_APPLAYER`,
+/// inspected per packet.)
 pub(crate) fn is_tx_rule(r: &Rule) -> bool {
-    r.app.is_some() && (r.lists.iter().any(|l| l.buffer != Buffer::Payload) || r.lists.is_empty())
+    r.app.is_some() && r.lists.iter().any(|l| l.buffer != Buffer::Payload)
 }
 
 /// The direction a transaction rule is inspected in.
@@ -167,6 +174,41 @@ pub(crate) struct FlowState {
     /// The action a `pass` or `drop` rule set on the whole flow (Suricata's
     /// `FLOW_ACTION_PASS` / `FLOW_ACTION_DROP`): the flow's later packets are not inspected.
     pub(crate) action: FlowAction,
+    /// Per direction, whether the IP-only rules (see [`is_ip_only`]) have been checked
+    /// (Suricata's `FLOW_TOSERVER_IPONLY_SET` / `FLOW_TOCLIENT_IPONLY_SET`).
+    pub(crate) iponly_done: [bool; 2],
+}
+
+/// True if `r` is an IP-only rule as Suricata's `SignatureIsIPOnly` judges it (type
+/// `SIG_TYPE_IPONLY`): no application protocol, no payload or buffer, no packet keyword
+/// other than the IP-only compatible ones (thresholds, `detection_filter`, `flowbits:set`),
+/// and no negated address (a negated address makes it *like* IP-only, checked per packet).
+/// Suricata checks IP-only rules once per flow direction, on the direction's first packet
+/// that reaches detection; on packets without a flow, on each packet.
+pub(crate) fn is_ip_only(r: &Rule) -> bool {
+    r.app.is_none()
+        && r.app_test.is_empty()
+        && r.lists.is_empty()
+        && r.pcres.is_empty()
+        && r.dsize.is_none()
+        && r.ttl.is_none()
+        && r.itype.is_none()
+        && r.icode.is_none()
+        && r.flags.is_none()
+        && r.flow.is_none()
+        && r.flowbits
+            .iter()
+            .all(|o| o.cmd == crate::rule::FlowbitCmd::Set)
+        && !has_negation(&r.src)
+        && !has_negation(&r.dst)
+}
+
+/// True if an address expression negates something (Suricata's `src_contains_negation`).
+fn has_negation<T>(e: &crate::rule::Expr<T>) -> bool {
+    match e {
+        crate::rule::Expr::List(items) => items.iter().any(|(neg, e)| *neg || has_negation(e)),
+        _ => false,
+    }
 }
 
 /// What a `pass` or `drop` / `reject` match decided for the rest of its flow.

@@ -325,6 +325,9 @@ impl Detector {
         };
         let (mut fx, mut stream, mut app_txs, mut new_bytes) = (None, None, None, 0);
         let mut flow_action = None;
+        // Suricata checks IP-only rules once per flow direction (and on every packet
+        // without a flow).
+        let mut iponly = true;
         if let Some(f) = fref.as_mut() {
             let dir = f.dir;
             let established = f.established;
@@ -337,6 +340,7 @@ impl Detector {
                 bits,
                 txs,
                 action,
+                iponly_done,
             } = state;
             // A flow a `pass` or `drop` rule decided is not inspected any more (Suricata's
             // DetectFlow); its stream is let go as it arrives.
@@ -365,6 +369,10 @@ impl Detector {
                 return out;
             }
             flow_action = Some(action);
+            if let Some(done) = iponly_done.get_mut(dir.index()) {
+                iponly = !*done;
+                *done = true;
+            }
             match s {
                 Some(s) => {
                     if set.needs_app {
@@ -453,6 +461,9 @@ impl Detector {
                 (None, None) => break,
             };
             let mut on_stream = false;
+            if !iponly && set.ip_only.get(i as usize).copied().unwrap_or(false) {
+                continue;
+            }
             if check(
                 set,
                 st,
