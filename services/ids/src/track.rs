@@ -35,6 +35,7 @@
 //! one control byte per bucket, so at the default `max` of 65,536 keys it holds 131,072
 //! buckets of 113 bytes: 14.8 MB per queue thread at the bound, nothing before keys come.
 
+use crate::parse::RateFilter;
 use crate::rule::{DetectionFilter, Rate, Threshold, ThresholdKind, Track, UniqueOn};
 use relay_core::Counter;
 use std::collections::HashMap;
@@ -46,6 +47,8 @@ enum Kind {
     Threshold,
     Filter,
     Rate,
+    /// A threshold file's `rate_filter`.
+    RateFilter,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -319,6 +322,50 @@ impl Tracker {
         }
         e.next = backoff_next(e.next, multiplier);
         true
+    }
+
+    /// A threshold file's `rate_filter` (Suricata's TYPE_RATE in ThresholdCheckUpdate):
+    /// true if the match takes the filter's `new_action`. Matches are counted in windows
+    /// of `seconds`; the match that makes the count pass `count` starts a timeout of
+    /// `timeout` seconds in which every match takes the new action. The timeout's start
+    /// is kept in whole seconds since the table's base plus one in `next` (0: none), as
+    /// Suricata compares whole seconds.
+    pub(crate) fn rate_filter(
+        &mut self,
+        rule: u32,
+        f: &RateFilter,
+        a: Addrs,
+        now: Instant,
+    ) -> bool {
+        let k = key(rule, Kind::RateFilter, f.track, a);
+        let now = self.ns(now);
+        let len = u64::from(f.seconds) * NS;
+        let fresh = Entry::fresh(now, now.saturating_add(len));
+        let e = self.entry(k, now, fresh);
+        let secs = (now / NS) as u32;
+        if e.next != 0 {
+            // Past the timeout this match takes the rule's own action and leaves the
+            // window as it is (as Suricata does).
+            if secs.saturating_sub(e.next - 1) > f.timeout {
+                e.next = 0;
+                return false;
+            }
+            return true;
+        } else if now.saturating_sub(e.t0) <= len {
+            e.count = e.count.saturating_add(1);
+            if e.count > f.count {
+                e.next = secs.saturating_add(1);
+                let until = now.saturating_add((u64::from(f.timeout) + 1) * NS);
+                e.expires = e.expires.max(until);
+                return true;
+            }
+            return false;
+        }
+        // A match after the window starts a new one, counted 1.
+        e.t0 = now;
+        e.count = 1;
+        e.expires = now.saturating_add(len);
+        false
     }
 
     /// `rate`: true if the packet is over the rate (no token left).
