@@ -23,9 +23,7 @@ use modifiers::content_modifier;
 use threshold::*;
 use values::*;
 
-pub(crate) use threshold_file::{
-    FileRule, NewAction, RateFilter, apply as apply_threshold_file,
-};
+pub(crate) use threshold_file::{FileRule, NewAction, RateFilter, apply as apply_threshold_file};
 
 /// A rule that could not be loaded: where it is and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

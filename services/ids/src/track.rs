@@ -664,4 +664,32 @@ mod tests {
         assert!(!t.over_rate(1, &r, addrs(1), t0 + Duration::from_millis(500)));
         assert!(t.over_rate(1, &r, addrs(1), t0 + Duration::from_millis(500)));
     }
+
+    #[test]
+    fn rate_filter_switches_for_the_timeout() {
+        use crate::parse::{NewAction, RateFilter};
+        let t0 = Instant::now();
+        let mut t = Tracker::new(100, Counter::new());
+        let f = RateFilter {
+            track: Track::Src,
+            count: 2,
+            seconds: 10,
+            action: NewAction::Drop,
+            timeout: 5,
+        };
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        // Two matches in the window keep the action; the third switches it for 5 s.
+        let v: Vec<bool> = [0, 1, 2, 3, 7, 8, 9]
+            .iter()
+            .map(|&s| t.rate_filter(1, &f, addrs(1), at(s)))
+            .collect();
+        // 7 - 2 = 5 is not past the timeout; at 8 it is over (that match keeps the rule's
+        // action), and at 9 the window of 0..10 still counts past 2: switched again.
+        assert_eq!(v, [false, false, true, true, true, false, true]);
+        // Another source has its own count.
+        assert!(!t.rate_filter(1, &f, addrs(2), at(3)));
+        // A match after the window (and the timeout) starts over.
+        assert!(!t.rate_filter(1, &f, addrs(1), at(30)));
+        assert!(!t.rate_filter(1, &f, addrs(1), at(40)));
+    }
 }

@@ -134,11 +134,13 @@ fn take<'a>(parts: &mut std::slice::Iter<'_, &'a str>, key: &'static str) -> Res
     let mut it = part.split_whitespace();
     match (it.next(), it.next(), it.next()) {
         (Some(k), Some(v), None) if k == key => Ok(v),
-        (Some(k), _, _) if k != key => Err((
+        (Some(k), _, _) if k != key => {
+            Err((key, format!("expected `{key}` here, got `{}`", part.trim())))
+        }
+        _ => Err((
             key,
-            format!("expected `{key}` here, got `{}`", part.trim()),
+            format!("expected `{key} VALUE`, got `{}`", part.trim()),
         )),
-        _ => Err((key, format!("expected `{key} VALUE`, got `{}`", part.trim()))),
     }
 }
 
@@ -154,9 +156,7 @@ fn end(parts: &mut std::slice::Iter<'_, &str>) -> Result<(), LErr> {
 
 fn parse_line(line: &str) -> Result<Line, LErr> {
     let line = line.trim();
-    let (kind, rest) = line
-        .split_once(char::is_whitespace)
-        .unwrap_or((line, ""));
+    let (kind, rest) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
     if !matches!(
         kind,
         "threshold" | "event_filter" | "suppress" | "rate_filter"
@@ -167,7 +167,10 @@ fn parse_line(line: &str) -> Result<Line, LErr> {
         ));
     }
     // `suppress`'s address list may hold commas: it is the rest of the line after `ip`.
-    let (rest, ip) = match (kind, rest.split_once(", ip ").or_else(|| rest.split_once(",ip "))) {
+    let (rest, ip) = match (
+        kind,
+        rest.split_once(", ip ").or_else(|| rest.split_once(",ip ")),
+    ) {
         ("suppress", Some((head, ip))) => (head, Some(ip.trim())),
         _ => (rest, None),
     };
@@ -184,7 +187,12 @@ fn parse_line(line: &str) -> Result<Line, LErr> {
                 "limit" => ThresholdKind::Limit,
                 "threshold" => ThresholdKind::Threshold,
                 "both" => ThresholdKind::Both,
-                t => return Err(("type", format!("type is limit, threshold or both, not `{t}`"))),
+                t => {
+                    return Err((
+                        "type",
+                        format!("type is limit, threshold or both, not `{t}`"),
+                    ));
+                }
             };
             let track = parse_track(take(&mut it, "track")?).map_err(|e| ("track", e))?;
             let count = positive(take(&mut it, "count")?, "count").map_err(|e| ("count", e))?;
