@@ -42,11 +42,11 @@ DROP_WITH_VALUE = {"-l", "-c", "-r", "-S", "-s", "--runmode", "--pcap-file-conti
                    "--unix-socket", "--pidfile", "--user", "--group"}
 DROP_ALONE = {"-v", "-vv", "-vvv", "-vvvv", "-q", "--init-errors-fatal",
               "--pcap-file-delete", "--strict-rule-keywords"}
-# `--set` keys that bring configuration relayd has no counterpart for (suppression lists,
-# reputation, datasets, scripts) or that would change where Suricata logs: dropped, so
+# `--set` keys that bring configuration relayd has no counterpart for (reputation,
+# datasets, scripts) or that would change where Suricata logs: dropped, so
 # that Suricata's alerts are what the rules alone say on the capture.
 DROP_SET_KEYS = re.compile(
-    r"^(threshold-file|reputation-|default-reputation-path|datasets\.|security\.lua|"
+    r"^(reputation-|default-reputation-path|datasets\.|security\.lua|"
     r"logging\.|outputs\.|default-log-dir|classification-file|reference-config-file|"
     r"default-rule-path|rule-files|unix-command)")
 
@@ -75,6 +75,7 @@ RELAYD_SET = {
     "stream.midstream": ("midstream", _bool),
     "stream.reassembly.depth": ("stream_depth", _size),
     "stream.reassembly.memcap": ("stream_memcap", _size),
+    "threshold-file": ("threshold_file", str),
 }
 
 

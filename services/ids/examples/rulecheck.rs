@@ -115,6 +115,7 @@ fn main() -> ExitCode {
             files: vec![f.clone()],
             vars: vars.clone(),
             classification: None,
+            threshold_file: None,
         };
         let set = match RuleSet::load(&opts) {
             Ok(s) => s,

@@ -17,7 +17,7 @@ pub use detect::{DEFAULT_STREAM_LOOKBACK, Detector, DetectorOptions};
 
 use crate::buffer::Buffer;
 use crate::classify::Classes;
-use crate::parse::{Ctx, RuleError, parse_text};
+use crate::parse::{Ctx, RuleError, apply_threshold_file, parse_text};
 use crate::prefilter::Prefilter;
 use crate::rule::{Rule, RuleProto, StreamMode, Track};
 use app::TxRules;
@@ -48,6 +48,10 @@ pub struct LoadOptions {
     pub vars: BTreeMap<String, String>,
     /// A `classification.config` adding to (or overriding) the built-in classtypes.
     pub classification: Option<PathBuf>,
+    /// A Suricata `threshold.config` (threshold, event_filter, suppress, rate_filter lines)
+    /// applied to the rules after they load; its bad lines are listed with the rules'
+    /// errors ([`RuleSet::errors`]).
+    pub threshold_file: Option<PathBuf>,
 }
 
 /// Why a rule set could not be built at all (bad rules are not this: see
@@ -107,6 +111,8 @@ pub struct RuleSet {
     /// Some rule needs the application layer parsed (an application protocol, or
     /// `app-layer-protocol`).
     needs_app: bool,
+    /// Threshold-file lines that named no loaded rule.
+    warnings: Vec<String>,
 }
 
 impl RuleSet {
@@ -140,7 +146,23 @@ impl RuleSet {
             let name: Arc<str> = Arc::from(path.display().to_string());
             parse_text(&text, &name, &ctx, &mut sids, &mut rules, &mut errors);
         }
-        RuleSet::build(rules, errors)
+        let mut warnings = Vec::new();
+        if let Some(path) = &opts.threshold_file {
+            let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+                path: path.clone(),
+                source,
+            })?;
+            let name = path.display().to_string();
+            let applied = apply_threshold_file(&text, &name, &ctx, &mut rules, &mut errors);
+            for (line, gid, sid) in applied.unknown {
+                warnings.push(format!(
+                    "{name}:{line}: no loaded rule has gen_id {gid}, sig_id {sid}"
+                ));
+            }
+        }
+        let mut set = RuleSet::build(rules, errors)?;
+        set.warnings = warnings;
+        Ok(set)
     }
 
     /// Parses rules from a string (tests, benches, tools); `source` names it in errors.
@@ -200,6 +222,7 @@ impl RuleSet {
                     r.threshold.map(|t| t.track),
                     r.filter.map(|f| f.track),
                     r.rate.map(|x| x.track),
+                    r.global.as_ref().and_then(|g| g.rate).map(|x| x.track),
                 ]
                 .contains(&Some(Track::Flow))
                 // A TCP connection's direction and `established` are the flow table's.
@@ -264,6 +287,7 @@ impl RuleSet {
             tx,
             needs_flows,
             needs_app,
+            warnings: Vec::new(),
         })
     }
 
@@ -275,6 +299,11 @@ impl RuleSet {
     /// The rules that could not be loaded.
     pub fn errors(&self) -> &[RuleError] {
         &self.errors
+    }
+
+    /// Threshold-file lines that named no loaded rule (Suricata warns about them too).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
     }
 
     /// The rule with signature id `sid`.

@@ -14,6 +14,7 @@ mod keywords;
 mod lists;
 mod modifiers;
 mod threshold;
+mod threshold_file;
 mod values;
 
 use keywords::*;
@@ -21,6 +22,8 @@ use lists::Lists;
 use modifiers::content_modifier;
 use threshold::*;
 use values::*;
+
+pub(crate) use threshold_file::{FileRule, NewAction, RateFilter, apply as apply_threshold_file};
 
 /// A rule that could not be loaded: where it is and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -271,6 +274,7 @@ pub(crate) fn parse_rule(
         threshold: None,
         filter: None,
         rate: None,
+        global: None,
         fast: None,
     };
     if proto == RuleProto::Icmp && !(r.sport.is_any() && r.dport.is_any()) {

@@ -642,6 +642,8 @@ pub struct Rule {
     pub(crate) threshold: Option<Threshold>,
     pub(crate) filter: Option<DetectionFilter>,
     pub(crate) rate: Option<Rate>,
+    /// What the service's threshold file adds: suppressions, a rate filter.
+    pub(crate) global: Option<Box<crate::parse::FileRule>>,
     /// (list, item) of the content a prefilter looks for (`fast_pattern`, else the longest
     /// non-negated content of any list), if any.
     pub(crate) fast: Option<(usize, usize)>,

@@ -35,6 +35,10 @@ pub struct IdsConfig {
     /// A Suricata `classification.config` to add to or override the built-in classtypes.
     #[serde(default)]
     pub classification: Option<PathBuf>,
+    /// A Suricata `threshold.config` (threshold, event_filter, suppress, rate_filter
+    /// lines) applied to the rules; its bad lines count as rule errors (see `strict`).
+    #[serde(default)]
+    pub threshold_file: Option<PathBuf>,
     /// A mark for the resets and unreachables `reject` sends (for the user's own rules:
     /// policy routing, accounting). relayd puts the stage bits of the queue's hook
     /// ([`Context::sent_mark`]) on top in any case, replacing those bits of this mark, so
@@ -199,8 +203,12 @@ impl ServiceConfig for IdsConfig {
             files: self.rules.clone(),
             vars: self.vars.clone(),
             classification: self.classification.clone(),
+            threshold_file: self.threshold_file.clone(),
         };
         let set = RuleSet::load(&opts).map_err(|e| e.to_string())?;
+        for w in set.warnings() {
+            tracing::warn!(service = name, "ids threshold file: {w}");
+        }
         if !set.errors().is_empty() {
             let n = set.errors().len();
             if self.strict {

@@ -35,6 +35,7 @@
 //! one control byte per bucket, so at the default `max` of 65,536 keys it holds 131,072
 //! buckets of 113 bytes: 14.8 MB per queue thread at the bound, nothing before keys come.
 
+use crate::parse::RateFilter;
 use crate::rule::{DetectionFilter, Rate, Threshold, ThresholdKind, Track, UniqueOn};
 use relay_core::Counter;
 use std::collections::HashMap;
@@ -46,6 +47,8 @@ enum Kind {
     Threshold,
     Filter,
     Rate,
+    /// A threshold file's `rate_filter`.
+    RateFilter,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -319,6 +322,50 @@ impl Tracker {
         }
         e.next = backoff_next(e.next, multiplier);
         true
+    }
+
+    /// A threshold file's `rate_filter` (Suricata's TYPE_RATE in ThresholdCheckUpdate):
+    /// true if the match takes the filter's `new_action`. Matches are counted in windows
+    /// of `seconds`; the match that makes the count pass `count` starts a timeout of
+    /// `timeout` seconds in which every match takes the new action. The timeout's start
+    /// is kept in whole seconds since the table's base plus one in `next` (0: none), as
+    /// Suricata compares whole seconds.
+    pub(crate) fn rate_filter(
+        &mut self,
+        rule: u32,
+        f: &RateFilter,
+        a: Addrs,
+        now: Instant,
+    ) -> bool {
+        let k = key(rule, Kind::RateFilter, f.track, a);
+        let now = self.ns(now);
+        let len = u64::from(f.seconds) * NS;
+        let fresh = Entry::fresh(now, now.saturating_add(len));
+        let e = self.entry(k, now, fresh);
+        let secs = (now / NS) as u32;
+        if e.next != 0 {
+            // Past the timeout this match takes the rule's own action and leaves the
+            // window as it is (as Suricata does).
+            if secs.saturating_sub(e.next - 1) > f.timeout {
+                e.next = 0;
+                return false;
+            }
+            return true;
+        } else if now.saturating_sub(e.t0) <= len {
+            e.count = e.count.saturating_add(1);
+            if e.count > f.count {
+                e.next = secs.saturating_add(1);
+                let until = now.saturating_add((u64::from(f.timeout) + 1) * NS);
+                e.expires = e.expires.max(until);
+                return true;
+            }
+            return false;
+        }
+        // A match after the window starts a new one, counted 1.
+        e.t0 = now;
+        e.count = 1;
+        e.expires = now.saturating_add(len);
+        false
     }
 
     /// `rate`: true if the packet is over the rate (no token left).
@@ -616,5 +663,33 @@ mod tests {
         assert_eq!(v, [false, false, true, true]);
         assert!(!t.over_rate(1, &r, addrs(1), t0 + Duration::from_millis(500)));
         assert!(t.over_rate(1, &r, addrs(1), t0 + Duration::from_millis(500)));
+    }
+
+    #[test]
+    fn rate_filter_switches_for_the_timeout() {
+        use crate::parse::{NewAction, RateFilter};
+        let t0 = Instant::now();
+        let mut t = Tracker::new(100, Counter::new());
+        let f = RateFilter {
+            track: Track::Src,
+            count: 2,
+            seconds: 10,
+            action: NewAction::Drop,
+            timeout: 5,
+        };
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        // Two matches in the window keep the action; the third switches it for 5 s.
+        let v: Vec<bool> = [0, 1, 2, 3, 7, 8, 9]
+            .iter()
+            .map(|&s| t.rate_filter(1, &f, addrs(1), at(s)))
+            .collect();
+        // 7 - 2 = 5 is not past the timeout; at 8 it is over (that match keeps the rule's
+        // action), and at 9 the window of 0..10 still counts past 2: switched again.
+        assert_eq!(v, [false, false, true, true, true, false, true]);
+        // Another source has its own count.
+        assert!(!t.rate_filter(1, &f, addrs(2), at(3)));
+        // A match after the window (and the timeout) starts over.
+        assert!(!t.rate_filter(1, &f, addrs(1), at(30)));
+        assert!(!t.rate_filter(1, &f, addrs(1), at(40)));
     }
 }

@@ -16,6 +16,7 @@ fn load() -> RuleSet {
         files: vec![fixture("varied.rules")],
         vars: common::vars(),
         classification: None,
+        threshold_file: None,
     })
     .unwrap()
 }

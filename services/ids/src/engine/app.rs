@@ -324,13 +324,23 @@ pub(crate) fn ready(tx: &dyn Transaction, b: Buffer, dir: Dir) -> bool {
 /// them that matched the stream) decide for the rest of its flow, as Suricata's
 /// `RuleActionToFlow`: the first `pass` or `drop` / `reject` match whose action applies
 /// to the flow (see [`acts_on_flow`]); matches after a `pass` do not count (the verdict
-/// stops there too).
-pub(crate) fn flow_verdict(set: &super::RuleSet, matched: &[u32], stream: &[u32]) -> FlowAction {
+/// stops there too). `over` holds the actions a threshold file's `rate_filter` put in
+/// force for some of the matches.
+pub(crate) fn flow_verdict(
+    set: &super::RuleSet,
+    matched: &[u32],
+    stream: &[u32],
+    over: &[(u32, crate::rule::RuleAction)],
+) -> FlowAction {
     for &i in matched {
         let Some(r) = set.rules.get(i as usize) else {
             continue;
         };
-        let action = match r.action {
+        let act = over
+            .iter()
+            .find(|(x, _)| *x == i)
+            .map_or(r.action, |(_, a)| *a);
+        let action = match act {
             crate::rule::RuleAction::Pass => FlowAction::Pass,
             crate::rule::RuleAction::Drop => FlowAction::Drop,
             crate::rule::RuleAction::Reject => FlowAction::Reject,

@@ -32,6 +32,7 @@ use crate::buffer::Buffer;
 use crate::decode::{DecodeOptions, Decoder, stricter};
 use crate::eve::{AlertEvent, EveWriter, flow_id};
 use crate::flow::{FlowCounters, FlowLimits, FlowPacket, FlowTable, TcpHeader, tcp_fast_open};
+use crate::parse::NewAction;
 use crate::prefilter::{Prefilter, Scratch};
 use crate::rule::{RuleAction, RuleProto, StreamMode, Vars, port_match};
 use crate::track::{Addrs, Tracker};
@@ -127,6 +128,9 @@ pub struct Detector {
     cand: Vec<u32>,
     tx_cand: Vec<u32>,
     matched: Vec<u32>,
+    /// The matches of this packet whose action a threshold file's `rate_filter` changed:
+    /// (rule, action in force), at most one per match.
+    over: Vec<(u32, RuleAction)>,
     /// The packet rules in `matched` that matched the reassembled stream.
     stream_hits: Vec<u32>,
     stats: Stats,
@@ -218,6 +222,7 @@ impl Detector {
             cand: Vec::with_capacity(64),
             tx_cand: Vec::with_capacity(64),
             matched: Vec::with_capacity(16),
+            over: Vec::new(),
             stream_hits: Vec::with_capacity(16),
             stats,
             eve,
@@ -275,6 +280,7 @@ impl Detector {
     fn inspect_one(&mut self, pkt: &mut Packet, now: Instant) -> Outcome {
         self.matched.clear();
         self.stream_hits.clear();
+        self.over.clear();
         let Some(p) = pkt_info(pkt, self.opts.decode.enabled) else {
             return Outcome::Clean;
         };
@@ -286,6 +292,7 @@ impl Detector {
             cand,
             tx_cand,
             matched,
+            over,
             stream_hits,
             flows,
             opts,
@@ -566,10 +573,11 @@ impl Detector {
             let upto = s.end().saturating_sub(opts.stream_lookback as u64);
             s.consume_raw(upto);
         }
-        if let Some(action) = flow_action {
-            *action = flow_verdict(set, matched, stream_hits);
-        }
         let flow = fx.as_ref().map(|f| f.id);
+        rate_filters(set, st, matched, over, &p, flow, now);
+        if let Some(action) = flow_action {
+            *action = flow_verdict(set, matched, stream_hits, over);
+        }
         self.decide(&p, flow, now)
     }
 
@@ -578,7 +586,13 @@ impl Detector {
         let Some(&first) = self.matched.first() else {
             return Outcome::Clean;
         };
-        if set.rules[first as usize].action == RuleAction::Pass {
+        let over = &self.over;
+        let action = |i: u32| {
+            over.iter()
+                .find(|(r, _)| *r == i)
+                .map_or(set.rules[i as usize].action, |(_, a)| *a)
+        };
+        if action(first) == RuleAction::Pass {
             self.hits[first as usize].inc();
             self.stats.passed.inc();
             return Outcome::Pass;
@@ -589,7 +603,8 @@ impl Detector {
         for &i in &self.matched {
             let r = &set.rules[i as usize];
             self.hits[i as usize].inc();
-            match r.action {
+            let act = action(i);
+            match act {
                 RuleAction::Reject => out = Outcome::Reject,
                 RuleAction::Drop | RuleAction::Ratelimit if out != Outcome::Reject => {
                     out = Outcome::Drop
@@ -601,7 +616,12 @@ impl Detector {
             if r.noalert {
                 continue;
             }
+            let suppressed = r
+                .global
+                .as_ref()
+                .is_some_and(|g| g.suppress.iter().any(|s| s.hits(p.ks, p.kd)));
             let alert = match &r.threshold {
+                _ if suppressed => false,
                 Some(t) => self.st.tracker.alert(i, t, addrs, now),
                 None => true,
             };
@@ -615,7 +635,7 @@ impl Detector {
                 let ev = AlertEvent {
                     time: SystemTime::now(),
                     rule: i,
-                    blocked: r.action.blocks(),
+                    blocked: act.blocks(),
                     src: p.src,
                     dst: p.dst,
                     sport: p.sport,
@@ -641,6 +661,36 @@ impl Detector {
             _ => {}
         }
         out
+    }
+}
+
+/// The threshold file's `rate_filter`s of the matched rules: the matches whose action the
+/// filter changes go to `over`, with the action in force.
+fn rate_filters(
+    set: &RuleSet,
+    st: &mut State,
+    matched: &[u32],
+    over: &mut Vec<(u32, RuleAction)>,
+    p: &PktInfo,
+    flow: Option<u64>,
+    now: Instant,
+) {
+    for &i in matched {
+        let Some(r) = set.rules.get(i as usize) else {
+            continue;
+        };
+        let Some(rf) = r.global.as_ref().and_then(|g| g.rate) else {
+            continue;
+        };
+        if st.tracker.rate_filter(i, &rf, addrs(p, flow), now) {
+            let a = match rf.action {
+                NewAction::Alert => RuleAction::Alert,
+                NewAction::Drop => RuleAction::Drop,
+                NewAction::Reject => RuleAction::Reject,
+                NewAction::Pass => RuleAction::Pass,
+            };
+            over.push((i, a));
+        }
     }
 }
 
