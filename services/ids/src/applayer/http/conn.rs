@@ -12,6 +12,14 @@
 //! bytes follows it before the response starts or the client closes (libhtp looks at the
 //! rest of the packet, which depends on how the stream was cut); anything else makes it a
 //! request with headers.
+//!
+//! Response lines end as in libhtp's `RES_LINE` (LF, CRLF, or a CR followed by another
+//! byte). Before the first status line, empty lines are skipped, and a line that is not a
+//! status line is skipped if at least two bytes follow and the next starts with `H` or the
+//! line is at most two bytes; otherwise the response is a body without head. libhtp looks
+//! at the rest of the packet; here the next two bytes of the stream are waited for (at
+//! most two held), so the result does not depend on how the stream is cut. Such a line
+//! is waited for up to `max_head` bytes, then taken as body.
 
 use super::body::{Coding, Decoder, Framing};
 use super::head::{self, Headers};

@@ -15,6 +15,14 @@
 //! a space or tab continues the previous value (joined without its line end); a repeated
 //! name (case-insensitive) appends `, value` to the first (at most 64 repetitions counted
 //! per message, as libhtp), except `Content-Length`, which keeps the first value.
+//!
+//! Response header and trailer blocks are read by libhtp 0.5's response rules instead
+//! ([`ResScan`], [`response_texts`]): a lone CR and LF CR end lines too, a line of one
+//! space or tab ends the block when no LF follows, a line starting with a space, tab or
+//! NUL continues the header before it (on `HTTP/1.1`, one with a colon after a header
+//! with one starts a new header), and only the name's trailing whitespace and the value's
+//! spaces and tabs are trimmed. Folded text is bounded by [`MAX_FOLDED`] per header, the
+//! block by the caller's `max_head`.
 
 use std::ops::Range;
 
