@@ -66,6 +66,8 @@ mod uri;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_lenient;
+#[cfg(test)]
 mod tests_sv;
 
 use std::collections::VecDeque;

@@ -12,6 +12,14 @@
 //! bytes follows it before the response starts or the client closes (libhtp looks at the
 //! rest of the packet, which depends on how the stream was cut); anything else makes it a
 //! request with headers.
+//!
+//! Response lines end as in libhtp's `RES_LINE` (LF, CRLF, or a CR followed by another
+//! byte). Before the first status line, empty lines are skipped, and a line that is not a
+//! status line is skipped if at least two bytes follow and the next starts with `H` or the
+//! line is at most two bytes; otherwise the response is a body without head. libhtp looks
+//! at the rest of the packet; here the next two bytes of the stream are waited for (at
+//! most two held), so the result does not depend on how the stream is cut. Such a line
+//! is waited for up to `max_head` bytes, then taken as body.
 
 use super::body::{Coding, Decoder, Framing};
 use super::head::{self, Headers};
@@ -45,6 +53,10 @@ pub(super) enum Phase {
     Body,
     /// After a message, bytes up to the line end that belong to its body.
     Junk,
+    /// The first response line is not a status line: the two bytes after it decide
+    /// whether it is skipped (libhtp skips it if more follows that starts with `H`, or if
+    /// it is at most two bytes long) or starts a body without head.
+    Decide,
     /// Ignoring everything (tunnel, HTTP/0.9 client, or the direction closed).
     Ignore,
 }
@@ -92,6 +104,15 @@ pub(super) struct Side {
     /// Bytes of the current head so far (line and block).
     pub(super) head_len: usize,
     pub(super) scan: BlankScan,
+    /// Finds the end of a response header or trailer block (libhtp's line ends).
+    pub(super) rscan: head::ResScan,
+    /// The status line of an interim response, kept until its headers say whether it is
+    /// one (libhtp: a `100` with a body is the response).
+    pub(super) line: Vec<u8>,
+    /// The response's protocol is exactly `HTTP/1.1` (libhtp folds headers differently).
+    pub(super) http11: bool,
+    /// In [`Phase::Decide`]: the length of the line in `buf` (the bytes after it follow).
+    pub(super) line_len: usize,
     /// The transaction this direction is filling.
     pub(super) tx: Option<u64>,
     /// The transaction of the last message completed in this direction.
@@ -107,6 +128,30 @@ impl Side {
         Side {
             phase: Phase::Ignore,
             ..Side::default()
+        }
+    }
+
+    /// Appends the bytes of `data` that belong to the header or trailer block being read
+    /// in direction `d`; returns how many, and whether the block is complete.
+    pub(super) fn take_block(&mut self, d: usize, data: &[u8]) -> (usize, bool) {
+        if d == 0 {
+            let end = self.scan.find(data);
+            let used = end.unwrap_or(data.len());
+            self.buf
+                .extend_from_slice(data.get(..used).unwrap_or_default());
+            return (used, end.is_some());
+        }
+        // libhtp's line ends look at the byte after a line: scan the block with all of
+        // `data`, then give back what follows the block.
+        let old = self.buf.len();
+        self.buf.extend_from_slice(data);
+        match self.rscan.find(&self.buf, false) {
+            Some(end) => {
+                let end = end.max(old);
+                self.buf.truncate(end);
+                (end - old, true)
+            }
+            None => (data.len(), false),
         }
     }
 
@@ -165,6 +210,25 @@ fn host_of(value: &[u8]) -> Option<Vec<u8>> {
     };
     let h = head::trim(h.get(..end).unwrap_or_default());
     (!h.is_empty()).then(|| h.to_ascii_lowercase())
+}
+
+/// Where a response line ends, as libhtp's `htp_connp_RES_LINE`: at LF, CRLF, or a CR
+/// followed by any other byte (which is not part of the line). `buf` holds the line so
+/// far. Returns the bytes of `data` in the line and whether it ended; a CR at the end of
+/// `data` waits for the next byte.
+fn res_line_end(buf: &[u8], data: &[u8]) -> (usize, bool) {
+    if buf.last() == Some(&b'\r') {
+        return (usize::from(data.first() == Some(&b'\n')), true);
+    }
+    match memchr::memchr2(b'\n', b'\r', data) {
+        None => (data.len(), false),
+        Some(p) if data.get(p) == Some(&b'\n') => (p + 1, true),
+        Some(p) => match data.get(p + 1) {
+            Some(b'\n') => (p + 2, true),
+            None => (p + 1, false),
+            Some(_) => (p + 1, true),
+        },
+    }
 }
 
 /// After a message, whether the line begun in `line` starts the next one: `Some(true)` if
@@ -258,6 +322,16 @@ impl HttpState {
                 Ok(used)
             }
             Phase::Body => self.read_body(d, data, limits),
+            Phase::Decide => {
+                let need = (side.line_len + 2).saturating_sub(side.buf.len());
+                let n = need.min(data.len());
+                side.buf
+                    .extend_from_slice(data.get(..n).unwrap_or_default());
+                if n == need {
+                    self.decide(limits)?;
+                }
+                Ok(n)
+            }
         }
     }
 
@@ -280,6 +354,7 @@ impl HttpState {
             }
             Phase::Block => self.head_done(d, limits)?,
             Phase::Maybe09 => self.http09(),
+            Phase::Decide => self.decide(limits)?,
             _ => {}
         }
         if side_mut(self, d).tx.is_some() {
@@ -407,32 +482,41 @@ impl HttpState {
         limits: &HttpLimits,
     ) -> Result<usize, HttpError> {
         let side = side_mut(self, d);
-        let lf = memchr::memchr(b'\n', data);
-        let used = lf.map_or(data.len(), |p| p + 1);
+        let (used, ended) = if d == 1 {
+            res_line_end(&side.buf, data)
+        } else {
+            let lf = memchr::memchr(b'\n', data);
+            (lf.map_or(data.len(), |p| p + 1), lf.is_some())
+        };
         side.buf
             .extend_from_slice(data.get(..used).unwrap_or_default());
         side.head_len += used;
         let after = side.prev.is_some();
-        if after && starts_message(d, &side.buf, lf.is_some()) == Some(false) {
+        if after && starts_message(d, &side.buf, ended) == Some(false) {
             let bytes = std::mem::take(&mut side.buf);
-            side.phase = if lf.is_some() {
-                Phase::Idle
-            } else {
-                Phase::Junk
-            };
+            side.phase = if ended { Phase::Idle } else { Phase::Junk };
             self.junk(d, &bytes, limits);
             side_mut(self, d).buf = bytes;
             side_mut(self, d).buf.clear();
             return Ok(used);
         }
-        if !after && d == 1 && lf.is_some() && side.buf.iter().all(|&c| head::is_space(c)) {
-            // libhtp ignores whitespace-only lines before a response line.
+        if !after && d == 1 && ended && matches!(side.buf.as_slice(), b"\r" | b"\n" | b"\r\n") {
+            // libhtp ignores empty lines before a response line.
             side.buf.clear();
             side.head_len = 0;
             return Ok(used);
         }
-        if !after && d == 1 && head::looks_like_status(&side.buf, lf.is_some()) == Some(false) {
-            // Not a status line: the bytes are body (libhtp, and browsers).
+        if !after && d == 1 && head::looks_like_status(&side.buf, ended) == Some(false) {
+            // Not a status line: skipped, or the response is body (libhtp, and browsers);
+            // the line end and the bytes after it decide.
+            if ended {
+                side.line_len = side.buf.len();
+                side.phase = Phase::Decide;
+                return Ok(used);
+            }
+            if side.head_len <= limits.max_head {
+                return Ok(used);
+            }
             let bytes = std::mem::take(&mut side.buf);
             self.body_without_head(limits)?;
             self.write_body(1, &bytes);
@@ -441,7 +525,7 @@ impl HttpState {
         if side.head_len > limits.max_head {
             return Err(HttpError::HeadTooLong(limits.max_head));
         }
-        if lf.is_some() {
+        if ended {
             let buf = std::mem::take(&mut side.buf);
             self.line_done(d, &buf, limits)?;
             let side = side_mut(self, d);
@@ -451,6 +535,40 @@ impl HttpState {
             }
         }
         Ok(used)
+    }
+
+    /// The first response line (in `buf`, the bytes after it behind) is not a status
+    /// line: libhtp skips it if at least two bytes follow and the next starts with `H` or
+    /// the line is at most two bytes without its line end; otherwise the response is a
+    /// body without head, starting with the line.
+    fn decide(&mut self, limits: &HttpLimits) -> Result<(), HttpError> {
+        let side = &mut self.sides[1];
+        let mut buf = std::mem::take(&mut side.buf);
+        let (line, next) = buf.split_at_checked(side.line_len).unwrap_or((&buf, &[]));
+        let skip = next.len() >= 2 && (next.first() == Some(&b'H') || chomp(line).len() <= 2);
+        if !skip {
+            self.body_without_head(limits)?;
+            self.write_body(1, &buf);
+            return Ok(());
+        }
+        let mut rest = [0u8; 2];
+        let n = next.len().min(2);
+        rest.get_mut(..n)
+            .unwrap_or_default()
+            .copy_from_slice(next.get(..n).unwrap_or_default());
+        buf.clear();
+        side.buf = buf;
+        side.head_len = 0;
+        side.phase = Phase::Line;
+        // The two bytes looked at are the next line's: read them as such.
+        let mut rest = rest.get(..n).unwrap_or_default();
+        let mut idle = 0;
+        while !rest.is_empty() && idle < 3 {
+            let used = self.step(1, rest, limits)?;
+            idle = if used == 0 { idle + 1 } else { 0 };
+            rest = rest.get(used..).unwrap_or_default();
+        }
+        Ok(())
     }
 
     /// A start line of direction `d` is in (`raw`, with its line end if any).
@@ -508,8 +626,17 @@ impl HttpState {
         let side = &mut self.sides[1];
         side.phase = Phase::Block;
         side.scan = BlankScan::default();
+        side.rscan = head::ResScan::default();
+        side.http11 = parts
+            .first
+            .as_ref()
+            .and_then(|r| line.get(r.start as usize..r.end as usize))
+            == Some(b"HTTP/1.1");
         if status.is_some_and(|s| (100..200).contains(&s) && s != 101) {
+            // Interim unless its headers announce a body (see `head_done`).
             side.interim = true;
+            side.line.clear();
+            side.line.extend_from_slice(line);
             return Ok(());
         }
         let id = self.pair_response(limits)?;
@@ -529,15 +656,12 @@ impl HttpState {
         limits: &HttpLimits,
     ) -> Result<usize, HttpError> {
         let side = side_mut(self, d);
-        let end = side.scan.find(data);
-        let used = end.unwrap_or(data.len());
-        side.buf
-            .extend_from_slice(data.get(..used).unwrap_or_default());
+        let (used, end) = side.take_block(d, data);
         side.head_len += used;
         if side.head_len > limits.max_head {
             return Err(HttpError::HeadTooLong(limits.max_head));
         }
-        if end.is_some() {
+        if end {
             self.head_done(d, limits)?;
         }
         Ok(used)
@@ -547,15 +671,30 @@ impl HttpState {
     fn head_done(&mut self, d: usize, limits: &HttpLimits) -> Result<(), HttpError> {
         let side = &mut self.sides[d];
         let block = std::mem::take(&mut side.buf);
+        let headers = parse_headers(d, &block, side.http11)?;
         if side.interim {
-            // An interim response: the final one follows for the same transaction.
-            side.buf = block;
-            side.reset();
-            return Ok(());
+            // libhtp: a 1xx with Transfer-Encoding or a Content-Length above 0 is the
+            // response (its body follows); otherwise an interim one, and the final one
+            // follows for the same transaction.
+            let body = headers.value(b"transfer-encoding").is_some()
+                || headers
+                    .value(b"content-length")
+                    .and_then(super::body::content_length)
+                    .is_some_and(|n| n > 0);
+            if !body {
+                side.buf = block;
+                side.reset();
+                return Ok(());
+            }
+            side.interim = false;
+            let line = std::mem::take(&mut side.line);
+            let id = self.pair_response(limits)?;
+            if let Some(t) = tx_mut(&mut self.txs, Some(id)) {
+                t.resp.parts = head::status_line(&line);
+                t.resp.line = line;
+            }
         }
-        let cookie: &[u8] = if d == 0 { b"cookie" } else { b"set-cookie" };
-        let headers = Headers::build(&head::parse_block(&block), cookie)
-            .map_err(|()| HttpError::TooManyHeaders)?;
+        let side = &mut self.sides[d];
         let id = side.tx;
         let Some(t) = tx_mut(&mut self.txs, id) else {
             // Retired meanwhile: read on without keeping anything.
@@ -590,6 +729,20 @@ impl HttpState {
         }
         Ok(())
     }
+}
+
+/// The headers of a block of direction `d`: requests as before, responses (and their
+/// trailers) as libhtp's response parser reads them (`http11`: the response is
+/// `HTTP/1.1`, which changes folding).
+pub(super) fn parse_headers(d: usize, block: &[u8], http11: bool) -> Result<Headers, HttpError> {
+    let cookie: &[u8] = if d == 0 { b"cookie" } else { b"set-cookie" };
+    let built = if d == 0 {
+        Headers::build(&head::parse_block(block), cookie)
+    } else {
+        let texts = head::response_texts(block, http11);
+        Headers::build(&head::response_fields(&texts), cookie)
+    };
+    built.map_err(|()| HttpError::TooManyHeaders)
 }
 
 /// Direction `d`'s parser (`d` is 0 or 1).

@@ -68,7 +68,12 @@ impl HttpState {
             .and_then(|r| m.line.get(r.start as usize..r.end as usize))
             .and_then(head::status_number);
         let method = t.method();
-        let tunnel = status == Some(101)
+        // libhtp: a 101 or 1xx, 204 or 304 with Transfer-Encoding or Content-Length has
+        // a body after all ("Switching Protocol with Content-Length", "Unexpected
+        // Response body"). A 304 keeps none here (as RFC 9110 says; Suricata 7.0.10 does
+        // read one): conditional GETs often repeat the entity's Content-Length.
+        let announced = te.is_some() || cl.is_some();
+        let tunnel = (status == Some(101) && !announced)
             || (method == Some(b"CONNECT") && status.is_some_and(|s| (200..300).contains(&s)));
         if tunnel {
             for s in &mut self.sides {
@@ -76,7 +81,10 @@ impl HttpState {
             }
             return Ok(None);
         }
-        if method == Some(b"HEAD") || matches!(status, Some(100..=199 | 204 | 304)) {
+        if method == Some(b"HEAD")
+            || status == Some(304)
+            || (!announced && matches!(status, Some(100..=199 | 204)))
+        {
             return Ok(None);
         }
         if chunked {
@@ -212,6 +220,7 @@ impl HttpState {
                         None => Chunk::Size,
                         Some(0) => {
                             side.scan = BlankScan::default();
+                            side.rscan = head::ResScan::default();
                             Chunk::Trailer
                         }
                         Some(n) => Chunk::Data(n),
@@ -220,14 +229,11 @@ impl HttpState {
                 Ok(used)
             }
             Framing::Chunked(Chunk::Trailer) => {
-                let end = side.scan.find(data);
-                let used = end.unwrap_or(data.len());
-                side.buf
-                    .extend_from_slice(data.get(..used).unwrap_or_default());
+                let (used, end) = side.take_block(d, data);
                 if side.buf.len() > limits.max_head {
                     return Err(HttpError::HeadTooLong(limits.max_head));
                 }
-                if end.is_some() {
+                if end {
                     self.trailers_done(d)?;
                     self.complete(d);
                 }
@@ -250,13 +256,24 @@ impl HttpState {
         let Some((hb, tb)) = m.raw.split_at_checked(head_len) else {
             return Ok(());
         };
+        let cookie: &[u8] = if d == 0 { b"cookie" } else { b"set-cookie" };
+        if d == 1 {
+            let trailer = head::response_texts(tb, side.http11);
+            if trailer.is_empty() {
+                return Ok(());
+            }
+            let mut texts = head::response_texts(hb, side.http11);
+            texts.extend(trailer);
+            m.headers = Headers::build(&head::response_fields(&texts), cookie)
+                .map_err(|()| HttpError::TooManyHeaders)?;
+            return Ok(());
+        }
         let trailer = head::parse_block(tb);
         if trailer.is_empty() {
             return Ok(());
         }
         let mut fields = head::parse_block(hb);
         fields.extend(trailer);
-        let cookie: &[u8] = if d == 0 { b"cookie" } else { b"set-cookie" };
         m.headers = Headers::build(&fields, cookie).map_err(|()| HttpError::TooManyHeaders)?;
         Ok(())
     }

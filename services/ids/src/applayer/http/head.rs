@@ -15,6 +15,14 @@
 //! a space or tab continues the previous value (joined without its line end); a repeated
 //! name (case-insensitive) appends `, value` to the first (at most 64 repetitions counted
 //! per message, as libhtp), except `Content-Length`, which keeps the first value.
+//!
+//! Response header and trailer blocks are read by libhtp 0.5's response rules instead
+//! ([`ResScan`], [`response_texts`]): a lone CR and LF CR end lines too, a line of one
+//! space or tab ends the block when no LF follows, a line starting with a space, tab or
+//! NUL continues the header before it (on `HTTP/1.1`, one with a colon after a header
+//! with one starts a new header), and only the name's trailing whitespace and the value's
+//! spaces and tabs are trimmed. Folded text is bounded by [`MAX_FOLDED`] per header, the
+//! block by the caller's `max_head`.
 
 use std::ops::Range;
 
@@ -271,6 +279,219 @@ pub(super) fn parse_block(block: &[u8]) -> Vec<RawField<'_>> {
             .collect(),
         _ => parse_lenient(block),
     }
+}
+
+/// Folded response header text kept at most (libhtp's `HTP_MAX_HEADER_FOLDED`); further
+/// folded lines are dropped.
+const MAX_FOLDED: usize = 102_400;
+
+/// libhtp's folding bytes (`htp_is_folding_char`): a line starting with one continues the
+/// header before it.
+fn is_folding(c: u8) -> bool {
+    matches!(c, b' ' | b'\t' | 0)
+}
+
+/// Splits a response header block into lines as libhtp's `htp_connp_RES_HEADERS` does,
+/// across calls: LF, CRLF, a lone CR (one not followed by LF), and LF CR end a line; a
+/// line of a lone CR alone is not one (it starts the next). Decisions that need the next
+/// byte wait for it, so the result does not depend on how the stream is cut.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct ResScan {
+    /// The next byte to look at.
+    pos: usize,
+    /// Where the current line starts.
+    start: usize,
+    /// The last line ended with LF CR (libhtp's `lfcrending`).
+    lfcr: bool,
+}
+
+/// A line found by [`ResScan`]: its bytes (with line end) as a range, and whether a byte
+/// other than LF follows it.
+type ResLine = (Range<usize>, bool);
+
+impl ResScan {
+    /// The next line in `buf` (the block from its start), or `None` until more bytes come
+    /// (`closed`: none will; the rest is not a line).
+    fn next_line(&mut self, buf: &[u8], closed: bool) -> Option<ResLine> {
+        loop {
+            let &c = buf.get(self.pos)?;
+            if c != b'\n' && c != b'\r' {
+                self.lfcr = false;
+                self.pos += 1;
+                continue;
+            }
+            let mut p = self.pos + 1;
+            let mut skip = 0;
+            let cr = c == b'\r';
+            if cr {
+                match buf.get(p) {
+                    None if !closed => return None,
+                    Some(b'\n') => {
+                        p += 1;
+                        // libhtp: LF CR then CRLF CRLF is two line ends, not three.
+                        let wait = |q: usize| !closed && q >= buf.len();
+                        if self.lfcr && (wait(p) || (buf.get(p) == Some(&b'\r') && wait(p + 1))) {
+                            return None;
+                        }
+                        if self.lfcr && buf.get(p) == Some(&b'\r') {
+                            p += 1;
+                            skip += 1;
+                            if buf.get(p) == Some(&b'\n') {
+                                p += 1;
+                                skip += 1;
+                            }
+                        }
+                    }
+                    Some(b'\r') => {
+                        self.pos = p;
+                        continue;
+                    }
+                    _ => {}
+                }
+                self.lfcr = false;
+            } else {
+                if !closed && p >= buf.len() {
+                    return None;
+                }
+                self.lfcr = buf.get(p) == Some(&b'\r');
+                if self.lfcr {
+                    p += 1;
+                }
+            }
+            self.pos = p;
+            let line = (self.start + skip).min(p)..p;
+            if cr && line.len() < 2 {
+                // A lone CR alone is not an empty line: it begins the next one.
+                continue;
+            }
+            self.start = p;
+            return Some((line, buf.get(p).is_some_and(|&b| b != b'\n')));
+        }
+    }
+
+    /// Scans `buf` (the block so far, from its start) on from where the last call stopped;
+    /// returns the block's length once its terminating line is in.
+    pub(super) fn find(&mut self, buf: &[u8], closed: bool) -> Option<usize> {
+        loop {
+            let before = *self;
+            let (line, next_no_lf) = self.next_line(buf, closed)?;
+            let l = buf.get(line).unwrap_or_default();
+            if l.len() == 2 && matches!(l.first(), Some(b' ' | b'\t')) && l.get(1) == Some(&b'\n') {
+                if self.pos >= buf.len() && !closed {
+                    // Whether this ends the block depends on the next byte.
+                    *self = before;
+                    return None;
+                }
+                if next_no_lf {
+                    return Some(self.pos);
+                }
+            } else if matches!(l, b"\r" | b"\n" | b"\r\n") {
+                return Some(self.pos);
+            }
+        }
+    }
+}
+
+/// Parses one response header (folded lines joined) as libhtp's
+/// `htp_parse_response_header_generic`: the name is everything before the first colon
+/// less trailing whitespace (no colon: empty name, the line is the value); the value is
+/// trimmed of spaces and tabs.
+fn res_field(text: &[u8]) -> RawField<'_> {
+    let (name, value) = match memchr::memchr(b':', text) {
+        Some(c) => {
+            let name = text.get(..c).unwrap_or_default();
+            let end = name
+                .iter()
+                .rposition(|&b| !is_space(b))
+                .map_or(0, |e| e + 1);
+            (
+                name.get(..end).unwrap_or_default(),
+                text.get(c + 1..).unwrap_or_default(),
+            )
+        }
+        None => (&[][..], text),
+    };
+    let lws = |b: &u8| *b == b' ' || *b == b'\t';
+    let start = value.iter().position(|b| !lws(b)).unwrap_or(value.len());
+    let value = value.get(start..).unwrap_or_default();
+    let end = value.iter().rposition(|b| !lws(b)).map_or(0, |e| e + 1);
+    RawField {
+        name,
+        value: value.get(..end).unwrap_or_default(),
+        folded: Vec::new(),
+    }
+}
+
+/// The headers of a response header (or trailer) block as libhtp's
+/// `htp_connp_RES_HEADERS` reads them, each as its unfolded text (borrowed unless folded).
+/// A line starting with a space, tab or NUL continues the header before it, except that
+/// with `http11` a continuation holding a colon after a header holding one is a header of
+/// its own (less its first byte); a continuation with no header before it starts one.
+pub(super) fn response_texts(block: &[u8], http11: bool) -> Vec<std::borrow::Cow<'_, [u8]>> {
+    use std::borrow::Cow;
+    let mut out: Vec<Cow<'_, [u8]>> = Vec::new();
+    let mut pending: Option<Cow<'_, [u8]>> = None;
+    let mut scan = ResScan::default();
+    loop {
+        let (line, next_no_lf, whole) = match scan.next_line(block, true) {
+            Some((r, n)) => (block.get(r).unwrap_or_default(), n, true),
+            None => (block.get(scan.start..).unwrap_or_default(), false, false),
+        };
+        let last = !whole || scan.pos >= block.len();
+        let lws_lf = line.len() == 2
+            && matches!(line.first(), Some(b' ' | b'\t'))
+            && line.get(1) == Some(&b'\n');
+        if line.is_empty()
+            || matches!(line, b"\r" | b"\n" | b"\r\n")
+            || (lws_lf && (last || next_no_lf))
+        {
+            break;
+        }
+        let line = chomp_all(line);
+        match line.first() {
+            Some(&c) if !is_folding(c) => {
+                out.extend(pending.take());
+                if block.get(scan.pos).is_some_and(|&b| is_folding(b)) && whole {
+                    pending = Some(Cow::Borrowed(line));
+                } else {
+                    out.push(Cow::Borrowed(line));
+                }
+            }
+            _ => match pending.as_mut() {
+                None => {
+                    let n = line.iter().take_while(|&&b| is_folding(b)).count();
+                    pending = Some(Cow::Borrowed(line.get(n..).unwrap_or_default()));
+                }
+                Some(p) if http11 && line.contains(&b':') && p.contains(&b':') => {
+                    out.extend(pending.replace(Cow::Borrowed(line.get(1..).unwrap_or_default())));
+                }
+                Some(p) => {
+                    if p.len() < MAX_FOLDED {
+                        p.to_mut().extend_from_slice(line);
+                    }
+                }
+            },
+        }
+        if !whole {
+            break;
+        }
+    }
+    out.extend(pending);
+    out
+}
+
+/// libhtp's `htp_chomp`: `line` without the LF, CR and CRLF sequences ending it.
+fn chomp_all(line: &[u8]) -> &[u8] {
+    let end = line
+        .iter()
+        .rposition(|&c| c != b'\r' && c != b'\n')
+        .map_or(0, |e| e + 1);
+    line.get(..end).unwrap_or_default()
+}
+
+/// The fields of unfolded response header texts (see [`response_texts`]).
+pub(super) fn response_fields<'a>(texts: &'a [std::borrow::Cow<'_, [u8]>]) -> Vec<RawField<'a>> {
+    texts.iter().map(|t| res_field(t)).collect()
 }
 
 /// Appends one field's value (its folded lines joined on, as Suricata shows them) to
