@@ -185,8 +185,13 @@ pub(crate) struct FlowState {
 /// and no negated address (a negated address makes it *like* IP-only, checked per packet).
 /// Suricata checks IP-only rules once per flow direction, on the direction's first packet
 /// that reaches detection; on packets without a flow, on each packet.
+///
+/// relayd's `ratelimit` action and `rate` keyword are never IP-only: they limit packets,
+/// so they are checked on every packet.
 pub(crate) fn is_ip_only(r: &Rule) -> bool {
-    r.app.is_none()
+    r.action != crate::rule::RuleAction::Ratelimit
+        && r.rate.is_none()
+        && r.app.is_none()
         && r.app_test.is_empty()
         && r.lists.is_empty()
         && r.pcres.is_empty()
