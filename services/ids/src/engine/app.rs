@@ -181,17 +181,14 @@ pub(crate) struct FlowState {
 
 /// True if `r` is an IP-only rule as Suricata's `SignatureIsIPOnly` judges it (type
 /// `SIG_TYPE_IPONLY`): no application protocol, no payload or buffer, no packet keyword
-/// other than the IP-only compatible ones (thresholds, `detection_filter`, `flowbits:set`),
-/// and no negated address (a negated address makes it *like* IP-only, checked per packet).
-/// Suricata checks IP-only rules once per flow direction, on the direction's first packet
-/// that reaches detection; on packets without a flow, on each packet.
-///
-/// relayd's `ratelimit` action and `rate` keyword are never IP-only: they limit packets,
-/// so they are checked on every packet.
+/// other than the IP-only compatible ones (`threshold`, `flowbits:set`), and no negated
+/// address (a negated address makes it *like* IP-only, checked per packet). Suricata checks
+/// IP-only rules once per flow direction, on the direction's first packet that reaches
+/// detection; on packets without a flow, on each packet. A rule with a `detection_filter`
+/// or a `rate` stays per packet here: relayd applies such rate verdicts per packet (as
+/// [`acts_on_flow`] does), where Suricata would count only each direction's first packet.
 pub(crate) fn is_ip_only(r: &Rule) -> bool {
-    r.action != crate::rule::RuleAction::Ratelimit
-        && r.rate.is_none()
-        && r.app.is_none()
+    r.app.is_none()
         && r.app_test.is_empty()
         && r.lists.is_empty()
         && r.pcres.is_empty()
@@ -201,6 +198,8 @@ pub(crate) fn is_ip_only(r: &Rule) -> bool {
         && r.icode.is_none()
         && r.flags.is_none()
         && r.flow.is_none()
+        && r.filter.is_none()
+        && r.rate.is_none()
         && r.flowbits
             .iter()
             .all(|o| o.cmd == crate::rule::FlowbitCmd::Set)
