@@ -1,6 +1,7 @@
 //! The `ids` service: configuration, factory (one rule set and one EVE writer per
 //! configuration, shared by the queue threads) and the per-packet call.
 
+use crate::applayer::http::{DecodeOptions, HttpLimits};
 use crate::engine::{Detector, DetectorOptions, LoadOptions, Outcome, RuleSet};
 use crate::eve::EveWriter;
 use crate::flow::FlowLimits;
@@ -83,6 +84,29 @@ pub struct IdsConfig {
     /// many bytes before the segment that completes it.
     #[serde(default = "default_stream_lookback")]
     pub stream_lookback: usize,
+    /// HTTP request body bytes kept per transaction, after decoding (default 102400,
+    /// 100 KiB, Suricata's `request-body-limit`): what `http.request_body` sees.
+    #[serde(
+        default = "default_http_body_limit",
+        deserialize_with = "de_at_least_1_usize"
+    )]
+    pub http_request_body_limit: usize,
+    /// HTTP response body bytes kept per transaction, after decoding (default 102400,
+    /// 100 KiB, Suricata's `response-body-limit`): what `file.data` sees, and where
+    /// decompression stops.
+    #[serde(
+        default = "default_http_body_limit",
+        deserialize_with = "de_at_least_1_usize"
+    )]
+    pub http_response_body_limit: usize,
+    /// Content codings of an HTTP body undone at most (default 2, Suricata's
+    /// `response-body-decompress-layer-limit`; 1 to 4).
+    #[serde(default = "default_http_decompress_layers")]
+    pub http_decompress_layers: usize,
+    /// Decode `Content-Encoding: lzma` bodies (default false, as Suricata's
+    /// `lzma-enabled`); each such body may hold a 1 MiB dictionary while it is decoded.
+    #[serde(default)]
+    pub http_lzma: bool,
     /// Alerts that may wait for the EVE writer (default 8192); beyond it lines are
     /// dropped and counted (`eve_dropped`), never waited for.
     #[serde(default = "default_eve_queue")]
@@ -162,6 +186,14 @@ fn default_stream_buffer() -> usize {
     crate::stream::DEFAULT_BUFFER
 }
 
+fn default_http_body_limit() -> usize {
+    HttpLimits::default().response_body_limit
+}
+
+fn default_http_decompress_layers() -> usize {
+    HttpLimits::default().decode.layers
+}
+
 fn default_stream_lookback() -> usize {
     crate::engine::DEFAULT_STREAM_LOOKBACK
 }
@@ -171,6 +203,37 @@ fn de_at_least_1_usize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<usize, 
     match usize::deserialize(d)? {
         0 => Err(serde::de::Error::custom("must be at least 1")),
         n => Ok(n),
+    }
+}
+
+impl IdsConfig {
+    /// The detector's options from the keys (flows, streams, HTTP limits and decoding).
+    fn detector_options(&self) -> DetectorOptions {
+        DetectorOptions {
+            track_max: self.track_max,
+            flows: FlowLimits {
+                max_flows: self.flows,
+                midstream: self.midstream,
+                memcap: self.stream_memcap,
+                stream: StreamLimits {
+                    depth: self.stream_depth,
+                    buffer: self.stream_buffer,
+                    ..StreamLimits::default()
+                },
+                ..FlowLimits::default()
+            },
+            stream_lookback: self.stream_lookback,
+            http: HttpLimits {
+                request_body_limit: self.http_request_body_limit,
+                response_body_limit: self.http_response_body_limit,
+                decode: DecodeOptions {
+                    layers: self.http_decompress_layers,
+                    lzma: self.http_lzma,
+                },
+                ..HttpLimits::default()
+            },
+            ..DetectorOptions::default()
+        }
     }
 }
 
@@ -196,6 +259,13 @@ impl ServiceConfig for IdsConfig {
             return Err(format!(
                 "stream_lookback ({}) must be below stream_buffer ({}): the look-back is held in the stream buffer",
                 self.stream_lookback, self.stream_buffer
+            )
+            .into());
+        }
+        if !(1..=4).contains(&self.http_decompress_layers) {
+            return Err(format!(
+                "http_decompress_layers ({}) must be 1 to 4",
+                self.http_decompress_layers
             )
             .into());
         }
@@ -246,22 +316,7 @@ impl ServiceConfig for IdsConfig {
                 dest_rate: self.reject_dest_rate,
                 dest_burst: self.reject_dest_burst,
             },
-            opts: DetectorOptions {
-                track_max: self.track_max,
-                flows: FlowLimits {
-                    max_flows: self.flows,
-                    midstream: self.midstream,
-                    memcap: self.stream_memcap,
-                    stream: StreamLimits {
-                        depth: self.stream_depth,
-                        buffer: self.stream_buffer,
-                        ..StreamLimits::default()
-                    },
-                    ..FlowLimits::default()
-                },
-                stream_lookback: self.stream_lookback,
-                ..DetectorOptions::default()
-            },
+            opts: self.detector_options(),
         }))
     }
 }
@@ -379,6 +434,36 @@ mod tests {
             config("stream_lookback = 4096\nstream_buffer = 8192\n")
                 .into_factory("ids")
                 .is_ok()
+        );
+    }
+
+    #[test]
+    fn http_decoding_keys_are_checked_and_reach_the_detector() {
+        for bad in [
+            "http_decompress_layers = 0\n",
+            "http_decompress_layers = 5\n",
+        ] {
+            let err = match config(bad).into_factory("ids") {
+                Err(e) => e.to_string(),
+                Ok(_) => panic!("accepted {bad}"),
+            };
+            assert!(err.contains("http_decompress_layers"), "{err}");
+        }
+        assert!(
+            toml::from_str::<IdsConfig>("rules = [\"r\"]\nhttp_response_body_limit = 0\n").is_err()
+        );
+        let c = config(
+            "http_decompress_layers = 3\nhttp_lzma = true\nhttp_request_body_limit = 10\nhttp_response_body_limit = 2000000\n",
+        );
+        let h = c.detector_options().http;
+        assert_eq!(
+            (
+                h.decode.layers,
+                h.decode.lzma,
+                h.request_body_limit,
+                h.response_body_limit
+            ),
+            (3, true, 10, 2_000_000)
         );
     }
 }

@@ -56,6 +56,7 @@
 
 mod bestfit;
 mod body;
+pub(crate) use body::DecodeOptions;
 mod conn;
 mod framing;
 mod head;
@@ -90,6 +91,9 @@ pub(crate) struct HttpLimits {
     pub(crate) max_head: usize,
     /// Transactions held per flow (not yet retired); one more is an error.
     pub(crate) max_txs: usize,
+    /// Which content codings of a body are undone, and how many layers
+    /// (`response-body-decompress-layer-limit`, `lzma-enabled`).
+    pub(crate) decode: body::DecodeOptions,
 }
 
 impl Default for HttpLimits {
@@ -99,6 +103,7 @@ impl Default for HttpLimits {
             response_body_limit: 100 * 1024,
             max_head: 64 * 1024,
             max_txs: 32,
+            decode: body::DecodeOptions::default(),
         }
     }
 }

@@ -158,6 +158,7 @@ impl Codings {
 impl Coding {
     /// The codings a `Content-Encoding` value asks for with Suricata's default settings
     /// (two layers, no lzma), in the order they are undone: [`Codings::from_header`].
+    #[cfg(test)]
     pub(super) fn from_header(v: Option<&[u8]>) -> [Coding; 2] {
         let mut out = [Coding::Identity; 2];
         let c = Codings::from_header(v, &DecodeOptions::default());
@@ -434,6 +435,7 @@ impl Decoder {
     }
 
     /// A decoder for two codings in the order they are undone ([`Coding::from_header`]).
+    #[cfg(test)]
     pub(super) fn layered(c: [Coding; 2], limit: usize) -> Decoder {
         Decoder::with_codings(c.as_slice(), limit)
     }

@@ -21,7 +21,7 @@
 //! most two held), so the result does not depend on how the stream is cut. Such a line
 //! is waited for up to `max_head` bytes, then taken as body.
 
-use super::body::{Coding, Decoder, Framing};
+use super::body::{Coding, Codings, Decoder, Framing};
 use super::head::{self, Headers};
 use super::{HttpError, HttpLimits, HttpState, HttpTx, tx, uri};
 use crate::applayer::Progress;
@@ -710,9 +710,15 @@ impl HttpState {
         m.headers = headers;
         t.progress[d] = Progress::Headers;
         let framing = self.framing(d, id)?;
-        let coding = tx_mut(&mut self.txs, id).map_or([Coding::Identity; 2], |t| {
-            Coding::from_header(msg_mut(t, d).headers.value(b"content-encoding"))
-        });
+        let coding = tx_mut(&mut self.txs, id).map_or_else(
+            || Codings::from_header(None, &limits.decode),
+            |t| {
+                Codings::from_header(
+                    msg_mut(t, d).headers.value(b"content-encoding"),
+                    &limits.decode,
+                )
+            },
+        );
         let limit = if d == 0 {
             limits.request_body_limit
         } else {
@@ -724,7 +730,7 @@ impl HttpState {
                 let side = side_mut(self, d);
                 side.phase = Phase::Body;
                 side.framing = Some(f);
-                side.decoder = Some(Decoder::layered(coding, limit));
+                side.decoder = Some(Decoder::with_codings(coding.as_slice(), limit));
             }
         }
         Ok(())

@@ -585,6 +585,7 @@ fn random_and_mutated_traffic_never_panics_and_cuts_do_not_matter() {
         response_body_limit: 9,
         max_head: 120,
         max_txs: 3,
+        ..HttpLimits::default()
     };
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     for case in 0..500 {
