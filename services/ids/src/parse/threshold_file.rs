@@ -154,6 +154,16 @@ fn end(parts: &mut std::slice::Iter<'_, &str>) -> Result<(), LErr> {
     }
 }
 
+/// Splits `..., ip ADDRS` at the first comma followed by `ip` and whitespace.
+fn split_ip(rest: &str) -> Option<(&str, &str)> {
+    rest.match_indices(',').find_map(|(i, _)| {
+        let after = rest.get(i + 1..)?.trim_start().strip_prefix("ip")?;
+        after
+            .starts_with(char::is_whitespace)
+            .then(|| (rest.get(..i).unwrap_or(""), after))
+    })
+}
+
 fn parse_line(line: &str) -> Result<Line, LErr> {
     let line = line.trim();
     let (kind, rest) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
@@ -167,10 +177,7 @@ fn parse_line(line: &str) -> Result<Line, LErr> {
         ));
     }
     // `suppress`'s address list may hold commas: it is the rest of the line after `ip`.
-    let (rest, ip) = match (
-        kind,
-        rest.split_once(", ip ").or_else(|| rest.split_once(",ip ")),
-    ) {
+    let (rest, ip) = match (kind, split_ip(rest)) {
         ("suppress", Some((head, ip))) => (head, Some(ip.trim())),
         _ => (rest, None),
     };

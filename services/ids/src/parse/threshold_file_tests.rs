@@ -71,7 +71,7 @@ fn each_line_type_parses() {
         What::Suppress(SuppressTrack::Either, "[10.0.0.0/8, 1.2.3.4]".into())
     );
     assert_eq!(
-        line("suppress gen_id 1, sig_id 7, track by_dst, ip fe80::/10").what,
+        line("suppress gen_id 1, sig_id 7, track by_dst ,\tip  fe80::/10").what,
         What::Suppress(SuppressTrack::Dst, "fe80::/10".into())
     );
     let l = line(
