@@ -9,6 +9,9 @@
 //! end, so up to [`MEMLIMIT`] decoded bytes wait there. Input is fed [`STEP`] bytes at a
 //! time and decoding stops once the body limit is reached, which bounds the work one call
 //! does on a decompression bomb.
+//!
+//! Unlike libhtp, a stream that turns corrupt after producing output loses what `lzma-rs`
+//! still held (at most [`MEMLIMIT`] bytes): `lzma-rs` drops its state on an error.
 
 use std::io::Write;
 
