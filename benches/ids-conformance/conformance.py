@@ -76,6 +76,13 @@ RELAYD_SET = {
     "stream.reassembly.depth": ("stream_depth", _size),
     "stream.reassembly.memcap": ("stream_memcap", _size),
     "threshold-file": ("threshold_file", str),
+    "app-layer.protocols.http.libhtp.default-config.request-body-limit":
+        ("http_request_body_limit", _size),
+    "app-layer.protocols.http.libhtp.default-config.response-body-limit":
+        ("http_response_body_limit", _size),
+    "app-layer.protocols.http.libhtp.default-config.response-body-decompress-layer-limit":
+        ("http_decompress_layers", int),
+    "app-layer.protocols.http.libhtp.default-config.lzma-enabled": ("http_lzma", _bool),
 }
 
 
