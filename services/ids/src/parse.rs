@@ -68,6 +68,41 @@ impl Ctx<'_> {
     }
 }
 
+/// The logical lines of a rules or threshold file: blank lines and `#` comments skipped,
+/// a line ending in `\\` joined with the next. Each is its first physical line's number
+/// (from 1) and its text; a file that ends inside a continued line gives, last, `Err` with
+/// that line's number.
+pub(crate) fn logical_lines(
+    text: &str,
+) -> impl Iterator<Item = Result<(usize, String), usize>> + '_ {
+    let mut lines = text.lines().enumerate();
+    let mut done = false;
+    std::iter::from_fn(move || {
+        if done {
+            return None;
+        }
+        let mut logical = String::new();
+        let mut start = 0;
+        for (i, raw) in lines.by_ref() {
+            let line = raw.trim();
+            if logical.is_empty() {
+                start = i + 1;
+                if line.is_empty() || line.starts_with('#') {
+                    continue;
+                }
+            }
+            if let Some(head) = line.strip_suffix('\\') {
+                logical.push_str(head);
+                continue;
+            }
+            logical.push_str(line);
+            return Some(Ok((start, logical)));
+        }
+        done = true;
+        (!logical.is_empty()).then_some(Err(start))
+    })
+}
+
 /// Parses the rules in `text` (the contents of `file`), appending good rules to `rules` and
 /// problems to `errors`. `sids` holds the sids already loaded (duplicates are errors).
 pub(crate) fn parse_text(
@@ -78,22 +113,19 @@ pub(crate) fn parse_text(
     rules: &mut Vec<Rule>,
     errors: &mut Vec<RuleError>,
 ) {
-    let mut logical = String::new();
-    let mut start = 0;
-    for (i, raw) in text.lines().enumerate() {
-        let line = raw.trim();
-        if logical.is_empty() {
-            start = i + 1;
-            if line.is_empty() || line.starts_with('#') {
+    for line in logical_lines(text) {
+        let (start, text) = match line {
+            Ok(l) => l,
+            Err(start) => {
+                errors.push(RuleError {
+                    file: file.to_string(),
+                    line: start,
+                    keyword: None,
+                    message: "file ends inside a continued (`\\`) rule".into(),
+                });
                 continue;
             }
-        }
-        if let Some(head) = line.strip_suffix('\\') {
-            logical.push_str(head);
-            continue;
-        }
-        logical.push_str(line);
-        let text = std::mem::take(&mut logical);
+        };
         match parse_rule(&text, file, start, ctx) {
             Ok(rule) => {
                 if sids.insert(rule.sid) {
@@ -114,14 +146,6 @@ pub(crate) fn parse_text(
                 message,
             }),
         }
-    }
-    if !logical.is_empty() {
-        errors.push(RuleError {
-            file: file.to_string(),
-            line: start,
-            keyword: None,
-            message: "file ends inside a continued (`\\`) rule".into(),
-        });
     }
 }
 

@@ -190,14 +190,7 @@ pub(crate) struct FlowState {
 pub(crate) fn is_ip_only(r: &Rule) -> bool {
     r.app.is_none()
         && r.app_test.is_empty()
-        && r.lists.is_empty()
-        && r.pcres.is_empty()
-        && r.dsize.is_none()
-        && r.ttl.is_none()
-        && r.itype.is_none()
-        && r.icode.is_none()
-        && r.flags.is_none()
-        && r.flow.is_none()
+        && no_packet_tests(r)
         && r.filter.is_none()
         && r.rate.is_none()
         && r.flowbits
@@ -247,6 +240,12 @@ pub(crate) fn acts_on_flow(r: &Rule, stream: bool) -> bool {
     if is_tx_rule(r) || stream {
         return true;
     }
+    no_packet_tests(r)
+}
+
+/// True if `r` looks at nothing of a packet beyond its addresses and protocol: no payload
+/// or buffer, no pcre, no `dsize`, `ttl`, `itype`, `icode`, `flags` or `flow`.
+fn no_packet_tests(r: &Rule) -> bool {
     r.lists.is_empty()
         && r.pcres.is_empty()
         && r.dsize.is_none()

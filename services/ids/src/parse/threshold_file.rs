@@ -306,22 +306,19 @@ pub(crate) fn apply(
     errors: &mut Vec<RuleError>,
 ) -> Applied {
     let mut out = Applied::default();
-    let mut logical = String::new();
-    let mut start = 0;
-    for (i, raw) in text.lines().enumerate() {
-        let line = raw.trim();
-        if logical.is_empty() {
-            start = i + 1;
-            if line.is_empty() || line.starts_with('#') {
+    for line in super::logical_lines(text) {
+        let (start, text) = match line {
+            Ok(l) => l,
+            Err(start) => {
+                errors.push(err(
+                    file,
+                    start,
+                    "line",
+                    "the file ends inside a continued (`\\`) line".into(),
+                ));
                 continue;
             }
-        }
-        if let Some(head) = line.strip_suffix('\\') {
-            logical.push_str(head);
-            continue;
-        }
-        logical.push_str(line);
-        let text = std::mem::take(&mut logical);
+        };
         let parsed = match parse_line(&text) {
             Ok(l) => l,
             Err((field, m)) => {
@@ -334,14 +331,6 @@ pub(crate) fn apply(
             Ok(_) => out.lines += 1,
             Err(m) => errors.push(err(file, start, "ip", m)),
         }
-    }
-    if !logical.is_empty() {
-        errors.push(err(
-            file,
-            start,
-            "line",
-            "the file ends inside a continued (`\\`) line".into(),
-        ));
     }
     out
 }
