@@ -8,17 +8,6 @@ use relay_core::CtState;
 use relay_svc_ids::Outcome;
 use std::time::Instant;
 
-/// Inspects each packet, returning the sids each matched.
-fn run(d: &mut relay_svc_ids::Detector, pkts: Vec<relay_core::Packet>) -> Vec<Vec<u32>> {
-    let now = Instant::now();
-    pkts.into_iter()
-        .map(|mut p| {
-            d.inspect(&mut p, now);
-            sids(d)
-        })
-        .collect()
-}
-
 #[test]
 fn a_pattern_split_across_segments_matches_once_on_the_completing_segment() {
     let (mut d, c) = detector(

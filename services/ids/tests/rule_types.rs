@@ -5,18 +5,6 @@
 mod common;
 
 use common::*;
-use std::time::Instant;
-
-/// Inspects each packet, returning the sids each matched.
-fn run(d: &mut relay_svc_ids::Detector, pkts: Vec<relay_core::Packet>) -> Vec<Vec<u32>> {
-    let now = Instant::now();
-    pkts.into_iter()
-        .map(|mut p| {
-            d.inspect(&mut p, now);
-            sids(d)
-        })
-        .collect()
-}
 
 #[test]
 fn a_protocol_only_rule_matches_every_packet_once_the_protocol_is_known() {

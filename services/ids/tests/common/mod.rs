@@ -267,3 +267,14 @@ pub(crate) fn hits(opts: &str, payloads: &[&[u8]]) -> Vec<bool> {
         })
         .collect()
 }
+
+/// Inspects each packet at one instant, returning the sids each matched.
+pub(crate) fn run(d: &mut Detector, pkts: Vec<Packet>) -> Vec<Vec<u32>> {
+    let now = std::time::Instant::now();
+    pkts.into_iter()
+        .map(|mut p| {
+            d.inspect(&mut p, now);
+            sids(d)
+        })
+        .collect()
+}
