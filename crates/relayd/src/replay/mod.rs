@@ -76,13 +76,14 @@ pub fn run(cfg: &Config, opts: &ReplayOptions, out: &mut dyn Write) -> anyhow::R
     let (mut non_ip, mut written, mut unreadable) = (0u64, 0u64, 0u64);
     let pcap_name = opts.pcap.display().to_string();
     while let Some(rec) = capture.next_record() {
-        // A record that cannot be read is counted and skipped, as `suricata -r` and
-        // `tcpdump -r` do: the packets before it (and after it, where the file can still
-        // be followed) are replayed. A damaged length ends the file (nothing after it can
-        // be framed).
+        // A record the file can be read past (a pcapng packet of an interface never
+        // described) is counted and skipped. A record that cannot be read at all (cut
+        // short, a damaged length: nothing after it can be framed) fails the replay with
+        // its packet number, as docs/replay.md says: a replay that silently stopped early
+        // would pass for a whole one.
         let rec = match rec {
             Ok(rec) => rec,
-            Err(e @ (CaptureError::Record { .. } | CaptureError::Skipped { .. })) => {
+            Err(e @ CaptureError::Skipped { .. }) => {
                 unreadable += 1;
                 tracing::warn!("{pcap_name}: {e}");
                 continue;
