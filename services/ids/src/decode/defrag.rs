@@ -15,6 +15,8 @@
 //! that starts before the one it overlaps; the two differ only on overlapping fragments
 //! with different data (an evasion attempt, which [`Counts::overlaps`] counts).
 
+use relay_core::wire::ipv6::{FRAGMENT_HEADER_LEN, FragmentHeader};
+use relay_core::wire::{Ipv4Packet, Ipv6Packet, ipv4, ipv6};
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
@@ -172,49 +174,47 @@ struct Frag<'a> {
     nh_fix: Option<(usize, u8)>,
 }
 
-fn be16(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]))
-}
-
-fn addr(b: &[u8], at: usize, n: usize) -> Option<u128> {
-    let mut v = [0u8; 16];
-    v.get_mut(16 - n..)?.copy_from_slice(b.get(at..at + n)?);
-    Some(u128::from_be_bytes(v))
-}
+/// Where the IPv6 fixed header's next-header field is.
+const NXT_HDR_AT: usize = 6;
 
 /// The fragment facts of `pkt`, or `None` if it is not a fragment (or not well-formed).
 fn parse(pkt: &[u8], layer: u8) -> Option<Frag<'_>> {
     match pkt.first()? >> 4 {
         4 => {
-            let hl = usize::from(pkt.first()? & 0x0f) * 4;
-            let total = usize::from(be16(pkt, 2)?);
-            let fo = be16(pkt, 6)?;
-            let (more, off) = (fo & 0x2000 != 0, usize::from(fo & 0x1fff) * 8);
-            if !more && off == 0 {
+            let ip = Ipv4Packet::new_checked(pkt).ok()?;
+            // A zero total length is the kernel's GSO marker, never a fragment's.
+            if !ip.is_fragment() || ip.total_len() == 0 {
                 return None;
             }
-            if hl < 20 || total < hl {
-                return None;
-            }
+            let hl = ip.header_len();
             Some(Frag {
                 key: Key {
-                    src: addr(pkt, 12, 4)?,
-                    dst: addr(pkt, 16, 4)?,
-                    id: u32::from(be16(pkt, 4)?),
-                    proto: u16::from(*pkt.get(9)?),
+                    src: u128::from(u32::from(ip.src_addr())),
+                    dst: u128::from(u32::from(ip.dst_addr())),
+                    id: u32::from(ip.ident()),
+                    proto: u16::from(ip.protocol()),
                     layer,
                 },
-                off,
-                more,
-                payload: pkt.get(hl..total)?,
+                off: usize::from(ip.frag_offset()),
+                more: ip.more_frags(),
+                payload: pkt.get(hl..usize::from(ip.total_len()))?,
                 hdr: pkt.get(..hl)?,
                 nh_fix: None,
             })
         }
         6 => {
-            let end = 40 + usize::from(be16(pkt, 4)?);
-            let mut nh_at = 6;
-            let mut off = 40;
+            let ip = Ipv6Packet::new_checked(pkt).ok()?;
+            // A zero payload length is a jumbogram (or the GSO marker), never a fragment's.
+            if ip.payload_len() == 0 {
+                return None;
+            }
+            let end = ipv6::HEADER_LEN + usize::from(ip.payload_len());
+            // The extension headers are walked here rather than with
+            // `Ipv6Packet::upper_layer`: reassembly needs the byte that names the fragment
+            // header (the fixed header's next-header field, at 6, or an extension's first
+            // byte) to rewrite it.
+            let mut nh_at = NXT_HDR_AT;
+            let mut off = ipv6::HEADER_LEN;
             for _ in 0..MAX_EXT_HEADERS {
                 let nh = *pkt.get(nh_at)?;
                 match nh {
@@ -227,21 +227,20 @@ fn parse(pkt: &[u8], layer: u8) -> Option<Frag<'_>> {
                         off += (usize::from(*pkt.get(off + 1)?) + 2) * 4;
                     }
                     44 => {
-                        let fo = be16(pkt, off + 2)?;
-                        let id = u32::from_be_bytes(pkt.get(off + 4..off + 8)?.try_into().ok()?);
+                        let fh = FragmentHeader::new_checked(pkt.get(off..)?).ok()?;
                         return Some(Frag {
                             key: Key {
-                                src: addr(pkt, 8, 16)?,
-                                dst: addr(pkt, 24, 16)?,
-                                id,
+                                src: u128::from(ip.src_addr()),
+                                dst: u128::from(ip.dst_addr()),
+                                id: fh.ident(),
                                 proto: 0x106,
                                 layer,
                             },
-                            off: usize::from(fo & 0xfff8),
-                            more: fo & 1 != 0,
-                            payload: pkt.get(off + 8..end)?,
+                            off: usize::from(fh.frag_offset()),
+                            more: fh.more_frags(),
+                            payload: pkt.get(off + FRAGMENT_HEADER_LEN..end)?,
                             hdr: pkt.get(..off)?,
-                            nh_fix: Some((nh_at, *pkt.get(off)?)),
+                            nh_fix: Some((nh_at, fh.next_header())),
                         });
                     }
                     _ => return None,
@@ -401,21 +400,20 @@ impl Defrag {
         out.clear();
         out.extend_from_slice(&t.hdr);
         out.extend_from_slice(t.data.get(..total).unwrap_or(&[]));
+        // The kept header is at least the fixed header (checked when it was parsed).
         if f.nh_fix.is_some() {
-            let plen = (out.len().saturating_sub(40)).min(MAX_IP_LEN) as u16;
-            if let Some(b) = out.get_mut(4..6) {
-                b.copy_from_slice(&plen.to_be_bytes());
+            let plen = (out.len().saturating_sub(ipv6::HEADER_LEN)).min(MAX_IP_LEN) as u16;
+            if out.len() >= ipv6::HEADER_LEN {
+                Ipv6Packet::new_unchecked(&mut out[..]).set_payload_len(plen);
             }
-        } else {
+        } else if out.len() >= ipv4::HEADER_LEN {
             let len = out.len().min(MAX_IP_LEN) as u16;
-            if let Some(b) = out.get_mut(2..4) {
-                b.copy_from_slice(&len.to_be_bytes());
-            }
+            let mut ip = Ipv4Packet::new_unchecked(&mut out[..]);
+            ip.set_total_len(len);
             // No more fragments, offset 0; the checksum is left as it is (rules do not
             // check it, as with `-k none`).
-            if let Some(b) = out.get_mut(6..8) {
-                b.copy_from_slice(&(be16(&t.hdr, 6).unwrap_or(0) & 0x4000).to_be_bytes());
-            }
+            ip.set_more_frags(false);
+            ip.set_frag_offset(0);
         }
         self.counts.reassembled += 1;
         Step::Done

@@ -22,7 +22,7 @@ pub use tunnel::TunnelPorts;
 
 use crate::engine::Outcome;
 use defrag::{Counts, Defrag, Step};
-use relay_core::wire::Ipv6Packet;
+use relay_core::wire::{Ipv4Packet, Ipv6Packet, ipv4};
 use relay_core::{Counter, Counters, Packet, PacketMeta};
 use std::time::Instant;
 
@@ -92,12 +92,17 @@ pub(crate) struct Decoder {
 fn upper(pkt: &[u8]) -> Option<(u8, &[u8])> {
     match pkt.first()? >> 4 {
         4 => {
-            let hl = usize::from(pkt.first()? & 0x0f) * 4;
-            let total = usize::from(u16::from_be_bytes([*pkt.get(2)?, *pkt.get(3)?]));
-            if hl < 20 {
+            // Unchecked past the fixed header: a snap length may have cut the packet, and
+            // its first bytes still name the tunnel.
+            if pkt.len() < ipv4::HEADER_LEN {
                 return None;
             }
-            Some((*pkt.get(9)?, pkt.get(hl..total.min(pkt.len()))?))
+            let ip = Ipv4Packet::new_unchecked(pkt);
+            let (hl, total) = (ip.header_len(), usize::from(ip.total_len()));
+            if hl < ipv4::HEADER_LEN {
+                return None;
+            }
+            Some((ip.protocol(), pkt.get(hl..total.min(pkt.len()))?))
         }
         6 => {
             let ip = Ipv6Packet::new_checked(pkt).ok()?;
