@@ -6,7 +6,7 @@
 //! Panic-free on any input: every read is bounds-checked, and a header that does not
 //! hold together yields `None` (the packet is then inspected as it is, not decapsulated).
 
-use relay_core::wire::proto;
+use relay_core::wire::{Ipv6Packet, ipv6, proto};
 
 /// GRE (RFC 2784, 2890; PPTP's enhanced GRE, RFC 2637).
 const GRE: u8 = 47;
@@ -263,14 +263,18 @@ fn teredo(b: &[u8]) -> Option<&[u8]> {
         [0, ..] => return None,
         _ => b,
     };
-    if ip.len() < 40 || ip.first()? >> 4 != 6 || *ip.get(7)? == 0 {
+    if ip.len() < ipv6::HEADER_LEN {
         return None;
     }
-    let plen = usize::from(be16(ip, 4)?);
-    if *ip.get(6)? == 0 && plen < 8 {
+    let h = Ipv6Packet::new_unchecked(ip);
+    if h.version() != 6 || h.hop_limit() == 0 {
         return None;
     }
-    (ip.len() == 40 + plen).then_some(ip)
+    let plen = usize::from(h.payload_len());
+    if h.next_header() == 0 && plen < 8 {
+        return None;
+    }
+    (ip.len() == ipv6::HEADER_LEN + plen).then_some(ip)
 }
 
 #[cfg(test)]
