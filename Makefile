@@ -11,6 +11,9 @@ DEBIAN_PACKAGES += groff-base zsh fish
 DEBIAN_PACKAGES += prometheus prometheus-node-exporter
 # clang (BPF target) and libbpf-dev (bpf_helpers.h) build the XDP program (crates/xdp/build.rs).
 DEBIAN_PACKAGES += clang libbpf-dev
+# python3-scapy crafts the attacker's packets in the evasion suite (tests/evasion.rs); it is
+# run as /usr/bin/python3, Debian's interpreter, which has the package.
+DEBIAN_PACKAGES += python3-scapy
 # cargo-deb (crates.io) builds the Debian package (`make deb`, tests/package.rs).
 CARGO_DEB_VERSION := 3.8.0
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -110,10 +113,13 @@ bench-proxy: deps
 
 # The fault suite's long versions (docs/reliability.md): 1,000 kill -9 cycles, 300 reloads
 # under a 20,000 packets/s flow, 30 s floods; about 15 minutes. `make test` runs the short ones.
+# Then the evasion suite's (tests/evasion.rs): the fragment timeout with Linux's default 30 s,
+# the TCP fragment cases' timeout, more random orders, 2,000 connections per memory attack.
 .PHONY: soak
 soak: deps
 	RELAYD_FAULT_CYCLES=1000 RELAYD_FAULT_RELOADS=300 RELAYD_FAULT_SECS=30 \
 	  $(CARGO) test -p relayd --locked --test faults -- --nocapture
+	RELAYD_EVASION_SOAK=1 $(CARGO) test -p relayd --locked --test evasion -- --nocapture
 
 # Fuzzing (fuzz/, docs/reliability.md): every cargo-fuzz target, one at a time, for
 # FUZZ_SECONDS each, from the committed seeds; installs cargo-fuzz if missing and needs

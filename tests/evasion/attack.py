@@ -18,8 +18,8 @@ the source namespace must drop its own kernel's RSTs (iptables OUTPUT), or it wo
 every connection crafted here. Needs Debian's python3-scapy (run as /usr/bin/python3).
 """
 
+import hashlib
 import json
-import os
 import random
 import socket
 import struct
@@ -557,6 +557,45 @@ def case_tiny_random(w, fam, name):
     return c, prefix
 
 
+def case_honest_random(w, fam, name):
+    """Honest data (1 MiB over IPv4, 256 KiB over IPv6) in segments of random size, some
+    sent out of order and some twice (same bytes), as a lossy path would deliver them:
+    all of it must arrive, byte-identical."""
+    c, prefix = tcp_start(w, fam, name)
+    size = (1 << 20) if fam == 4 else (256 << 10)
+    data = RNG.randbytes(size).replace(FORBIDDEN, b"x" * len(FORBIDDEN))
+    segs, at = [], 0
+    while at < size:
+        n = min(RNG.randrange(1, 1400), size - at)
+        segs.append((at, n))
+        at += n
+    base = c.snd_nxt
+    i = 0
+    while i < len(segs):
+        batch = []
+        while i < len(segs) and segs[i][0] - segs[batch[0] if batch else i][0] < 32768:
+            batch.append(i)
+            i += 1
+        order = batch[:]
+        for k in range(len(order) - 1):
+            if RNG.random() < 0.1:
+                order[k], order[k + 1] = order[k + 1], order[k]
+        end = base + segs[batch[-1]][0] + segs[batch[-1]][1]
+        for attempt in range(5):
+            for k in order:
+                off, n = segs[k]
+                c.send(base + off, data[off:off + n])
+                if RNG.random() < 0.02:
+                    c.send(base + off, data[off:off + n])
+            if c.wait_acked(end & 0xFFFFFFFF, 1.0):
+                break
+        else:
+            raise RuntimeError("honest data not acknowledged at %d" % segs[batch[0]][0])
+    c.snd_nxt = (base + size) & 0xFFFFFFFF
+    c.honest = prefix + data
+    return c, prefix
+
+
 # ---------------------------------------------------------------------------------------
 # Fragment cases, over UDP and TCP, IPv4 and IPv6.
 # ---------------------------------------------------------------------------------------
@@ -785,7 +824,7 @@ FRAG = {
 # "evil": the application reads the forbidden string; "clean": it does not.
 CONTROL = {
     "plain": "evil", "ins_bad_ip_checksum": "evil", "ttl_expires_at_relay": "evil",
-    "frag_dup_benign_first": "clean",
+    "frag_dup_benign_first": "clean", "honest_random": "clean",
 }
 
 
@@ -819,6 +858,9 @@ def run_case(w, spec):
     settle(0.1)
     out.update(proto="tcp", sport=c.sport, prefix=prefix.decode(),
                control=CONTROL.get(name, "evil"))
+    honest = getattr(c, "honest", None)
+    if honest is not None:
+        out.update(sha256=hashlib.sha256(honest).hexdigest(), len=len(honest))
     return out
 
 

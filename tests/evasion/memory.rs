@@ -44,7 +44,11 @@ pub fn run() {
     let mut failures = Vec::new();
     for kind in ["gzip", "slow_body", "endless_head"] {
         let rules = bed.dir.file("mem.rules", &rules());
-        let r = support::Relayd::start(&bed.relay, &config(&rules, &bed));
+        let r = bed::start_relayd(
+            &bed,
+            |opts| config(&rules, &bed, opts),
+            &format!("app_memcap = {APP_MEMCAP}"),
+        );
         // Warm up: one honest flow of each kind before the baseline.
         honest(&bed).unwrap_or_else(|e| panic!("honest flows before the attack: {e}"));
         let before = rss(r.proc.pid());
@@ -81,7 +85,7 @@ pub fn run() {
     assert!(failures.is_empty(), "memory attacks:\n{}", failures.join("\n"));
 }
 
-fn config(rules: &std::path::Path, bed: &Bed) -> String {
+fn config(rules: &std::path::Path, bed: &Bed, options: &str) -> String {
     format!(
         r#"
 [[queue]]
@@ -96,7 +100,7 @@ rules = ["{}"]
 eve_log = "{}"
 flows = {FLOWS}
 stream_memcap = {STREAM_MEMCAP}
-app_memcap = {APP_MEMCAP}
+{options}
 [service.ids.vars]
 HOME_NET = "[10.0.3.0/24,fd00:3::/64]"
 EXTERNAL_NET = "any"
