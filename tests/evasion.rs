@@ -170,7 +170,10 @@ fn honest_traffic_passes_byte_identical() {
         let (sent, got) = bed.honest_tcp(addr, bytes, 7);
         assert_eq!(got.len(), sent.len(), "{dst}: bytes at the application");
         assert!(got == sent, "{dst}: the application read other bytes");
-        eprintln!("honest TCP {dst}: {bytes} bytes identical in {:?}", t.elapsed());
+        eprintln!(
+            "honest TCP {dst}: {bytes} bytes identical in {:?}",
+            t.elapsed()
+        );
     }
     for dst in ["10.0.3.2", "[fd00:3::2]"] {
         let addr = support::addr(&format!("{dst}:{}", bed::UDP_PORT));

@@ -56,12 +56,38 @@ impl Bed {
         // The attacker writes frames to a packet socket; its own kernel must not answer
         // the host's segments for connections it knows nothing of with resets.
         for tool in ["iptables", "ip6tables"] {
-            run(&src, &[tool, "-A", "OUTPUT", "-p", "tcp", "--tcp-flags", "RST", "RST", "-j", "DROP"]);
+            run(
+                &src,
+                &[
+                    tool,
+                    "-A",
+                    "OUTPUT",
+                    "-p",
+                    "tcp",
+                    "--tcp-flags",
+                    "RST",
+                    "RST",
+                    "-j",
+                    "DROP",
+                ],
+            );
         }
         // Counts fragments as the relay's netfilter first sees them (raw PREROUTING comes
         // after conntrack's defragmentation, if anything loaded it).
         run(&relay, &["iptables", "-t", "raw", "-A", "PREROUTING", "-f"]);
-        run(&relay, &["ip6tables", "-t", "raw", "-A", "PREROUTING", "-m", "frag", "--fragmore"]);
+        run(
+            &relay,
+            &[
+                "ip6tables",
+                "-t",
+                "raw",
+                "-A",
+                "PREROUTING",
+                "-m",
+                "frag",
+                "--fragmore",
+            ],
+        );
         for a in [DST4, DST6, CONTROL4, CONTROL6] {
             assert!(src.ping(a), "src cannot reach {a}");
         }
@@ -81,7 +107,9 @@ impl Bed {
 
     /// The recording application: every byte each connection delivers, as it arrives.
     fn record_tcp(&self, port: u16) {
-        let listener = self.dst.run(move || TcpListener::bind(("::", port)).unwrap());
+        let listener = self
+            .dst
+            .run(move || TcpListener::bind(("::", port)).unwrap());
         let log = self.log.clone();
         std::thread::spawn(move || {
             for c in listener.incoming() {
@@ -145,7 +173,12 @@ impl Bed {
         };
         for (tool, a) in [("iptables", CONTROL4), ("ip6tables", CONTROL6)] {
             for dir in ["-d", "-s"] {
-                run(&self.relay, &[tool, "-t", "mangle", "-I", "FORWARD", "1", dir, a, "-j", "ACCEPT"]);
+                run(
+                    &self.relay,
+                    &[
+                        tool, "-t", "mangle", "-I", "FORWARD", "1", dir, a, "-j", "ACCEPT",
+                    ],
+                );
             }
         }
         engine
@@ -154,7 +187,10 @@ impl Bed {
     /// Runs `cases` twice at once, through the engine and on the control path, and
     /// returns each case's outcome. `frag_wait` is how long the timeout case waits.
     pub fn attack(&self, cases: &[String], seed: u64, frag_wait: f64) -> Vec<Outcome> {
-        let runs = [(DST4, DST6, 40000u16, 60000u16), (CONTROL4, CONTROL6, 20000, 40000)];
+        let runs = [
+            (DST4, DST6, 40000u16, 60000u16),
+            (CONTROL4, CONTROL6, 20000, 40000),
+        ];
         let handles: Vec<_> = runs
             .iter()
             .enumerate()
@@ -213,7 +249,9 @@ impl Bed {
         ["iptables", "ip6tables"]
             .iter()
             .map(|tool| {
-                let out = self.relay.exec(&[tool, "-t", "raw", "-L", "PREROUTING", "-v", "-n", "-x"]);
+                let out =
+                    self.relay
+                        .exec(&[tool, "-t", "raw", "-L", "PREROUTING", "-v", "-n", "-x"]);
                 String::from_utf8_lossy(&out.stdout)
                     .lines()
                     .skip(2)
@@ -267,7 +305,11 @@ impl Bed {
     /// returns (what was sent, what the application read), newline-separated.
     pub fn honest_udp(&self, addr: SocketAddr, n: usize, size: usize) -> (Vec<u8>, Vec<u8>) {
         let (port, sent) = self.src.run(move || {
-            let bind = if addr.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" };
+            let bind = if addr.is_ipv4() {
+                "0.0.0.0:0"
+            } else {
+                "[::]:0"
+            };
             let s = UdpSocket::bind(bind).unwrap();
             let mut sent = Vec::new();
             for i in 0..n {
@@ -285,11 +327,17 @@ impl Bed {
 }
 
 fn attack_script() -> String {
-    format!("{}/../../tests/evasion/attack.py", env!("CARGO_MANIFEST_DIR"))
+    format!(
+        "{}/../../tests/evasion/attack.py",
+        env!("CARGO_MANIFEST_DIR")
+    )
 }
 
 fn mac_text(m: [u8; 6]) -> String {
-    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
 }
 
 pub fn run(node: &Node, args: &[&str]) {
@@ -411,7 +459,11 @@ pub fn write_results(engine: &str, outcomes: &[Outcome]) {
         .open(path)
         .unwrap();
     for o in outcomes {
-        let r = if o.pass() { "pass".to_owned() } else { format!("FAIL ({})", o.why()) };
+        let r = if o.pass() {
+            "pass".to_owned()
+        } else {
+            format!("FAIL ({})", o.why())
+        };
         writeln!(f, "{}\t{engine}\t{r}", o.case).unwrap();
     }
 }
@@ -423,7 +475,11 @@ pub fn start_relayd(bed: &Bed, body: impl Fn(&str) -> String, options: &str) -> 
     let mut opts: Vec<&str> = options.lines().filter(|l| !l.trim().is_empty()).collect();
     let sock = bed.dir.0.join("probe.sock");
     let probe = |opts: &[&str]| {
-        let text = format!("[daemon]\nsocket = \"{}\"\n{}", sock.display(), body(&opts.join("\n")));
+        let text = format!(
+            "[daemon]\nsocket = \"{}\"\n{}",
+            sock.display(),
+            body(&opts.join("\n"))
+        );
         let path = bed.dir.file("probe.toml", &text);
         support::relayd_cmd(&bed.relay, &["check", "-c", path.to_str().unwrap()])
     };
@@ -477,7 +533,20 @@ EXTERNAL_NET = "any"
     fn suricata(bed: &Bed, rules: &std::path::Path) -> Engine {
         let dir = TempDir::new("suricata");
         for tool in ["iptables", "ip6tables"] {
-            run(&bed.relay, &[tool, "-t", "mangle", "-A", "FORWARD", "-j", "NFQUEUE", "--queue-num", "0"]);
+            run(
+                &bed.relay,
+                &[
+                    tool,
+                    "-t",
+                    "mangle",
+                    "-A",
+                    "FORWARD",
+                    "-j",
+                    "NFQUEUE",
+                    "--queue-num",
+                    "0",
+                ],
+            );
         }
         let mut cmd = bed.relay.cmd("suricata");
         cmd.args(["-c", "/etc/suricata/suricata.yaml", "-q", "0", "-S"])
@@ -486,7 +555,10 @@ EXTERNAL_NET = "any"
             .arg(&dir.0)
             .args(["-k", "none", "--runmode", "workers"])
             .args(["--set", "unix-command.enabled=no"])
-            .args(["--set", "vars.address-groups.HOME_NET=[10.0.3.0/24,fd00:3::/64]"])
+            .args([
+                "--set",
+                "vars.address-groups.HOME_NET=[10.0.3.0/24,fd00:3::/64]",
+            ])
             .args(["--set", "vars.address-groups.EXTERNAL_NET=any"])
             .args(["--set", "host-os-policy.windows.0=192.0.2.0/24"])
             .args(["--set", "host-os-policy.linux.0=0.0.0.0/0"])
@@ -497,8 +569,16 @@ EXTERNAL_NET = "any"
         let p = bed.relay.spawn(cmd);
         let log = dir.0.join("suricata.log");
         let end = Instant::now() + Duration::from_secs(60);
-        while !std::fs::read_to_string(&log).unwrap_or_default().contains("Engine started") {
-            assert!(Instant::now() < end, "Suricata did not start: {}\n{}", p.stderr_text(), std::fs::read_to_string(&log).unwrap_or_default());
+        while !std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("Engine started")
+        {
+            assert!(
+                Instant::now() < end,
+                "Suricata did not start: {}\n{}",
+                p.stderr_text(),
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
             std::thread::sleep(Duration::from_millis(200));
         }
         Engine::Suricata(p, dir)

@@ -68,21 +68,36 @@ pub fn run() {
             grew >> 10,
             bound >> 10,
             c.iter()
-                .filter(|(k, v)| **v > 0 && (k.contains("memcap") || k.contains("exception") || k.contains("app_") || k.contains("stream") || k.contains("flow")))
+                .filter(|(k, v)| **v > 0
+                    && (k.contains("memcap")
+                        || k.contains("exception")
+                        || k.contains("app_")
+                        || k.contains("stream")
+                        || k.contains("flow")))
                 .map(|(k, v)| format!("{k}={v}"))
                 .collect::<Vec<_>>()
                 .join(" ")
         );
         if grew >= bound {
-            failures.push(format!("{kind}: RSS grew {} KiB, bound {} KiB", grew >> 10, bound >> 10));
+            failures.push(format!(
+                "{kind}: RSS grew {} KiB, bound {} KiB",
+                grew >> 10,
+                bound >> 10
+            ));
         }
         if let Err(e) = during {
-            failures.push(format!("{kind}: an honest flow failed during the attack: {e}"));
+            failures.push(format!(
+                "{kind}: an honest flow failed during the attack: {e}"
+            ));
         }
         drop(hold);
         drop(r);
     }
-    assert!(failures.is_empty(), "memory attacks:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "memory attacks:\n{}",
+        failures.join("\n")
+    );
 }
 
 fn config(rules: &std::path::Path, bed: &Bed, options: &str) -> String {
@@ -126,13 +141,18 @@ fn rss(pid: u32) -> Mem {
             .unwrap_or(0)
             * 1024
     };
-    Mem { rss: field("VmRSS:"), hwm: field("VmHWM:") }
+    Mem {
+        rss: field("VmRSS:"),
+        hwm: field("VmHWM:"),
+    }
 }
 
 /// An HTTP server on dst that answers `GET /honest` and otherwise reads and discards
 /// whatever comes, never answering: every attacking transaction stays pending.
 fn http_server(bed: &Bed) {
-    let listener = bed.dst.run(|| TcpListener::bind(("::", HTTP_PORT)).unwrap());
+    let listener = bed
+        .dst
+        .run(|| TcpListener::bind(("::", HTTP_PORT)).unwrap());
     std::thread::spawn(move || {
         for c in listener.incoming() {
             let Ok(mut c) = c else { continue };
@@ -171,7 +191,11 @@ fn honest(bed: &Bed) -> Result<(), String> {
     let tcp: SocketAddr = format!("{}:{TCP_PORT}", bed::DST4).parse().unwrap();
     let (sent, got) = bed.honest_tcp(tcp, 256 << 10, 11);
     if sent != got {
-        return Err(format!("TCP transfer: {} of {} bytes arrived intact", got.len(), sent.len()));
+        return Err(format!(
+            "TCP transfer: {} of {} bytes arrived intact",
+            got.len(),
+            sent.len()
+        ));
     }
     Ok(())
 }
@@ -225,7 +249,8 @@ fn payload(kind: &str) -> Vec<u8> {
         }
         // A body of 100 KiB of a declared 10 MB, the rest never sent.
         "slow_body" => {
-            let mut out = b"POST /slow HTTP/1.1\r\nHost: dst\r\nContent-Length: 10000000\r\n\r\n".to_vec();
+            let mut out =
+                b"POST /slow HTTP/1.1\r\nHost: dst\r\nContent-Length: 10000000\r\n\r\n".to_vec();
             out.extend(std::iter::repeat_n(b'b', 100 << 10));
             out
         }
@@ -233,7 +258,9 @@ fn payload(kind: &str) -> Vec<u8> {
         "endless_head" => {
             let mut out = b"GET /endless HTTP/1.1\r\nHost: dst\r\n".to_vec();
             while out.len() < 60 << 10 {
-                out.extend_from_slice(b"X-Padding: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n");
+                out.extend_from_slice(
+                    b"X-Padding: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n",
+                );
             }
             out
         }
