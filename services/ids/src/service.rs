@@ -439,8 +439,16 @@ mod tests {
     fn drop_invalid_defaults_to_whether_the_rules_block() {
         assert!(config("").detector_options(true).drop_invalid);
         assert!(!config("").detector_options(false).drop_invalid);
-        assert!(!config("drop_invalid = false\n").detector_options(true).drop_invalid);
-        assert!(config("drop_invalid = true\n").detector_options(false).drop_invalid);
+        assert!(
+            !config("drop_invalid = false\n")
+                .detector_options(true)
+                .drop_invalid
+        );
+        assert!(
+            config("drop_invalid = true\n")
+                .detector_options(false)
+                .drop_invalid
+        );
     }
 
     #[test]
