@@ -298,6 +298,21 @@ impl StreamPolicy {
     }
 }
 
+/// A stream policy name that is not one of [`StreamPolicy::NAMES`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown policy {0:?} (one of: first, last, linux, old-linux, bsd, bsd-right, windows, windows2k3, vista, solaris, old-solaris, hpux10, hpux11, irix, macos)"
+)]
+pub struct UnknownStreamPolicy(pub String);
+
+impl std::str::FromStr for StreamPolicy {
+    type Err = UnknownStreamPolicy;
+
+    fn from_str(s: &str) -> Result<StreamPolicy, UnknownStreamPolicy> {
+        StreamPolicy::by_name(s).ok_or_else(|| UnknownStreamPolicy(s.to_string()))
+    }
+}
+
 /// What one segment did to its stream.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SegmentResult {

@@ -251,6 +251,10 @@ fn rst_follows_rfc_5961() {
         bed.send(seg(true, C0 + 2, S0, RST, 0, &[], 64, b"")),
         Outcome::Clean
     );
+    // Data after it is refused (the host has no connection to deliver it to), so a wrong
+    // guess of the host's next byte cannot leave the rest uninspected.
+    assert_eq!(bed.send(real()), Outcome::Drop);
+    assert_eq!(counter(&bed.c, "stream_invalid_after_rst"), 1);
 }
 
 #[test]

@@ -58,11 +58,13 @@ pub enum Invalid {
     Overlap,
     /// The segment's TTL (hop limit) is too low to reach the receiver.
     Ttl,
+    /// Data on a connection an RST ended (the host has no socket for it any more).
+    Reset,
 }
 
 impl Invalid {
     /// Every reason, in counter order.
-    pub const ALL: [Invalid; 9] = [
+    pub const ALL: [Invalid; 10] = [
         Invalid::Checksum,
         Invalid::NoAck,
         Invalid::AckUnsent,
@@ -72,6 +74,7 @@ impl Invalid {
         Invalid::Rst,
         Invalid::Overlap,
         Invalid::Ttl,
+        Invalid::Reset,
     ];
 
     /// The counter name (`relayd status`, docs/ids.md).
@@ -86,6 +89,7 @@ impl Invalid {
             Invalid::Rst => "stream_invalid_rst",
             Invalid::Overlap => "stream_overlap_dropped",
             Invalid::Ttl => "stream_invalid_ttl",
+            Invalid::Reset => "stream_invalid_after_rst",
         }
     }
 

@@ -81,6 +81,8 @@ pub(crate) struct TcpSession {
     sides: [Side; 2],
     /// The handshake was seen both ways (windows, scales and timestamps are known).
     synced: bool,
+    /// An RST accepted as the host would accept it ended the connection.
+    reset: bool,
 }
 
 fn ignored() -> SegmentResult {
@@ -113,6 +115,7 @@ impl TcpSession {
             tfo: false,
             sides: [Side::default(); 2],
             synced: false,
+            reset: false,
         }
     }
 
@@ -252,7 +255,15 @@ impl TcpSession {
             TcpState::Established | TcpState::Closing => {
                 self.established_packet(dir, h, payload, &seg, opts.normalize, budget, &mut out);
             }
-            TcpState::Closed => {}
+            TcpState::Closed => {
+                // The host reset the connection: it delivers nothing more. Should relayd
+                // have judged the RST wrongly (the host's idea of the next byte differs),
+                // data let through uninspected would reach the application, so data is
+                // refused instead (fail closed).
+                if self.reset && opts.normalize && (!payload.is_empty() || f & FIN != 0) {
+                    out.invalid = Some(Invalid::Reset);
+                }
+            }
         }
         out.established |= was_established;
         out.closed = self.state == TcpState::Closed && !was_closed;
@@ -307,6 +318,7 @@ impl TcpSession {
         let f = h.flags;
         if f & RST != 0 {
             self.state = TcpState::Closed;
+            self.reset = true;
             return;
         }
         // Picked up mid-stream on a packet without ACK: the other direction starts at
