@@ -153,7 +153,7 @@ fn bench(c: &mut Criterion) {
                 // The receiver acknowledges now and then, moving its window on (past
                 // its right edge the IDS would refuse the segments, as the host does).
                 sent += 1;
-                if sent % 32 == 0 {
+                if sent.is_multiple_of(32) {
                     let mut a = common::tcp4_seq(
                         common::SERVER,
                         common::CLIENT,
