@@ -31,6 +31,35 @@ pub struct PacketMeta {
     pub gso: bool,
     /// Connection tracking state, where known (offline replay tracks flows itself).
     pub ct: Option<CtInfo>,
+    /// Whether the transport checksum in the bytes can be judged (see [`Checksum`]).
+    pub csum: Checksum,
+}
+
+/// What the datapath knows of a packet's transport (TCP, UDP) checksum, so that an
+/// inline inspector drops a segment with a bad checksum (the destination host would
+/// discard it) without misjudging packets whose checksum was never filled in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Checksum {
+    /// The bytes carry a complete checksum: NFQUEUE without GSO hands packets over with
+    /// their checksums completed (the kernel's `skb_checksum_help` before the copy), and
+    /// the kernel reports when it did not (`NFQA_SKB_CSUMNOTREADY`).
+    #[default]
+    Complete,
+    /// The checksum is not filled in yet (the kernel's `CHECKSUM_PARTIAL`: a locally
+    /// generated or offloaded packet, `NFQA_SKB_CSUMNOTREADY`): not to be judged.
+    Partial,
+    /// Unknown: a capture (offloading often leaves wrong checksums in captures, which is
+    /// why Suricata is run with `-k none` on them) or a datapath that cannot tell (AF_XDP
+    /// on veth may hand over partial checksums). Not judged.
+    Unknown,
+}
+
+impl Checksum {
+    /// True if a wrong checksum in the bytes means the packet really is corrupt.
+    pub fn judged(self) -> bool {
+        self == Checksum::Complete
+    }
 }
 
 impl PacketMeta {

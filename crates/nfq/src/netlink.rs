@@ -46,6 +46,8 @@ const NFQA_CT_INFO: u16 = 12;
 const NFQA_CAP_LEN: u16 = 13;
 const NFQA_SKB_INFO: u16 = 14;
 const NFQA_SKB_GSO: u32 = 2;
+/// NFQA_SKB_INFO bit: the checksum is not filled in yet (`CHECKSUM_PARTIAL`).
+const NFQA_SKB_CSUMNOTREADY: u32 = 1;
 
 /// Netlink message header plus nfgenmsg.
 pub(crate) const HDR_LEN: usize = NLMSG_HDRLEN + 4;
@@ -174,6 +176,9 @@ pub(crate) struct PacketMsg {
     pub(crate) outdev: u32,
     pub(crate) cap_len: Option<u32>,
     pub(crate) gso: bool,
+    /// NFQA_SKB_INFO said the transport checksum is not filled in (only sent on queues
+    /// with GSO on; without it the kernel completes checksums before the copy).
+    pub(crate) csum_partial: bool,
     /// NFQA_CT_INFO: the kernel's `enum ip_conntrack_info` for the packet.
     pub(crate) ct_info: Option<u32>,
     /// Byte range of the packet within the message payload (after nfgenmsg), if any.
@@ -200,6 +205,11 @@ impl PacketMsg {
             orig_len: self.cap_len,
             gso: self.gso,
             ct: None,
+            csum: if self.csum_partial {
+                relay_core::Checksum::Partial
+            } else {
+                relay_core::Checksum::Complete
+            },
         };
         if let Some(bits) = ct_bits {
             (meta.ct, meta.mark) = bits.decode(self.mark);
@@ -235,7 +245,11 @@ pub(crate) fn parse_packet(p: &[u8]) -> Option<PacketMsg> {
             NFQA_IFINDEX_INDEV => out.indev = be32(d)?,
             NFQA_IFINDEX_OUTDEV => out.outdev = be32(d)?,
             NFQA_CAP_LEN => out.cap_len = Some(be32(d)?),
-            NFQA_SKB_INFO => out.gso = be32(d)? & NFQA_SKB_GSO != 0,
+            NFQA_SKB_INFO => {
+                let info = be32(d)?;
+                out.gso = info & NFQA_SKB_GSO != 0;
+                out.csum_partial = info & NFQA_SKB_CSUMNOTREADY != 0;
+            }
             NFQA_PAYLOAD => out.payload = Some((4 + a.offset, 4 + a.offset + d.len())),
             NFQA_CT_INFO => out.ct_info = Some(be32(d)?),
             _ => {}
@@ -523,6 +537,16 @@ mod tests {
         );
         let (s, e) = p.payload.unwrap();
         assert_eq!(&msgs[0].payload[s..e], &[0x45, 1, 2]);
+        assert_eq!(p.meta(0, None).csum, relay_core::Checksum::Complete);
+        // CSUMNOTREADY: the checksum is partial, not to be judged.
+        let mut m = message(NFQNL_MSG_PACKET, 0, 0, 1);
+        m.attr(NFQA_PACKET_HDR, &[0, 0, 0, 9, 0x08, 0x00, 2]);
+        m.attr(NFQA_SKB_INFO, &3u32.to_be_bytes());
+        let buf2 = m.finish().to_vec();
+        let msgs2: Vec<_> = Messages::new(&buf2).collect();
+        let p2 = parse_packet(msgs2[0].payload).unwrap();
+        assert!(p2.gso);
+        assert_eq!(p2.meta(0, None).csum, relay_core::Checksum::Partial);
         // Every truncation parses to None or Some, never panics.
         for n in 0..buf.len() {
             for m in Messages::new(&buf[..n]) {

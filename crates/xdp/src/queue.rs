@@ -491,6 +491,8 @@ impl PacketPath {
             hw_protocol: ethertype,
             indev: self.ingress,
             outdev: meta.ifindex,
+            // veth's XDP hands over locally generated packets with partial checksums.
+            csum: relay_core::Checksum::Unknown,
             ..PacketMeta::default()
         };
         let mut pkt = Packet::in_buffer(buf, HEADROOM, HEADROOM + ip.len(), pmeta);

@@ -76,11 +76,23 @@ fn detector(set: &Arc<RuleSet>, flows: bool) -> Detector {
 }
 
 /// Sets the sequence and acknowledgement numbers of a TCP/IPv4 packet built by
-/// `common::tcp4_seq` (the IDS does not check TCP checksums).
+/// `common::tcp4_seq`, updating its checksum (RFC 1624) as a sender's would be: the IDS
+/// drops segments whose checksum the receiver would refuse.
 fn set_seq(pkt: &mut relay_core::Packet, seq: u32, ack: u32) {
+    use relay_core::wire::checksum::update16;
     let d = pkt.data_mut();
-    d[24..28].copy_from_slice(&seq.to_be_bytes());
-    d[28..32].copy_from_slice(&ack.to_be_bytes());
+    let mut sum = u16::from_be_bytes([d[36], d[37]]);
+    for (at, new) in [(24, seq), (28, ack)] {
+        let old = u32::from_be_bytes([d[at], d[at + 1], d[at + 2], d[at + 3]]);
+        for (k, (o, n)) in [(old >> 16, new >> 16), (old & 0xffff, new & 0xffff)]
+            .into_iter()
+            .enumerate()
+        {
+            sum = update16(sum, o as u16, n as u16);
+            d[at + 2 * k..at + 2 * k + 2].copy_from_slice(&(n as u16).to_be_bytes());
+        }
+    }
+    d[36..38].copy_from_slice(&sum.to_be_bytes());
 }
 
 fn bench(c: &mut Criterion) {
@@ -132,13 +144,41 @@ fn bench(c: &mut Criterion) {
         let mut pkt = conv.data(true, &clean);
         pkt.meta.ct = ct;
         let (mut seq, ack) = (conv.seq[0], conv.seq[1]);
+        let mut sent = 0u32;
         g.bench_function(format!("{n}_rules/stream/clean"), |b| {
             b.iter(|| {
                 set_seq(&mut pkt, seq, ack);
                 seq = seq.wrapping_add(clean.len() as u32);
-                black_box(det.inspect(black_box(&mut pkt), now))
+                let out = det.inspect(black_box(&mut pkt), now);
+                // The receiver acknowledges now and then, moving its window on (past
+                // its right edge the IDS would refuse the segments, as the host does).
+                sent += 1;
+                if sent.is_multiple_of(32) {
+                    let mut a = common::tcp4_seq(
+                        common::SERVER,
+                        common::CLIENT,
+                        80,
+                        conv.sport,
+                        0x10,
+                        ack,
+                        seq,
+                        b"",
+                    );
+                    a.meta.ct = ct;
+                    det.inspect(&mut a, now);
+                }
+                black_box(out)
             })
         });
+        // The stream stayed valid to the end: the next segment is inspected.
+        let mut last = conv.segment_at(true, 0, &hit);
+        set_seq(&mut last, seq, ack);
+        last.meta.ct = ct;
+        assert_eq!(
+            det.inspect(&mut last, now),
+            Outcome::Alert,
+            "the bench's segments must stay valid"
+        );
         let (flows, held) = det.flow_usage();
         assert_eq!(flows, 1);
         assert!(

@@ -11,10 +11,10 @@
 //!
 //! Bounds ([`FlowLimits`], with their defaults):
 //! - `max_flows` (default 65,536, Suricata's `flow.hash-size`): flows tracked. Each costs
-//!   `size_of::<Flow<T>>()` (about 400 bytes plus `T` on 64-bit targets; the two streams
-//!   are inline, so a SYN flood allocates nothing per flow) and a hash entry (about 70
-//!   bytes), so 65,536 flows take some 30 MiB plus `T` and what `T` owns, whatever the
-//!   traffic.
+//!   `size_of::<Flow<T>>()` (about 500 bytes plus `T` on 64-bit targets; the two streams
+//!   and what normalization knows of each endpoint are inline, so a SYN flood allocates
+//!   nothing per flow) and a hash entry (about 70 bytes), so 65,536 flows take some
+//!   36 MiB plus `T` and what `T` owns, whatever the traffic.
 //! - timeouts since a flow's last packet, one set for every protocol: 30 s not
 //!   established, 300 s established, 10 s closed (both FINs, or an RST). These are
 //!   Suricata's built-in TCP values (the suricata.yaml it ships raises them to 60, 600 and
@@ -28,15 +28,19 @@
 //! - stream memory: the shared [`MemBudget`] (memcap 64 MiB) and the per-direction
 //!   [`StreamLimits`], see [`crate::stream`].
 
+mod judge;
 mod tcp;
 #[cfg(test)]
 mod tests;
 
+pub use judge::{Invalid, TcpOptions};
 pub use tcp::{TcpState, tcp_fast_open};
 
 use crate::applayer::Dir;
 use crate::stream::StreamLimits;
-use crate::stream::{DEFAULT_MEMCAP, MemBudget, SegmentResult, Stream, StreamCounters};
+use crate::stream::{
+    DEFAULT_MEMCAP, MemBudget, SegmentResult, Stream, StreamCounters, StreamPolicy,
+};
 use relay_core::wire::proto;
 use relay_core::{Counter, Counters};
 use std::collections::{HashMap, VecDeque};
@@ -75,6 +79,14 @@ pub struct FlowLimits {
     pub memcap: usize,
     /// Per-direction stream bounds.
     pub stream: StreamLimits,
+    /// How overlapping segments are resolved (the protected hosts' OS).
+    pub policy: StreamPolicy,
+    /// Inline mode: segments overlapping received bytes with different data are not
+    /// inserted (and the detector drops them). Default false.
+    pub reject_different: bool,
+    /// Judge segments as their receiver would (`judge`); off, every segment of an
+    /// established flow is taken. Default true.
+    pub normalize: bool,
 }
 
 impl Default for FlowLimits {
@@ -87,6 +99,9 @@ impl Default for FlowLimits {
             midstream: false,
             memcap: DEFAULT_MEMCAP,
             stream: StreamLimits::default(),
+            policy: StreamPolicy::default(),
+            reject_different: false,
+            normalize: true,
         }
     }
 }
@@ -195,6 +210,19 @@ pub struct TcpHeader {
     /// The packet carries a TCP Fast Open option (see [`tcp_fast_open`]): data on its SYN
     /// is reassembled, as Suricata does.
     pub tfo: bool,
+    /// The window field (unscaled).
+    pub window: u16,
+    /// The timestamp option's TSval, if present.
+    pub tsval: Option<u32>,
+    /// The window scale option's shift (SYN), if present.
+    pub wscale: Option<u8>,
+    /// The IP TTL (hop limit) as read at the queue's hook.
+    pub ttl: u8,
+    /// Where the TTL was read: `Some(false)` after the forwarding decrement (FORWARD,
+    /// POSTROUTING), `Some(true)` before it (PREROUTING), `None` where no forwarding
+    /// follows (local, replay): whether a segment reaches its receiver is judged only
+    /// where it is `Some`.
+    pub ttl_before_decrement: Option<bool>,
 }
 
 /// What the flow table needs of a packet.
@@ -348,6 +376,9 @@ pub struct FlowRef<'a, T> {
     /// What the packet's TCP payload did to its direction's stream (`ignored` if not
     /// reassembled: not TCP, no payload, not established, or the stream stopped).
     pub seg: SegmentResult,
+    /// The segment is one its receiver would discard (see [`Invalid`]): nothing of it
+    /// was inserted or learnt; an inline detector drops it.
+    pub invalid: Option<Invalid>,
 }
 
 #[derive(Debug)]
@@ -424,23 +455,28 @@ impl<T: Default> FlowTable<T> {
             Some(s) => s,
             None => self.create(key, src_lo, p, now)?,
         };
-        let midstream = self.limits.midstream;
+        let opts = tcp::Opts {
+            midstream: self.limits.midstream,
+            policy: self.limits.policy,
+            reject_different: self.limits.reject_different,
+            normalize: self.limits.normalize,
+        };
         let slot = self.slots.get_mut(s as usize)?;
         let generation = slot.generation;
         let flow = slot.flow.as_mut()?;
         let dir = flow.dir_of(src_lo);
         flow.pkts[dir.index()] += 1;
         flow.last = now;
-        let (seg, established) = match (&mut flow.tcp, &p.tcp) {
+        let (seg, established, invalid) = match (&mut flow.tcp, &p.tcp) {
             (Some(t), Some(h)) => {
-                let o = t.packet(dir, h, p.payload, midstream, &mut self.budget);
+                let o = t.packet(dir, h, p.payload, &opts, &mut self.budget);
                 if o.closed {
                     self.candidates.push_back((s, generation));
                 }
-                (o.seg, o.established)
+                (o.seg, o.established, o.invalid)
             }
-            (Some(t), None) => (ignored(), t.established()),
-            (None, _) => (ignored(), flow.pkts[0] > 0 && flow.pkts[1] > 0),
+            (Some(t), None) => (ignored(), t.established(), None),
+            (None, _) => (ignored(), flow.pkts[0] > 0 && flow.pkts[1] > 0, None),
         };
         Some(FlowRef {
             flow,
@@ -448,6 +484,7 @@ impl<T: Default> FlowTable<T> {
             new,
             established,
             seg,
+            invalid,
         })
     }
 }

@@ -79,6 +79,15 @@ pub struct IdsConfig {
     /// Suricata's `stream.midstream`).
     #[serde(default)]
     pub midstream: bool,
+    /// Inline mode (Suricata's `stream.drop-invalid`): drop a packet its receiving host
+    /// would discard (bad checksum, no ACK, PAWS, outside the window, an ACK of unsent
+    /// data, an RST outside the window, a TTL too low to reach it) and a segment that
+    /// overlaps received bytes with different data. Such packets are never inspected as
+    /// part of a stream either way. Default: true when a rule can block (`drop`,
+    /// `reject`, `ratelimit`), false for rules that only alert (an IDS changes no
+    /// traffic).
+    #[serde(default)]
+    pub drop_invalid: Option<bool>,
     /// Bytes of stream before a packet's new bytes that stream inspection includes
     /// (default 2048): a pattern split across segments is found if it spans at most this
     /// many bytes before the segment that completes it.
@@ -207,9 +216,11 @@ fn de_at_least_1_usize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<usize, 
 }
 
 impl IdsConfig {
-    /// The detector's options from the keys (flows, streams, HTTP limits and decoding).
-    fn detector_options(&self) -> DetectorOptions {
+    /// The detector's options from the keys (flows, streams, HTTP limits and decoding);
+    /// `blocks`: some rule can stop traffic (the inline default).
+    fn detector_options(&self, blocks: bool) -> DetectorOptions {
         DetectorOptions {
+            drop_invalid: self.drop_invalid.unwrap_or(blocks),
             track_max: self.track_max,
             flows: FlowLimits {
                 max_flows: self.flows,
@@ -299,6 +310,7 @@ impl ServiceConfig for IdsConfig {
             "ids rules loaded"
         );
         let set = Arc::new(set);
+        let opts = self.detector_options(set.blocks());
         let eve = match &self.eve_log {
             Some(path) => Some(Arc::new(
                 EveWriter::open(path, self.eve_queue, set.clone())
@@ -316,7 +328,7 @@ impl ServiceConfig for IdsConfig {
                 dest_rate: self.reject_dest_rate,
                 dest_burst: self.reject_dest_burst,
             },
-            opts: self.detector_options(),
+            opts,
         }))
     }
 }
@@ -424,6 +436,22 @@ mod tests {
     }
 
     #[test]
+    fn drop_invalid_defaults_to_whether_the_rules_block() {
+        assert!(config("").detector_options(true).drop_invalid);
+        assert!(!config("").detector_options(false).drop_invalid);
+        assert!(
+            !config("drop_invalid = false\n")
+                .detector_options(true)
+                .drop_invalid
+        );
+        assert!(
+            config("drop_invalid = true\n")
+                .detector_options(false)
+                .drop_invalid
+        );
+    }
+
+    #[test]
     fn a_look_back_the_stream_buffer_cannot_hold_is_refused() {
         let err = match config("stream_lookback = 262144\n").into_factory("ids") {
             Err(e) => e.to_string(),
@@ -455,7 +483,7 @@ mod tests {
         let c = config(
             "http_decompress_layers = 3\nhttp_lzma = true\nhttp_request_body_limit = 10\nhttp_response_body_limit = 2000000\n",
         );
-        let h = c.detector_options().http;
+        let h = c.detector_options(true).http;
         assert_eq!(
             (
                 h.decode.layers,

@@ -2,11 +2,19 @@
 //! contiguous bytes come out in order for two consumers (the application-layer parser and
 //! raw stream inspection), each with its own offset.
 //!
-//! Modelled on Suricata's stream engine (`stream-tcp-reassemble.c`, `stream-tcp-list.c`)
-//! in inline (IPS) mode: data is reassembled as it arrives, not when acknowledged, and
-//! where a segment overlaps bytes already received the first-seen bytes win (Suricata in
-//! inline mode even rewrites the packet to them); an overlap with different data is
-//! counted (`stream_overlap_mismatch`, Suricata's `reassembly_overlap_different_data`).
+//! Modelled on Suricata's stream engine (`stream-tcp-reassemble.c`, `stream-tcp-list.c`):
+//! data is reassembled as it arrives, not when acknowledged. Overlaps are resolved as the
+//! receiving host's OS does ([`StreamPolicy`], Suricata's `host-os-policy`), so that the
+//! bytes inspected are the bytes the application reads: bytes already contiguous (which
+//! the host has queued for the application) are never replaced; where a segment overlaps
+//! held out-of-order data, the policy decides from the two segments' original bounds
+//! (Linux keeps the bytes of the segment that starts first, and of the later one when
+//! both start together and it is longer: `tcp_data_queue_ofo`). An overlap with different
+//! data is counted (`stream_overlap_mismatch`, Suricata's
+//! `reassembly_overlap_different_data`); with [`Stream::configure`]'s `reject_different`
+//! (inline mode) such a segment is not inserted at all ([`SegmentResult::rejected`]), and
+//! the detector drops it, so the host never sees bytes that differ from what was
+//! inspected.
 //! Sequence numbers are compared in 32-bit wrapping arithmetic relative to the next
 //! expected byte, so a stream crosses 2^32 unharmed; stream offsets are `u64` from the
 //! stream's first byte (ISN + 1).
@@ -190,6 +198,121 @@ pub enum Truncation {
     Memcap,
 }
 
+/// How a host's TCP resolves a segment that overlaps held out-of-order data: Suricata's
+/// `host-os-policy` names, after Novak's target-based reassembly. Bytes already
+/// contiguous are never replaced, whatever the policy (the host has queued them for the
+/// application), except with [`StreamPolicy::Last`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StreamPolicy {
+    /// The first bytes received win.
+    First,
+    /// The last bytes received win.
+    Last,
+    /// Linux 2.6.27 and later (the default): the segment that starts first wins; of two
+    /// starting together, the later one if it is longer.
+    #[default]
+    Linux,
+    /// Linux before 2.6.27.
+    OldLinux,
+    /// BSD: a later segment wins where it starts before the held one.
+    Bsd,
+    /// BSD, right-favouring: the held bytes win.
+    BsdRight,
+    /// Windows (XP, 2000).
+    Windows,
+    /// Windows Server 2003.
+    Windows2k3,
+    /// Windows Vista and later: the held bytes win.
+    Vista,
+    /// Solaris.
+    Solaris,
+    /// Solaris before 10: the held bytes win.
+    OldSolaris,
+    /// HP-UX 10.
+    Hpux10,
+    /// HP-UX 11.
+    Hpux11,
+    /// IRIX.
+    Irix,
+    /// macOS.
+    Macos,
+}
+
+impl StreamPolicy {
+    /// Every policy with its configuration name (Suricata's `host-os-policy` keys).
+    pub const NAMES: [(&'static str, StreamPolicy); 15] = [
+        ("first", StreamPolicy::First),
+        ("last", StreamPolicy::Last),
+        ("linux", StreamPolicy::Linux),
+        ("old-linux", StreamPolicy::OldLinux),
+        ("bsd", StreamPolicy::Bsd),
+        ("bsd-right", StreamPolicy::BsdRight),
+        ("windows", StreamPolicy::Windows),
+        ("windows2k3", StreamPolicy::Windows2k3),
+        ("vista", StreamPolicy::Vista),
+        ("solaris", StreamPolicy::Solaris),
+        ("old-solaris", StreamPolicy::OldSolaris),
+        ("hpux10", StreamPolicy::Hpux10),
+        ("hpux11", StreamPolicy::Hpux11),
+        ("irix", StreamPolicy::Irix),
+        ("macos", StreamPolicy::Macos),
+    ];
+
+    /// The policy called `name`, if any.
+    pub fn by_name(name: &str) -> Option<StreamPolicy> {
+        StreamPolicy::NAMES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|&(_, p)| p)
+    }
+
+    /// The configuration name.
+    pub fn name(self) -> &'static str {
+        StreamPolicy::NAMES
+            .iter()
+            .find(|(_, p)| *p == self)
+            .map_or("linux", |&(n, _)| n)
+    }
+
+    /// True if a new segment `[ns, ne)` wins over a held one `[hs, he)` where they
+    /// overlap (stream offsets of the two segments as sent). Suricata's
+    /// `DoHandleDataOverlap` table.
+    pub fn new_wins(self, (ns, ne): (u64, u64), (hs, he): (u64, u64)) -> bool {
+        use StreamPolicy::*;
+        match self {
+            Last => true,
+            First => false,
+            _ if ns == hs => match self {
+                Linux => ne > he,
+                OldLinux | Solaris | Hpux11 => ne >= he,
+                _ => false,
+            },
+            _ if ns < hs => match self {
+                Bsd | Hpux10 | Irix | Windows | Windows2k3 | OldLinux | Linux | Macos => true,
+                Solaris | Hpux11 => ne >= he,
+                _ => false,
+            },
+            _ => matches!(self, Solaris | Hpux11) && ne > he,
+        }
+    }
+}
+
+/// A stream policy name that is not one of [`StreamPolicy::NAMES`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown policy {0:?} (one of: first, last, linux, old-linux, bsd, bsd-right, windows, windows2k3, vista, solaris, old-solaris, hpux10, hpux11, irix, macos)"
+)]
+pub struct UnknownStreamPolicy(pub String);
+
+impl std::str::FromStr for StreamPolicy {
+    type Err = UnknownStreamPolicy;
+
+    fn from_str(s: &str) -> Result<StreamPolicy, UnknownStreamPolicy> {
+        StreamPolicy::by_name(s).ok_or_else(|| UnknownStreamPolicy(s.to_string()))
+    }
+}
+
 /// What one segment did to its stream.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SegmentResult {
@@ -205,13 +328,18 @@ pub struct SegmentResult {
     pub finished: bool,
     /// The stream was not reassembling (not started, finished or truncated): nothing done.
     pub ignored: bool,
+    /// The segment overlapped received bytes with different data and the stream rejects
+    /// such segments (inline mode): nothing of it was inserted.
+    pub rejected: bool,
 }
 
-/// A held out-of-order segment.
+/// A held out-of-order piece: bytes from `off`, and the bounds of the segment they came
+/// from as it was sent (the overlap policy compares segments, not pieces).
 #[derive(Debug)]
 struct Seg {
     off: u64,
     data: Vec<u8>,
+    orig: (u64, u64),
 }
 
 impl Seg {
@@ -254,6 +382,10 @@ pub struct Stream {
     /// Largest unconsumed length since the last shrink check.
     peak: usize,
     since_shrink: u32,
+    /// How overlaps with held data are resolved.
+    policy: StreamPolicy,
+    /// Segments overlapping received bytes with different data are not inserted.
+    reject_different: bool,
 }
 
 impl Stream {
@@ -270,6 +402,23 @@ impl Stream {
             self.started = true;
             self.base = seq;
         }
+    }
+
+    /// Sets the overlap policy of the receiving host and whether a segment overlapping
+    /// received bytes with different data is rejected whole (inline mode).
+    pub fn configure(&mut self, policy: StreamPolicy, reject_different: bool) {
+        self.policy = policy;
+        self.reject_different = reject_different;
+    }
+
+    /// The sequence number just past the held out-of-order data, if any (the right edge
+    /// of the SACK blocks the receiver would send).
+    pub fn ooo_end_seq(&self) -> Option<u32> {
+        self.ooo
+            .iter()
+            .map(Seg::end)
+            .max()
+            .map(|e| self.base.wrapping_add(e as u32))
     }
 
     /// True once started.
@@ -428,12 +577,36 @@ impl Stream {
         if let Some(f) = self.fin {
             limit = limit.min(i128::from(f));
         }
+        if self.reject_different && self.differs(off, seg_end.min(limit), payload) {
+            r.mismatch = true;
+            r.rejected = true;
+            budget.counters.overlap_mismatch.inc();
+            return r;
+        }
         // Bytes still in the buffer that the segment covers again.
         self.compare_buf(off, seg_end.min(i128::from(end)), payload, off, &mut r);
         let start = off.max(i128::from(end));
         let stop = seg_end.min(limit);
         if start < stop {
-            self.fill(start as u64, stop as u64, payload, off, budget, &mut r);
+            let orig = (off.max(0) as u64, seg_end.max(0) as u64);
+            self.overlay(
+                start as u64,
+                stop as u64,
+                payload,
+                off,
+                orig,
+                budget,
+                &mut r,
+            );
+            self.fill(
+                start as u64,
+                stop as u64,
+                payload,
+                off,
+                orig,
+                budget,
+                &mut r,
+            );
         }
         let end = self.end();
         if self.fin.is_some_and(|f| end >= f) && self.reassembling() {
@@ -451,13 +624,123 @@ impl Stream {
         r
     }
 
-    /// Places the new bytes `[start, stop)` of `payload` (whose first byte is at `off`).
+    /// True if `payload` (first byte at `off`, up to `hi`) differs from bytes already
+    /// received that it covers: in the buffer or held out of order.
+    fn differs(&self, off: i128, hi: i128, payload: &[u8]) -> bool {
+        let mut r = SegmentResult::default();
+        self.compare_buf(off, hi.min(i128::from(self.end())), payload, off, &mut r);
+        if r.mismatch {
+            return true;
+        }
+        self.ooo.iter().any(|s| {
+            let lo = i128::from(s.off).max(off);
+            let up = i128::from(s.end()).min(hi);
+            if lo >= up {
+                return false;
+            }
+            let (a, b, n) = (
+                (lo - i128::from(s.off)) as usize,
+                (lo - off) as usize,
+                (up - lo) as usize,
+            );
+            s.data.get(a..a + n) != payload.get(b..b + n)
+        })
+    }
+
+    /// Where the new bytes `[start, stop)` overlap held pieces: compares them, and
+    /// writes the new bytes over a piece's where the policy says the new segment wins
+    /// (splitting the piece so that each part keeps the bounds of the segment its bytes
+    /// came from).
+    #[allow(clippy::too_many_arguments)]
+    fn overlay(
+        &mut self,
+        start: u64,
+        stop: u64,
+        payload: &[u8],
+        off: i128,
+        orig: (u64, u64),
+        budget: &mut MemBudget,
+        r: &mut SegmentResult,
+    ) {
+        let mut i = self.ooo.partition_point(|s| s.end() <= start);
+        while let Some(s) = self.ooo.get(i) {
+            if s.off >= stop {
+                break;
+            }
+            let (lo, hi) = (s.off.max(start), s.end().min(stop));
+            let a = (lo - s.off) as usize;
+            let n = (hi - lo) as usize;
+            let b = (i128::from(lo) - off) as usize;
+            let (Some(new), Some(held)) = (payload.get(b..b + n), s.data.get(a..a + n)) else {
+                break;
+            };
+            if new == held {
+                i += 1;
+                continue;
+            }
+            r.mismatch = true;
+            if !self.policy.new_wins(orig, s.orig) {
+                i += 1;
+                continue;
+            }
+            // Split off the parts before and after the overlap, keeping their owner. Two
+            // more pieces must fit the bound on held segments, or the gap can no longer
+            // be resolved as the host does.
+            if self.ooo.len() + 2 > budget.limits.ooo_segments {
+                budget.counters.ooo_dropped.inc();
+                self.truncate(Truncation::Gap, budget, r);
+                return;
+            }
+            let mut pieces = Vec::with_capacity(3);
+            let s = self.ooo.remove(i);
+            let before = s.charge();
+            let (s_off, s_orig, mut data) = (s.off, s.orig, s.data);
+            let tail = data.split_off(a + n);
+            let mid = data.split_off(a);
+            data.shrink_to_fit();
+            if !data.is_empty() {
+                pieces.push(Seg {
+                    off: s_off,
+                    data,
+                    orig: s_orig,
+                });
+            }
+            let mut mid = mid;
+            mid.copy_from_slice(new);
+            pieces.push(Seg {
+                off: lo,
+                data: mid,
+                orig,
+            });
+            if !tail.is_empty() {
+                pieces.push(Seg {
+                    off: hi,
+                    data: tail,
+                    orig: s_orig,
+                });
+            }
+            let after: usize = pieces.iter().map(Seg::charge).sum();
+            let k = pieces.len();
+            for (j, p) in pieces.into_iter().enumerate() {
+                self.ooo.insert(i + j, p);
+            }
+            self.mem = self.mem - before + after;
+            budget.credit(before);
+            budget.force(after);
+            i += k;
+        }
+    }
+
+    /// Places the new bytes `[start, stop)` of `payload` (whose first byte is at `off`)
+    /// where nothing is held yet; `orig` is the segment's bounds.
+    #[allow(clippy::too_many_arguments)]
     fn fill(
         &mut self,
         start: u64,
         stop: u64,
         payload: &[u8],
         off: i128,
+        orig: (u64, u64),
         budget: &mut MemBudget,
         r: &mut SegmentResult,
     ) {
@@ -482,11 +765,8 @@ impl Stream {
             if let Some(s) = self.ooo.get(i)
                 && s.off <= pos
             {
-                let hi = s.end().min(stop);
-                let a = (pos - s.off) as usize;
-                let held = s.data.get(a..a + (hi - pos) as usize).unwrap_or(&[]);
-                r.mismatch |= held != slice(pos, hi);
-                pos = hi;
+                // Held: `overlay` compared it and applied the policy.
+                pos = s.end().min(stop);
                 continue;
             }
             let piece_end = self.ooo.get(i).map_or(stop, |s| s.off.min(stop));
@@ -495,7 +775,7 @@ impl Stream {
                 self.append(piece, budget, r);
                 self.connect(budget, r);
             } else {
-                self.hold(i, pos, piece, budget, r);
+                self.hold(i, pos, piece, orig, budget, r);
             }
             pos = piece_end;
         }
@@ -591,12 +871,15 @@ impl Stream {
         }
     }
 
-    /// Holds `bytes` (at stream offset `off`, past the end) as segment `i` of the list.
+    /// Holds `bytes` (at stream offset `off`, past the end; from the segment `orig`) as
+    /// piece `i` of the list.
+    #[allow(clippy::too_many_arguments)]
     fn hold(
         &mut self,
         i: usize,
         off: u64,
         bytes: &[u8],
+        orig: (u64, u64),
         budget: &mut MemBudget,
         r: &mut SegmentResult,
     ) {
@@ -614,6 +897,7 @@ impl Stream {
         let seg = Seg {
             off,
             data: bytes.to_vec(),
+            orig,
         };
         // `to_vec` allocates exactly; charge any rounding all the same.
         budget.force(seg.data.capacity() - bytes.len());

@@ -110,6 +110,8 @@ pub fn run(cfg: &Config, opts: &ReplayOptions, out: &mut dyn Write) -> anyhow::R
             hook: Some(spec.hook),
             // A snap length cut the packet: services treat it as a partial copy, as live.
             orig_len: rec.ip_orig_len,
+            // Captures often hold offloaded (wrong) checksums: not judged, as `-k none`.
+            csum: relay_core::Checksum::Unknown,
             ..PacketMeta::default()
         };
         pkt.meta.ct = flows.classify(&mut pkt, rec.ts);

@@ -23,7 +23,7 @@
 
 use super::app::{FlowAction, FlowState, flow_verdict, progress, ready, tx_record};
 use super::flowbits::{self, FlowBits};
-use super::packet::{PktInfo, pkt_info};
+use super::packet::{PktInfo, checksum_ok, pkt_info};
 use super::payload::{Win, list_matches, payload_matches};
 use super::{MAX_ALERTS_PER_PACKET, Outcome, RuleSet};
 use crate::applayer::http::HttpLimits;
@@ -31,12 +31,14 @@ use crate::applayer::{AppProto, Dir, Progress, Transaction};
 use crate::buffer::Buffer;
 use crate::decode::{DecodeOptions, Decoder, stricter};
 use crate::eve::{AlertEvent, EveWriter, flow_id};
-use crate::flow::{FlowCounters, FlowLimits, FlowPacket, FlowTable, TcpHeader, tcp_fast_open};
+use crate::flow::{
+    FlowCounters, FlowLimits, FlowPacket, FlowTable, Invalid, TcpHeader, TcpOptions,
+};
 use crate::parse::NewAction;
 use crate::prefilter::{Prefilter, Scratch};
 use crate::rule::{RuleAction, RuleProto, StreamMode, Vars, port_match};
 use crate::track::{Addrs, Tracker};
-use relay_core::{Counter, Counters, Packet};
+use relay_core::{Checksum, Counter, Counters, Hook, Packet};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
@@ -49,8 +51,53 @@ pub const DEFAULT_STREAM_LOOKBACK: usize = 2048;
 
 /// TCP RST.
 const RST: u8 = 0x04;
-/// TCP SYN.
-const SYN: u8 = 0x02;
+
+/// The TCP header facts the flow table reads, from packet `p` (`data` its bytes).
+/// Without `normalize`, only what reassembly itself needs (TCP Fast Open).
+fn tcp_header(
+    p: &PktInfo,
+    data: &[u8],
+    meta: &relay_core::PacketMeta,
+    normalize: bool,
+) -> TcpHeader {
+    let opts =
+        p.l4.and_then(|o| data.get(o + 20..p.pay.0))
+            .map(TcpOptions::parse)
+            .unwrap_or_default();
+    let window = data
+        .get(p.l4.map_or(usize::MAX, |o| o + 14)..)
+        .and_then(|w| w.get(..2))
+        .map_or(u16::MAX, |w| u16::from_be_bytes([w[0], w[1]]));
+    // The TTL says whether a segment reaches its receiver only where relayd sits on the
+    // forwarding path at a known point: live, at PREROUTING (before the kernel's
+    // decrement) or FORWARD / POSTROUTING (after it). Not for captures or AF_XDP.
+    let ttl_before_decrement = match (meta.hook, meta.csum) {
+        (_, Checksum::Unknown) => None,
+        (Some(Hook::Prerouting), _) => Some(true),
+        (Some(Hook::Forward | Hook::Postrouting), _) => Some(false),
+        _ => None,
+    };
+    if !normalize {
+        return TcpHeader {
+            seq: p.seq,
+            ack: p.ack,
+            flags: p.tcp_flags,
+            tfo: opts.tfo,
+            ..TcpHeader::default()
+        };
+    }
+    TcpHeader {
+        seq: p.seq,
+        ack: p.ack,
+        flags: p.tcp_flags,
+        tfo: opts.tfo,
+        window,
+        tsval: opts.tsval,
+        wscale: opts.wscale,
+        ttl: p.ttl,
+        ttl_before_decrement,
+    }
+}
 
 /// The bounds and settings of a detector beyond its rule set.
 #[derive(Debug, Clone)]
@@ -68,6 +115,14 @@ pub struct DetectorOptions {
     pub flow_tracking: bool,
     /// Tunnels and fragments: the inner and reassembled packets inspected too.
     pub decode: DecodeOptions,
+    /// Judge each segment as its receiving host would (`crate::flow` normalization:
+    /// checksums, flags, PAWS, window, acknowledgements, RST, TTL): one it would
+    /// discard is never inserted into a stream or parser. Default true.
+    pub normalize: bool,
+    /// Inline mode: drop what the receiving host would discard, and segments that
+    /// overlap received bytes with different data (Suricata's `stream.drop-invalid`).
+    /// Default true; the service defaults it to whether the rules can block.
+    pub drop_invalid: bool,
 }
 
 impl Default for DetectorOptions {
@@ -79,6 +134,8 @@ impl Default for DetectorOptions {
             stream_lookback: DEFAULT_STREAM_LOOKBACK,
             flow_tracking: true,
             decode: DecodeOptions::default(),
+            normalize: true,
+            drop_invalid: true,
         }
     }
 }
@@ -97,6 +154,10 @@ struct Stats {
     flow_dropped: Counter,
     eve_dropped: Counter,
     no_ct: Counter,
+    /// Segments the receiver would discard, by [`Invalid::index`].
+    invalid: [Counter; Invalid::ALL.len()],
+    /// Packets dropped because the receiver would discard them.
+    invalid_dropped: Counter,
 }
 
 /// What a rule check needs besides the rule set, borrowed apart from the scratch lists.
@@ -181,6 +242,8 @@ impl Detector {
             flow_dropped: c("flow_dropped"),
             eve_dropped: c("eve_dropped"),
             no_ct: c("no_ct"),
+            invalid: Invalid::ALL.map(|r| c(r.counter())),
+            invalid_dropped: c("invalid_dropped"),
         };
         let overflow = c("track_overflow");
         // A regex clone has its own match cache, so queue threads share no lock.
@@ -201,8 +264,11 @@ impl Detector {
                 RuleAction::Pass | RuleAction::Drop | RuleAction::Reject
             )
         });
+        let mut limits = opts.flows.clone();
+        limits.reject_different = opts.normalize && opts.drop_invalid;
+        limits.normalize = opts.normalize;
         let flows = ((set.needs_flows || flow_actions) && opts.flow_tracking)
-            .then(|| FlowTable::new(opts.flows.clone(), FlowCounters::register(counters)));
+            .then(|| FlowTable::new(limits, FlowCounters::register(counters)));
         let decoder = opts
             .decode
             .enabled
@@ -303,36 +369,48 @@ impl Detector {
             ..
         } = self;
         let set: &RuleSet = set;
-        // Where the TCP header starts, for the options of a SYN (TCP Fast Open).
-        let l4 = match p.tcp_flags & SYN {
-            0 => None,
-            _ => pkt.layout().ok().and_then(|l| l.l4),
-        };
+        let meta = pkt.meta;
         let data = pkt.data();
         let payload = data.get(p.pay.0..p.pay.1).unwrap_or(&[]);
         let ports = (p.sport.unwrap_or(0), p.dport.unwrap_or(0));
+        // A segment or datagram whose checksum the receiver refuses is not inserted
+        // anywhere (and dropped inline); a partial copy cannot be judged.
+        let mut track = true;
+        if opts.normalize
+            && p.class <= 1
+            && meta.csum.judged()
+            && meta.orig_len.is_none()
+            && !checksum_ok(data, &p)
+        {
+            stats.invalid[Invalid::Checksum.index()].inc();
+            if opts.drop_invalid {
+                stats.invalid_dropped.inc();
+                return Outcome::Drop;
+            }
+            track = false;
+        }
         let mut fref = match flows {
-            Some(t) if p.class <= 1 => t.packet(
+            Some(t) if p.class <= 1 && track => t.packet(
                 &FlowPacket {
                     proto: p.proto,
                     src: p.ks,
                     dst: p.kd,
                     sport: ports.0,
                     dport: ports.1,
-                    tcp: (p.class == 0).then_some(TcpHeader {
-                        seq: p.seq,
-                        ack: p.ack,
-                        flags: p.tcp_flags,
-                        tfo: l4.is_some_and(|o| {
-                            tcp_fast_open(data.get(o + 20..p.pay.0).unwrap_or(&[]))
-                        }),
-                    }),
+                    tcp: (p.class == 0).then(|| tcp_header(&p, data, &meta, opts.normalize)),
                     payload,
                 },
                 now,
             ),
             _ => None,
         };
+        if let Some(why) = fref.as_ref().and_then(|f| f.invalid) {
+            stats.invalid[why.index()].inc();
+            if opts.drop_invalid {
+                stats.invalid_dropped.inc();
+                return Outcome::Drop;
+            }
+        }
         let (mut fx, mut stream, mut app_txs, mut new_bytes) = (None, None, None, 0);
         let mut flow_action = None;
         // Suricata checks IP-only rules once per flow direction (and on every packet

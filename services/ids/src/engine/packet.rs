@@ -3,7 +3,7 @@
 
 use crate::rule::ip_key;
 use relay_core::wire::{
-    IcmpPacket, Ipv4Packet, Ipv6Packet, TcpPacket, UdpPacket, icmp, proto, udp,
+    IcmpPacket, Ipv4Packet, Ipv6Packet, TcpPacket, UdpPacket, checksum, icmp, proto, udp,
 };
 use relay_core::{CtInfo, IpVersion, Packet};
 use std::net::IpAddr;
@@ -29,6 +29,40 @@ pub(crate) struct PktInfo {
     /// The payload: `data[pay.0..pay.1]`.
     pub(crate) pay: (usize, usize),
     pub(crate) ct: Option<CtInfo>,
+    /// Where the transport header starts, for an unfragmented TCP or UDP packet.
+    pub(crate) l4: Option<usize>,
+}
+
+/// True unless the TCP or UDP checksum of the unfragmented packet `data` (transport
+/// header at `l4`, described by `p`) is wrong: what the receiving host verifies before
+/// anything else (`tcp_v4_rcv`'s `tcp_checksum_complete`, `__udp4_lib_rcv`). A UDP/IPv4
+/// checksum of 0 means none; a UDP/IPv6 one of 0 is wrong (RFC 8200 section 8.1). Only
+/// meaningful when the datapath says the checksum is complete
+/// ([`relay_core::Checksum::judged`]).
+pub(crate) fn checksum_ok(data: &[u8], p: &PktInfo) -> bool {
+    let Some(l4) = p.l4 else { return true };
+    let end = p.pay.1;
+    let Some(seg) = data.get(l4..end) else {
+        return true;
+    };
+    let len = seg.len() as u32;
+    let pseudo = match (p.src, p.dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => checksum::pseudo_v4(s, d, p.proto, len),
+        (IpAddr::V6(s), IpAddr::V6(d)) => checksum::pseudo_v6(s, d, p.proto, len),
+        _ => return true,
+    };
+    match p.proto {
+        proto::TCP => TcpPacket::new_unchecked(seg).verify_checksum(pseudo),
+        proto::UDP => {
+            let u = UdpPacket::new_unchecked(seg);
+            if u.checksum() == 0 {
+                p.src.is_ipv4()
+            } else {
+                u.verify_checksum(pseudo)
+            }
+        }
+        _ => true,
+    }
 }
 
 /// Reads the facts of a packet, or `None` if it cannot be parsed. With `defrag` (the
@@ -67,6 +101,7 @@ pub(crate) fn pkt_info(pkt: &mut Packet, defrag: bool) -> Option<PktInfo> {
         icmp: None,
         pay: (end, end),
         ct,
+        l4: None,
     };
     let Some(off) = l.l4.filter(|_| !(defrag && l.fragment)) else {
         return Some(p);
@@ -82,6 +117,7 @@ pub(crate) fn pkt_info(pkt: &mut Packet, defrag: bool) -> Option<PktInfo> {
             p.ack = t.ack();
             p.class = 0;
             p.pay = ((off + t.header_len()).min(end), end);
+            p.l4 = (!l.fragment).then_some(off);
         }
         // The length field is not checked: the rules see the bytes as they came.
         proto::UDP if l4.len() >= udp::HEADER_LEN => {
@@ -90,6 +126,7 @@ pub(crate) fn pkt_info(pkt: &mut Packet, defrag: bool) -> Option<PktInfo> {
             p.dport = Some(u.dst_port());
             p.class = 1;
             p.pay = (off + udp::HEADER_LEN, end);
+            p.l4 = (!l.fragment).then_some(off);
         }
         proto::ICMP | proto::ICMPV6 if l4.len() >= icmp::HEADER_LEN => {
             let m = IcmpPacket::new_unchecked(l4);

@@ -7,19 +7,18 @@
 //! a SYN is reassembled only when the SYN carries a TCP Fast Open option (RFC 7413: kind
 //! 34, or the experimental kinds 253/254 with magic 0xF989, as Suricata's `decode-tcp.c`
 //! reads them); the SYN-ACK may then acknowledge the SYN with or without its data
-//! (Suricata's `StateSynSentCheckSynAckTFO`). Other receivers drop data on a SYN. An
-//! RST is believed if its sequence number is not behind the data already seen in its
-//! direction (RFC 5961 asks the receiver for an exact match or a challenge ACK, which a
-//! passive observer cannot send).
+//! (Suricata's `StateSynSentCheckSynAckTFO`). Other receivers drop data on a SYN.
+//!
+//! Once established, each segment is judged as its receiver would judge it (`judge`:
+//! flags, PAWS, window, acknowledgement, RFC 5961 for RST and SYN, TTL): a segment the
+//! receiver would discard is neither inserted nor learnt from, and is reported
+//! ([`TcpOutcome::invalid`]) so that an inline detector drops it.
 
+use super::judge::{self, Side, Verdict};
 use crate::applayer::Dir;
-use crate::flow::TcpHeader;
-use crate::stream::{MemBudget, SegmentResult, Stream};
+use crate::flow::{Invalid, TcpHeader, TcpOptions};
+use crate::stream::{MemBudget, SegmentResult, Stream, StreamPolicy};
 use relay_core::wire::tcp::flags::{ACK, FIN, RST, SYN};
-
-/// An RST this far (or less) ahead of the next expected sequence number is believed: the
-/// largest TCP window (RFC 7323, 2^30).
-const RST_WINDOW: u32 = 1 << 30;
 
 /// Where a TCP flow's connection is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -41,6 +40,19 @@ pub enum TcpState {
     Closed,
 }
 
+/// The flow table's settings a session follows.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Opts {
+    /// Reassemble flows picked up without their handshake.
+    pub(crate) midstream: bool,
+    /// How overlaps are resolved.
+    pub(crate) policy: StreamPolicy,
+    /// Inline mode: segments overlapping with different data are not inserted.
+    pub(crate) reject_different: bool,
+    /// Judge segments as their receiver would.
+    pub(crate) normalize: bool,
+}
+
 /// What a packet did to the TCP state.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct TcpOutcome {
@@ -51,6 +63,8 @@ pub(crate) struct TcpOutcome {
     pub(crate) established: bool,
     /// The packet closed the connection.
     pub(crate) closed: bool,
+    /// The receiver would discard the segment (nothing of it was used).
+    pub(crate) invalid: Option<Invalid>,
 }
 
 /// The TCP part of a flow.
@@ -63,12 +77,31 @@ pub(crate) struct TcpSession {
     fin: [bool; 2],
     /// The client's SYN carried a TCP Fast Open option.
     tfo: bool,
+    /// What relayd knows of each endpoint, by [`Dir::index`] of what it sends.
+    sides: [Side; 2],
+    /// The handshake was seen both ways (windows, scales and timestamps are known).
+    synced: bool,
+    /// An RST accepted as the host would accept it ended the connection.
+    reset: bool,
 }
 
 fn ignored() -> SegmentResult {
     SegmentResult {
         ignored: true,
         ..SegmentResult::default()
+    }
+}
+
+fn seg_of(h: &TcpHeader, len: usize) -> judge::Seg {
+    judge::Seg {
+        seq: h.seq,
+        ack: h.ack,
+        flags: h.flags,
+        window: h.window,
+        len: len.min(u32::MAX as usize) as u32,
+        tsval: h.tsval,
+        ttl: h.ttl,
+        ttl_before_decrement: h.ttl_before_decrement,
     }
 }
 
@@ -80,6 +113,9 @@ impl TcpSession {
             streams: [Stream::new(), Stream::new()],
             fin: [false; 2],
             tfo: false,
+            sides: [Side::default(); 2],
+            synced: false,
+            reset: false,
         }
     }
 
@@ -135,9 +171,14 @@ impl TcpSession {
         dir: Dir,
         h: &TcpHeader,
         payload: &[u8],
-        midstream: bool,
+        opts: &Opts,
         budget: &mut MemBudget,
     ) -> TcpOutcome {
+        if self.state == TcpState::New {
+            for s in &mut self.streams {
+                s.configure(opts.policy, opts.reject_different);
+            }
+        }
         let was_established = self.established();
         let was_closed = self.state == TcpState::Closed;
         let mut out = TcpOutcome {
@@ -145,20 +186,21 @@ impl TcpSession {
             ..TcpOutcome::default()
         };
         let f = h.flags;
-        let (syn, ack, rst, fin) = (f & SYN != 0, f & ACK != 0, f & RST != 0, f & FIN != 0);
+        let (syn, ack, rst) = (f & SYN != 0, f & ACK != 0, f & RST != 0);
         let i = dir.index();
         let o = dir.reverse().index();
+        let seg = seg_of(h, payload.len());
         match self.state {
             TcpState::New => {
                 if syn && !ack && !rst {
                     self.state = TcpState::SynSent;
-                    self.syn(i, h.seq);
+                    self.syn(i, h);
                     self.tfo_data(dir, h, payload, budget, &mut out);
-                } else if syn && ack && !rst && midstream {
+                } else if syn && ack && !rst && opts.midstream {
                     self.state = TcpState::SynRecv;
-                    self.syn(i, h.seq);
+                    self.syn(i, h);
                     self.streams[o].start(h.ack);
-                } else if !syn && !rst && midstream {
+                } else if !syn && !rst && opts.midstream {
                     // Not established itself: Suricata decides a packet's
                     // `FLOW_PKT_ESTABLISHED` before the stream engine creates the session.
                     self.state = TcpState::Established;
@@ -180,11 +222,18 @@ impl TcpSession {
                 let acks_tfo = self.tfo && self.streams[0].next_seq() == h.ack;
                 if dir == Dir::ToClient && syn && ack && !rst && (acks_syn || acks_tfo) {
                     self.state = TcpState::SynRecv;
-                    self.syn(i, h.seq);
+                    self.syn(i, h);
+                    // Both SYNs seen: the window scales apply from now on.
+                    if let (Some(a), Some(b)) = (self.sides[0].wscale_syn, self.sides[1].wscale_syn)
+                    {
+                        self.sides[0].shift = a;
+                        self.sides[1].shift = b;
+                    }
+                    self.synced = self.isn[0].is_some();
                 } else if dir == Dir::ToServer && syn && !ack && !rst {
                     // A new SYN with another ISN replaces the first (nothing received yet);
                     // a retransmitted TCP Fast Open SYN adds nothing new.
-                    self.syn(i, h.seq);
+                    self.syn(i, h);
                     self.tfo_data(dir, h, payload, budget, &mut out);
                 } else if dir == Dir::ToClient && rst && ack && acks_syn {
                     self.state = TcpState::Closed;
@@ -192,53 +241,133 @@ impl TcpSession {
             }
             TcpState::SynRecv => {
                 let acks_syn = self.isn[1].map(|s| s.wrapping_add(1)) == Some(h.ack);
-                if rst && self.rst_valid(i, h.seq) {
+                if rst && self.rst_exact(i, h.seq) {
                     self.state = TcpState::Closed;
                 } else if dir == Dir::ToServer && ack && !syn && !rst && acks_syn {
                     // Data on the handshake's last ACK (the plain ACK may have been lost).
                     self.state = TcpState::Established;
                     out.established = !payload.is_empty();
+                    let (me, peer) = self.pair(i);
+                    me.learn(peer, &seg, false);
                     self.data(dir, h, payload, budget, &mut out);
                 }
             }
             TcpState::Established | TcpState::Closing => {
-                if rst {
-                    if self.rst_valid(i, h.seq) {
-                        self.state = TcpState::Closed;
-                    }
-                } else if !syn {
-                    // Picked up mid-stream on a packet without ACK: the other direction
-                    // starts at its first packet.
-                    if let Some(s) = self.streams.get_mut(i)
-                        && !s.is_started()
-                    {
-                        s.start(h.seq);
-                    }
-                    self.data(dir, h, payload, budget, &mut out);
-                    if fin {
-                        self.fin[i] = true;
-                        self.state = if self.fin[o] {
-                            TcpState::Closed
-                        } else {
-                            TcpState::Closing
-                        };
-                    }
+                self.established_packet(dir, h, payload, &seg, opts.normalize, budget, &mut out);
+            }
+            TcpState::Closed => {
+                // The host reset the connection: it delivers nothing more. Should relayd
+                // have judged the RST wrongly (the host's idea of the next byte differs),
+                // data let through uninspected would reach the application, so data is
+                // refused instead (fail closed).
+                if self.reset && opts.normalize && (!payload.is_empty() || f & FIN != 0) {
+                    out.invalid = Some(Invalid::Reset);
                 }
             }
-            TcpState::Closed => {}
         }
         out.established |= was_established;
         out.closed = self.state == TcpState::Closed && !was_closed;
         out
     }
 
-    fn syn(&mut self, i: usize, seq: u32) {
+    /// A segment after the handshake: judged as its receiver would (module docs), then
+    /// inserted and learnt from if accepted.
+    #[allow(clippy::too_many_arguments)]
+    fn established_packet(
+        &mut self,
+        dir: Dir,
+        h: &TcpHeader,
+        payload: &[u8],
+        seg: &judge::Seg,
+        normalize: bool,
+        budget: &mut MemBudget,
+        out: &mut TcpOutcome,
+    ) {
+        let (i, o) = (dir.index(), dir.reverse().index());
+        let stream = &self.streams[i];
+        // The receiver's next expected sequence number: relayd's reassembly while it
+        // runs (past the FIN once that was received), else the highest the sender sent.
+        let next = if stream.reassembling() {
+            Some(stream.next_seq().wrapping_add(u32::from(self.fin[i])))
+        } else {
+            self.sides[i].snd_nxt
+        };
+        let verdict = if normalize {
+            judge::judge(
+                &self.sides[i],
+                &self.sides[o],
+                seg,
+                self.synced,
+                next,
+                stream.ooo_end_seq(),
+            )
+        } else if h.flags & (RST | SYN) != 0 && next != Some(h.seq) {
+            // RFC 5961 even so: an RST elsewhere than the next byte does not end it.
+            Verdict::Ignore
+        } else {
+            Verdict::Accept
+        };
+        match verdict {
+            Verdict::Invalid(why) => {
+                out.invalid = Some(why);
+                return;
+            }
+            Verdict::Ignore => return,
+            Verdict::Accept => {}
+        }
+        let f = h.flags;
+        if f & RST != 0 {
+            self.state = TcpState::Closed;
+            self.reset = true;
+            return;
+        }
+        // Picked up mid-stream on a packet without ACK: the other direction starts at
+        // its first packet.
+        if let Some(s) = self.streams.get_mut(i)
+            && !s.is_started()
+        {
+            s.start(h.seq);
+        }
+        self.data(dir, h, payload, budget, out);
+        if out.seg.rejected {
+            out.invalid = Some(Invalid::Overlap);
+            return;
+        }
+        let (me, peer) = self.pair(i);
+        me.learn(peer, seg, false);
+        if f & FIN != 0 {
+            self.fin[i] = true;
+            self.state = if self.fin[o] {
+                TcpState::Closed
+            } else {
+                TcpState::Closing
+            };
+        }
+    }
+
+    /// The side sending in direction index `i` and the other, mutably.
+    fn pair(&mut self, i: usize) -> (&mut Side, &mut Side) {
+        let [a, b] = &mut self.sides;
+        if i == 0 { (a, b) } else { (b, a) }
+    }
+
+    fn syn(&mut self, i: usize, h: &TcpHeader) {
         if let Some(isn) = self.isn.get_mut(i) {
-            *isn = Some(seq);
+            *isn = Some(h.seq);
         }
         if let Some(s) = self.streams.get_mut(i) {
-            s.start(seq.wrapping_add(1));
+            s.start(h.seq.wrapping_add(1));
         }
+        let (me, peer) = self.pair(i);
+        *me = Side {
+            first: Some(h.seq.wrapping_add(1)),
+            wscale_syn: h.wscale,
+            ts_syn: h.tsval.is_some(),
+            // The other side records the SYN's timestamp (tcp_openreq_init).
+            ts_recent: h.tsval.unwrap_or(0),
+            ..Side::default()
+        };
+        me.learn(peer, &seg_of(h, 0), true);
     }
 
     /// Reassembles the data of a client SYN carrying a TCP Fast Open option (its first
@@ -260,6 +389,12 @@ impl TcpSession {
             && !payload.is_empty()
         {
             out.seg = s.segment(h.seq.wrapping_add(1), payload, false, budget);
+            // The SYN's data counts as sent.
+            let end = h.seq.wrapping_add(1).wrapping_add(payload.len() as u32);
+            let me = &mut self.sides[dir.index()];
+            if me.snd_nxt.is_none_or(|n| judge::after(end, n)) {
+                me.snd_nxt = Some(end);
+            }
         }
     }
 
@@ -280,9 +415,11 @@ impl TcpSession {
         }
     }
 
-    fn rst_valid(&self, i: usize, seq: u32) -> bool {
+    /// RFC 5961 during the handshake: an RST ends it only at the exact next sequence
+    /// number of its direction.
+    fn rst_exact(&self, i: usize, seq: u32) -> bool {
         match self.streams.get(i) {
-            Some(s) if s.is_started() => seq.wrapping_sub(s.next_seq()) < RST_WINDOW,
+            Some(s) if s.is_started() => seq == s.next_seq(),
             _ => true,
         }
     }
@@ -294,33 +431,5 @@ impl TcpSession {
 /// 4 or 12 whose first two bytes are the magic 0xF989. Stops at an end-of-list option or a
 /// malformed length; never reads past `opts`.
 pub fn tcp_fast_open(opts: &[u8]) -> bool {
-    let mut i = 0;
-    while let Some(&kind) = opts.get(i) {
-        match kind {
-            0 => return false,
-            1 => {
-                i += 1;
-                continue;
-            }
-            _ => {}
-        }
-        let Some(&len) = opts.get(i + 1) else {
-            return false;
-        };
-        let len = usize::from(len);
-        if len < 2 || i + len > opts.len() {
-            return false;
-        }
-        match kind {
-            34 if len == 2 || ((4..=18).contains(&len) && len % 2 == 0) => return true,
-            253 | 254
-                if (len == 4 || len == 12) && opts.get(i + 2..i + 4) == Some(&[0xf9, 0x89]) =>
-            {
-                return true;
-            }
-            _ => {}
-        }
-        i += len;
-    }
-    false
+    TcpOptions::parse(opts).tfo
 }

@@ -118,6 +118,7 @@ fn retransmissions_are_not_added_twice() {
 fn overlaps_keep_the_first_seen_bytes() {
     let mut b = budget();
     let mut s = started(0);
+    s.configure(StreamPolicy::First, false);
     s.segment(0, b"attack", false, &mut b);
     let r = s.segment(0, b"benign", false, &mut b);
     assert!(r.mismatch);
@@ -423,4 +424,114 @@ fn random_segments_keep_the_invariants() {
     // The loop exercised real reassembly, not only truncated streams.
     assert!(verified > 1_000_000, "{verified}");
     assert!(reassembled > 1_000_000, "{reassembled}");
+}
+
+/// Linux's `tcp_data_queue_ofo`: where a new segment overlaps held out-of-order data, the
+/// one that starts first wins; of two that start together, the later if it is longer.
+/// Bytes already contiguous are never replaced.
+#[test]
+fn linux_policy_resolves_overlaps_as_linux_does() {
+    let mut b = budget();
+    // A queued segment replaced by a longer one with the same start.
+    let mut s = started(0);
+    s.segment(10, b"AAAAA", false, &mut b);
+    let r = s.segment(10, b"BBBBBBBB", false, &mut b);
+    assert!(r.mismatch);
+    s.segment(18, b"!", false, &mut b);
+    s.segment(0, b"0123456789", false, &mut b);
+    assert_eq!(&s.data()[10..], b"BBBBBBBB!");
+    // Same start, not longer: the held bytes stay.
+    let mut s = started(0);
+    s.segment(10, b"AAAAA", false, &mut b);
+    s.segment(10, b"CCC", false, &mut b);
+    s.segment(0, b"0123456789", false, &mut b);
+    assert_eq!(&s.data()[10..], b"AAAAA");
+    // An in-order segment overlapping a queued one: it starts first, it wins.
+    let mut s = started(0);
+    s.segment(0, b"012345", false, &mut b);
+    s.segment(10, b"AAAAA", false, &mut b);
+    let r = s.segment(6, b"xxxxyy", false, &mut b);
+    assert_eq!(r.new, 9);
+    assert_eq!(s.data(), b"012345xxxxyyAAA");
+    // A segment starting inside a held one and running past it: held bytes win where
+    // they overlap, the new ones fill the rest.
+    let mut s = started(0);
+    s.segment(10, b"AAAAA", false, &mut b);
+    s.segment(12, b"ZZZZZZ", false, &mut b);
+    s.segment(0, b"0123456789", false, &mut b);
+    assert_eq!(&s.data()[10..], b"AAAAAZZZ");
+    // A segment starting before two held ones, covering the gap between them.
+    let mut s = started(0);
+    s.segment(20, b"12", false, &mut b);
+    s.segment(24, b"56", false, &mut b);
+    s.segment(19, b"z-34-7", false, &mut b);
+    s.segment(0, b"0123456789abcdefghi", false, &mut b);
+    assert_eq!(&s.data()[19..], b"z-34-76");
+    // Bytes already contiguous are never replaced.
+    let r = s.segment(0, b"XXXX", false, &mut b);
+    assert!(r.mismatch);
+    assert_eq!(&s.data()[..4], b"0123");
+    // Splitting held pieces keeps the accounting exact.
+    let mut b = budget();
+    let mut s = started(0);
+    s.segment(10, b"AAAAAAAA", false, &mut b);
+    s.segment(8, b"xxxxx", false, &mut b);
+    assert_eq!(s.ooo_segments(), 3);
+    assert_eq!(b.used(), s.mem());
+    s.segment(0, b"01234567", false, &mut b);
+    assert_eq!(s.data(), b"01234567xxxxxAAAAA");
+    assert_eq!(b.used(), s.mem());
+}
+
+/// Inline mode: a segment overlapping received bytes with different data is not
+/// inserted at all; one overlapping with the same bytes is.
+#[test]
+fn inline_streams_reject_different_overlaps_whole() {
+    let mut b = budget();
+    let mut s = started(0);
+    s.configure(StreamPolicy::Linux, true);
+    s.segment(0, b"GET /", false, &mut b);
+    s.segment(10, b"AAAAA", false, &mut b);
+    // Overlaps held bytes with different data (and brings new ones): rejected whole.
+    let r = s.segment(8, b"xxBBBBByy", false, &mut b);
+    assert!(r.rejected && r.mismatch);
+    assert_eq!((r.new, r.queued), (0, false));
+    assert_eq!(s.ooo_segments(), 1);
+    // Overlaps contiguous bytes with different data: rejected.
+    assert!(s.segment(0, b"PUT /a", false, &mut b).rejected);
+    assert_eq!(s.data(), b"GET /");
+    // Same bytes where it overlaps: taken.
+    let r = s.segment(3, b" /ind", false, &mut b);
+    assert!(!r.rejected);
+    assert_eq!(r.new, 3);
+    let r = s.segment(8, b"exAAAAA!", false, &mut b);
+    assert!(!r.rejected);
+    assert_eq!(s.data(), b"GET /indexAAAAA!");
+    assert_eq!(b.counters().overlap_mismatch.get(), 2);
+}
+
+#[test]
+fn policies_follow_suricatas_table() {
+    use StreamPolicy::*;
+    // New starts before the held segment.
+    assert!(Linux.new_wins((0, 5), (2, 8)));
+    assert!(Bsd.new_wins((0, 5), (2, 8)));
+    assert!(!First.new_wins((0, 5), (2, 8)));
+    assert!(!Vista.new_wins((0, 5), (2, 8)));
+    assert!(!Solaris.new_wins((0, 5), (2, 8)));
+    assert!(Solaris.new_wins((0, 9), (2, 8)));
+    // Same start.
+    assert!(Linux.new_wins((2, 9), (2, 8)));
+    assert!(!Linux.new_wins((2, 8), (2, 8)));
+    assert!(OldLinux.new_wins((2, 8), (2, 8)));
+    assert!(!Windows.new_wins((2, 9), (2, 8)));
+    // New starts after.
+    assert!(!Linux.new_wins((3, 9), (2, 8)));
+    assert!(Hpux11.new_wins((3, 9), (2, 8)));
+    assert!(Last.new_wins((3, 4), (2, 8)));
+    for (name, p) in StreamPolicy::NAMES {
+        assert_eq!(StreamPolicy::by_name(name), Some(p));
+        assert_eq!(p.name(), name);
+    }
+    assert_eq!(StreamPolicy::by_name("beos"), None);
 }

@@ -49,6 +49,8 @@ pub(crate) fn tcp4_seq(
     b[28..32].copy_from_slice(&ack.to_be_bytes());
     b[32] = 5 << 4;
     b[33] = flags;
+    // The largest unscaled window, as a receiver with room offers.
+    b[34..36].copy_from_slice(&u16::MAX.to_be_bytes());
     b[40..].copy_from_slice(payload);
     Ipv4Packet::new_unchecked(&mut b[..]).fill_checksum();
     let ps = checksum::pseudo_v4(
@@ -59,6 +61,18 @@ pub(crate) fn tcp4_seq(
     );
     TcpPacket::new_unchecked(&mut b[20..]).fill_checksum(ps);
     Packet::from_bytes(&b)
+}
+
+/// Recomputes the TCP checksum of a TCP/IPv4 packet whose header a test edited (the
+/// IDS drops segments whose checksum the receiver would refuse).
+pub(crate) fn fix_tcp4_checksum(p: &mut Packet) {
+    let b = p.data_mut();
+    let (src, dst) = (
+        Ipv4Addr::new(b[12], b[13], b[14], b[15]),
+        Ipv4Addr::new(b[16], b[17], b[18], b[19]),
+    );
+    let ps = checksum::pseudo_v4(src, dst, 6, (b.len() - 20) as u32);
+    TcpPacket::new_unchecked(&mut b[20..]).fill_checksum(ps);
 }
 
 /// An HTTP-ish request from client to server port 80 (PSH|ACK).
@@ -123,6 +137,7 @@ pub(crate) fn tcp6(src: &str, dst: &str, dport: u16, payload: &[u8]) -> Packet {
     b[42..44].copy_from_slice(&dport.to_be_bytes());
     b[52] = 5 << 4;
     b[53] = 0x18;
+    b[54..56].copy_from_slice(&u16::MAX.to_be_bytes());
     b[60..].copy_from_slice(payload);
     let ps = checksum::pseudo_v6(src, dst, 6, plen as u32);
     TcpPacket::new_unchecked(&mut b[40..]).fill_checksum(ps);
