@@ -206,7 +206,7 @@ impl Bed {
                     "ports": [lo, hi],
                 });
                 let mut cmd = self.src.cmd("/usr/bin/python3");
-                cmd.arg(attack_script()).arg(cfg.to_string()).args(cases);
+                cmd.arg("-B").arg(attack_script()).arg(cfg.to_string()).args(cases);
                 std::thread::spawn(move || cmd.output().expect("running /usr/bin/python3"))
             })
             .collect();
