@@ -166,9 +166,14 @@ impl Bed {
     /// the control path's bypass ahead of it. `ids_options` are extra `[service.ids]`
     /// lines for relayd.
     pub fn start_engine(&self, ids_options: &str) -> Engine {
-        let rules = self.dir.file("evasion.rules", RULES);
+        self.start_engine_with(RULES, ids_options, &[])
+    }
+
+    /// [`Bed::start_engine`] with other rules, and `--set` options for Suricata.
+    pub fn start_engine_with(&self, rules: &str, ids_options: &str, suricata: &[&str]) -> Engine {
+        let rules = self.dir.file("evasion.rules", rules);
         let engine = match std::env::var("RELAYD_EVASION_ENGINE").as_deref() {
-            Ok("suricata") => Engine::suricata(self, &rules),
+            Ok("suricata") => Engine::suricata(self, &rules, suricata),
             _ => Engine::relayd(self, &rules, ids_options),
         };
         for (tool, a) in [("iptables", CONTROL4), ("ip6tables", CONTROL6)] {
@@ -206,7 +211,10 @@ impl Bed {
                     "ports": [lo, hi],
                 });
                 let mut cmd = self.src.cmd("/usr/bin/python3");
-                cmd.arg("-B").arg(attack_script()).arg(cfg.to_string()).args(cases);
+                cmd.arg("-B")
+                    .arg(attack_script())
+                    .arg(cfg.to_string())
+                    .args(cases);
                 std::thread::spawn(move || cmd.output().expect("running /usr/bin/python3"))
             })
             .collect();
@@ -474,25 +482,30 @@ pub fn write_results(engine: &str, outcomes: &[Outcome]) {
 pub fn start_relayd(bed: &Bed, body: impl Fn(&str) -> String, options: &str) -> Relayd {
     let mut opts: Vec<&str> = options.lines().filter(|l| !l.trim().is_empty()).collect();
     let sock = bed.dir.0.join("probe.sock");
-    let probe = |opts: &[&str]| {
+    loop {
         let text = format!(
             "[daemon]\nsocket = \"{}\"\n{}",
             sock.display(),
             body(&opts.join("\n"))
         );
         let path = bed.dir.file("probe.toml", &text);
-        support::relayd_cmd(&bed.relay, &["check", "-c", path.to_str().unwrap()])
-    };
-    let (code, _, err) = probe(&opts);
-    if code != 0 {
+        let (code, _, err) =
+            support::relayd_cmd(&bed.relay, &["check", "-c", path.to_str().unwrap()]);
+        if code == 0 {
+            break;
+        }
+        let before = opts.len();
         opts.retain(|o| {
             let key = o.split('=').next().unwrap_or("").trim();
-            let refused = err.contains(&format!("`{key}`")) || err.contains(&format!(".{key}:"));
+            let refused = err.contains(&format!("unknown field `{key}`"));
             if refused {
                 eprintln!("WARNING: this relayd does not take `{o}`; running without it");
             }
             !refused
         });
+        if opts.len() == before {
+            break; // another error: Relayd::start shows it
+        }
     }
     Relayd::start(&bed.relay, &body(&opts.join("\n")))
 }
@@ -530,7 +543,7 @@ EXTERNAL_NET = "any"
         Engine::Relayd(start_relayd(bed, body, ids_options))
     }
 
-    fn suricata(bed: &Bed, rules: &std::path::Path) -> Engine {
+    fn suricata(bed: &Bed, rules: &std::path::Path, sets: &[&str]) -> Engine {
         let dir = TempDir::new("suricata");
         for tool in ["iptables", "ip6tables"] {
             run(
@@ -563,8 +576,11 @@ EXTERNAL_NET = "any"
             .args(["--set", "host-os-policy.windows.0=192.0.2.0/24"])
             .args(["--set", "host-os-policy.linux.0=0.0.0.0/0"])
             .args(["--set", "host-os-policy.linux.1=::/0"])
-            .args(["--set", "defrag.timeout=2"])
-            .stdout(std::process::Stdio::piped())
+            .args(["--set", "defrag.timeout=2"]);
+        for s in sets {
+            cmd.args(["--set", s]);
+        }
+        cmd.stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
         let p = bed.relay.spawn(cmd);
         let log = dir.0.join("suricata.log");
@@ -588,6 +604,14 @@ EXTERNAL_NET = "any"
         match self {
             Engine::Relayd(_) => "relayd".into(),
             Engine::Suricata(..) => "suricata".into(),
+        }
+    }
+
+    /// relayd's counters of its `ids` service (none for Suricata).
+    pub fn counters(&self) -> std::collections::BTreeMap<String, u64> {
+        match self {
+            Engine::Relayd(r) => r.counters("ids"),
+            Engine::Suricata(..) => Default::default(),
         }
     }
 

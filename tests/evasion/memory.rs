@@ -31,9 +31,6 @@ fn rules() -> String {
 }
 
 pub fn run() {
-    if std::env::var("RELAYD_EVASION_ENGINE").is_ok_and(|e| e == "suricata") {
-        eprintln!("memory attacks: relayd only (Suricata's are measured by hand, see the report)");
-    }
     let conns = support::env_count(
         "RELAYD_EVASION_CONNS",
         if crate::soak() { 2000 } else { 300 },
@@ -43,24 +40,37 @@ pub fn run() {
     let bound = APP_MEMCAP + STREAM_MEMCAP + FLOWS * FLOW_BYTES;
     let mut failures = Vec::new();
     for kind in ["gzip", "slow_body", "endless_head"] {
-        let rules = bed.dir.file("mem.rules", &rules());
-        let r = bed::start_relayd(
-            &bed,
-            |opts| config(&rules, &bed, opts),
-            &format!("app_memcap = {APP_MEMCAP}"),
+        // Without a cap, each gzip connection inflates 3.2 MiB: a third of them is
+        // plenty in `make test` and keeps the failing case from taking a minute.
+        let conns = if kind == "gzip" && !crate::soak() {
+            conns / 3
+        } else {
+            conns
+        };
+        let engine = bed.start_engine_with(
+            &rules(),
+            &format!("flows = {FLOWS}\nstream_memcap = {STREAM_MEMCAP}\napp_memcap = {APP_MEMCAP}"),
+            // Suricata's own caps at the same sizes (its HTTP memcap is unlimited by
+            // default).
+            &[
+                &format!("stream.memcap={STREAM_MEMCAP}"),
+                &format!("stream.reassembly.memcap={STREAM_MEMCAP}"),
+                &format!("app-layer.protocols.http.memcap={APP_MEMCAP}"),
+            ],
         );
         // Warm up: one honest flow of each kind before the baseline.
         honest(&bed).unwrap_or_else(|e| panic!("honest flows before the attack: {e}"));
-        let before = rss(r.proc.pid());
+        let before = rss(engine.pid());
         let t = Instant::now();
         let (held, hold) = attack(&bed, kind, conns);
         crate::settle();
         let during = honest(&bed);
-        let after = rss(r.proc.pid());
+        let after = rss(engine.pid());
         let grew = after.hwm.saturating_sub(before.rss);
-        let c = r.counters("ids");
+        let c = engine.counters();
         eprintln!(
-            "memory attack {kind}: {conns} connections ({held} held open) in {:.1} s; relayd RSS {} -> {} KiB (peak {} KiB), growth {} KiB, bound {} KiB; honest flows during: {during:?}; counters: {}",
+            "memory attack {kind} ({}): {conns} connections ({held} held open) in {:.1} s; relayd RSS {} -> {} KiB (peak {} KiB), growth {} KiB, bound {} KiB; honest flows during: {during:?}; counters: {}",
+            engine.name(),
             t.elapsed().as_secs_f64(),
             before.rss >> 10,
             after.rss >> 10,
@@ -91,39 +101,14 @@ pub fn run() {
             ));
         }
         drop(hold);
-        drop(r);
+        engine.check_alive(&bed);
+        drop(engine);
     }
     assert!(
         failures.is_empty(),
         "memory attacks:\n{}",
         failures.join("\n")
     );
-}
-
-fn config(rules: &std::path::Path, bed: &Bed, options: &str) -> String {
-    format!(
-        r#"
-[[queue]]
-num = 0
-hook = "forward"
-family = "both"
-services = ["ids"]
-
-[service.ids]
-kind = "ids"
-rules = ["{}"]
-eve_log = "{}"
-flows = {FLOWS}
-stream_memcap = {STREAM_MEMCAP}
-{options}
-[service.ids.vars]
-HOME_NET = "[10.0.3.0/24,fd00:3::/64]"
-EXTERNAL_NET = "any"
-HTTP_PORTS = "[{HTTP_PORT}]"
-"#,
-        rules.display(),
-        bed.dir.0.join("eve-mem.json").display()
-    )
 }
 
 struct Mem {
