@@ -282,25 +282,34 @@ impl Bed {
         let data: Vec<u8> = (0..bytes).map(|_| next() as u8).collect();
         let sizes: Vec<usize> = (0..bytes).map(|_| 1 + (next() % 3000) as usize).collect();
         let send = data.clone();
-        let port = self.src.run(move || {
-            let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(3)).unwrap();
-            c.set_nodelay(true).unwrap();
+        // A transfer the engine stops must fail the check, not hang the test: every
+        // socket operation has a timeout, and what arrived is compared either way.
+        let port = self.src.run(move || -> Option<u16> {
+            let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(3)).ok()?;
+            let port = c.local_addr().ok()?.port();
+            c.set_nodelay(true).ok()?;
+            c.set_write_timeout(Some(Duration::from_secs(10))).ok()?;
+            c.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
             let (mut at, mut i) = (0, 0);
             while at < send.len() {
                 let n = sizes[i].min(send.len() - at);
-                c.write_all(&send[at..at + n]).unwrap();
+                if c.write_all(&send[at..at + n]).is_err() {
+                    return Some(port);
+                }
                 at += n;
                 i += 1;
                 if i % 64 == 0 {
                     std::thread::sleep(Duration::from_millis(1));
                 }
             }
-            c.shutdown(std::net::Shutdown::Write).unwrap();
-            let port = c.local_addr().unwrap().port();
+            let _ = c.shutdown(std::net::Shutdown::Write);
             let mut rest = Vec::new();
             let _ = c.read_to_end(&mut rest);
-            port
+            Some(port)
         });
+        let Some(port) = port else {
+            return (data, Vec::new());
+        };
         let local = addr.ip().to_string();
         let end = Instant::now() + Duration::from_secs(20);
         while self.read(&local, "tcp", port).len() < bytes && Instant::now() < end {

@@ -245,6 +245,22 @@ def f_tiny_first_then_fresh(d, send):
         send(d.piece(a, e))
 
 
+def f_max_dist_shadow(d, send):
+    """IPv4 only (ip_frag_too_far, net.ipv4.ipfrag_max_dist = 64): a benign first fragment,
+    then 70 fragments of other datagrams from the same source, then the real train. The
+    host restarts the train when the real first fragment comes (the held one is too far
+    behind) and reassembles the forbidden datagram; a reassembler without that rule keeps
+    the benign first bytes."""
+    ps = pieces(d)
+    a, e = ps[0]
+    send(d.piece(a, e, d.l4[a:8] + b"#" * (e - 8)))
+    for _ in range(70):
+        junk = Datagram(d.fam, d.dst, d.l4, d.proto)
+        send(junk.frag(16, b"j" * 16, True))
+    for a, e in ps:
+        send(d.piece(a, e))
+
+
 def f_timeout_shadow(d, send):
     """A benign first fragment sent longer before the rest than the host keeps a train
     (ipfrag_time): the host has forgotten it when the real train comes; a reassembler that
@@ -275,5 +291,6 @@ FRAG = {
     "timeout_shadow": f_timeout_shadow,
     "false_last_then_fresh": f_false_last_then_fresh,
     "atomic": f_atomic,
+    "max_dist_shadow": f_max_dist_shadow,
     "tiny_first_then_fresh": f_tiny_first_then_fresh,
 }

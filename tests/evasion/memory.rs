@@ -37,7 +37,6 @@ pub fn run() {
     ) as usize;
     let bed = Bed::new("evasion-mem");
     http_server(&bed);
-    let bound = APP_MEMCAP + STREAM_MEMCAP + FLOWS * FLOW_BYTES;
     let mut failures = Vec::new();
     for kind in ["gzip", "slow_body", "endless_head"] {
         // Without a cap, each gzip connection inflates 3.2 MiB: a third of them is
@@ -50,14 +49,16 @@ pub fn run() {
         let engine = bed.start_engine_with(
             &rules(),
             &format!("flows = {FLOWS}\nstream_memcap = {STREAM_MEMCAP}\napp_memcap = {APP_MEMCAP}"),
-            // Suricata's own caps at the same sizes (its HTTP memcap is unlimited by
-            // default).
-            &[
-                &format!("stream.memcap={STREAM_MEMCAP}"),
-                &format!("stream.reassembly.memcap={STREAM_MEMCAP}"),
-                &format!("app-layer.protocols.http.memcap={APP_MEMCAP}"),
-            ],
+            // Suricata as configured by default: smaller stream memcaps than its
+            // preallocation leave it dropping every new session.
+            &[],
         );
+        let bound = match engine {
+            bed::Engine::Relayd(_) => APP_MEMCAP + STREAM_MEMCAP + FLOWS * FLOW_BYTES,
+            // suricata.yaml's defaults: stream.memcap 64 MiB, stream.reassembly.memcap
+            // 256 MiB, flow.memcap 32 MiB, defrag.memcap 32 MiB; HTTP has none.
+            bed::Engine::Suricata(..) => (64 + 256 + 32 + 32) << 20,
+        };
         // Warm up: one honest flow of each kind before the baseline.
         honest(&bed).unwrap_or_else(|e| panic!("honest flows before the attack: {e}"));
         let before = rss(engine.pid());
@@ -69,7 +70,7 @@ pub fn run() {
         let grew = after.hwm.saturating_sub(before.rss);
         let c = engine.counters();
         eprintln!(
-            "memory attack {kind} ({}): {conns} connections ({held} held open) in {:.1} s; relayd RSS {} -> {} KiB (peak {} KiB), growth {} KiB, bound {} KiB; honest flows during: {during:?}; counters: {}",
+            "memory attack {kind} ({}): {conns} connections ({held} held open) in {:.1} s; engine RSS {} -> {} KiB (peak {} KiB), growth {} KiB, bound {} KiB; honest flows during: {during:?}; counters: {}",
             engine.name(),
             t.elapsed().as_secs_f64(),
             before.rss >> 10,
