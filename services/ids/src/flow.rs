@@ -216,6 +216,8 @@ pub struct TcpHeader {
     pub tsval: Option<u32>,
     /// The window scale option's shift (SYN), if present.
     pub wscale: Option<u8>,
+    /// The urgent pointer.
+    pub urgent: u16,
     /// The IP TTL (hop limit) as read at the queue's hook.
     pub ttl: u8,
     /// Where the TTL was read: `Some(false)` after the forwarding decrement (FORWARD,

@@ -64,10 +64,11 @@ fn tcp_header(
         p.l4.and_then(|o| data.get(o + 20..p.pay.0))
             .map(TcpOptions::parse)
             .unwrap_or_default();
-    let window = data
-        .get(p.l4.map_or(usize::MAX, |o| o + 14)..)
-        .and_then(|w| w.get(..2))
-        .map_or(u16::MAX, |w| u16::from_be_bytes([w[0], w[1]]));
+    let field = |at: usize| {
+        p.l4.and_then(|o| data.get(o + at..o + at + 2))
+            .map_or(0, |w| u16::from_be_bytes([w[0], w[1]]))
+    };
+    let (window, urgent) = (field(14), field(18));
     // The TTL says whether a segment reaches its receiver only where relayd sits on the
     // forwarding path at a known point: live, at PREROUTING (before the kernel's
     // decrement) or FORWARD / POSTROUTING (after it). Not for captures or AF_XDP.
@@ -94,6 +95,7 @@ fn tcp_header(
         window,
         tsval: opts.tsval,
         wscale: opts.wscale,
+        urgent,
         ttl: p.ttl,
         ttl_before_decrement,
     }

@@ -34,7 +34,7 @@
 //! state and are let through: they carry nothing to inspect, and dropping them could
 //! only stall an honest connection if relayd's picture were wrong.
 
-use relay_core::wire::tcp::flags::{ACK, FIN, RST, SYN};
+use relay_core::wire::tcp::flags::{ACK, FIN, RST, SYN, URG};
 
 /// Why a segment is one the receiving host would discard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -60,11 +60,16 @@ pub enum Invalid {
     Ttl,
     /// Data on a connection an RST ended (the host has no socket for it any more).
     Reset,
+    /// Urgent data (URG with a pointer at or past the next byte): the host takes the
+    /// urgent byte out of the stream the application reads (unless it set
+    /// `SO_OOBINLINE`), depending on when the application reads; dropped inline rather
+    /// than guessed (Suricata 8's `urgent-policy: drop`).
+    Urgent,
 }
 
 impl Invalid {
     /// Every reason, in counter order.
-    pub const ALL: [Invalid; 10] = [
+    pub const ALL: [Invalid; 11] = [
         Invalid::Checksum,
         Invalid::NoAck,
         Invalid::AckUnsent,
@@ -75,6 +80,7 @@ impl Invalid {
         Invalid::Overlap,
         Invalid::Ttl,
         Invalid::Reset,
+        Invalid::Urgent,
     ];
 
     /// The counter name (`relayd status`, docs/ids.md).
@@ -90,6 +96,7 @@ impl Invalid {
             Invalid::Overlap => "stream_overlap_dropped",
             Invalid::Ttl => "stream_invalid_ttl",
             Invalid::Reset => "stream_invalid_after_rst",
+            Invalid::Urgent => "stream_invalid_urgent",
         }
     }
 
@@ -204,6 +211,8 @@ pub(crate) struct Seg {
     pub(crate) window: u16,
     pub(crate) len: u32,
     pub(crate) tsval: Option<u32>,
+    /// The urgent pointer (meaningful with URG).
+    pub(crate) urgent: u16,
     pub(crate) ttl: u8,
     /// Where the TTL was read, for the reach check: `Some(false)` after the forwarding
     /// decrement (FORWARD, POSTROUTING), `Some(true)` before it (PREROUTING), `None` for
@@ -280,6 +289,15 @@ pub(crate) fn judge(
         && !reaches(s.ttl, peer_ttl, before)
     {
         return invalid(Invalid::Ttl);
+    }
+    // tcp_check_urg: a pointer at or past the next byte makes the host take a byte out
+    // of the stream (`ptr - 1` with BSD semantics, Linux's default), even one carried by
+    // a later segment; a pointer behind it is ignored.
+    if !rst && !syn && s.flags & URG != 0 && s.urgent != 0 {
+        let byte = s.seq.wrapping_add(u32::from(s.urgent)).wrapping_sub(1);
+        if next.is_none_or(|n| !after(n, byte)) {
+            return Verdict::Invalid(Invalid::Urgent);
+        }
     }
     if !synced {
         // Mid-stream: no windows, scales or timestamps known. RFC 5961 still applies to

@@ -100,6 +100,7 @@ fn seg_of(h: &TcpHeader, len: usize) -> judge::Seg {
         window: h.window,
         len: len.min(u32::MAX as usize) as u32,
         tsval: h.tsval,
+        urgent: h.urgent,
         ttl: h.ttl,
         ttl_before_decrement: h.ttl_before_decrement,
     }
