@@ -511,7 +511,12 @@ mod tests {
         let d = config("").detector_options().decode.defrag;
         assert_eq!(d, crate::decode::DefragLimits::default());
         assert_eq!(
-            (d.timeout.as_secs(), d.timeout6.as_secs(), d.memcap, d.max_dist),
+            (
+                d.timeout.as_secs(),
+                d.timeout6.as_secs(),
+                d.memcap,
+                d.max_dist
+            ),
             (30, 60, 4 << 20, 64)
         );
         let c = config(
@@ -520,7 +525,12 @@ mod tests {
         );
         let d = c.detector_options().decode.defrag;
         assert_eq!(
-            (d.timeout.as_secs(), d.timeout6.as_secs(), d.memcap, d.max_dist),
+            (
+                d.timeout.as_secs(),
+                d.timeout6.as_secs(),
+                d.memcap,
+                d.max_dist
+            ),
             (20, 40, 1000, 0)
         );
         assert_eq!(d.policy.get_v4(0xc0a8_0107), FragPolicy::Windows);
@@ -529,8 +539,14 @@ mod tests {
         assert_eq!(one.decode.defrag.policy.get_v4(1), FragPolicy::Solaris);
         for (bad, names) in [
             ("frag_policy = \"beos\"\n", "beos"),
-            ("frag_policy = { \"10.0.0.0/33\" = \"bsd\" }\n", "10.0.0.0/33"),
-            ("frag_policy = { \"10.0.0.0/8\" = \"nope\" }\n", "10.0.0.0/8"),
+            (
+                "frag_policy = { \"10.0.0.0/33\" = \"bsd\" }\n",
+                "10.0.0.0/33",
+            ),
+            (
+                "frag_policy = { \"10.0.0.0/8\" = \"nope\" }\n",
+                "10.0.0.0/8",
+            ),
         ] {
             let err = match config(bad).into_factory("ids") {
                 Err(e) => e.to_string(),
@@ -538,7 +554,11 @@ mod tests {
             };
             assert!(err.contains("frag_policy") && err.contains(names), "{err}");
         }
-        for bad in ["frag_timeout = 0\n", "frag6_timeout = 0\n", "frag_memcap = 0\n"] {
+        for bad in [
+            "frag_timeout = 0\n",
+            "frag6_timeout = 0\n",
+            "frag_memcap = 0\n",
+        ] {
             assert!(
                 toml::from_str::<IdsConfig>(&format!("rules = [\"r\"]\n{bad}")).is_err(),
                 "{bad}"

@@ -320,6 +320,11 @@ impl Defrag {
         if f.v6 && f.off + f.payload.len() > MAX_IP_LEN {
             return Step::Invalid;
         }
+        // An IPv4 datagram that cannot fit: Linux 6.6 drops the queue at reassembly, later
+        // kernels at this fragment. Inline it never reaches the host, so both agree.
+        if !f.v6 && self.drop_invalid && f.hdr.len() + f.off + f.payload.len() > MAX_IP_LEN {
+            return Step::Invalid;
+        }
         let life = if f.v6 {
             self.limits.timeout6
         } else {
@@ -370,6 +375,20 @@ impl Defrag {
                 self.counts.overlaps += 1;
             }
             _ => {}
+        }
+        // Inline, only a fragment the host inserts, or an exact duplicate that changes
+        // nothing, passes: one that would make the host drop its queue (an overlap with
+        // the same bytes, an empty fragment, another end) or change a train's length
+        // (a duplicate last fragment) is dropped instead, so that both sides stay as they
+        // are without relying on the model of how the host tears a train down.
+        if self.drop_invalid {
+            match class {
+                Class::Kill { .. } => return Step::Invalid,
+                Class::Dup { len, last_in } if (len, last_in) != (base.len, base.last_in) => {
+                    return Step::Invalid;
+                }
+                _ => {}
+            }
         }
         if let Class::Free { end, .. } = class
             && !commit

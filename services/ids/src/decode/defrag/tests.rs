@@ -94,35 +94,43 @@ fn a_short_duplicate_of_the_first_fragment_keeps_the_train() {
 }
 
 #[test]
-fn an_overlap_with_the_same_bytes_kills_the_train_as_linux_does() {
+fn an_overlap_with_the_same_bytes_kills_the_train_in_linux_and_is_dropped_inline() {
     let b = body(32);
     let now = Instant::now();
     let mut out = Vec::new();
+    // The model (IDS mode): [8, 24) is not within the run [0, 16): RFC 5722, the whole
+    // queue goes.
+    let mut ids = Defrag::new(DefragLimits::default(), false);
+    assert_eq!(
+        feed(&mut ids, &v4frag(2, 0, true, &b[..16]), now, &mut out),
+        HELD
+    );
+    assert_eq!(
+        feed(&mut ids, &v4frag(2, 8, true, &b[8..24]), now, &mut out),
+        HELD
+    );
+    assert_eq!(ids.trains(), 0);
+    // Inline: dropped instead, and both sides keep the train.
     let mut d = inline();
     assert_eq!(
         feed(&mut d, &v4frag(2, 0, true, &b[..16]), now, &mut out),
         HELD
     );
-    // [8, 24) is not within the run [0, 16): RFC 5722, the whole queue goes.
     assert_eq!(
         feed(&mut d, &v4frag(2, 8, true, &b[8..24]), now, &mut out),
-        HELD
+        Step::Invalid
     );
-    assert_eq!(d.trains(), 0);
-    // With other bytes, inline: dropped, and the train stays.
-    assert_eq!(
-        feed(&mut d, &v4frag(3, 0, true, &b[..16]), now, &mut out),
-        HELD
-    );
+    assert_eq!(d.trains(), 1);
+    // With other bytes, inline: dropped as an overlap, and the train stays.
     let mut x = b[8..24].to_vec();
     x[0] ^= 1;
     assert_eq!(
-        feed(&mut d, &v4frag(3, 8, true, &x), now, &mut out),
+        feed(&mut d, &v4frag(2, 8, true, &x), now, &mut out),
         Step::Overlap
     );
     assert_eq!(d.trains(), 1);
     assert_eq!(
-        feed(&mut d, &v4frag(3, 16, false, &b[16..]), now, &mut out),
+        feed(&mut d, &v4frag(2, 16, false, &b[16..]), now, &mut out),
         DONE
     );
     assert_eq!(&out[20..], &b[..]);
@@ -133,7 +141,7 @@ fn runs_are_kept_apart_as_the_kernel_keeps_them() {
     let b = body(24);
     let now = Instant::now();
     let mut out = Vec::new();
-    let mut d = inline();
+    let mut d = Defrag::new(DefragLimits::default(), false);
     // In order: one run [0, 16); [0, 16) again is a duplicate.
     feed(&mut d, &v4frag(4, 0, true, &b[..8]), now, &mut out);
     feed(&mut d, &v4frag(4, 8, true, &b[8..16]), now, &mut out);
@@ -150,6 +158,15 @@ fn runs_are_kept_apart_as_the_kernel_keeps_them() {
         HELD
     );
     assert_eq!(d.trains(), 1, "train 5 is gone, train 4 stays");
+    // Inline the same fragment is dropped: it would have the host drop its train.
+    let mut d = inline();
+    feed(&mut d, &v4frag(5, 8, true, &b[8..16]), now, &mut out);
+    feed(&mut d, &v4frag(5, 0, true, &b[..8]), now, &mut out);
+    assert_eq!(
+        feed(&mut d, &v4frag(5, 0, true, &b[..16]), now, &mut out),
+        Step::Invalid
+    );
+    assert_eq!(d.trains(), 1);
 }
 
 #[test]
@@ -157,7 +174,8 @@ fn length_rules_of_ip_frag_queue() {
     let b = body(40);
     let now = Instant::now();
     let mut out = Vec::new();
-    let mut d = inline();
+    // The model itself: IDS mode, where such fragments pass.
+    let mut d = Defrag::new(DefragLimits::default(), false);
     // A non-last IPv4 fragment is cut to a multiple of 8: [0, 12) holds [0, 8).
     feed(&mut d, &v4frag(6, 0, true, &b[..12]), now, &mut out);
     let mut late = b[8..16].to_vec();
@@ -200,6 +218,26 @@ fn length_rules_of_ip_frag_queue() {
         HELD
     );
     assert_eq!(d.trains(), 0);
+    // Inline, each of those is dropped and the train kept.
+    let mut d = inline();
+    feed(&mut d, &v4frag(11, 0, true, &b[..16]), now, &mut out);
+    for f in [
+        v4frag(11, 16, true, &b[..7]),
+        v4frag(11, 8, false, &b[8..16]),
+        v4frag(11, 8, false, &b[8..12]),
+    ] {
+        assert_eq!(feed(&mut d, &f, now, &mut out), Step::Invalid);
+    }
+    // A non-last fragment cut to a multiple of 8 is no reason to drop.
+    assert_eq!(
+        feed(&mut d, &v4frag(11, 16, true, &b[16..28]), now, &mut out),
+        HELD
+    );
+    assert_eq!(
+        feed(&mut d, &v4frag(11, 24, false, &b[24..40]), now, &mut out),
+        DONE
+    );
+    assert_eq!(&out[20..], &b[..]);
 }
 
 #[test]
@@ -541,12 +579,17 @@ fn the_largest_packet_reassembles() {
     assert_eq!(last, DONE);
     assert_eq!(out.len(), 65_535);
     assert_eq!(&out[20..], &b[..]);
-    // One byte more does not fit: the host drops the queue.
-    for (i, c) in body(65_535 - 19).chunks(64).enumerate() {
-        let more = (i + 1) * 64 < 65_535 - 19;
-        last = feed(&mut d, &v4frag(4, i * 64, more, c), now, &mut out);
+    // One byte more does not fit: the host drops the queue; inline that fragment is
+    // dropped (later kernels drop the queue at it, not at reassembly).
+    let mut ids = Defrag::new(DefragLimits::default(), false);
+    for d in [&mut d, &mut ids] {
+        for (i, c) in body(65_535 - 19).chunks(64).enumerate() {
+            let more = (i + 1) * 64 < 65_535 - 19;
+            last = feed(d, &v4frag(4, i * 64, more, c), now, &mut out);
+        }
     }
-    assert_eq!((last, d.trains()), (HELD, 0));
+    assert_eq!((last, ids.trains()), (HELD, 0));
+    assert_eq!(d.trains(), 1);
 }
 
 #[test]
