@@ -45,8 +45,9 @@ pub struct DecodeOptions {
     /// `decoder.max-layers` is 16, counting every header, not only tunnels).
     pub max_layers: usize,
     /// Inline mode (default true): drop a fragment that overlaps held bytes with other
-    /// bytes, one the host would discard, one within a second of its train's deadline, and
-    /// one refused by a bound, so that what the host holds is what relayd inspected.
+    /// bytes, one the host would discard or that would make it drop, restart or re-length
+    /// its train, one within a second of its train's deadline, and one refused by a bound,
+    /// so that what the host holds is what relayd inspected.
     pub drop_invalid: bool,
 }
 

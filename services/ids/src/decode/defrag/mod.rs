@@ -97,8 +97,8 @@ pub(crate) enum Step {
     /// drop its queue); `complete`: it completes the datagram, which is in the output
     /// buffer. Commit it if the packet passes.
     Pass { complete: bool },
-    /// The host discards it before reassembly (or, inline, would restart its train);
-    /// trains unchanged. Dropped in inline mode.
+    /// The host discards it before reassembly (or, inline, it would make the host drop,
+    /// restart or re-length its train); trains unchanged. Dropped in inline mode.
     Invalid,
     /// Inline: its train is within [`DEADLINE_GUARD`] of the host's deadline. Dropped.
     Late,
@@ -228,7 +228,11 @@ impl Defrag {
         let t = self.trains.remove(key)?;
         self.mem = self.mem.saturating_sub(t.charged);
         self.frags = self.frags.saturating_sub(t.nfrags);
-        if let Some(p) = self.peers.get_mut(&(key.src, key.layer)) {
+        if let Some(p) = self
+            .peers
+            .get_mut(&(key.src, key.layer))
+            .filter(|_| !key.v6())
+        {
             p.trains = p.trains.saturating_sub(1);
             if p.trains == 0 {
                 self.peers.remove(&(key.src, key.layer));
@@ -443,15 +447,19 @@ impl Defrag {
             }
             let fam = usize::from(f.key.v6());
             self.order[fam].push_back((now, f.key));
-            let p = self.peers.entry((f.key.src, layer)).or_default();
-            p.trains += 1;
+            if !f.v6 {
+                self.peers.entry((f.key.src, layer)).or_default().trains += 1;
+            }
             let mut t = Train::new(policy, now);
             t.est = QUEUE_COST;
             t.charged = t.est;
             self.mem += t.charged;
             self.trains.insert(f.key, t);
         }
-        let rid = self.peers.get(&(f.key.src, layer)).map_or(0, |p| p.rid);
+        let rid = match f.v6 {
+            true => 0,
+            false => self.peers.get(&(f.key.src, layer)).map_or(0, |p| p.rid),
+        };
         let Some(t) = self.trains.get_mut(&f.key) else {
             return Step::Pass { complete: false };
         };

@@ -255,10 +255,16 @@ fn ipv6_discards_what_linux_discards_and_keeps_the_train() {
         feed(&mut d, &v6frag(9, 24, true, &b[24..30]), now, &mut out),
         Step::Invalid
     );
-    // A first fragment without the whole TCP header (RFC 7112): discarded.
+    // A first fragment without the whole TCP header (RFC 7112): discarded, whether it
+    // would start a train or repeat the held one's start (the short duplicate).
+    for (id, n) in [(10, 8), (9, 8), (9, 16)] {
+        let f = v6frag(id, 0, true, &b[..n]);
+        assert_eq!(feed(&mut d, &f, now, &mut out), Step::Invalid);
+    }
+    // The same first fragment again is a duplicate: passed, nothing changes.
     assert_eq!(
-        feed(&mut d, &v6frag(10, 0, true, &b[..8]), now, &mut out),
-        Step::Invalid
+        feed(&mut d, &v6frag(9, 0, true, &b[..24]), now, &mut out),
+        HELD
     );
     // IDS mode: passed, and still nothing changes.
     let mut ids = Defrag::new(DefragLimits::default(), false);
