@@ -281,6 +281,10 @@ impl Defrag {
         let Parsed::Frag(f) = parse(pkt, layer) else {
             return;
         };
+        if f.off == 0 && !f.more {
+            // An atomic fragment is no part of the train that shares its key.
+            return;
+        }
         let Some(t) = self.trains.get_mut(&f.key) else {
             return;
         };
