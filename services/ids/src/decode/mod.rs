@@ -301,7 +301,6 @@ impl Decoder {
                 defrag.mark_dropped(pkt, level as u8);
             }
         }
-        stats.sync(defrag.counts, synced);
         out
     }
 }
