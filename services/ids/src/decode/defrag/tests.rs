@@ -656,3 +656,48 @@ fn hostile_fragments_never_panic() {
         }
     }
 }
+
+#[test]
+fn policy_overlaps_match_a_byte_by_byte_model() {
+    // Each byte belongs to the fragment that last won it; a new fragment wins a byte as
+    // its policy says against that fragment.
+    let mut rng = crate::testutil::Rng(0x0b5e_55ed);
+    for (_, policy) in FragPolicy::ALL
+        .iter()
+        .filter(|(_, p)| *p != FragPolicy::Linux)
+    {
+        for _ in 0..200 {
+            let mut t = Train::new(*policy, Instant::now());
+            let mut owner: Vec<Option<usize>> = vec![None; 128];
+            let mut bytes = vec![0u8; 128];
+            let mut frags: Vec<(usize, usize)> = Vec::new();
+            for n in 0..1 + rng.below(6) {
+                let off = rng.below(12) * 8;
+                let end = (off + 8 * (1 + rng.below(4))).min(128);
+                let data = vec![n as u8 + 1; end - off];
+                t.insert_policy(off, &data);
+                for (b, slot) in owner.iter_mut().enumerate().take(end).skip(off) {
+                    let wins = match *slot {
+                        None => true,
+                        Some(o) => {
+                            let (oo, oe) = frags[o];
+                            policy.new_wins(off, end, oo, oe)
+                        }
+                    };
+                    if wins {
+                        *slot = Some(frags.len());
+                        bytes[b] = n as u8 + 1;
+                    }
+                }
+                frags.push((off, end));
+            }
+            let held = owner.iter().filter(|o| o.is_some()).count();
+            assert_eq!(t.meat, held, "{policy}");
+            for (b, o) in owner.iter().enumerate() {
+                if o.is_some() {
+                    assert_eq!(t.data.get(b), Some(&bytes[b]), "{policy} byte {b}");
+                }
+            }
+        }
+    }
+}
