@@ -669,7 +669,7 @@ fn policy_overlaps_match_a_byte_by_byte_model() {
         for _ in 0..200 {
             let mut t = Train::new(*policy, Instant::now());
             let mut owner: Vec<Option<usize>> = vec![None; 128];
-            let mut bytes = vec![0u8; 128];
+            let mut bytes = [0u8; 128];
             let mut frags: Vec<(usize, usize)> = Vec::new();
             for n in 0..1 + rng.below(6) {
                 let off = rng.below(12) * 8;
