@@ -14,6 +14,7 @@ pub mod decode;
 mod engine;
 mod eve;
 pub mod flow;
+pub mod hostos;
 mod inspect;
 mod parse;
 mod prefilter;

@@ -5,6 +5,7 @@ use crate::applayer::http::{DecodeOptions, HttpLimits};
 use crate::engine::{Detector, DetectorOptions, LoadOptions, Outcome, RuleSet};
 use crate::eve::EveWriter;
 use crate::flow::FlowLimits;
+use crate::hostos::{FragPolicy, PolicyMap, PolicySpec};
 use crate::reject::{RejectCounters, RejectLimits, Rejecter};
 use crate::stream::StreamLimits;
 use relay_core::builtin::de_u32;
@@ -15,6 +16,7 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Configuration of `ids` (`[service.NAME]` with `kind = "ids"`).
 #[derive(Debug, Clone, Deserialize)]
@@ -141,6 +143,55 @@ pub struct IdsConfig {
         deserialize_with = "de_at_least_1"
     )]
     pub reject_dest_burst: u32,
+    /// How the protected hosts reassemble IP fragments, when relayd sees them unreassembled
+    /// (no conntrack defragmentation in the relay's namespace): one policy name for every
+    /// destination (default `"linux"`, Linux 4.19 and later), or a table of prefixes,
+    /// `{ default = "linux", "192.168.1.0/24" = "windows" }`. Names: `linux`,
+    /// `old-linux`, `first`, `last`, `bsd`, `bsd-right`, `windows`, `solaris` (and
+    /// Suricata's host-os-policy names).
+    #[serde(default = "default_frag_policy")]
+    pub frag_policy: PolicySpec,
+    /// Seconds an incomplete IPv4 fragment train is held (default 30, the destination's
+    /// `net.ipv4.ipfrag_time`). At least 1.
+    #[serde(default = "default_frag_timeout", deserialize_with = "de_at_least_1")]
+    pub frag_timeout: u32,
+    /// Seconds an incomplete IPv6 fragment train is held (default 60, the destination's
+    /// `net.ipv6.ip6frag_time`). At least 1.
+    #[serde(default = "default_frag6_timeout", deserialize_with = "de_at_least_1")]
+    pub frag6_timeout: u32,
+    /// Bytes fragment trains may be charged per queue thread (default 4194304, 4 MiB, the
+    /// destination's `net.ipv4.ipfrag_high_thresh`); past it fragments are refused
+    /// (`defrag_refused`) and, inline, dropped. At least 1.
+    #[serde(
+        default = "default_frag_memcap",
+        deserialize_with = "de_at_least_1_usize"
+    )]
+    pub frag_memcap: usize,
+    /// The destination's `net.ipv4.ipfrag_max_dist` (default 64; 0: off): an IPv4 train
+    /// whose next fragment comes after more than this many fragments of the same source
+    /// is restarted by Linux (inline, relayd drops that fragment instead).
+    #[serde(default = "default_frag_max_dist")]
+    pub frag_max_dist: u32,
+}
+
+fn default_frag_policy() -> PolicySpec {
+    PolicySpec::One("linux".into())
+}
+
+fn default_frag_timeout() -> u32 {
+    30
+}
+
+fn default_frag6_timeout() -> u32 {
+    60
+}
+
+fn default_frag_memcap() -> usize {
+    crate::decode::DEFAULT_FRAG_MEMCAP
+}
+
+fn default_frag_max_dist() -> u32 {
+    64
 }
 
 fn de_opt_u32<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
@@ -243,8 +294,25 @@ impl IdsConfig {
                 },
                 ..HttpLimits::default()
             },
+            decode: crate::decode::DecodeOptions {
+                defrag: crate::decode::DefragLimits {
+                    memcap: self.frag_memcap,
+                    timeout: Duration::from_secs(u64::from(self.frag_timeout)),
+                    timeout6: Duration::from_secs(u64::from(self.frag6_timeout)),
+                    max_dist: self.frag_max_dist,
+                    // Checked by `into_factory` before.
+                    policy: self.frag_policies().unwrap_or_default(),
+                    ..crate::decode::DefragLimits::default()
+                },
+                ..crate::decode::DecodeOptions::default()
+            },
             ..DetectorOptions::default()
         }
+    }
+
+    /// The fragment policy table `frag_policy` describes.
+    fn frag_policies(&self) -> Result<PolicyMap<FragPolicy>, crate::hostos::PolicyMapError> {
+        PolicyMap::from_spec("frag_policy", &self.frag_policy)
     }
 }
 
@@ -273,6 +341,7 @@ impl ServiceConfig for IdsConfig {
             )
             .into());
         }
+        self.frag_policies().map_err(|e| e.to_string())?;
         if !(1..=4).contains(&self.http_decompress_layers) {
             return Err(format!(
                 "http_decompress_layers ({}) must be 1 to 4",
@@ -463,6 +532,66 @@ mod tests {
                 .into_factory("ids")
                 .is_ok()
         );
+    }
+
+    #[test]
+    fn fragment_keys_are_checked_and_reach_the_decoder() {
+        let d = config("").detector_options().decode.defrag;
+        assert_eq!(d, crate::decode::DefragLimits::default());
+        assert_eq!(
+            (
+                d.timeout.as_secs(),
+                d.timeout6.as_secs(),
+                d.memcap,
+                d.max_dist
+            ),
+            (30, 60, 4 << 20, 64)
+        );
+        let c = config(
+            "frag_timeout = 20\nfrag6_timeout = 40\nfrag_memcap = 1000\nfrag_max_dist = 0\n\
+             frag_policy = { default = \"bsd\", \"192.168.1.0/24\" = \"windows\" }\n",
+        );
+        let d = c.detector_options().decode.defrag;
+        assert_eq!(
+            (
+                d.timeout.as_secs(),
+                d.timeout6.as_secs(),
+                d.memcap,
+                d.max_dist
+            ),
+            (20, 40, 1000, 0)
+        );
+        assert_eq!(d.policy.get_v4(0xc0a8_0107), FragPolicy::Windows);
+        assert_eq!(d.policy.get_v4(0x0a00_0001), FragPolicy::Bsd);
+        let one = config("frag_policy = \"solaris\"\n").detector_options();
+        assert_eq!(one.decode.defrag.policy.get_v4(1), FragPolicy::Solaris);
+        for (bad, names) in [
+            ("frag_policy = \"beos\"\n", "beos"),
+            (
+                "frag_policy = { \"10.0.0.0/33\" = \"bsd\" }\n",
+                "10.0.0.0/33",
+            ),
+            (
+                "frag_policy = { \"10.0.0.0/8\" = \"nope\" }\n",
+                "10.0.0.0/8",
+            ),
+        ] {
+            let err = match config(bad).into_factory("ids") {
+                Err(e) => e.to_string(),
+                Ok(_) => panic!("accepted {bad}"),
+            };
+            assert!(err.contains("frag_policy") && err.contains(names), "{err}");
+        }
+        for bad in [
+            "frag_timeout = 0\n",
+            "frag6_timeout = 0\n",
+            "frag_memcap = 0\n",
+        ] {
+            assert!(
+                toml::from_str::<IdsConfig>(&format!("rules = [\"r\"]\n{bad}")).is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

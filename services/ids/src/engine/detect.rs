@@ -335,7 +335,7 @@ impl Detector {
         };
         let mut outer = std::mem::take(&mut self.layer_matched);
         outer.clear();
-        let inner = dec.layers(pkt.data(), now, &mut |p| {
+        let inner = dec.layers(pkt.data(), out, now, &mut |p| {
             outer.extend_from_slice(&self.matched);
             self.inspect_one(p, now)
         });
