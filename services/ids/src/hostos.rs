@@ -244,6 +244,16 @@ impl<P: Copy> PolicyMap<P> {
         self.find(true, addr)
     }
 
+    /// The policy for an address in the flow table's key form (`rule::ip_key`: IPv4
+    /// mapped into IPv6, `::ffff:a.b.c.d`).
+    pub fn get_key(&self, key: u128) -> P {
+        if key >> 32 == 0xffff {
+            self.get_v4(key as u32)
+        } else {
+            self.get_v6(key)
+        }
+    }
+
     /// The policy for a destination.
     pub fn get(&self, addr: IpAddr) -> P {
         match addr {

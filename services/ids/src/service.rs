@@ -90,6 +90,13 @@ pub struct IdsConfig {
     /// traffic).
     #[serde(default)]
     pub drop_invalid: Option<bool>,
+    /// How the protected hosts' TCP resolves overlapping segments, so that the bytes
+    /// inspected are the bytes the application reads: one of Suricata's `host-os-policy`
+    /// names for every host (`"linux"`, the default), or a table of prefixes with an
+    /// optional `default` (`{ default = "linux", "192.168.1.0/24" = "windows" }`), the
+    /// receiving host's address choosing.
+    #[serde(default = "default_frag_policy")]
+    pub stream_policy: PolicySpec,
     /// Bytes of stream before a packet's new bytes that stream inspection includes
     /// (default 2048): a pattern split across segments is found if it spans at most this
     /// many bytes before the segment that completes it.
@@ -277,6 +284,8 @@ impl IdsConfig {
                 max_flows: self.flows,
                 midstream: self.midstream,
                 memcap: self.stream_memcap,
+                // Checked by `into_factory` before.
+                policy: self.stream_policies().unwrap_or_default(),
                 stream: StreamLimits {
                     depth: self.stream_depth,
                     buffer: self.stream_buffer,
@@ -308,6 +317,13 @@ impl IdsConfig {
             },
             ..DetectorOptions::default()
         }
+    }
+
+    /// The stream overlap policy table `stream_policy` describes.
+    fn stream_policies(
+        &self,
+    ) -> Result<PolicyMap<crate::stream::StreamPolicy>, crate::hostos::PolicyMapError> {
+        PolicyMap::from_spec("stream_policy", &self.stream_policy)
     }
 
     /// The fragment policy table `frag_policy` describes.
@@ -342,6 +358,7 @@ impl ServiceConfig for IdsConfig {
             .into());
         }
         self.frag_policies().map_err(|e| e.to_string())?;
+        self.stream_policies().map_err(|e| e.to_string())?;
         if !(1..=4).contains(&self.http_decompress_layers) {
             return Err(format!(
                 "http_decompress_layers ({}) must be 1 to 4",
@@ -505,6 +522,39 @@ mod tests {
     }
 
     #[test]
+    fn stream_policy_takes_a_name_or_a_table() {
+        use crate::stream::StreamPolicy;
+        let o = config("stream_policy = \"windows\"\n").detector_options(true);
+        assert_eq!(o.flows.policy.get_key(0), StreamPolicy::Windows);
+        let o = config("stream_policy = { default = \"bsd\", \"192.168.1.0/24\" = \"vista\" }\n")
+            .detector_options(true);
+        let key = |s: &str| crate::rule::ip_key(s.parse().unwrap());
+        assert_eq!(
+            o.flows.policy.get_key(key("192.168.1.9")),
+            StreamPolicy::Vista
+        );
+        assert_eq!(o.flows.policy.get_key(key("10.0.0.1")), StreamPolicy::Bsd);
+        assert_eq!(
+            config("")
+                .detector_options(true)
+                .flows
+                .policy
+                .get_key(key("::1")),
+            StreamPolicy::Linux
+        );
+        for bad in [
+            "stream_policy = \"beos\"\n",
+            "stream_policy = { \"10.0.0.0/33\" = \"bsd\" }\n",
+        ] {
+            let err = match config(bad).into_factory("ids") {
+                Err(e) => e.to_string(),
+                Ok(_) => panic!("accepted {bad}"),
+            };
+            assert!(err.contains("stream_policy"), "{err}");
+        }
+    }
+
+    #[test]
     fn drop_invalid_defaults_to_whether_the_rules_block() {
         assert!(config("").detector_options(true).drop_invalid);
         assert!(!config("").detector_options(false).drop_invalid);
@@ -536,7 +586,7 @@ mod tests {
 
     #[test]
     fn fragment_keys_are_checked_and_reach_the_decoder() {
-        let d = config("").detector_options().decode.defrag;
+        let d = config("").detector_options(true).decode.defrag;
         assert_eq!(d, crate::decode::DefragLimits::default());
         assert_eq!(
             (
@@ -551,7 +601,7 @@ mod tests {
             "frag_timeout = 20\nfrag6_timeout = 40\nfrag_memcap = 1000\nfrag_max_dist = 0\n\
              frag_policy = { default = \"bsd\", \"192.168.1.0/24\" = \"windows\" }\n",
         );
-        let d = c.detector_options().decode.defrag;
+        let d = c.detector_options(true).decode.defrag;
         assert_eq!(
             (
                 d.timeout.as_secs(),
@@ -563,7 +613,7 @@ mod tests {
         );
         assert_eq!(d.policy.get_v4(0xc0a8_0107), FragPolicy::Windows);
         assert_eq!(d.policy.get_v4(0x0a00_0001), FragPolicy::Bsd);
-        let one = config("frag_policy = \"solaris\"\n").detector_options();
+        let one = config("frag_policy = \"solaris\"\n").detector_options(true);
         assert_eq!(one.decode.defrag.policy.get_v4(1), FragPolicy::Solaris);
         for (bad, names) in [
             ("frag_policy = \"beos\"\n", "beos"),

@@ -271,10 +271,11 @@ impl Detector {
         limits.normalize = opts.normalize;
         let flows = ((set.needs_flows || flow_actions) && opts.flow_tracking)
             .then(|| FlowTable::new(limits, FlowCounters::register(counters)));
-        let decoder = opts
-            .decode
+        let mut decode = opts.decode.clone();
+        decode.drop_invalid = opts.drop_invalid;
+        let decoder = decode
             .enabled
-            .then(|| Box::new(Decoder::new(opts.decode.clone(), counters)));
+            .then(|| Box::new(Decoder::new(decode, counters)));
         Detector {
             decoder,
             layer_matched: Vec::new(),
