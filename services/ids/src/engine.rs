@@ -9,11 +9,13 @@
 
 mod app;
 mod detect;
+mod exception;
 mod flowbits;
 mod packet;
 mod payload;
 
 pub use detect::{DEFAULT_STREAM_LOOKBACK, Detector, DetectorOptions};
+pub use exception::ExceptionPolicy;
 
 use crate::buffer::Buffer;
 use crate::classify::Classes;

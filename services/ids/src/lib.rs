@@ -15,6 +15,7 @@ mod engine;
 mod eve;
 pub mod flow;
 mod inspect;
+pub mod memcap;
 mod parse;
 mod prefilter;
 mod reject;
@@ -25,6 +26,7 @@ pub mod stream;
 mod testutil;
 mod track;
 
+pub use engine::ExceptionPolicy;
 pub use engine::{
     DEFAULT_STREAM_LOOKBACK, Detector, DetectorOptions, INSPECT_BUDGET, LoadError, LoadOptions,
     MAX_ALERTS_PER_PACKET, Outcome, RuleSet,

@@ -22,6 +22,8 @@
 //! fast pattern are checked. Memory per transaction: two bitsets over the protocol's
 //! transaction rules (freed with the transaction).
 
+use super::Outcome;
+use super::exception::Exceptions;
 use super::flowbits::FlowBits;
 use crate::applayer::state::AppState;
 use crate::applayer::{AppProto, Dir, Progress, Transaction};
@@ -177,6 +179,27 @@ pub(crate) struct FlowState {
     /// Per direction, whether the IP-only rules (see [`is_ip_only`]) have been checked
     /// (Suricata's `FLOW_TOSERVER_IPONLY_SET` / `FLOW_TOCLIENT_IPONLY_SET`).
     pub(crate) iponly_done: [bool; 2],
+}
+
+/// After a flow's application layer was fed or closed: if the memcap stopped its parser
+/// (already freed), applies the exception policy `ex` to the flow's `action`; and drops
+/// the detection records of transactions the parser no longer holds (evicted unanswered),
+/// so that they neither pile up nor hold back the retirement of later ones. `Some`: the
+/// packet's outcome, decided by the policy (inspect no further).
+pub(crate) fn after_feed(
+    app: &mut AppState,
+    txs: &mut VecDeque<TxDetect>,
+    action: &mut FlowAction,
+    ex: &Exceptions,
+) -> Option<Outcome> {
+    if !txs.is_empty() && txs.len() > app.tx_count() {
+        txs.retain(|r| app.holds_tx(r.id));
+    }
+    if app.take_memcap_hit() {
+        txs.clear();
+        return ex.apply(action);
+    }
+    None
 }
 
 /// True if `r` is an IP-only rule as Suricata's `SignatureIsIPOnly` judges it (type

@@ -21,11 +21,13 @@
 //! table, the streams and the parsers (per flow, within their bounds) and the tracker
 //! (per new key).
 
-use super::app::{FlowAction, FlowState, flow_verdict, progress, ready, tx_record};
+use super::app::{FlowAction, FlowState, after_feed, flow_verdict, progress, ready, tx_record};
+use super::exception::{ExceptionCounters, ExceptionPolicy, Exceptions};
 use super::flowbits::{self, FlowBits};
 use super::packet::{PktInfo, pkt_info};
 use super::payload::{Win, list_matches, payload_matches};
 use super::{MAX_ALERTS_PER_PACKET, Outcome, RuleSet};
+use crate::applayer::budget::{AppBudget, AppCounters, DEFAULT_APP_MEMCAP};
 use crate::applayer::http::HttpLimits;
 use crate::applayer::{AppProto, Dir, Progress, Transaction};
 use crate::buffer::Buffer;
@@ -68,6 +70,10 @@ pub struct DetectorOptions {
     pub flow_tracking: bool,
     /// Tunnels and fragments: the inner and reassembled packets inspected too.
     pub decode: DecodeOptions,
+    /// Bytes all application-layer parser states of the detector may hold (`app_memcap`).
+    pub app_memcap: usize,
+    /// What happens to a flow a memcap refused memory (`exception_policy`).
+    pub exception_policy: ExceptionPolicy,
 }
 
 impl Default for DetectorOptions {
@@ -79,6 +85,8 @@ impl Default for DetectorOptions {
             stream_lookback: DEFAULT_STREAM_LOOKBACK,
             flow_tracking: true,
             decode: DecodeOptions::default(),
+            app_memcap: DEFAULT_APP_MEMCAP,
+            exception_policy: ExceptionPolicy::Auto,
         }
     }
 }
@@ -144,6 +152,10 @@ pub struct Detector {
     /// The outer packet's matches while its layers are inspected.
     layer_matched: Vec<u32>,
     opts: DetectorOptions,
+    /// The application-layer memcap every parser state charges (`app_memcap`).
+    app_budget: AppBudget,
+    /// The exception policy in force and its counters.
+    exceptions: Exceptions,
 }
 
 impl Detector {
@@ -207,7 +219,15 @@ impl Detector {
             .decode
             .enabled
             .then(|| Box::new(Decoder::new(opts.decode.clone(), counters)));
+        let app_budget = AppBudget::new(opts.app_memcap, AppCounters::register(counters));
+        let exceptions = Exceptions::new(
+            opts.exception_policy,
+            set.blocks(),
+            ExceptionCounters::register(counters),
+        );
         Detector {
+            app_budget,
+            exceptions,
             decoder,
             layer_matched: Vec::new(),
             st: State {
@@ -249,6 +269,11 @@ impl Detector {
     /// Flows tracked now, and the stream bytes they hold.
     pub fn flow_usage(&self) -> (usize, usize) {
         self.flows.as_ref().map_or((0, 0), |t| (t.len(), t.mem()))
+    }
+
+    /// Bytes the application-layer parser states hold now, and the cap (`app_memcap`).
+    pub fn app_usage(&self) -> (usize, usize) {
+        (self.app_budget.used(), self.app_budget.cap())
     }
 
     /// Fragment trains held for reassembly, and the bytes they hold.
@@ -300,6 +325,8 @@ impl Detector {
             flows,
             opts,
             stats,
+            app_budget,
+            exceptions,
             ..
         } = self;
         let set: &RuleSet = set;
@@ -386,7 +413,8 @@ impl Detector {
             match s {
                 Some(s) => {
                     if set.needs_app {
-                        let n = app.feed_stream(dir, s.app_pending(), ports, &opts.http);
+                        let n =
+                            app.feed_stream(dir, s.app_pending(), ports, &opts.http, app_budget);
                         let upto = s.app_offset() + n as u64;
                         s.consume_app(upto);
                     } else {
@@ -400,12 +428,20 @@ impl Detector {
                     }
                     stream = Some(s);
                 }
-                None if p.class == 1 && set.needs_app => app.feed_datagram(dir, payload, ports),
+                None if p.class == 1 && set.needs_app => {
+                    app.feed_datagram(dir, payload, ports, app_budget);
+                }
                 None => {}
             }
             if p.tcp_flags & RST != 0 {
                 app.close(dir);
                 app.close(dir.reverse());
+            }
+            // The application-layer memcap stopped the parser: the exception policy.
+            if let Some(a) = flow_action.as_deref_mut()
+                && let Some(out) = after_feed(app, txs, a, exceptions)
+            {
+                return out;
             }
             fx = Some(FlowCx {
                 dir,
