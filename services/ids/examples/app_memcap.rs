@@ -3,8 +3,10 @@
 //! after every packet that the bytes charged never pass `app_memcap`, and reading the
 //! process's resident memory (`/proc/self/statm`) before and after each kind.
 //!
-//! `cargo run --release -p relay-svc-ids --example app_memcap -- [FLOWS] [CAP_MIB|none]`
-//! (defaults: 2000 flows, 64 MiB; `none` runs without a cap, as before the memcap). Kinds:
+//! `cargo run --release -p relay-svc-ids --example app_memcap -- [FLOWS] [CAP_MIB|none]
+//! [KIND]` (defaults: 2000 flows, 64 MiB, every kind; `none` runs without a cap, as before
+//! the memcap; run one kind per process for RSS figures that do not reuse the memory an
+//! earlier kind freed). Kinds:
 //! - `gzip`: each connection sends 32 pipelined POSTs whose small gzip bodies inflate to
 //!   100 KiB, and never reads a response;
 //! - `slow-body`: each connection announces a 1 MB body and sends 100 KiB of it;
@@ -197,7 +199,11 @@ fn main() {
         format!("{} MiB", cap >> 20)
     };
     println!("flows per kind: {flows}, app_memcap: {cap_text}");
-    for kind in ["gzip", "slow-body", "endless-head"] {
+    let kinds = match args.get(3) {
+        Some(k) => vec![k.as_str()],
+        None => vec!["gzip", "slow-body", "endless-head"],
+    };
+    for kind in kinds {
         let set = Arc::new(RuleSet::parse_str(rules, "memcap.rules", &vars).expect("rules"));
         let counters = Counters::new();
         let mut opts = DetectorOptions::default();
@@ -223,10 +229,27 @@ fn main() {
             dropped += c.send(&mut d, &bytes, now, &mut check);
         }
         let after = rss();
+        // Honest connections after the attack: a GET and a 10 KB answer each.
+        let mut honest = 0;
+        for i in 0..100 {
+            let mut c = Conn::new(50_000 + i);
+            c.handshake(&mut d, now);
+            let get = b"GET /index.html HTTP/1.1\r\nHost: a\r\n\r\n";
+            let mut ok = c.send(&mut d, get, now, &mut check) == 0;
+            let mut resp = b"HTTP/1.1 200 OK\r\nContent-Length: 10000\r\n\r\n".to_vec();
+            resp.extend(std::iter::repeat_n(b'h', 10_000));
+            for part in resp.chunks(1400) {
+                let mut p = tcp4(SERVER, 80, c.src, c.sport, 0x18, c.ack, c.seq, part);
+                c.ack = c.ack.wrapping_add(part.len() as u32);
+                ok &= d.inspect(&mut p, now) != Outcome::Drop;
+            }
+            honest += usize::from(ok);
+        }
         let (nflows, stream) = d.flow_usage();
         println!(
             "{kind:>12}: {:>7.1} MiB on the wire, RSS +{:>6.1} MiB, app charged peak {:>5.1} MiB now {:>5.1} MiB, \
-             streams {:>5.1} MiB, {nflows} flows, app_memcap hits {}, drop-flow {}, tx evicted {}, packets dropped {dropped}",
+             streams {:>5.1} MiB, {nflows} flows, app_memcap hits {}, drop-flow {}, tx evicted {}, packets dropped {dropped}; \
+             then {honest} of 100 honest exchanges passed",
             (bytes.len() * flows) as f64 / 1048576.0,
             after.saturating_sub(before) as f64 / 1048576.0,
             peak as f64 / 1048576.0,

@@ -33,7 +33,8 @@
 //! response parsers separately, and Suricata still inspects the response to a request
 //! that is not HTTP); the engine may stop the whole flow: a request line whose method is
 //! not a token (bytes that are not HTTP), a head over [`HttpLimits::max_head`], more than
-//! [`HttpLimits::max_txs`] transactions held, more than 1024 distinct header names, a
+//! [`HttpLimits::max_txs`] transactions held when none can be evicted (below), the
+//! application-layer memcap refusing memory, more than 1024 distinct header names, a
 //! request chunk-size line without hex digits (a response's is read, as by libhtp, as the
 //! start of a body until close), a response Content-Length without digits.
 //!
@@ -51,7 +52,13 @@
 //! normalized headers (about the head's size again), the start lines and the normalized URI
 //! (within the head's size) and its two bodies (at most the body limits). With the defaults
 //! (64 KiB heads, 100 KiB bodies, 32 transactions) that is under 1 MiB per transaction
-//! and 33 MiB per flow at the very worst; [`HttpState::memory`] tells the actual figure.
+//! and 33 MiB per flow at the very worst; [`HttpState::memory`] tells the actual figure,
+//! which a state made by [`HttpState::with_budget`] charges to the queue thread's
+//! application-layer memcap after every step (and credits back as it frees, and when
+//! dropped), so that all flows together stay within it. Past `max_txs`, the oldest
+//! transaction whose response has not started is evicted (counted); its response, when it
+//! comes, gets a transaction of its own marked as libhtp marks a response without
+//! request, so later responses still pair with their own requests.
 //! No panic on any input.
 
 mod bestfit;
@@ -91,7 +98,8 @@ pub(crate) struct HttpLimits {
     /// Longest message head (start line and headers, and separately a trailer block);
     /// longer is an error.
     pub(crate) max_head: usize,
-    /// Transactions held per flow (not yet retired); one more is an error.
+    /// Transactions held per flow (not yet retired); one more evicts the oldest unanswered
+    /// one, or is an error if every one held is answered or being filled.
     pub(crate) max_txs: usize,
     /// Which content codings of a body are undone, and how many layers
     /// (`response-body-decompress-layer-limit`, `lzma-enabled`).

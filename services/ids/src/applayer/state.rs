@@ -101,6 +101,14 @@ impl AppState {
         }
     }
 
+    /// Frees the parser for good (its charge is credited back), keeping the flow's
+    /// protocol: what a flow the exception policy drops or passes needs no more.
+    pub(crate) fn disable(&mut self) {
+        if !matches!(self, AppState::Failed(_)) {
+            *self = AppState::Failed(self.proto());
+        }
+    }
+
     /// Charges the DNS or TLS state for what it holds now (HTTP charges itself per step);
     /// if the memcap refuses, frees the parser (see [`AppState::OverCap`]).
     fn charge(&mut self) {

@@ -127,3 +127,34 @@ fn decoders_are_charged_while_they_run() {
     assert!(b.used() < INFLATE_STATE + 50_000, "{}", b.used());
     assert!(b.used() >= 50_000);
 }
+
+#[test]
+fn an_lzma_decoder_is_charged_its_dictionary_and_literal_tables() {
+    let l = HttpLimits {
+        decode: DecodeOptions {
+            lzma: true,
+            ..DecodeOptions::default()
+        },
+        ..HttpLimits::default()
+    };
+    let b = AppBudget::new(usize::MAX, AppCounters::default());
+    let mut s = HttpState::with_budget(&b);
+    // An LZMA-alone header asking for lc 8, lp 4 (0x300 << 12 literal counters) and a
+    // 1 MiB dictionary, then the first bytes of a stream that never ends.
+    let mut body = vec![(4 * 9) + 8];
+    body.extend_from_slice(&(1u32 << 20).to_le_bytes());
+    body.extend_from_slice(&u64::MAX.to_le_bytes());
+    body.extend_from_slice(&[0; 8]);
+    let head = "POST / HTTP/1.1\r\nContent-Encoding: lzma\r\nContent-Length: 100000\r\n\r\n";
+    s.feed(TS, head.as_bytes(), &l).expect("head");
+    s.feed(TS, &body, &l).expect("body");
+    let tables = (0x300 << 12) * 2;
+    assert!(
+        b.used() >= (1 << 20) + tables,
+        "charged {} for a decoder holding over {}",
+        b.used(),
+        (1 << 20) + tables
+    );
+    drop(s);
+    assert_eq!(b.used(), 0);
+}
