@@ -12,7 +12,9 @@
 //! - `slow-body`: each connection announces a 1 MB body and sends 100 KiB of it;
 //! - `endless-head`: each connection sends 60 KiB of header lines and never ends the head.
 //!
-//! The rule set has a `drop` rule, so the exception policy is `drop-flow`. Each kind runs on
+//! Connections open one a millisecond; two seconds after the last, 100 honest connections
+//! (a GET and a 10 KB answer each) are counted that pass undropped. The rule set has a
+//! `drop` rule, so the exception policy is `drop-flow`. Each kind runs on
 //! a fresh detector; RSS growth is resident pages after minus before (the allocator may
 //! keep freed pages, so it is close to the peak).
 
@@ -23,7 +25,7 @@ use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 const SERVER: [u8; 4] = [10, 0, 2, 2];
 
@@ -211,7 +213,7 @@ fn main() {
         opts.flows.max_flows = flows.max(65_536);
         let mut d = Detector::with_options(set, &counters, None, opts);
         let bytes = attack(kind);
-        let now = Instant::now();
+        let t0 = Instant::now();
         let before = rss();
         let mut peak = 0;
         let mut check = |d: &Detector| {
@@ -224,12 +226,15 @@ fn main() {
         };
         let mut dropped = 0;
         for i in 0..flows {
+            // One new connection a millisecond.
+            let now = t0 + Duration::from_millis(i as u64);
             let mut c = Conn::new(i);
             c.handshake(&mut d, now);
             dropped += c.send(&mut d, &bytes, now, &mut check);
         }
         let after = rss();
-        // Honest connections after the attack: a GET and a 10 KB answer each.
+        // Honest connections two seconds after the attack: a GET and a 10 KB answer each.
+        let now = t0 + Duration::from_millis(flows as u64 + 2000);
         let mut honest = 0;
         for i in 0..100 {
             let mut c = Conn::new(50_000 + i);
@@ -249,7 +254,7 @@ fn main() {
         println!(
             "{kind:>12}: {:>7.1} MiB on the wire, RSS +{:>6.1} MiB, app charged peak {:>5.1} MiB now {:>5.1} MiB, \
              streams {:>5.1} MiB, {nflows} flows, app_memcap hits {}, drop-flow {}, tx evicted {}, packets dropped {dropped}; \
-             then {honest} of 100 honest exchanges passed",
+             then {honest} of 100 honest exchanges passed ({} idle flows reclaimed)",
             (bytes.len() * flows) as f64 / 1048576.0,
             after.saturating_sub(before) as f64 / 1048576.0,
             peak as f64 / 1048576.0,
@@ -258,6 +263,7 @@ fn main() {
             counter(&counters, "app_memcap"),
             counter(&counters, "exception_policy_drop_flow"),
             counter(&counters, "app_tx_evicted"),
+            counter(&counters, "app_reclaimed"),
         );
         drop(d);
     }

@@ -13,6 +13,7 @@ mod exception;
 mod flowbits;
 mod packet;
 mod payload;
+mod reclaim;
 
 pub use detect::{DEFAULT_STREAM_LOOKBACK, Detector, DetectorOptions};
 pub use exception::ExceptionPolicy;

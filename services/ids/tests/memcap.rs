@@ -236,3 +236,41 @@ fn pipelined_unanswered_requests_past_the_limit_are_evicted_oldest_first() {
     assert!(alerted, "the 40th request is still parsed and inspected");
     assert_eq!(counter(&c, "app_tx_evicted"), 8);
 }
+
+#[test]
+fn idle_flows_holding_memory_are_reclaimed_so_new_flows_are_still_parsed() {
+    let cap = 2 << 20;
+    let (mut d, c) = detector_with(RULES_DROP, cap, ExceptionPolicy::Auto);
+    let t0 = Instant::now();
+    // Endless heads fill the cap; the flows that hit it are dropped, the others wait.
+    let mut head = b"GET /endless HTTP/1.1\r\nHost: a\r\n".to_vec();
+    while head.len() < 60 << 10 {
+        head.extend_from_slice(b"X-Filler: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n");
+    }
+    for i in 0..60u16 {
+        let mut conv = open(&mut d, 20_000 + i, t0);
+        send(&mut d, &mut conv, &head, t0);
+    }
+    let (used, _) = d.app_usage();
+    assert!(used > cap - cap / 8, "the attack fills the cap: {used}");
+    let dropped = counter(&c, "exception_policy_drop_flow");
+    // Two seconds later, an honest upload: the waiting heads are reclaimed (dropped by
+    // the policy, their parsers freed) and the upload is parsed and inspected.
+    let t1 = t0 + Duration::from_secs(2);
+    let mut honest = open(&mut d, 30_000, t1);
+    let mut upload = b"POST /after HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\n".to_vec();
+    upload.extend(std::iter::repeat_n(b'u', 100_000));
+    let outs = send(&mut d, &mut honest, &upload, t1);
+    assert!(!outs.contains(&Outcome::Drop), "the honest upload passes");
+    assert_eq!(counter(&c, "sid:2"), 1, "and is inspected");
+    assert!(counter(&c, "app_reclaimed") >= 1);
+    assert!(
+        counter(&c, "exception_policy_drop_flow") > dropped,
+        "reclaimed flows get the policy"
+    );
+    assert!(
+        d.app_usage().0 <= cap - cap / 4 + (200 << 10),
+        "{:?}",
+        d.app_usage()
+    );
+}

@@ -119,7 +119,6 @@ impl Charge {
     }
 
     /// Bytes charged now.
-    #[cfg(test)]
     pub(crate) fn charged(&self) -> usize {
         self.charged
     }

@@ -173,6 +173,11 @@ impl HttpState {
         }
     }
 
+    /// Bytes charged to the application-layer memcap.
+    pub(crate) fn charged(&self) -> usize {
+        self.mem.charged()
+    }
+
     /// True once a close needed memory the memcap refused: the state should be freed.
     pub(crate) fn over_cap(&self) -> bool {
         self.over_cap

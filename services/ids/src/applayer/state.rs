@@ -257,6 +257,16 @@ impl AppState {
         }
     }
 
+    /// Bytes the parser has charged to the application-layer memcap.
+    pub(crate) fn charged(&self) -> usize {
+        match self {
+            AppState::Http(h) => h.charged(),
+            AppState::Tls(t) => t.mem.charged(),
+            AppState::Dns(d) => d.mem.charged(),
+            _ => 0,
+        }
+    }
+
     /// True if the parser holds transaction `id`.
     pub(crate) fn holds_tx(&self, id: u64) -> bool {
         match self {

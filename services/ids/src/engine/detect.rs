@@ -26,6 +26,7 @@ use super::exception::{ExceptionCounters, ExceptionPolicy, Exceptions};
 use super::flowbits::{self, FlowBits};
 use super::packet::{PktInfo, pkt_info};
 use super::payload::{Win, list_matches, payload_matches};
+use super::reclaim::Reclaim;
 use super::{MAX_ALERTS_PER_PACKET, Outcome, RuleSet};
 use crate::applayer::budget::{AppBudget, AppCounters, DEFAULT_APP_MEMCAP};
 use crate::applayer::http::HttpLimits;
@@ -156,6 +157,8 @@ pub struct Detector {
     app_budget: AppBudget,
     /// The exception policy in force and its counters.
     exceptions: Exceptions,
+    /// Frees parser memory of idle flows when `app_memcap` runs high.
+    reclaim: Reclaim,
 }
 
 impl Detector {
@@ -228,6 +231,7 @@ impl Detector {
         Detector {
             app_budget,
             exceptions,
+            reclaim: Reclaim::new(counters),
             decoder,
             layer_matched: Vec::new(),
             st: State {
@@ -327,6 +331,7 @@ impl Detector {
             stats,
             app_budget,
             exceptions,
+            reclaim,
             ..
         } = self;
         let set: &RuleSet = set;
@@ -338,6 +343,9 @@ impl Detector {
         let data = pkt.data();
         let payload = data.get(p.pay.0..p.pay.1).unwrap_or(&[]);
         let ports = (p.sport.unwrap_or(0), p.dport.unwrap_or(0));
+        if let Some(t) = flows.as_mut() {
+            reclaim.run(t, app_budget, exceptions, now);
+        }
         let mut fref = match flows {
             Some(t) if p.class <= 1 => t.packet(
                 &FlowPacket {
