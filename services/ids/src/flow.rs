@@ -551,6 +551,19 @@ impl<T> FlowTable<T> {
         self.sweep_all(now)
     }
 
+    /// Each tracked flow's state with the time since its last packet, at `now` (for a
+    /// pass over the table that frees memory, such as the application layer's reclaim).
+    pub fn idle_states_mut(&mut self, now: Instant) -> impl Iterator<Item = (Duration, &mut T)> {
+        let now = self.ns(now);
+        self.slots.iter_mut().filter_map(move |s| {
+            let f = s.flow.as_mut()?;
+            Some((
+                Duration::from_nanos(now.saturating_sub(f.last)),
+                &mut f.state,
+            ))
+        })
+    }
+
     fn ns(&mut self, now: Instant) -> u64 {
         let base = *self.base.get_or_insert(now);
         now.saturating_duration_since(base)

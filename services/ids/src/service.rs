@@ -2,7 +2,7 @@
 //! configuration, shared by the queue threads) and the per-packet call.
 
 use crate::applayer::http::{DecodeOptions, HttpLimits};
-use crate::engine::{Detector, DetectorOptions, LoadOptions, Outcome, RuleSet};
+use crate::engine::{Detector, DetectorOptions, ExceptionPolicy, LoadOptions, Outcome, RuleSet};
 use crate::eve::EveWriter;
 use crate::flow::FlowLimits;
 use crate::hostos::{FragPolicy, PolicyMap, PolicySpec};
@@ -179,6 +179,23 @@ pub struct IdsConfig {
     /// is restarted by Linux (inline, relayd drops that fragment instead).
     #[serde(default = "default_frag_max_dist")]
     pub frag_max_dist: u32,
+    /// Bytes all application-layer parser states of a queue thread may hold together
+    /// (default 67108864, 64 MiB; Suricata's `app-layer.protocols.http.memcap`, here for
+    /// every parser): HTTP heads, bodies, decompressors and pending transactions, DNS and
+    /// TLS buffers. A flow whose parser would pass it is stopped (`app_memcap`) and gets
+    /// `exception_policy`. At least `http_request_body_limit` + `http_response_body_limit`.
+    #[serde(
+        default = "default_app_memcap",
+        deserialize_with = "de_at_least_1_usize"
+    )]
+    pub app_memcap: usize,
+    /// What happens to a flow a memcap refuses memory (the application-layer memcap; the
+    /// stream memcap too): `drop-flow`, `pass-flow`, `bypass` (as `pass-flow`), `ignore`
+    /// (keep inspecting its packets and stream without its parser) or `auto` (default:
+    /// `drop-flow` if the rules can drop or reject, else `ignore`, as Suricata's default
+    /// in IPS and IDS mode).
+    #[serde(default)]
+    pub exception_policy: ExceptionPolicy,
 }
 
 fn default_frag_policy() -> PolicySpec {
@@ -261,6 +278,10 @@ fn default_http_decompress_layers() -> usize {
     HttpLimits::default().decode.layers
 }
 
+fn default_app_memcap() -> usize {
+    crate::applayer::budget::DEFAULT_APP_MEMCAP
+}
+
 fn default_stream_lookback() -> usize {
     crate::engine::DEFAULT_STREAM_LOOKBACK
 }
@@ -315,6 +336,8 @@ impl IdsConfig {
                 },
                 ..crate::decode::DecodeOptions::default()
             },
+            app_memcap: self.app_memcap,
+            exception_policy: self.exception_policy,
             ..DetectorOptions::default()
         }
     }
@@ -363,6 +386,18 @@ impl ServiceConfig for IdsConfig {
             return Err(format!(
                 "http_decompress_layers ({}) must be 1 to 4",
                 self.http_decompress_layers
+            )
+            .into());
+        }
+        // Below both body limits one flow could never hold its bodies: every large body
+        // would be a memcap exception.
+        let bodies = self
+            .http_request_body_limit
+            .saturating_add(self.http_response_body_limit);
+        if self.app_memcap < bodies {
+            return Err(format!(
+                "app_memcap ({}) must be at least http_request_body_limit + http_response_body_limit ({bodies})",
+                self.app_memcap
             )
             .into());
         }
@@ -642,6 +677,42 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn app_memcap_and_exception_policy_are_checked_and_reach_the_detector() {
+        let o = config("").detector_options(true);
+        assert_eq!(
+            (o.app_memcap, o.exception_policy),
+            (64 << 20, ExceptionPolicy::Auto)
+        );
+        for (v, want) in [
+            ("drop-flow", ExceptionPolicy::DropFlow),
+            ("pass-flow", ExceptionPolicy::PassFlow),
+            ("bypass", ExceptionPolicy::Bypass),
+            ("ignore", ExceptionPolicy::Ignore),
+            ("auto", ExceptionPolicy::Auto),
+        ] {
+            let c = config(&format!(
+                "exception_policy = \"{v}\"\napp_memcap = 1048576\n"
+            ));
+            let o = c.detector_options(true);
+            assert_eq!((o.app_memcap, o.exception_policy), (1 << 20, want));
+        }
+        for bad in [
+            "exception_policy = \"drop-packet\"\n",
+            "exception_policy = \"reject\"\n",
+            "app_memcap = 0\n",
+        ] {
+            let r = toml::from_str::<IdsConfig>(&format!("rules = [\"r\"]\n{bad}"));
+            assert!(r.is_err(), "accepted {bad}");
+        }
+        let err = match config("app_memcap = 100000\n").into_factory("ids") {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("accepted an app_memcap below the body limits"),
+        };
+        assert!(err.contains("app_memcap"), "{err}");
+        assert!(config("app_memcap = 204800\n").into_factory("ids").is_ok());
     }
 
     #[test]

@@ -21,11 +21,16 @@
 //! table, the streams and the parsers (per flow, within their bounds) and the tracker
 //! (per new key).
 
-use super::app::{FlowAction, FlowState, flow_verdict, progress, ready, tx_record};
+use super::app::{
+    FlowAction, FlowState, after_feed, flow_verdict, memcap_exception, progress, ready, tx_record,
+};
+use super::exception::{ExceptionCounters, ExceptionPolicy, Exceptions};
 use super::flowbits::{self, FlowBits};
 use super::packet::{PktInfo, checksum_ok, pkt_info};
 use super::payload::{Win, list_matches, payload_matches};
+use super::reclaim::Reclaim;
 use super::{MAX_ALERTS_PER_PACKET, Outcome, RuleSet};
+use crate::applayer::budget::{AppBudget, AppCounters, DEFAULT_APP_MEMCAP};
 use crate::applayer::http::HttpLimits;
 use crate::applayer::{AppProto, Dir, Progress, Transaction};
 use crate::buffer::Buffer;
@@ -37,6 +42,7 @@ use crate::flow::{
 use crate::parse::NewAction;
 use crate::prefilter::{Prefilter, Scratch};
 use crate::rule::{RuleAction, RuleProto, StreamMode, Vars, port_match};
+use crate::stream::Truncation;
 use crate::track::{Addrs, Tracker};
 use relay_core::{Checksum, Counter, Counters, Hook, Packet};
 use std::sync::Arc;
@@ -125,6 +131,10 @@ pub struct DetectorOptions {
     /// overlap received bytes with different data (Suricata's `stream.drop-invalid`).
     /// Default true; the service defaults it to whether the rules can block.
     pub drop_invalid: bool,
+    /// Bytes all application-layer parser states of the detector may hold (`app_memcap`).
+    pub app_memcap: usize,
+    /// What happens to a flow a memcap refused memory (`exception_policy`).
+    pub exception_policy: ExceptionPolicy,
 }
 
 impl Default for DetectorOptions {
@@ -138,6 +148,8 @@ impl Default for DetectorOptions {
             decode: DecodeOptions::default(),
             normalize: true,
             drop_invalid: true,
+            app_memcap: DEFAULT_APP_MEMCAP,
+            exception_policy: ExceptionPolicy::Auto,
         }
     }
 }
@@ -207,6 +219,12 @@ pub struct Detector {
     /// The outer packet's matches while its layers are inspected.
     layer_matched: Vec<u32>,
     opts: DetectorOptions,
+    /// The application-layer memcap every parser state charges (`app_memcap`).
+    app_budget: AppBudget,
+    /// The exception policy in force and its counters.
+    exceptions: Exceptions,
+    /// Frees parser memory of idle flows when `app_memcap` runs high.
+    reclaim: Reclaim,
 }
 
 impl Detector {
@@ -276,7 +294,16 @@ impl Detector {
         let decoder = decode
             .enabled
             .then(|| Box::new(Decoder::new(decode, counters)));
+        let app_budget = AppBudget::new(opts.app_memcap, AppCounters::register(counters));
+        let exceptions = Exceptions::new(
+            opts.exception_policy,
+            set.blocks(),
+            ExceptionCounters::register(counters),
+        );
         Detector {
+            app_budget,
+            exceptions,
+            reclaim: Reclaim::new(counters),
             decoder,
             layer_matched: Vec::new(),
             st: State {
@@ -318,6 +345,11 @@ impl Detector {
     /// Flows tracked now, and the stream bytes they hold.
     pub fn flow_usage(&self) -> (usize, usize) {
         self.flows.as_ref().map_or((0, 0), |t| (t.len(), t.mem()))
+    }
+
+    /// Bytes the application-layer parser states hold now, and the cap (`app_memcap`).
+    pub fn app_usage(&self) -> (usize, usize) {
+        (self.app_budget.used(), self.app_budget.cap())
     }
 
     /// Fragment trains held for reassembly, and the bytes they hold.
@@ -369,6 +401,9 @@ impl Detector {
             flows,
             opts,
             stats,
+            app_budget,
+            exceptions,
+            reclaim,
             ..
         } = self;
         let set: &RuleSet = set;
@@ -391,6 +426,9 @@ impl Detector {
                 return Outcome::Drop;
             }
             track = false;
+        }
+        if let Some(t) = flows.as_mut() {
+            reclaim.run(t, app_budget, exceptions, now);
         }
         let mut fref = match flows {
             Some(t) if p.class <= 1 && track => t.packet(
@@ -424,6 +462,7 @@ impl Detector {
             let established = f.established;
             let synced = f.flow.synced();
             new_bytes = f.seg.new;
+            let seg_truncated = f.seg.truncated;
             let id = f.flow.id();
             let (state, s) = f.flow.split_mut(dir);
             let FlowState {
@@ -459,6 +498,15 @@ impl Detector {
                 }
                 return out;
             }
+            // The stream memcap refused this direction memory: the exception policy, as
+            // for the application layer's memcap (Suricata's
+            // `stream.memcap-policy`).
+            if seg_truncated
+                && s.as_deref().and_then(|s| s.truncated()) == Some(Truncation::Memcap)
+                && let Some(out) = memcap_exception(app, txs, action, exceptions)
+            {
+                return out;
+            }
             flow_action = Some(action);
             if let Some(done) = iponly_done.get_mut(dir.index()) {
                 iponly = !*done;
@@ -467,7 +515,8 @@ impl Detector {
             match s {
                 Some(s) => {
                     if set.needs_app {
-                        let n = app.feed_stream(dir, s.app_pending(), ports, &opts.http);
+                        let n =
+                            app.feed_stream(dir, s.app_pending(), ports, &opts.http, app_budget);
                         let upto = s.app_offset() + n as u64;
                         s.consume_app(upto);
                     } else {
@@ -481,12 +530,20 @@ impl Detector {
                     }
                     stream = Some(s);
                 }
-                None if p.class == 1 && set.needs_app => app.feed_datagram(dir, payload, ports),
+                None if p.class == 1 && set.needs_app => {
+                    app.feed_datagram(dir, payload, ports, app_budget);
+                }
                 None => {}
             }
             if p.tcp_flags & RST != 0 {
                 app.close(dir);
                 app.close(dir.reverse());
+            }
+            // The application-layer memcap stopped the parser: the exception policy.
+            if let Some(a) = flow_action.as_deref_mut()
+                && let Some(out) = after_feed(app, txs, a, exceptions)
+            {
+                return out;
             }
             fx = Some(FlowCx {
                 dir,
