@@ -292,7 +292,7 @@ fn the_stream_memcap_applies_the_exception_policy() {
     opts.flows.memcap = 32 << 10;
     let mut d = Detector::with_options(Arc::new(set), &c, None, opts);
     let now = Instant::now();
-    let mut conv = open(&mut d, 20_000, now);
+    let conv = open(&mut d, 20_000, now);
     let chunk = [b'x'; 1000];
     let mut outs = Vec::new();
     // Segments past a hole that never fills, within the window, until the memcap stops
