@@ -220,6 +220,8 @@ pub struct TcpHeader {
     pub wscale: Option<u8>,
     /// The urgent pointer.
     pub urgent: u16,
+    /// A TCP-MD5 or TCP-AO option is present.
+    pub sig: bool,
     /// The IP TTL (hop limit) as read at the queue's hook.
     pub ttl: u8,
     /// Where the TTL was read: `Some(false)` after the forwarding decrement (FORWARD,

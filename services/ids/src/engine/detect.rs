@@ -26,7 +26,7 @@ use super::app::{
 };
 use super::exception::{ExceptionCounters, ExceptionPolicy, Exceptions};
 use super::flowbits::{self, FlowBits};
-use super::packet::{PktInfo, checksum_ok, pkt_info};
+use super::packet::{PktInfo, checksum_ok, ipv6_options_ok, pkt_info};
 use super::payload::{Win, list_matches, payload_matches};
 use super::reclaim::Reclaim;
 use super::{MAX_ALERTS_PER_PACKET, Outcome, RuleSet};
@@ -102,6 +102,7 @@ fn tcp_header(
         tsval: opts.tsval,
         wscale: opts.wscale,
         urgent,
+        sig: opts.sig,
         ttl: p.ttl,
         ttl_before_decrement,
     }
@@ -414,13 +415,21 @@ impl Detector {
         // A segment or datagram whose checksum the receiver refuses is not inserted
         // anywhere (and dropped inline); a partial copy cannot be judged.
         let mut track = true;
-        if opts.normalize
-            && p.class <= 1
+        let ip_invalid = if !opts.normalize {
+            None
+        } else if p.class <= 1
             && meta.csum.judged()
             && meta.orig_len.is_none()
             && !checksum_ok(data, &p)
         {
-            stats.invalid[Invalid::Checksum.index()].inc();
+            Some(Invalid::Checksum)
+        } else if !ipv6_options_ok(data) {
+            Some(Invalid::Ipv6Options)
+        } else {
+            None
+        };
+        if let Some(why) = ip_invalid {
+            stats.invalid[why.index()].inc();
             if opts.drop_invalid {
                 stats.invalid_dropped.inc();
                 return Outcome::Drop;

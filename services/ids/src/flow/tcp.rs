@@ -99,6 +99,7 @@ fn seg_of(h: &TcpHeader, len: usize) -> judge::Seg {
         len: len.min(u32::MAX as usize) as u32,
         tsval: h.tsval,
         urgent: h.urgent,
+        sig: h.sig,
         ttl: h.ttl,
         ttl_before_decrement: h.ttl_before_decrement,
     }
@@ -365,6 +366,7 @@ impl TcpSession {
             first: Some(h.seq.wrapping_add(1)),
             wscale_syn: h.wscale,
             ts_syn: h.tsval.is_some(),
+            sig_syn: h.sig,
             // The other side records the SYN's timestamp (tcp_openreq_init).
             ts_recent: h.tsval.unwrap_or(0),
             ..Side::default()
