@@ -561,15 +561,30 @@ fn tunnel_esp(sa: &SaCrypto, seq: u32, inner_dst: [u8; 4], port: u16, payload: &
 }
 
 /// Issue 24: a `decrypt` on INPUT. A peer holding the key (here: ESP sent from relay A's
-/// own address with the real key) aims inner packets at 127.0.0.1 and at B's own address,
-/// on a port where B has a wildcard-bound UDP socket. An accepted verdict on INPUT
-/// delivers locally whatever the inner destination, so before the fix the socket read
-/// them (and even the honest packet for host B); now they are dropped and counted, and
-/// the honest inner packet is forwarded to its host.
+/// own address with the real key) aims inner packets at 127.0.0.1 and at B's own
+/// addresses, on a port where B has a wildcard-bound UDP socket. An accepted verdict on
+/// INPUT delivers locally whatever the inner destination, so before the fix the socket
+/// read them all (the honest packet for host B too); now they are dropped and counted,
+/// and the honest inner packet is forwarded anew to its host.
 #[test]
 fn decrypt_on_input_never_delivers_the_inner_packet_locally() {
-    let l = line4("esp-input");
-    let dir = key_dir("esp-input");
+    inner_packets_never_reach_the_relay("esp-input", "mangle", "input", 1);
+}
+
+/// The same before routing, where the kernel routes the accepted inner packet by its own
+/// header: to B's other address it would be delivered locally (the relay's addresses
+/// reach the services from the datapath's snapshot); the honest one is carried on by
+/// the verdict.
+#[test]
+fn decrypt_before_routing_never_delivers_the_inner_packet_locally() {
+    inner_packets_never_reach_the_relay("esp-prerouting", "raw", "prerouting", 0);
+}
+
+/// Relay B decrypts on `hook` of `table`; see the two tests above. `forwarded`: how many
+/// packets B sends anew (the honest one on INPUT).
+fn inner_packets_never_reach_the_relay(tag: &str, table: &str, hook: &str, forwarded: u64) {
+    let l = line4(tag);
+    let dir = key_dir(tag);
     let (a2b, _) = keys(&dir, Cipher::Aes128Gcm);
     let b = Relayd::start(
         &l.decomp,
@@ -577,7 +592,8 @@ fn decrypt_on_input_never_delivers_the_inner_packet_locally() {
             r#"
 [[queue]]
 num = 1
-hook = "input"
+table = "{table}"
+hook = "{hook}"
 match = "-p esp -d 10.0.2.2"
 services = ["dec"]
 
@@ -643,7 +659,7 @@ peer = "10.0.2.1"
     let c = b.counters("dec");
     assert_eq!(
         (c["dropped_local_destination"], c["reinjected"]),
-        (3, 1),
+        (3, forwarded),
         "{c:?}"
     );
     assert_eq!(
