@@ -525,3 +525,146 @@ fn tampered_and_replayed_esp_is_dropped_and_counted() {
         "a tampered packet must not disturb the SA"
     );
 }
+
+/// A tunnel-mode ESP packet from relay A (10.0.2.1) to relay B (10.0.2.2) for SPI 0x1001
+/// and `seq`, sealed with the SA's real key, carrying a UDP datagram 10.0.1.1:4000 ->
+/// `inner_dst`:`port` with `payload`: what a peer holding the key can make B decrypt.
+fn tunnel_esp(sa: &SaCrypto, seq: u32, inner_dst: [u8; 4], port: u16, payload: &[u8]) -> Vec<u8> {
+    let ip = |len: usize, proto: u8, src: [u8; 4], dst: [u8; 4]| {
+        let mut h = vec![0x45, 0, 0, 0, 0, 7, 0x40, 0, 64, proto, 0, 0];
+        h[2..4].copy_from_slice(&(len as u16).to_be_bytes());
+        h.extend_from_slice(&src);
+        h.extend_from_slice(&dst);
+        relay_core::wire::Ipv4Packet::new_unchecked(&mut h[..]).fill_checksum();
+        h
+    };
+    let mut inner = ip(28 + payload.len(), 17, [10, 0, 1, 1], inner_dst);
+    inner.extend_from_slice(&4000u16.to_be_bytes());
+    inner.extend_from_slice(&port.to_be_bytes());
+    inner.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    inner.extend_from_slice(&[0, 0]); // no UDP checksum
+    inner.extend_from_slice(payload);
+    // ESP: SPI, sequence number, the explicit IV, then inner packet, padding 1, 2, ...
+    // to a whole number of 4-byte blocks with the trailer, pad length, next header 4.
+    let mut esp = 0x1001u32.to_be_bytes().to_vec();
+    esp.extend_from_slice(&seq.to_be_bytes());
+    esp.extend_from_slice(&[0; 8]);
+    esp.extend_from_slice(&inner);
+    let pad = (4 - (inner.len() + 2) % 4) % 4;
+    esp.extend((1..=pad as u8).collect::<Vec<_>>());
+    esp.extend_from_slice(&[pad as u8, 4]);
+    esp.extend_from_slice(&[0; 16]);
+    sa.seal(seq as u64, false, &mut esp).unwrap();
+    let mut p = ip(20 + esp.len(), 50, [10, 0, 2, 1], [10, 0, 2, 2]);
+    p.extend_from_slice(&esp);
+    p
+}
+
+/// Issue 24: a `decrypt` on INPUT. A peer holding the key (here: ESP sent from relay A's
+/// own address with the real key) aims inner packets at 127.0.0.1 and at B's own
+/// addresses, on a port where B has a wildcard-bound UDP socket. An accepted verdict on
+/// INPUT delivers locally whatever the inner destination, so before the fix the socket
+/// read them all (the honest packet for host B too); now they are dropped and counted,
+/// and the honest inner packet is forwarded anew to its host.
+#[test]
+fn decrypt_on_input_never_delivers_the_inner_packet_locally() {
+    inner_packets_never_reach_the_relay("esp-input", "mangle", "input", 1);
+}
+
+/// The same before routing, where the kernel routes the accepted inner packet by its own
+/// header: to B's other address it would be delivered locally (the relay's addresses
+/// reach the services from the datapath's snapshot); the honest one is carried on by
+/// the verdict.
+#[test]
+fn decrypt_before_routing_never_delivers_the_inner_packet_locally() {
+    inner_packets_never_reach_the_relay("esp-prerouting", "raw", "prerouting", 0);
+}
+
+/// Relay B decrypts on `hook` of `table`; see the two tests above. `forwarded`: how many
+/// packets B sends anew (the honest one on INPUT).
+fn inner_packets_never_reach_the_relay(tag: &str, table: &str, hook: &str, forwarded: u64) {
+    let l = line4(tag);
+    let dir = key_dir(tag);
+    let (a2b, _) = keys(&dir, Cipher::Aes128Gcm);
+    let b = Relayd::start(
+        &l.decomp,
+        &format!(
+            r#"
+[[queue]]
+num = 1
+table = "{table}"
+hook = "{hook}"
+match = "-p esp -d 10.0.2.2"
+services = ["dec"]
+
+[service.dec]
+kind = "decrypt"
+[[service.dec.sa]]
+spi = 0x1001
+cipher = "aes-128-gcm"
+key_file = "{a2b}"
+mode = "tunnel"
+peer = "10.0.2.1"
+"#
+        ),
+    );
+    let port = 7000;
+    // The relay's own listener, bound to every address, and the honest destination's.
+    let relay_rx = l
+        .decomp
+        .run(move || UdpSocket::bind(("0.0.0.0", port)).unwrap());
+    let host_rx = l
+        .dst
+        .run(move || UdpSocket::bind(("10.0.3.2", port)).unwrap());
+    for s in [&relay_rx, &host_rx] {
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+    }
+    let key = relay_svc_crypto::load_key(std::path::Path::new(&a2b), Cipher::Aes128Gcm).unwrap();
+    let sa = SaCrypto::new(Cipher::Aes128Gcm, &key);
+    send_raw(
+        &l.comp,
+        vec![
+            tunnel_esp(&sa, 1, [127, 0, 0, 1], port, b"to loopback"),
+            tunnel_esp(&sa, 2, [10, 0, 2, 2], port, b"to the relay"),
+            tunnel_esp(&sa, 3, [10, 0, 3, 1], port, b"to the relay's other side"),
+            tunnel_esp(&sa, 4, [10, 0, 3, 2], port, b"honest"),
+        ],
+    );
+    assert!(
+        wait_for(Duration::from_secs(5), || b.counters("dec")["decrypted"]
+            == 4),
+        "{:?}\n{}",
+        b.counters("dec"),
+        b.log()
+    );
+    let read = |s: &UdpSocket| {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 1500];
+        while let Ok((n, _)) = s.recv_from(&mut buf) {
+            got.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+        }
+        got
+    };
+    assert_eq!(
+        read(&relay_rx),
+        Vec::<String>::new(),
+        "nothing decrypted reached the relay's own socket"
+    );
+    assert_eq!(
+        read(&host_rx),
+        ["honest"],
+        "the honest inner packet is forwarded"
+    );
+    let c = b.counters("dec");
+    assert_eq!(
+        (c["dropped_local_destination"], c["reinjected"]),
+        (3, forwarded),
+        "{c:?}"
+    );
+    assert_eq!(
+        c["dropped_auth_failed"] + c["dropped_unknown_peer"],
+        0,
+        "{c:?}"
+    );
+}

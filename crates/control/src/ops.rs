@@ -29,8 +29,10 @@ impl RuleSet {
         Ok(plan_install(self, family, None)?.text)
     }
 
-    /// Validates every rule for the backend's family with `iptables-restore --test`, one
-    /// run per rule so that an error names the rule (index) and carries iptables' stderr.
+    /// Validates every rule for the backend's family with `iptables-restore --test`: all
+    /// of them in one run, and only if that fails one run per rule, so that an error names
+    /// the rule (index) and carries iptables' stderr. (A run per rule always cost about
+    /// 8 ms per rule and family: `relayd check` of 8,000 queue entries took 130 s.)
     ///
     /// Each rule is tested in the built-in chain of its hook, which also catches matches
     /// the hook cannot use (`-o` in PREROUTING). Nothing is committed. Fails with
@@ -38,6 +40,38 @@ impl RuleSet {
     /// be run at all.
     pub fn validate(&self, backend: &Backend) -> Result<(), ControlError> {
         self.check()?;
+        // Every rule's test lines, grouped by table: (table, lines).
+        let mut tables: Vec<(String, String)> = Vec::new();
+        for (index, rule) in self.rules.iter().enumerate() {
+            if !rule.applies_to(backend.family) {
+                continue;
+            }
+            let table = rule.table.to_string();
+            let at = match tables.iter().position(|(t, _)| *t == table) {
+                Some(at) => at,
+                None => {
+                    tables.push((table, String::new()));
+                    tables.len() - 1
+                }
+            };
+            for (_, line) in test_texts(self, index)? {
+                let body = &mut tables[at].1;
+                body.push_str(&line);
+                body.push('\n');
+            }
+        }
+        if tables.is_empty() {
+            return Ok(());
+        }
+        let all: String = tables
+            .iter()
+            .map(|(table, body)| format!("*{table}\n{body}COMMIT\n"))
+            .collect();
+        let together = match backend.run_restore(&all, true) {
+            Ok(()) => return Ok(()),
+            Err(e @ ControlError::ToolFailed { .. }) => e,
+            Err(e) => return Err(e),
+        };
         for (index, rule) in self.rules.iter().enumerate() {
             if !rule.applies_to(backend.family) {
                 continue;
@@ -60,7 +94,8 @@ impl RuleSet {
                 }
             }
         }
-        Ok(())
+        // Each rule passes alone but not all together: iptables' own message.
+        Err(together)
     }
 
     /// Installs the rule set for the backend's family, atomically and idempotently.

@@ -345,18 +345,25 @@ pub fn decrement_hop(data: &mut [u8]) -> bool {
 }
 
 /// Whether a router may forward a packet to `ip` at all: not unspecified, loopback,
-/// multicast, limited broadcast, IPv4 "this network" (0/8), IPv6 link-local or
-/// IPv4-mapped (the kernel treats all of these as martians or never forwards them).
+/// multicast, limited broadcast, IPv4 "this network" (0/8), link-local (IPv4 169.254/16,
+/// which RFC 3927 2.7 forbids routers to forward, the home of cloud metadata services;
+/// IPv6 fe80::/10) or IPv4-mapped (the kernel treats the others as martians or never
+/// forwards them).
 ///
 /// A decapsulated packet that relayd sends from a raw socket is routed like one the box
 /// originates: to loopback it would be delivered locally, arriving from `lo` where
 /// firewalls usually trust everything. A peer that can forge its outer source could then
 /// reach services bound to the relay itself, which the kernel's own decapsulation never
-/// allows and no router does. So [`Route::Forward`] packets to such addresses are refused.
+/// allows and no router does. So [`Route::Forward`] packets to such addresses are refused,
+/// and so are inner packets a verdict would carry ([`Context::pass_inner`](crate::Context::pass_inner)).
 pub fn forwardable(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(a) => {
-            !(a.octets()[0] == 0 || a.is_loopback() || a.is_multicast() || a.is_broadcast())
+            !(a.octets()[0] == 0
+                || a.is_loopback()
+                || a.is_multicast()
+                || a.is_broadcast()
+                || a.is_link_local())
         }
         IpAddr::V6(a) => {
             !(a.is_unspecified()
@@ -443,16 +450,12 @@ mod tests {
             "fe80::1",
             "::ffff:127.0.0.1",
             "::ffff:10.0.0.1",
+            "169.254.169.254",
+            "169.254.1.1",
         ] {
             assert!(!forwardable(bad.parse().unwrap()), "{bad}");
         }
-        for good in [
-            "10.0.2.2",
-            "192.0.2.1",
-            "169.254.1.1",
-            "fd00:2::2",
-            "2001:db8::1",
-        ] {
+        for good in ["10.0.2.2", "192.0.2.1", "fd00:2::2", "2001:db8::1"] {
             assert!(forwardable(good.parse().unwrap()), "{good}");
         }
     }
@@ -519,5 +522,77 @@ mod tests {
         assert_eq!(cx.emit(&p, 0, &tally), Err(EmitError::Full));
         assert_eq!(counts(&c)["reinject_queue_full"], 1);
         assert_eq!(cx.outbox().len(), Outbox::MAX_PACKETS);
+    }
+
+    /// The decision of every decapsulating service ([`Context::pass_inner`]): an inner
+    /// packet never reaches the box itself, whatever the hook.
+    #[test]
+    fn an_inner_packet_is_never_delivered_locally() {
+        use crate::{Action, Hook, Packet};
+        let c = Counters::new();
+        let tally = Tally::resend(&c);
+        let mut cx = Context::new(0, Instant::now());
+        cx.set_local_addresses(std::sync::Arc::from([
+            "10.0.2.1".parse::<IpAddr>().unwrap(),
+            "10.0.2.255".parse().unwrap(),
+            "fd00:2::1".parse().unwrap(),
+        ]));
+        let pass = |cx: &mut Context, bytes: Vec<u8>, hook: Hook, hw: u16| {
+            let mut p = Packet::from_bytes(&bytes);
+            (p.meta.hook, p.meta.hw_protocol) = (Some(hook), hw);
+            cx.pass_inner(&mut p, &tally)
+        };
+        let refused = [
+            v4([127, 0, 0, 1], 64),
+            v4([127, 1, 2, 3], 64),
+            v4([0, 0, 0, 0], 64),
+            v4([224, 0, 0, 1], 64),
+            v4([255, 255, 255, 255], 64),
+            v4([169, 254, 169, 254], 64),
+            v4([10, 0, 2, 1], 64),
+            v4([10, 0, 2, 255], 64),
+            v6("::1", 64),
+            v6("::", 64),
+            v6("ff02::1", 64),
+            v6("fe80::1", 64),
+            v6("::ffff:127.0.0.1", 64),
+            v6("::ffff:10.0.2.1", 64),
+            v6("fd00:2::1", 64),
+        ];
+        let mut n = 0;
+        for hook in Hook::ALL {
+            for p in &refused {
+                assert_eq!(pass(&mut cx, p.clone(), hook, 0), Action::Drop, "{hook:?}");
+                n += 1;
+            }
+        }
+        assert_eq!(counts(&c)["dropped_local_destination"], n);
+        assert!(cx.outbox().is_empty(), "nothing refused is sent either");
+        // Elsewhere the verdict carries it, except on INPUT (local delivery whatever the
+        // destination) and across families: there it is forwarded anew.
+        for hook in [
+            Hook::Prerouting,
+            Hook::Forward,
+            Hook::Output,
+            Hook::Postrouting,
+        ] {
+            let a = pass(&mut cx, v4([10, 0, 3, 3], 64), hook, 0x0800);
+            assert_eq!(a, Action::Continue, "{hook:?}");
+        }
+        assert!(cx.outbox().is_empty());
+        assert_eq!(
+            pass(&mut cx, v4([10, 0, 3, 3], 64), Hook::Input, 0x0800),
+            Action::Drop
+        );
+        assert_eq!(
+            pass(&mut cx, v6("fd00:3::3", 64), Hook::Prerouting, 0x0800),
+            Action::Drop
+        );
+        let out: Vec<_> = cx.outbox().iter().collect();
+        assert_eq!(out.len(), 2);
+        assert!(out.iter().all(|p| p.route == Route::Forward));
+        assert_eq!(out[0].destination, "10.0.3.3".parse::<IpAddr>().unwrap());
+        assert_eq!(out[0].bytes[8], 63, "forwarded as a router would");
+        assert_eq!(counts(&c)["dropped_local_destination"], n, "unchanged");
     }
 }

@@ -6,10 +6,11 @@
 //! queues by accident. `process` is synchronous and must not allocate in steady state.
 
 use crate::counters::Counters;
-use crate::hook::StageMark;
+use crate::hook::{Hook, StageMark};
 use crate::outbox::{self, EmitError, Outbox, Route, Tally};
 use crate::packet::Packet;
 use serde::de::DeserializeOwned;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -71,6 +72,9 @@ pub struct Context {
     pub bypass_mark: u32,
     /// Where the stage bits sit in the mark.
     pub stages: StageMark,
+    /// The box's own addresses (sorted, IPv4-mapped ones as IPv4), as the datapath last
+    /// read them ([`Context::set_local_addresses`]); empty where unknown (tests, replay).
+    local: Arc<[IpAddr]>,
     outbox: Outbox,
 }
 
@@ -83,8 +87,56 @@ impl Context {
             now,
             bypass_mark: 0,
             stages: StageMark::DEFAULT,
+            local: Arc::from([]),
             outbox: Outbox::new(),
         }
+    }
+
+    /// Tells the services the box's own addresses: every address of every interface and
+    /// each IPv4 broadcast address, sorted, IPv4-mapped ones as IPv4 (what
+    /// `relay_inject::local_addresses` returns). The datapath renews them about once a
+    /// second; a clone of the same snapshot costs no allocation.
+    pub fn set_local_addresses(&mut self, addrs: Arc<[IpAddr]>) {
+        self.local = addrs;
+    }
+
+    /// Whether `ip` is one of the box's own addresses as last set (false where unknown).
+    pub fn is_local(&self, ip: IpAddr) -> bool {
+        self.local.binary_search(&ip.to_canonical()).is_ok()
+    }
+
+    /// Hands on `pkt`, the inner packet a service decapsulated or decrypted in place of
+    /// the queued one (tunnel-mode ESP, MPLS), without ever delivering it to this box: a
+    /// peer holding the tunnel's key (or a compromised one) chooses the inner header, and
+    /// must not reach the relay's own sockets past the rules the outer packet met.
+    ///
+    /// - An inner packet addressed to an address no router forwards to
+    ///   ([`outbox::forwardable`]: loopback, unspecified, multicast, broadcast,
+    ///   link-local, IPv4-mapped) or to one of the box's own addresses
+    ///   ([`Context::is_local`]) is dropped on every hook, counted in
+    ///   `dropped_local_destination`. (On PREROUTING the kernel routes the accepted
+    ///   packet by its new header, and IPv6's loopback check ran before the hook; on
+    ///   OUTPUT it routes it again; on FORWARD it would leave by the outer packet's route.)
+    /// - On INPUT an accepted packet is delivered locally whatever its destination (the
+    ///   kernel does not route it again), and a verdict cannot change the address family:
+    ///   there the packet is forwarded anew ([`Context::forward_packet`], which the datapath
+    ///   again refuses for the box's own addresses) and the queued original dropped.
+    /// - Otherwise the verdict carries it on: [`Action::Continue`].
+    pub fn pass_inner(&mut self, pkt: &mut Packet, tally: &Tally) -> Action {
+        let Some((version, to)) = outbox::destination(pkt.data()) else {
+            tally.failed();
+            return Action::Drop;
+        };
+        if !outbox::forwardable(to) || self.is_local(to) {
+            tally.local_destination();
+            return Action::Drop;
+        }
+        if pkt.meta.hook == Some(Hook::Input) || !pkt.meta.verdict_carries(version) {
+            // What became of it is counted in the tally.
+            let _ = self.forward_packet(pkt, tally);
+            return Action::Drop;
+        }
+        Action::Continue
     }
 
     /// `mark` with its stage bits replaced by this queue's: the mark a packet a service

@@ -9,6 +9,7 @@
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Every address of every local interface (and the broadcast address of each IPv4 one),
@@ -73,7 +74,7 @@ unsafe fn sockaddr_ip(sa: *const libc::sockaddr) -> Option<IpAddr> {
 /// at most one `getifaddrs` a second per queue thread and none per packet).
 #[derive(Debug)]
 pub struct LocalAddrs {
-    addrs: Vec<IpAddr>,
+    addrs: Arc<[IpAddr]>,
     read: Option<Instant>,
 }
 
@@ -84,7 +85,7 @@ impl LocalAddrs {
     /// An empty snapshot, read on first use.
     pub fn new() -> LocalAddrs {
         LocalAddrs {
-            addrs: Vec::new(),
+            addrs: Arc::from([]),
             read: None,
         }
     }
@@ -92,16 +93,23 @@ impl LocalAddrs {
     /// Whether `ip` is one of the box's addresses as of at most [`LocalAddrs::MAX_AGE`]
     /// before `now`. If the addresses cannot be read, the last snapshot serves.
     pub fn contains(&mut self, ip: IpAddr, now: Instant) -> bool {
+        self.snapshot(now).binary_search(&ip.to_canonical()).is_ok()
+    }
+
+    /// The box's addresses as of at most [`LocalAddrs::MAX_AGE`] before `now` (sorted,
+    /// IPv4-mapped ones as IPv4), for the services' [`relay_core::Context`]: a clone of
+    /// the same snapshot until it is read again, so no allocation per batch.
+    pub fn snapshot(&mut self, now: Instant) -> &Arc<[IpAddr]> {
         let stale = self
             .read
             .is_none_or(|t| now.saturating_duration_since(t) >= Self::MAX_AGE);
         if stale {
             if let Ok(a) = local_addresses() {
-                self.addrs = a;
+                self.addrs = a.into();
             }
             self.read = Some(now);
         }
-        self.addrs.binary_search(&ip.to_canonical()).is_ok()
+        &self.addrs
     }
 }
 

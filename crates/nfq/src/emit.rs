@@ -127,6 +127,14 @@ impl Emitter {
         }
     }
 
+    /// The box's addresses as of at most a second before `now` (the snapshot `flush`
+    /// checks forwarded packets against), for the services' context: decapsulating
+    /// services refuse inner packets addressed to them
+    /// ([`relay_core::Context::pass_inner`]).
+    pub fn local_addresses(&mut self, now: Instant) -> std::sync::Arc<[IpAddr]> {
+        self.local.snapshot(now).clone()
+    }
+
     /// Sends everything in `outbox` (at most one `sendmmsg` per socket, more only after a
     /// refused packet), counts each packet in its tally, and empties the outbox. `queue`
     /// names the queue in warnings; `now` is the batch clock, on which the snapshot of the

@@ -264,6 +264,12 @@ impl Engine {
         }
     }
 
+    /// Tells the services the box's own addresses from now on
+    /// ([`Context::set_local_addresses`]).
+    pub(crate) fn set_local_addresses(&mut self, addrs: std::sync::Arc<[std::net::IpAddr]>) {
+        self.cx.set_local_addresses(addrs);
+    }
+
     /// Handles the datagrams received into the first `received.len()` slots at `now`:
     /// decodes them, runs the chain, and sends the verdicts through `kernel`. What the
     /// services emitted waits in [`Engine::outbox_mut`].

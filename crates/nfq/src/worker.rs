@@ -226,6 +226,9 @@ impl Worker {
             len: m.msg_len as usize,
             truncated: m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
         });
+        // Decapsulating services must know the box's addresses (renewed once a second).
+        let local = self.emitter.local_addresses(now);
+        self.engine.set_local_addresses(local);
         self.engine.handle_batch(received, now, &mut self.sock);
         let num = self.num();
         let outbox = self.engine.outbox_mut();

@@ -18,6 +18,8 @@ pub use window::{Replay, ReplayWindow};
 
 #[cfg(test)]
 mod tests {
+    mod local_delivery;
+
     use super::*;
     use relay_core::wire::esp::HEADER_LEN as ESP_LEN;
     use relay_core::wire::{

@@ -9,11 +9,14 @@
 
 mod app;
 mod detect;
+mod exception;
 mod flowbits;
 mod packet;
 mod payload;
+mod reclaim;
 
 pub use detect::{DEFAULT_STREAM_LOOKBACK, Detector, DetectorOptions};
+pub use exception::ExceptionPolicy;
 
 use crate::buffer::Buffer;
 use crate::classify::Classes;

@@ -37,6 +37,7 @@ pub use judge::{Invalid, TcpOptions};
 pub use tcp::{TcpState, tcp_fast_open};
 
 use crate::applayer::Dir;
+use crate::hostos::PolicyMap;
 use crate::stream::StreamLimits;
 use crate::stream::{
     DEFAULT_MEMCAP, MemBudget, SegmentResult, Stream, StreamCounters, StreamPolicy,
@@ -79,8 +80,9 @@ pub struct FlowLimits {
     pub memcap: usize,
     /// Per-direction stream bounds.
     pub stream: StreamLimits,
-    /// How overlapping segments are resolved (the protected hosts' OS).
-    pub policy: StreamPolicy,
+    /// How overlapping segments are resolved, by the receiving host's address (the
+    /// protected hosts' OS).
+    pub policy: PolicyMap<StreamPolicy>,
     /// Inline mode: segments overlapping received bytes with different data are not
     /// inserted (and the detector drops them). Default false.
     pub reject_different: bool,
@@ -99,7 +101,7 @@ impl Default for FlowLimits {
             midstream: false,
             memcap: DEFAULT_MEMCAP,
             stream: StreamLimits::default(),
-            policy: StreamPolicy::default(),
+            policy: PolicyMap::default(),
             reject_different: false,
             normalize: true,
         }
@@ -216,6 +218,10 @@ pub struct TcpHeader {
     pub tsval: Option<u32>,
     /// The window scale option's shift (SYN), if present.
     pub wscale: Option<u8>,
+    /// The urgent pointer.
+    pub urgent: u16,
+    /// A TCP-MD5 or TCP-AO option is present.
+    pub sig: bool,
     /// The IP TTL (hop limit) as read at the queue's hook.
     pub ttl: u8,
     /// Where the TTL was read: `Some(false)` after the forwarding decrement (FORWARD,
@@ -457,14 +463,22 @@ impl<T: Default> FlowTable<T> {
         };
         let opts = tcp::Opts {
             midstream: self.limits.midstream,
-            policy: self.limits.policy,
             reject_different: self.limits.reject_different,
             normalize: self.limits.normalize,
         };
+        let policy = &self.limits.policy;
         let slot = self.slots.get_mut(s as usize)?;
         let generation = slot.generation;
         let flow = slot.flow.as_mut()?;
         let dir = flow.dir_of(src_lo);
+        if new {
+            // Each direction's receiver decides how its overlaps resolve.
+            let (client, server) = (flow.client().0, flow.server().0);
+            if let Some(t) = &mut flow.tcp {
+                let policies = [policy.get_key(server), policy.get_key(client)];
+                t.configure(policies, opts.reject_different);
+            }
+        }
         flow.pkts[dir.index()] += 1;
         flow.last = now;
         let (seg, established, invalid) = match (&mut flow.tcp, &p.tcp) {
@@ -537,6 +551,19 @@ impl<T> FlowTable<T> {
     pub fn sweep(&mut self, now: Instant) -> usize {
         let now = self.ns(now);
         self.sweep_all(now)
+    }
+
+    /// Each tracked flow's state with the time since its last packet, at `now` (for a
+    /// pass over the table that frees memory, such as the application layer's reclaim).
+    pub fn idle_states_mut(&mut self, now: Instant) -> impl Iterator<Item = (Duration, &mut T)> {
+        let now = self.ns(now);
+        self.slots.iter_mut().filter_map(move |s| {
+            let f = s.flow.as_mut()?;
+            Some((
+                Duration::from_nanos(now.saturating_sub(f.last)),
+                &mut f.state,
+            ))
+        })
     }
 
     fn ns(&mut self, now: Instant) -> u64 {

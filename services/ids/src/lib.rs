@@ -14,7 +14,9 @@ pub mod decode;
 mod engine;
 mod eve;
 pub mod flow;
+pub mod hostos;
 mod inspect;
+pub mod memcap;
 mod parse;
 mod prefilter;
 mod reject;
@@ -25,6 +27,7 @@ pub mod stream;
 mod testutil;
 mod track;
 
+pub use engine::ExceptionPolicy;
 pub use engine::{
     DEFAULT_STREAM_LOOKBACK, Detector, DetectorOptions, INSPECT_BUDGET, LoadError, LoadOptions,
     MAX_ALERTS_PER_PACKET, Outcome, RuleSet,

@@ -2,9 +2,10 @@
 //! configuration, shared by the queue threads) and the per-packet call.
 
 use crate::applayer::http::{DecodeOptions, HttpLimits};
-use crate::engine::{Detector, DetectorOptions, LoadOptions, Outcome, RuleSet};
+use crate::engine::{Detector, DetectorOptions, ExceptionPolicy, LoadOptions, Outcome, RuleSet};
 use crate::eve::EveWriter;
 use crate::flow::FlowLimits;
+use crate::hostos::{FragPolicy, PolicyMap, PolicySpec};
 use crate::reject::{RejectCounters, RejectLimits, Rejecter};
 use crate::stream::StreamLimits;
 use relay_core::builtin::de_u32;
@@ -15,6 +16,7 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Configuration of `ids` (`[service.NAME]` with `kind = "ids"`).
 #[derive(Debug, Clone, Deserialize)]
@@ -88,6 +90,13 @@ pub struct IdsConfig {
     /// traffic).
     #[serde(default)]
     pub drop_invalid: Option<bool>,
+    /// How the protected hosts' TCP resolves overlapping segments, so that the bytes
+    /// inspected are the bytes the application reads: one of Suricata's `host-os-policy`
+    /// names for every host (`"linux"`, the default), or a table of prefixes with an
+    /// optional `default` (`{ default = "linux", "192.168.1.0/24" = "windows" }`), the
+    /// receiving host's address choosing.
+    #[serde(default = "default_frag_policy")]
+    pub stream_policy: PolicySpec,
     /// Bytes of stream before a packet's new bytes that stream inspection includes
     /// (default 2048): a pattern split across segments is found if it spans at most this
     /// many bytes before the segment that completes it.
@@ -141,6 +150,72 @@ pub struct IdsConfig {
         deserialize_with = "de_at_least_1"
     )]
     pub reject_dest_burst: u32,
+    /// How the protected hosts reassemble IP fragments, when relayd sees them unreassembled
+    /// (no conntrack defragmentation in the relay's namespace): one policy name for every
+    /// destination (default `"linux"`, Linux 4.19 and later), or a table of prefixes,
+    /// `{ default = "linux", "192.168.1.0/24" = "windows" }`. Names: `linux`,
+    /// `old-linux`, `first`, `last`, `bsd`, `bsd-right`, `windows`, `solaris` (and
+    /// Suricata's host-os-policy names).
+    #[serde(default = "default_frag_policy")]
+    pub frag_policy: PolicySpec,
+    /// Seconds an incomplete IPv4 fragment train is held (default 30, the destination's
+    /// `net.ipv4.ipfrag_time`). At least 1.
+    #[serde(default = "default_frag_timeout", deserialize_with = "de_at_least_1")]
+    pub frag_timeout: u32,
+    /// Seconds an incomplete IPv6 fragment train is held (default 60, the destination's
+    /// `net.ipv6.ip6frag_time`). At least 1.
+    #[serde(default = "default_frag6_timeout", deserialize_with = "de_at_least_1")]
+    pub frag6_timeout: u32,
+    /// Bytes fragment trains may be charged per queue thread (default 4194304, 4 MiB, the
+    /// destination's `net.ipv4.ipfrag_high_thresh`); past it fragments are refused
+    /// (`defrag_refused`) and, inline, dropped. At least 1.
+    #[serde(
+        default = "default_frag_memcap",
+        deserialize_with = "de_at_least_1_usize"
+    )]
+    pub frag_memcap: usize,
+    /// The destination's `net.ipv4.ipfrag_max_dist` (default 64; 0: off): an IPv4 train
+    /// whose next fragment comes after more than this many fragments of the same source
+    /// is restarted by Linux (inline, relayd drops that fragment instead).
+    #[serde(default = "default_frag_max_dist")]
+    pub frag_max_dist: u32,
+    /// Bytes all application-layer parser states of a queue thread may hold together
+    /// (default 67108864, 64 MiB; Suricata's `app-layer.protocols.http.memcap`, here for
+    /// every parser): HTTP heads, bodies, decompressors and pending transactions, DNS and
+    /// TLS buffers. A flow whose parser would pass it is stopped (`app_memcap`) and gets
+    /// `exception_policy`. At least `http_request_body_limit` + `http_response_body_limit`.
+    #[serde(
+        default = "default_app_memcap",
+        deserialize_with = "de_at_least_1_usize"
+    )]
+    pub app_memcap: usize,
+    /// What happens to a flow a memcap refuses memory (the application-layer memcap; the
+    /// stream memcap too): `drop-flow`, `pass-flow`, `bypass` (as `pass-flow`), `ignore`
+    /// (keep inspecting its packets and stream without its parser) or `auto` (default:
+    /// `drop-flow` if the rules can drop or reject, else `ignore`, as Suricata's default
+    /// in IPS and IDS mode).
+    #[serde(default)]
+    pub exception_policy: ExceptionPolicy,
+}
+
+fn default_frag_policy() -> PolicySpec {
+    PolicySpec::One("linux".into())
+}
+
+fn default_frag_timeout() -> u32 {
+    30
+}
+
+fn default_frag6_timeout() -> u32 {
+    60
+}
+
+fn default_frag_memcap() -> usize {
+    crate::decode::DEFAULT_FRAG_MEMCAP
+}
+
+fn default_frag_max_dist() -> u32 {
+    64
 }
 
 fn de_opt_u32<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
@@ -203,6 +278,10 @@ fn default_http_decompress_layers() -> usize {
     HttpLimits::default().decode.layers
 }
 
+fn default_app_memcap() -> usize {
+    crate::applayer::budget::DEFAULT_APP_MEMCAP
+}
+
 fn default_stream_lookback() -> usize {
     crate::engine::DEFAULT_STREAM_LOOKBACK
 }
@@ -226,6 +305,8 @@ impl IdsConfig {
                 max_flows: self.flows,
                 midstream: self.midstream,
                 memcap: self.stream_memcap,
+                // Checked by `into_factory` before.
+                policy: self.stream_policies().unwrap_or_default(),
                 stream: StreamLimits {
                     depth: self.stream_depth,
                     buffer: self.stream_buffer,
@@ -243,8 +324,34 @@ impl IdsConfig {
                 },
                 ..HttpLimits::default()
             },
+            decode: crate::decode::DecodeOptions {
+                defrag: crate::decode::DefragLimits {
+                    memcap: self.frag_memcap,
+                    timeout: Duration::from_secs(u64::from(self.frag_timeout)),
+                    timeout6: Duration::from_secs(u64::from(self.frag6_timeout)),
+                    max_dist: self.frag_max_dist,
+                    // Checked by `into_factory` before.
+                    policy: self.frag_policies().unwrap_or_default(),
+                    ..crate::decode::DefragLimits::default()
+                },
+                ..crate::decode::DecodeOptions::default()
+            },
+            app_memcap: self.app_memcap,
+            exception_policy: self.exception_policy,
             ..DetectorOptions::default()
         }
+    }
+
+    /// The stream overlap policy table `stream_policy` describes.
+    fn stream_policies(
+        &self,
+    ) -> Result<PolicyMap<crate::stream::StreamPolicy>, crate::hostos::PolicyMapError> {
+        PolicyMap::from_spec("stream_policy", &self.stream_policy)
+    }
+
+    /// The fragment policy table `frag_policy` describes.
+    fn frag_policies(&self) -> Result<PolicyMap<FragPolicy>, crate::hostos::PolicyMapError> {
+        PolicyMap::from_spec("frag_policy", &self.frag_policy)
     }
 }
 
@@ -273,10 +380,24 @@ impl ServiceConfig for IdsConfig {
             )
             .into());
         }
+        self.frag_policies().map_err(|e| e.to_string())?;
+        self.stream_policies().map_err(|e| e.to_string())?;
         if !(1..=4).contains(&self.http_decompress_layers) {
             return Err(format!(
                 "http_decompress_layers ({}) must be 1 to 4",
                 self.http_decompress_layers
+            )
+            .into());
+        }
+        // Below both body limits one flow could never hold its bodies: every large body
+        // would be a memcap exception.
+        let bodies = self
+            .http_request_body_limit
+            .saturating_add(self.http_response_body_limit);
+        if self.app_memcap < bodies {
+            return Err(format!(
+                "app_memcap ({}) must be at least http_request_body_limit + http_response_body_limit ({bodies})",
+                self.app_memcap
             )
             .into());
         }
@@ -436,6 +557,39 @@ mod tests {
     }
 
     #[test]
+    fn stream_policy_takes_a_name_or_a_table() {
+        use crate::stream::StreamPolicy;
+        let o = config("stream_policy = \"windows\"\n").detector_options(true);
+        assert_eq!(o.flows.policy.get_key(0), StreamPolicy::Windows);
+        let o = config("stream_policy = { default = \"bsd\", \"192.168.1.0/24\" = \"vista\" }\n")
+            .detector_options(true);
+        let key = |s: &str| crate::rule::ip_key(s.parse().unwrap());
+        assert_eq!(
+            o.flows.policy.get_key(key("192.168.1.9")),
+            StreamPolicy::Vista
+        );
+        assert_eq!(o.flows.policy.get_key(key("10.0.0.1")), StreamPolicy::Bsd);
+        assert_eq!(
+            config("")
+                .detector_options(true)
+                .flows
+                .policy
+                .get_key(key("::1")),
+            StreamPolicy::Linux
+        );
+        for bad in [
+            "stream_policy = \"beos\"\n",
+            "stream_policy = { \"10.0.0.0/33\" = \"bsd\" }\n",
+        ] {
+            let err = match config(bad).into_factory("ids") {
+                Err(e) => e.to_string(),
+                Ok(_) => panic!("accepted {bad}"),
+            };
+            assert!(err.contains("stream_policy"), "{err}");
+        }
+    }
+
+    #[test]
     fn drop_invalid_defaults_to_whether_the_rules_block() {
         assert!(config("").detector_options(true).drop_invalid);
         assert!(!config("").detector_options(false).drop_invalid);
@@ -463,6 +617,102 @@ mod tests {
                 .into_factory("ids")
                 .is_ok()
         );
+    }
+
+    #[test]
+    fn fragment_keys_are_checked_and_reach_the_decoder() {
+        let d = config("").detector_options(true).decode.defrag;
+        assert_eq!(d, crate::decode::DefragLimits::default());
+        assert_eq!(
+            (
+                d.timeout.as_secs(),
+                d.timeout6.as_secs(),
+                d.memcap,
+                d.max_dist
+            ),
+            (30, 60, 4 << 20, 64)
+        );
+        let c = config(
+            "frag_timeout = 20\nfrag6_timeout = 40\nfrag_memcap = 1000\nfrag_max_dist = 0\n\
+             frag_policy = { default = \"bsd\", \"192.168.1.0/24\" = \"windows\" }\n",
+        );
+        let d = c.detector_options(true).decode.defrag;
+        assert_eq!(
+            (
+                d.timeout.as_secs(),
+                d.timeout6.as_secs(),
+                d.memcap,
+                d.max_dist
+            ),
+            (20, 40, 1000, 0)
+        );
+        assert_eq!(d.policy.get_v4(0xc0a8_0107), FragPolicy::Windows);
+        assert_eq!(d.policy.get_v4(0x0a00_0001), FragPolicy::Bsd);
+        let one = config("frag_policy = \"solaris\"\n").detector_options(true);
+        assert_eq!(one.decode.defrag.policy.get_v4(1), FragPolicy::Solaris);
+        for (bad, names) in [
+            ("frag_policy = \"beos\"\n", "beos"),
+            (
+                "frag_policy = { \"10.0.0.0/33\" = \"bsd\" }\n",
+                "10.0.0.0/33",
+            ),
+            (
+                "frag_policy = { \"10.0.0.0/8\" = \"nope\" }\n",
+                "10.0.0.0/8",
+            ),
+        ] {
+            let err = match config(bad).into_factory("ids") {
+                Err(e) => e.to_string(),
+                Ok(_) => panic!("accepted {bad}"),
+            };
+            assert!(err.contains("frag_policy") && err.contains(names), "{err}");
+        }
+        for bad in [
+            "frag_timeout = 0\n",
+            "frag6_timeout = 0\n",
+            "frag_memcap = 0\n",
+        ] {
+            assert!(
+                toml::from_str::<IdsConfig>(&format!("rules = [\"r\"]\n{bad}")).is_err(),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn app_memcap_and_exception_policy_are_checked_and_reach_the_detector() {
+        let o = config("").detector_options(true);
+        assert_eq!(
+            (o.app_memcap, o.exception_policy),
+            (64 << 20, ExceptionPolicy::Auto)
+        );
+        for (v, want) in [
+            ("drop-flow", ExceptionPolicy::DropFlow),
+            ("pass-flow", ExceptionPolicy::PassFlow),
+            ("bypass", ExceptionPolicy::Bypass),
+            ("ignore", ExceptionPolicy::Ignore),
+            ("auto", ExceptionPolicy::Auto),
+        ] {
+            let c = config(&format!(
+                "exception_policy = \"{v}\"\napp_memcap = 1048576\n"
+            ));
+            let o = c.detector_options(true);
+            assert_eq!((o.app_memcap, o.exception_policy), (1 << 20, want));
+        }
+        for bad in [
+            "exception_policy = \"drop-packet\"\n",
+            "exception_policy = \"reject\"\n",
+            "app_memcap = 0\n",
+        ] {
+            let r = toml::from_str::<IdsConfig>(&format!("rules = [\"r\"]\n{bad}"));
+            assert!(r.is_err(), "accepted {bad}");
+        }
+        let err = match config("app_memcap = 100000\n").into_factory("ids") {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("accepted an app_memcap below the body limits"),
+        };
+        assert!(err.contains("app_memcap"), "{err}");
+        assert!(config("app_memcap = 204800\n").into_factory("ids").is_ok());
     }
 
     #[test]

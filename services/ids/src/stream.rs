@@ -120,8 +120,8 @@ impl StreamCounters {
 /// allocate or free, so the streams need no shared pointer.
 #[derive(Debug)]
 pub struct MemBudget {
-    cap: usize,
-    used: usize,
+    /// The cap and the bytes charged (shared logic with the application-layer memcap).
+    mem: crate::memcap::Memcap,
     limits: StreamLimits,
     counters: StreamCounters,
 }
@@ -130,8 +130,7 @@ impl MemBudget {
     /// A budget of `cap` bytes for streams bounded by `limits`, counting in `counters`.
     pub fn new(cap: usize, limits: StreamLimits, counters: StreamCounters) -> MemBudget {
         MemBudget {
-            cap,
-            used: 0,
+            mem: crate::memcap::Memcap::new(cap, counters.memuse.clone()),
             limits,
             counters,
         }
@@ -139,12 +138,12 @@ impl MemBudget {
 
     /// Bytes charged now (buffer capacity and held segments of every stream).
     pub fn used(&self) -> usize {
-        self.used
+        self.mem.used()
     }
 
     /// The memcap.
     pub fn cap(&self) -> usize {
-        self.cap
+        self.mem.cap()
     }
 
     /// The per-direction bounds.
@@ -158,28 +157,17 @@ impl MemBudget {
     }
 
     fn try_charge(&mut self, n: usize) -> bool {
-        match self.used.checked_add(n) {
-            Some(u) if u <= self.cap => {
-                self.used = u;
-                self.counters.memuse.set(u as u64);
-                true
-            }
-            _ => false,
-        }
+        self.mem.try_charge(n)
     }
 
     /// Charges `n` whatever the cap (allocator rounding, which the global allocator does
     /// not do for `Vec<u8>`; kept so the figure stays true if it ever did).
     fn force(&mut self, n: usize) {
-        if n > 0 {
-            self.used = self.used.saturating_add(n);
-            self.counters.memuse.set(self.used as u64);
-        }
+        self.mem.force(n);
     }
 
     fn credit(&mut self, n: usize) {
-        self.used = self.used.saturating_sub(n);
-        self.counters.memuse.set(self.used as u64);
+        self.mem.credit(n);
     }
 }
 

@@ -86,3 +86,27 @@ fn fragments_are_inspected_once_reassembled() {
     assert_eq!(counter(&c, "reassembled"), 1);
     assert_eq!(counter(&c, "sid:2"), 1);
 }
+
+#[test]
+fn the_fragment_that_completed_a_dropped_datagram_cannot_be_sent_again() {
+    // Issue 24: only the completing fragment was dropped and the train forgotten, so the
+    // same fragment sent again completed the datagram at the host.
+    let (mut d, c) = detector("drop udp any any -> any any (content:\"forbidden\"; sid:1;)");
+    let mut body = vec![b'x'; 100];
+    body[60..69].copy_from_slice(b"forbidden");
+    let whole = udp4(CLIENT, SERVER, 1234, 53, &body);
+    let frags = fragments(whole.data(), 64);
+    assert_eq!(frags.len(), 2);
+    let now = Instant::now();
+    let mut first = Packet::from_bytes(frags[0].data());
+    assert_eq!(d.inspect(&mut first, now), Outcome::Clean);
+    for _ in 0..3 {
+        let mut last = Packet::from_bytes(frags[1].data());
+        assert_eq!(d.inspect(&mut last, now), Outcome::Drop);
+    }
+    assert_eq!(counter(&c, "reassembled"), 1);
+    assert_eq!(counter(&c, "defrag_dropped_train"), 2);
+    // The first fragment again is dropped too: the host still holds it.
+    let mut first = Packet::from_bytes(frags[0].data());
+    assert_eq!(d.inspect(&mut first, now), Outcome::Drop);
+}

@@ -353,3 +353,30 @@ fn honest_traffic_is_untouched() {
     }
     assert_eq!(counter(&bed.c, "invalid_dropped"), 0);
 }
+
+#[test]
+fn urgent_data_is_dropped_inline() {
+    // "EV", then "XIL" with the urgent pointer on "X": Linux takes "X" out of the stream
+    // and the application reads "EVIL".
+    let mut bed = Bed::new(true);
+    bed.handshake(false);
+    bed.send(seg(true, C0, S0, PSH_ACK, 65535, &[], 64, b"EV"));
+    let mut urg = seg(true, C0 + 2, S0, PSH_ACK | 0x20, 65535, &[], 64, b"XIL");
+    urg.data_mut()[38..40].copy_from_slice(&1u16.to_be_bytes());
+    fix_tcp4_checksum(&mut urg);
+    assert_eq!(bed.send(urg), Outcome::Drop);
+    assert_eq!(counter(&bed.c, "stream_invalid_urgent"), 1);
+}
+
+#[test]
+fn a_decoy_with_a_signature_option_no_key_expects_is_not_inserted() {
+    // TCP-MD5 option (kind 19, 18 bytes) and two NOPs: the host has no key for a
+    // connection whose handshake had none, and drops it (TCP_MD5UNEXPECTED).
+    let mut md5 = vec![1, 1, 19, 18];
+    md5.extend_from_slice(&[0u8; 16]);
+    assert_caught(
+        true,
+        seg(true, C0 + 2, S0, PSH_ACK, 65535, &md5, 64, b"XX"),
+        "stream_invalid_signature",
+    );
+}

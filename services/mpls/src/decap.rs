@@ -175,16 +175,14 @@ impl Service for DecapService {
         }
         let c = &*self.checked;
         match locate_inner_from(pkt.data(), &c.peers, &c.labels) {
-            Ok((off, len, v, _)) => {
+            Ok((off, len, _, _)) => {
                 pkt.remove(0, off);
                 pkt.resize(len);
                 self.decapsulated.inc();
-                if pkt.meta.verdict_carries(v) {
-                    return Action::Continue;
-                }
-                // An IPv4 hook cannot hand back IPv6: the inner packet is sent anew.
-                let _ = cx.forward_packet(pkt, &self.resend);
-                Action::Drop
+                // Never to this box: refused (`dropped_local_destination`), forwarded
+                // anew on INPUT or across families (an IPv4 hook cannot hand back IPv6),
+                // else carried on by the verdict.
+                cx.pass_inner(pkt, &self.resend)
             }
             Err(DecapError::NotMpls) => {
                 self.passed.inc();

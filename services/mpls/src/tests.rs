@@ -695,3 +695,75 @@ fn check_refuses_what_tc_would() {
     }
     assert!(with("rate = \"20mbit\"", "rate = \"8bit\"").is_none());
 }
+
+/// A peer (or whoever forges its outer source) chooses the inner header: one addressed
+/// to the edge itself, to loopback or to any address no router forwards to is dropped on
+/// every hook and counted, never handed to the kernel to deliver locally. On INPUT, where
+/// a verdict delivers locally whatever the address, honest packets are forwarded anew.
+#[test]
+fn decap_never_delivers_the_inner_packet_locally() {
+    use relay_core::Hook;
+    use relay_core::wire::Ipv6Packet;
+    use std::net::IpAddr;
+    // MPLS-in-IP from PEER, the inner packet at 20 (outer header) + 4 (one label).
+    let to = |dst: &str| {
+        let a: IpAddr = dst.parse().unwrap();
+        let mut e = encapsulated("ip", &if a.is_ipv4() { udp4(b"x") } else { udp6(b"x") });
+        let inner = &mut e[24..];
+        match a {
+            IpAddr::V4(a) => {
+                let mut ip = Ipv4Packet::new_unchecked(inner);
+                ip.set_dst_addr(a);
+                ip.fill_checksum();
+            }
+            IpAddr::V6(a) => Ipv6Packet::new_unchecked(inner).set_dst_addr(a),
+        }
+        e
+    };
+    let counters = Counters::new();
+    let mut d = decap(&[100, 101])
+        .into_factory("d")
+        .unwrap()
+        .build(&counters);
+    let edge_cx = || {
+        let mut c = cx();
+        c.set_local_addresses(std::sync::Arc::from(
+            ["10.1.2.1", "192.0.2.2"].map(|a| a.parse::<IpAddr>().unwrap()),
+        ));
+        c
+    };
+    let mut n = 0;
+    for hook in Hook::ALL {
+        for bad in [
+            "127.0.0.1",
+            "0.0.0.0",
+            "255.255.255.255",
+            "224.0.0.1",
+            "169.254.169.254",
+            "10.1.2.1",
+            "::1",
+            "fe80::1",
+            "ff02::1",
+            "::ffff:127.0.0.1",
+        ] {
+            let mut p = Packet::from_bytes(&to(bad));
+            p.meta.hook = Some(hook);
+            let mut c = edge_cx();
+            assert_eq!(d.process(&mut p, &mut c), Action::Drop, "{bad} {hook:?}");
+            assert!(c.outbox().is_empty());
+            n += 1;
+        }
+    }
+    assert_eq!(counters_map(&counters)["dropped_local_destination"], n);
+    // Honest: carried by the verdict before routing, forwarded anew on INPUT.
+    let mut p = Packet::from_bytes(&to("10.1.2.3"));
+    p.meta.hook = Some(Hook::Prerouting);
+    assert_eq!(d.process(&mut p, &mut edge_cx()), Action::Continue);
+    assert_eq!(p.data(), &udp4(b"x")[..]);
+    let mut p = Packet::from_bytes(&to("10.1.2.3"));
+    p.meta.hook = Some(Hook::Input);
+    let mut c = edge_cx();
+    assert_eq!(d.process(&mut p, &mut c), Action::Drop);
+    assert_eq!(c.outbox().len(), 1);
+    assert_eq!(counters_map(&counters)["dropped_local_destination"], n);
+}

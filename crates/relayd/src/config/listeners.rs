@@ -3,7 +3,7 @@
 //! diversion is checked in `tproxy`).
 
 use super::daemon::DaemonConfig;
-use super::error::{Ctx, line_col, line_span, section_error};
+use super::error::{Ctx, section_error};
 use super::queue::QueueSpec;
 use super::services::{ListenerSection, ServiceEntry};
 use super::tproxy::{self, TproxySetup};
@@ -140,7 +140,7 @@ fn read_listeners<'s, 'a>(
         }
         listeners.push(ListenerSpec {
             name: name.clone(),
-            line: line_col(cx.text, l.kind_span.start).0,
+            line: cx.line_col(l.kind_span.start).0,
             kind,
         });
     }
@@ -214,7 +214,7 @@ fn check_addresses(cx: &mut Ctx<'_>, listeners: &[ListenerSpec]) {
             .find(|b| b.kind.listen() == a.kind.listen() && a.kind.listen().port() != 0)
         {
             cx.err(
-                Some(line_span(cx.text, a.line)),
+                Some(cx.lines.line_span(a.line)),
                 format!("service.{}.listen", a.name),
                 format!("{} is also service `{}`'s address", a.kind.listen(), b.name),
             );

@@ -88,12 +88,7 @@ pub fn load(path: &Path, registry: &Registry) -> Result<Config, ConfigErrors> {
 
 /// Parses and checks configuration text (`path` is used in error messages).
 pub fn parse(text: &str, path: &Path, registry: &Registry) -> Result<Config, ConfigErrors> {
-    let mut cx = Ctx {
-        path,
-        text,
-        errors: Vec::new(),
-        warnings: Vec::new(),
-    };
+    let mut cx = Ctx::new(path, text);
     if let Err(e) = toml::de::DeTable::parse(text) {
         return Err(ConfigErrors(vec![toml_error(&cx, &e, "(syntax)")]));
     }

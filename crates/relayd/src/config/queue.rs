@@ -1,7 +1,7 @@
 //! A `[[queue]]` entry: its queue numbers, hook and table, the chain of services it
 //! runs, and the kernel queue and thread settings that chain needs.
 
-use super::error::{Ctx, line_col};
+use super::error::Ctx;
 use super::services::{ServiceEntry, resolve_chain};
 use crate::registry::Registry;
 use relay_control::{Hook, IpVersion, Table};
@@ -139,7 +139,7 @@ pub(super) fn check_queue(
     ct_bits: CtMarkBits,
 ) -> Option<QueueSpec> {
     let errors_before = cx.errors.len();
-    let (line, _) = line_col(cx.text, q.num.span().start);
+    let (line, _) = cx.line_col(q.num.span().start);
     let (first, last) = check_numbers(cx, &format!("queue[{index}]"), &q.num, taken);
     let (hook, table) = check_hook_and_table(cx, index, &q);
     let families = check_family(cx, index, q.family.as_ref());
@@ -178,7 +178,7 @@ pub(super) fn check_queue(
         match_line: q
             .matches
             .as_ref()
-            .map_or(line, |m| line_col(cx.text, m.span().start).0),
+            .map_or(line, |m| cx.line_col(m.span().start).0),
         first,
         last,
         hook,

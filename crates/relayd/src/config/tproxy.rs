@@ -5,7 +5,7 @@
 //! service kind: what a diverting service needs comes from its factory.
 
 use super::daemon::{DaemonConfig, parse_u32};
-use super::error::{Ctx, line_span};
+use super::error::Ctx;
 use super::listeners::{ListenerKind, ListenerSpec};
 use super::queue::QueueSpec;
 use super::services::{ListenerSection, ServiceEntry};
@@ -68,7 +68,7 @@ pub(super) fn diverters(
             let kind = f.kind();
             if q.hook != Hook::Prerouting {
                 cx.err(
-                    Some(line_span(cx.text, q.line)),
+                    Some(cx.lines.line_span(q.line)),
                     format!("queue[{}].hook", q.index),
                     format!(
                         "service `{name}` ({kind}) must run in prerouting: TPROXY diverts only there"
@@ -76,7 +76,7 @@ pub(super) fn diverters(
                 );
             } else if q.table == Table::Mangle && !div.repeat {
                 cx.err(
-                    Some(line_span(cx.text, q.line)),
+                    Some(cx.lines.line_span(q.line)),
                     format!("queue[{}].table", q.index),
                     format!(
                         "service `{name}` ({kind}) in mangle prerouting needs repeat = true: an accepted SYN goes on to the next hook, past the TPROXY rules; or use table = \"raw\""

@@ -6,7 +6,7 @@
 //! in `relayd status` and the metrics. A service that needs netfilter (conntrack state,
 //! held verdicts, a TPROXY diversion) is refused on an XDP queue, at its name in the list.
 
-use super::error::{Ctx, line_col};
+use super::error::Ctx;
 use super::queue::check_numbers;
 use super::services::{ServiceEntry, resolve_chain};
 use crate::registry::Registry;
@@ -125,7 +125,7 @@ pub(super) fn check_xdp(
     let errors_before = cx.errors.len();
     let owner = format!("xdp[{index}]");
     let field = |key: &str| format!("{owner}.{key}");
-    let (line, _) = line_col(cx.text, x.num.span().start);
+    let (line, _) = cx.line_col(x.num.span().start);
     let (first, last) = check_numbers(cx, &owner, &x.num, taken);
     let count = usize::from(last - first) + 1;
     let interface = x.interface.get_ref().clone();

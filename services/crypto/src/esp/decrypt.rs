@@ -334,17 +334,10 @@ impl Service for Decrypt {
                 }
                 pkt.remove(0, off + hdr);
                 pkt.resize(plain);
-                let v = if next == proto::IPV4 {
-                    IpVersion::V4
-                } else {
-                    IpVersion::V6
-                };
-                if !pkt.meta.verdict_carries(v) {
-                    // The other family than the hook's: forwarded from a raw socket.
-                    self.decrypted.inc();
-                    let _ = cx.forward_packet(pkt, &self.resend);
-                    return Action::Drop;
-                }
+                self.decrypted.inc();
+                // Never to this box: refused (`dropped_local_destination`), forwarded
+                // anew on INPUT or across families, else carried on by the verdict.
+                return cx.pass_inner(pkt, &self.resend);
             }
             proto::NO_NEXT_HEADER => {
                 // A dummy packet (RFC 4303 2.6): authenticated, then discarded.

@@ -158,12 +158,25 @@ pub struct DnsState {
     /// Where a message's kept names are gathered before one exact-size copy into its tx.
     gathered: Vec<u8>,
     stats: DnsStats,
+    /// What this state has charged to the application-layer memcap.
+    pub(crate) mem: super::budget::Charge,
 }
 
 impl DnsState {
     /// A state with no transaction.
     pub fn new() -> DnsState {
         DnsState::default()
+    }
+
+    /// Bytes this state holds (itself, its transactions and buffers), as charged to the
+    /// application-layer memcap.
+    pub(crate) fn memory(&self) -> usize {
+        std::mem::size_of::<DnsState>()
+            + self.txs.capacity() * std::mem::size_of::<DnsTx>()
+            + self.txs.iter().map(|t| t.names.capacity()).sum::<usize>()
+            + self.partial.iter().map(Vec::capacity).sum::<usize>()
+            + self.scratch.capacity()
+            + self.gathered.capacity()
     }
 
     /// Parses one UDP datagram travelling in `dir`. An error says why it made no

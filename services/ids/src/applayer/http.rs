@@ -33,7 +33,8 @@
 //! response parsers separately, and Suricata still inspects the response to a request
 //! that is not HTTP); the engine may stop the whole flow: a request line whose method is
 //! not a token (bytes that are not HTTP), a head over [`HttpLimits::max_head`], more than
-//! [`HttpLimits::max_txs`] transactions held, more than 1024 distinct header names, a
+//! [`HttpLimits::max_txs`] transactions held when none can be evicted (below), the
+//! application-layer memcap refusing memory, more than 1024 distinct header names, a
 //! request chunk-size line without hex digits (a response's is read, as by libhtp, as the
 //! start of a body until close), a response Content-Length without digits.
 //!
@@ -51,7 +52,13 @@
 //! normalized headers (about the head's size again), the start lines and the normalized URI
 //! (within the head's size) and its two bodies (at most the body limits). With the defaults
 //! (64 KiB heads, 100 KiB bodies, 32 transactions) that is under 1 MiB per transaction
-//! and 33 MiB per flow at the very worst; [`HttpState::memory`] tells the actual figure.
+//! and 33 MiB per flow at the very worst; [`HttpState::memory`] tells the actual figure,
+//! which a state made by [`HttpState::with_budget`] charges to the queue thread's
+//! application-layer memcap after every step (and credits back as it frees, and when
+//! dropped), so that all flows together stay within it. Past `max_txs`, the oldest
+//! transaction whose response has not started is evicted (counted); its response, when it
+//! comes, gets a transaction of its own marked as libhtp marks a response without
+//! request, so later responses still pair with their own requests.
 //! No panic on any input.
 
 mod bestfit;
@@ -68,6 +75,8 @@ mod uri;
 mod tests;
 #[cfg(test)]
 mod tests_lenient;
+#[cfg(test)]
+mod tests_memcap;
 #[cfg(test)]
 mod tests_sv;
 
@@ -89,7 +98,8 @@ pub(crate) struct HttpLimits {
     /// Longest message head (start line and headers, and separately a trailer block);
     /// longer is an error.
     pub(crate) max_head: usize,
-    /// Transactions held per flow (not yet retired); one more is an error.
+    /// Transactions held per flow (not yet retired); one more evicts the oldest unanswered
+    /// one, or is an error if every one held is answered or being filled.
     pub(crate) max_txs: usize,
     /// Which content codings of a body are undone, and how many layers
     /// (`response-body-decompress-layer-limit`, `lzma-enabled`).
@@ -130,6 +140,9 @@ pub(crate) enum HttpError {
     /// A response Content-Length without a number.
     #[error("invalid Content-Length in an HTTP response")]
     BadContentLength,
+    /// The application-layer memcap refused the memory the flow's state needed.
+    #[error("application-layer memcap reached")]
+    Memcap,
 }
 
 /// The HTTP parser of one flow and its transactions.
@@ -145,9 +158,31 @@ pub(crate) struct HttpState {
     failed: [Option<HttpError>; 2],
     /// The limits of the last [`HttpState::feed`], for [`HttpState::close`].
     limits: HttpLimits,
+    /// What this state has charged to the application-layer memcap (detached by default).
+    mem: crate::applayer::budget::Charge,
+    /// A close needed memory the memcap refused (the state must be freed).
+    over_cap: bool,
 }
 
 impl HttpState {
+    /// A state charging what it holds to `budget`.
+    pub(crate) fn with_budget(budget: &crate::applayer::budget::AppBudget) -> HttpState {
+        HttpState {
+            mem: crate::applayer::budget::Charge::new(budget),
+            ..HttpState::default()
+        }
+    }
+
+    /// Bytes charged to the application-layer memcap.
+    pub(crate) fn charged(&self) -> usize {
+        self.mem.charged()
+    }
+
+    /// True once a close needed memory the memcap refused: the state should be freed.
+    pub(crate) fn over_cap(&self) -> bool {
+        self.over_cap
+    }
+
     /// The transactions held, oldest first.
     pub(crate) fn txs(&self) -> impl Iterator<Item = &HttpTx> {
         self.txs.iter()
@@ -158,6 +193,13 @@ impl HttpState {
         while self.txs.front().is_some_and(|t| t.id < below_id) {
             self.txs.pop_front();
         }
+        // Shrinking always fits.
+        self.mem.set(self.memory());
+    }
+
+    /// True if transaction `id` is held (not retired nor evicted).
+    pub(crate) fn holds(&self, id: u64) -> bool {
+        self.txs.binary_search_by_key(&id, |t| t.id).is_ok()
     }
 
     /// The error that stopped parsing of direction `dir`, if any.
@@ -165,15 +207,22 @@ impl HttpState {
         self.failed.get(dir.index()).copied().flatten()
     }
 
-    /// Heap bytes held by the transactions and the partial heads (not counting a body
-    /// decoder's fixed state).
-    #[allow(
-        dead_code,
-        reason = "for the engine's memory accounting; the tests check the bound"
-    )]
+    /// Bytes this state holds, as charged to the application-layer memcap: itself, the
+    /// transaction slots and each transaction's buffers, the partial lines and heads, and
+    /// the body decoders (their fixed state estimated, see [`body::Decoder::heap_size`]).
     pub(crate) fn memory(&self) -> usize {
-        self.txs.iter().map(HttpTx::heap_size).sum::<usize>()
-            + self.sides.iter().map(|s| s.buf.capacity()).sum::<usize>()
+        std::mem::size_of::<HttpState>()
+            + self.txs.capacity() * std::mem::size_of::<HttpTx>()
+            + self.txs.iter().map(HttpTx::heap_size).sum::<usize>()
+            + self
+                .sides
+                .iter()
+                .map(|s| {
+                    s.buf.capacity()
+                        + s.line.capacity()
+                        + s.decoder.as_ref().map_or(0, body::Decoder::heap_size)
+                })
+                .sum::<usize>()
     }
 
     /// Parses the next bytes of direction `dir` (all of them; partial lines and heads are
@@ -199,6 +248,12 @@ impl HttpState {
                     return Err(e);
                 }
             };
+            // Charge what the step made the state hold: one step grows it by at most one
+            // head or one body's worth, so memory past the cap is never held beyond it.
+            if !self.mem.set(self.memory()) {
+                self.fail(dir, HttpError::Memcap);
+                return Err(HttpError::Memcap);
+            }
             // A step may change state without consuming, never twice in a row.
             idle_steps = if used == 0 { idle_steps + 1 } else { 0 };
             debug_assert!(idle_steps < 3, "HTTP parser made no progress");
@@ -221,6 +276,50 @@ impl HttpState {
         if let Err(e) = self.finish_side(dir.index(), &limits) {
             self.fail(dir, e);
         }
+        if !self.mem.set(self.memory()) {
+            self.fail(dir, HttpError::Memcap);
+            self.over_cap = true;
+        }
+    }
+
+    /// Makes room for one more transaction: while `max_txs` are held, drops the oldest
+    /// unanswered one (its response not started) that no direction is filling, and counts
+    /// it (`app_tx_evicted`). Errs if every held transaction is answered or being filled.
+    fn make_room(&mut self, limits: &HttpLimits) -> Result<(), HttpError> {
+        while self.txs.len() >= limits.max_txs.max(1) {
+            let busy = [self.sides[0].tx, self.sides[1].tx];
+            let resp_next = self.resp_next;
+            let Some(i) = self
+                .txs
+                .iter()
+                .position(|t| t.id >= resp_next && !busy.contains(&Some(t.id)))
+            else {
+                return Err(HttpError::TooManyTransactions(limits.max_txs));
+            };
+            self.txs.remove(i);
+            self.mem.evicted();
+        }
+        Ok(())
+    }
+
+    /// Puts a transaction `id` whose request is not held (evicted unanswered) in its
+    /// place, marked as libhtp marks a response without request, for its response.
+    fn stand_in(&mut self, id: u64, limits: &HttpLimits) -> Result<(), HttpError> {
+        self.make_room(limits)?;
+        let at = self.txs.partition_point(|t| t.id < id);
+        let mut t = HttpTx {
+            id,
+            ..HttpTx::default()
+        };
+        t.progress[0] = crate::applayer::Progress::Complete;
+        t.req.line = conn::NOT_SEEN.to_vec();
+        t.req.parts.second = Some(0..conn::NOT_SEEN.len() as u32);
+        t.uri = Some(uri::NormUri {
+            uri: conn::NOT_SEEN.to_vec(),
+            host: None,
+        });
+        self.txs.insert(at, t);
+        Ok(())
     }
 
     /// Stops parsing of direction `dir` for good.

@@ -5,6 +5,7 @@
 //! The vocabulary shared by the parsers and the engine lives here: which protocol a flow
 //! speaks, which direction a byte travels, and how far a transaction has got.
 
+pub mod budget;
 pub mod detect;
 pub mod dns;
 pub mod tls;

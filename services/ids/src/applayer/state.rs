@@ -3,8 +3,13 @@
 //! no gaps) or its UDP datagrams. The engine asks it for the transactions to inspect.
 //!
 //! Bounds: detection looks at most at [`DETECT_BYTES`] bytes of a direction before giving
-//! up; each parser bounds its own buffering (see its module docs).
+//! up; each parser bounds its own buffering (see its module docs), and charges what it
+//! holds to the queue thread's [`AppBudget`] (`app_memcap`). A parser whose charge is
+//! refused is freed at once and the flow is marked ([`AppState::take_memcap_hit`]) for the
+//! engine to apply the exception policy.
 
+use super::budget::AppBudget;
+use super::budget::Charge;
 use super::detect::{Detection, detect};
 use super::dns::DnsState;
 use super::http::{HttpLimits, HttpState};
@@ -33,6 +38,9 @@ pub(crate) enum AppState {
     /// No parser applies (no known protocol): the flow is inspected packet by packet
     /// (and as a raw stream) only.
     Failed(Option<AppProto>),
+    /// The parser was freed because the application-layer memcap refused it memory; the
+    /// engine has not applied the exception policy yet. Then as `Failed`.
+    OverCap(AppProto),
 }
 
 impl std::fmt::Debug for AppState {
@@ -55,6 +63,7 @@ impl AppState {
             AppState::Tls(_) => Some(AppProto::Tls),
             AppState::Dns(_) => Some(AppProto::Dns),
             AppState::Failed(p) => *p,
+            AppState::OverCap(p) => Some(*p),
             AppState::Detecting | AppState::HalfDetected(_) => None,
         }
     }
@@ -64,20 +73,69 @@ impl AppState {
         matches!(self, AppState::Detecting | AppState::HalfDetected(_))
     }
 
-    fn start(&mut self, p: AppProto) {
+    fn start(&mut self, p: AppProto, budget: &AppBudget) {
         *self = match p {
-            AppProto::Http => AppState::Http(Box::default()),
-            AppProto::Tls => AppState::Tls(Box::default()),
-            AppProto::Dns => AppState::Dns(Box::default()),
+            AppProto::Http => AppState::Http(Box::new(HttpState::with_budget(budget))),
+            AppProto::Tls => {
+                let mut t = Box::<TlsState>::default();
+                t.mem = Charge::new(budget);
+                AppState::Tls(t)
+            }
+            AppProto::Dns => {
+                let mut d = Box::<DnsState>::default();
+                d.mem = Charge::new(budget);
+                AppState::Dns(d)
+            }
         };
     }
 
+    /// True (once) if the memcap stopped the flow's parser since the last call: the
+    /// parser is freed, and the engine applies the exception policy to the flow.
+    pub(crate) fn take_memcap_hit(&mut self) -> bool {
+        match *self {
+            AppState::OverCap(p) => {
+                *self = AppState::Failed(Some(p));
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Frees the parser for good (its charge is credited back), keeping the flow's
+    /// protocol: what a flow the exception policy drops or passes needs no more.
+    pub(crate) fn disable(&mut self) {
+        if !matches!(self, AppState::Failed(_)) {
+            *self = AppState::Failed(self.proto());
+        }
+    }
+
+    /// Charges the DNS or TLS state for what it holds now (HTTP charges itself per step);
+    /// if the memcap refuses, frees the parser (see [`AppState::OverCap`]).
+    fn charge(&mut self) {
+        let fits = match self {
+            AppState::Tls(t) => {
+                let m = t.memory();
+                t.mem.set(m)
+            }
+            AppState::Dns(d) => {
+                let m = d.memory();
+                d.mem.set(m)
+            }
+            AppState::Http(h) => !h.over_cap(),
+            _ => true,
+        };
+        if !fits && let Some(p) = self.proto() {
+            *self = AppState::OverCap(p);
+        }
+    }
+
     /// Detection's answer for one direction: true if a parser now runs.
-    fn detected(&mut self, dir: Dir, d: Detection, held: usize) -> bool {
+    fn detected(&mut self, dir: Dir, d: Detection, held: usize, budget: &AppBudget) -> bool {
         match d {
             Detection::Proto(p) => {
-                self.start(p);
-                true
+                self.start(p, budget);
+                self.charge();
+                !matches!(self, AppState::OverCap(_))
             }
             Detection::NeedMore if held < DETECT_BYTES => false,
             Detection::NeedMore | Detection::NotThis => {
@@ -99,6 +157,7 @@ impl AppState {
         pending: &[u8],
         ports: (u16, u16),
         limits: &HttpLimits,
+        budget: &AppBudget,
     ) -> usize {
         if pending.is_empty() {
             return 0;
@@ -111,7 +170,7 @@ impl AppState {
         }
         if self.detecting() {
             let d = detect(dir, pending, false, ports.0, ports.1);
-            if !self.detected(dir, d, pending.len()) {
+            if !self.detected(dir, d, pending.len(), budget) {
                 return if self.detecting() && matches!(d, Detection::NeedMore) {
                     0
                 } else {
@@ -131,11 +190,23 @@ impl AppState {
         if let Err(e) = res {
             tracing::trace!(proto = ?self.proto(), "application-layer parser stopped: {e}");
         }
+        if let AppState::Http(h) = self
+            && h.failed(dir) == Some(super::http::HttpError::Memcap)
+        {
+            *self = AppState::OverCap(AppProto::Http);
+        }
+        self.charge();
         pending.len()
     }
 
     /// Feeds one UDP datagram travelling in `dir`.
-    pub(crate) fn feed_datagram(&mut self, dir: Dir, data: &[u8], ports: (u16, u16)) {
+    pub(crate) fn feed_datagram(
+        &mut self,
+        dir: Dir,
+        data: &[u8],
+        ports: (u16, u16),
+        budget: &AppBudget,
+    ) {
         if self.detecting() {
             if let AppState::HalfDetected(d) = self
                 && *d == dir
@@ -144,13 +215,14 @@ impl AppState {
             }
             let d = detect(dir, data, true, ports.0, ports.1);
             // A datagram is all there is: NeedMore is as good as NotThis.
-            if !self.detected(dir, d, DETECT_BYTES) {
+            if !self.detected(dir, d, DETECT_BYTES, budget) {
                 return;
             }
         }
         if let AppState::Dns(d) = self {
             // A malformed datagram makes no transaction; the next one is parsed all the same.
             let _ = d.feed_datagram(dir, data);
+            self.charge();
         }
     }
 
@@ -159,6 +231,7 @@ impl AppState {
     pub(crate) fn close(&mut self, dir: Dir) {
         if let AppState::Http(h) = self {
             h.close(dir);
+            self.charge();
         }
     }
 
@@ -176,8 +249,38 @@ impl AppState {
     pub(crate) fn retire(&mut self, below: u64) {
         match self {
             AppState::Http(h) => h.retire(below),
-            AppState::Dns(d) if below > 0 => d.free_through(below - 1),
+            AppState::Dns(d) if below > 0 => {
+                d.free_through(below - 1);
+                self.charge();
+            }
             _ => {}
         }
+    }
+
+    /// Bytes the parser has charged to the application-layer memcap.
+    pub(crate) fn charged(&self) -> usize {
+        match self {
+            AppState::Http(h) => h.charged(),
+            AppState::Tls(t) => t.mem.charged(),
+            AppState::Dns(d) => d.mem.charged(),
+            _ => 0,
+        }
+    }
+
+    /// True if the parser holds transaction `id`.
+    pub(crate) fn holds_tx(&self, id: u64) -> bool {
+        match self {
+            AppState::Http(h) => h.holds(id),
+            AppState::Dns(d) => d.tx(id).is_some(),
+            AppState::Tls(t) => t.tx().id() == id,
+            _ => false,
+        }
+    }
+
+    /// Transactions held by the parser now.
+    pub(crate) fn tx_count(&self) -> usize {
+        let mut n = 0;
+        self.for_each_tx(&mut |_| n += 1);
+        n
     }
 }

@@ -189,6 +189,8 @@ pub struct TlsState {
     tx: TlsTx,
     stopped: bool,
     stats: TlsStats,
+    /// What this state has charged to the application-layer memcap.
+    pub(crate) mem: super::budget::Charge,
 }
 
 /// A validated record header.
@@ -245,6 +247,21 @@ impl TlsState {
     /// A state before any byte.
     pub fn new() -> TlsState {
         TlsState::default()
+    }
+
+    /// Bytes this state holds (itself, its record and handshake buffers and the kept
+    /// strings), as charged to the application-layer memcap.
+    pub(crate) fn memory(&self) -> usize {
+        let opt = |s: &Option<String>| s.as_ref().map_or(0, String::capacity);
+        std::mem::size_of::<TlsState>()
+            + self
+                .halves
+                .iter()
+                .map(|h| h.rec.capacity() + h.hs.capacity())
+                .sum::<usize>()
+            + self.tx.sni.as_ref().map_or(0, Vec::capacity)
+            + self.tx.subject.iter().map(opt).sum::<usize>()
+            + self.tx.issuer.iter().map(opt).sum::<usize>()
     }
 
     /// The flow's transaction.

@@ -4,20 +4,26 @@
 //! Each layer is inspected as a packet of its own (its own addresses and flow); the
 //! outer packet's outcome is the strictest of its layers'.
 //!
-//! Live, the kernel's conntrack reassembles fragments before NFQUEUE, but XDP and
-//! `relayd replay` see them as they come, and tunnels reach the queue whole either way.
+//! Where conntrack's defragmentation (`nf_defrag_ipv4` / `nf_defrag_ipv6`) is loaded in
+//! the relay's namespace the kernel reassembles fragments before NFQUEUE; without it (and
+//! with XDP and `relayd replay`) they come as they are, and `defrag` reassembles them as
+//! the destination host will, from only the fragments relayd lets through: a fragment is
+//! planned, inspected (with the datagram it completes) and committed to its train only if
+//! the packet passes. Tunnels reach the queue whole either way.
 //!
 //! Bounds: at most [`DecodeOptions::max_layers`] layers per packet (a tunnel in a tunnel
 //! in a reassembled packet ... stops there, counted as `decode_too_deep`); one buffer
 //! per layer, reused from packet to packet (at most 65,535 bytes each: a reassembled
 //! packet's largest size; a decapsulated packet is no larger than its outer one); the
 //! fragment trains' bounds in [`DefragLimits`]. Counters: `decapsulated`, `reassembled`,
-//! `defrag_refused`, `defrag_timeouts`, `defrag_overlaps`, `decode_too_deep`.
+//! `defrag_refused`, `defrag_timeouts`, `defrag_overlaps`, `defrag_overlap_dropped`,
+//! `defrag_invalid_dropped`, `defrag_late_dropped`, `defrag_dropped_train`,
+//! `decode_too_deep`.
 
 mod defrag;
 mod tunnel;
 
-pub use defrag::DefragLimits;
+pub use defrag::{DEFAULT_FRAG_MEMCAP, DefragLimits};
 pub use tunnel::TunnelPorts;
 
 use crate::engine::Outcome;
@@ -38,6 +44,11 @@ pub struct DecodeOptions {
     /// Layers inspected beyond the packet itself (default 4; Suricata's
     /// `decoder.max-layers` is 16, counting every header, not only tunnels).
     pub max_layers: usize,
+    /// Inline mode (default true): drop a fragment that overlaps held bytes with other
+    /// bytes, one the host would discard or that would make it drop, restart or re-length
+    /// its train, one within a second of its train's deadline, and one refused by a bound,
+    /// so that what the host holds is what relayd inspected.
+    pub drop_invalid: bool,
 }
 
 impl Default for DecodeOptions {
@@ -47,6 +58,7 @@ impl Default for DecodeOptions {
             ports: TunnelPorts::default(),
             defrag: DefragLimits::default(),
             max_layers: 4,
+            drop_invalid: true,
         }
     }
 }
@@ -74,6 +86,10 @@ struct Stats {
     refused: Counter,
     timeouts: Counter,
     overlaps: Counter,
+    overlap_dropped: Counter,
+    invalid_dropped: Counter,
+    late_dropped: Counter,
+    dropped_train: Counter,
     too_deep: Counter,
 }
 
@@ -84,6 +100,11 @@ pub(crate) struct Decoder {
     defrag: Defrag,
     /// One buffer per layer.
     bufs: Vec<Vec<u8>>,
+    /// This packet's fragments to commit (or mark) once its verdict is known: (layer,
+    /// completed a datagram).
+    pending: Vec<(usize, bool)>,
+    /// Per layer, the strictest outcome of it and the layers inside it.
+    level_out: Vec<Outcome>,
     stats: Stats,
     synced: Counts,
 }
@@ -133,14 +154,20 @@ impl Decoder {
     pub(crate) fn new(opts: DecodeOptions, counters: &Counters) -> Decoder {
         let c = |n: &str| counters.counter(n);
         Decoder {
-            defrag: Defrag::new(opts.defrag.clone()),
+            defrag: Defrag::new(opts.defrag.clone(), opts.drop_invalid),
             bufs: (0..opts.max_layers).map(|_| Vec::new()).collect(),
+            pending: Vec::with_capacity(opts.max_layers + 1),
+            level_out: Vec::with_capacity(opts.max_layers + 2),
             stats: Stats {
                 decapsulated: c("decapsulated"),
                 reassembled: c("reassembled"),
                 refused: c("defrag_refused"),
                 timeouts: c("defrag_timeouts"),
                 overlaps: c("defrag_overlaps"),
+                overlap_dropped: c("defrag_overlap_dropped"),
+                invalid_dropped: c("defrag_invalid_dropped"),
+                late_dropped: c("defrag_late_dropped"),
+                dropped_train: c("defrag_dropped_train"),
                 too_deep: c("decode_too_deep"),
             },
             synced: Counts::default(),
@@ -153,26 +180,36 @@ impl Decoder {
         (self.defrag.trains(), self.defrag.mem())
     }
 
-    /// Inspects the layers of the IP packet `outer` (already inspected itself) with
-    /// `inspect`, at time `now`; returns the strictest of their outcomes (`Clean` when
-    /// there are none).
+    /// Inspects the layers of the IP packet `outer` (already inspected itself, with
+    /// outcome `outer_out`) with `inspect`, at time `now`; returns the strictest of their
+    /// outcomes (`Clean` when there are none), `Drop` for a fragment reassembly refuses
+    /// (see [`DecodeOptions::drop_invalid`]) or that belongs to a dropped datagram.
+    ///
+    /// Fragment trains change only once the packet's verdict (the stricter of `outer_out`
+    /// and this outcome) passes it: the host then holds the fragment. If it is dropped and
+    /// it completed a datagram that was dropped, the train is remembered as dropped.
     pub(crate) fn layers(
         &mut self,
         outer: &[u8],
+        outer_out: Outcome,
         now: Instant,
         inspect: &mut dyn FnMut(&mut Packet) -> Outcome,
     ) -> Outcome {
-        let mut out = Outcome::Clean;
         let Decoder {
             opts,
             defrag,
             bufs,
+            pending,
+            level_out,
             stats,
             synced,
         } = self;
         if !opts.enabled {
-            return out;
+            return Outcome::Clean;
         }
+        pending.clear();
+        level_out.clear();
+        level_out.resize(bufs.len() + 2, Outcome::Clean);
         for level in 0..=bufs.len() {
             let (done, rest) = bufs.split_at_mut(level);
             let cur: &[u8] = match level.checked_sub(1) {
@@ -180,33 +217,55 @@ impl Decoder {
                 Some(l) => done.get(l).map_or(&[], |b| &b[..]),
             };
             let step = match rest.first_mut() {
-                Some(buf) => defrag.insert(cur, level as u8, now, buf),
+                Some(buf) => defrag.plan(cur, level as u8, now, buf),
                 None => Step::Whole,
             };
-            let next = match step {
-                Step::Done => {
-                    stats.reassembled.inc();
-                    true
-                }
-                Step::Held | Step::Refused => false,
-                Step::Whole => {
-                    match upper(cur).and_then(|(p, l4)| tunnel::decap(p, l4, &opts.ports)) {
-                        Some((_, inner)) => match rest.first_mut() {
-                            Some(buf) => {
-                                buf.clear();
-                                buf.extend_from_slice(inner);
-                                stats.decapsulated.inc();
-                                true
-                            }
-                            None => {
-                                stats.too_deep.inc();
-                                false
-                            }
-                        },
-                        None => false,
+            // `drop`: Some(counter) when reassembly drops the packet (counted there).
+            let (next, drop): (bool, Option<Option<&Counter>>) = match step {
+                Step::Pass { complete } => {
+                    pending.push((level, complete));
+                    if complete {
+                        stats.reassembled.inc();
                     }
+                    (complete, None)
+                }
+                Step::Invalid => (
+                    false,
+                    opts.drop_invalid.then_some(Some(&stats.invalid_dropped)),
+                ),
+                Step::Late => (false, Some(Some(&stats.late_dropped))),
+                Step::Overlap => (false, Some(Some(&stats.overlap_dropped))),
+                Step::DroppedTrain => (false, Some(Some(&stats.dropped_train))),
+                // Counted as `defrag_refused` whatever the mode.
+                Step::Refused => (false, opts.drop_invalid.then_some(None)),
+                Step::Whole => {
+                    let next =
+                        match upper(cur).and_then(|(p, l4)| tunnel::decap(p, l4, &opts.ports)) {
+                            Some((_, inner)) => match rest.first_mut() {
+                                Some(buf) => {
+                                    buf.clear();
+                                    buf.extend_from_slice(inner);
+                                    stats.decapsulated.inc();
+                                    true
+                                }
+                                None => {
+                                    stats.too_deep.inc();
+                                    false
+                                }
+                            },
+                            None => false,
+                        };
+                    (next, None)
                 }
             };
+            if let Some(c) = drop {
+                if let Some(c) = c {
+                    c.inc();
+                }
+                if let Some(o) = level_out.get_mut(level) {
+                    *o = stricter(*o, Outcome::Drop);
+                }
+            }
             if step != Step::Whole {
                 stats.sync(defrag.counts, synced);
             }
@@ -216,8 +275,31 @@ impl Decoder {
             let Some(buf) = rest.first_mut() else { break };
             let len = buf.len();
             let mut p = Packet::in_buffer(std::mem::take(buf), 0, len, PacketMeta::default());
-            out = stricter(out, inspect(&mut p));
+            let o = inspect(&mut p);
             *buf = p.into_buffer();
+            if let Some(l) = level_out.get_mut(level + 1) {
+                *l = stricter(*l, o);
+            }
+        }
+        // Each layer's outcome takes in the layers inside it.
+        let mut inner = Outcome::Clean;
+        for o in level_out.iter_mut().rev() {
+            inner = stricter(inner, *o);
+            *o = inner;
+        }
+        let out = level_out.first().copied().unwrap_or(Outcome::Clean);
+        let dropped = |o: Outcome| matches!(o, Outcome::Drop | Outcome::Reject);
+        let passed = !dropped(stricter(outer_out, out));
+        for &(level, complete) in pending.iter() {
+            let pkt: &[u8] = match level.checked_sub(1) {
+                None => outer,
+                Some(l) => bufs.get(l).map_or(&[], |b| &b[..]),
+            };
+            if passed {
+                defrag.commit(pkt, level as u8, now);
+            } else if complete && level_out.get(level + 1).is_some_and(|&o| dropped(o)) {
+                defrag.mark_dropped(pkt, level as u8);
+            }
         }
         out
     }
@@ -226,6 +308,7 @@ impl Decoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn ipv4(proto: u8, id: u16, fo: u16, payload: &[u8]) -> Vec<u8> {
         let total = (20 + payload.len()) as u16;
@@ -236,7 +319,69 @@ mod tests {
         v[4..6].copy_from_slice(&id.to_be_bytes());
         v[6..8].copy_from_slice(&fo.to_be_bytes());
         v.extend_from_slice(payload);
+        Ipv4Packet::new_unchecked(&mut v[..]).fill_checksum();
         v
+    }
+
+    /// Inspects the layers of `pkt` (whose own outcome is `outer`) as a detector whose
+    /// rules drop any packet holding "evil".
+    fn verdict(d: &mut Decoder, pkt: &[u8], outer: Outcome, now: Instant) -> Outcome {
+        let out = d.layers(pkt, outer, now, &mut |p| {
+            if p.data().windows(4).any(|w| w == b"evil") {
+                Outcome::Drop
+            } else {
+                Outcome::Clean
+            }
+        });
+        stricter(outer, out)
+    }
+
+    #[test]
+    fn resending_the_fragment_that_completed_a_dropped_datagram_gets_nowhere() {
+        let counters = Counters::new();
+        let mut d = Decoder::new(DecodeOptions::default(), &counters);
+        let t0 = Instant::now();
+        let f1 = ipv4(17, 9, 0x2000, b"0123456789abcdef");
+        let f2 = ipv4(17, 9, 2, b"evil and more");
+        assert_eq!(verdict(&mut d, &f1, Outcome::Clean, t0), Outcome::Clean);
+        assert_eq!(verdict(&mut d, &f2, Outcome::Clean, t0), Outcome::Drop);
+        // The host still holds f1; f2 again, or anything else of the train: dropped.
+        assert_eq!(verdict(&mut d, &f2, Outcome::Clean, t0), Outcome::Drop);
+        let other = ipv4(17, 9, 2, b"fine and more");
+        assert_eq!(verdict(&mut d, &other, Outcome::Clean, t0), Outcome::Drop);
+        assert_eq!(counters.counter("defrag_dropped_train").get(), 2);
+        assert_eq!(counters.counter("reassembled").get(), 1);
+        // Once the host has given up on the train (30 s, and the guard), a new one.
+        let later = t0 + Duration::from_secs(32);
+        assert_eq!(verdict(&mut d, &f1, Outcome::Clean, later), Outcome::Clean);
+        assert_eq!(d.defrag_usage().0, 1);
+    }
+
+    #[test]
+    fn a_fragment_dropped_for_its_own_bytes_is_not_held() {
+        let counters = Counters::new();
+        let mut d = Decoder::new(DecodeOptions::default(), &counters);
+        let now = Instant::now();
+        let f1 = ipv4(17, 3, 0x2000, b"0123456789abcdef");
+        // A rule dropped the fragment itself: the host never gets it.
+        assert_eq!(verdict(&mut d, &f1, Outcome::Drop, now), Outcome::Drop);
+        assert_eq!(d.defrag_usage().0, 0);
+        assert_eq!(verdict(&mut d, &f1, Outcome::Clean, now), Outcome::Clean);
+        assert_eq!(d.defrag_usage().0, 1);
+        // An overlap with other bytes: dropped and counted, the train unchanged.
+        let x = ipv4(17, 3, 0x2000, b"0123456789abcdeX");
+        assert_eq!(verdict(&mut d, &x, Outcome::Clean, now), Outcome::Drop);
+        assert_eq!(counters.counter("defrag_overlap_dropped").get(), 1);
+        // IDS mode (no drop_invalid): passed, the host drops it as a duplicate.
+        let mut ids = Decoder::new(
+            DecodeOptions {
+                drop_invalid: false,
+                ..DecodeOptions::default()
+            },
+            &counters,
+        );
+        assert_eq!(verdict(&mut ids, &f1, Outcome::Clean, now), Outcome::Clean);
+        assert_eq!(verdict(&mut ids, &x, Outcome::Clean, now), Outcome::Clean);
     }
 
     #[test]
@@ -257,8 +402,14 @@ mod tests {
             Outcome::Alert
         };
         let now = Instant::now();
-        assert_eq!(d.layers(&gre(&f1), now, &mut inspect), Outcome::Alert);
-        assert_eq!(d.layers(&gre(&f2), now, &mut inspect), Outcome::Alert);
+        assert_eq!(
+            d.layers(&gre(&f1), Outcome::Clean, now, &mut inspect),
+            Outcome::Alert
+        );
+        assert_eq!(
+            d.layers(&gre(&f2), Outcome::Clean, now, &mut inspect),
+            Outcome::Alert
+        );
         // The two inner fragments, then the reassembled datagram.
         assert_eq!(seen.len(), 3);
         assert_eq!(seen[0], f1);
@@ -281,7 +432,7 @@ mod tests {
             pkt = ipv4(4, 0, 0, &pkt);
         }
         let mut n = 0;
-        let out = d.layers(&pkt, Instant::now(), &mut |_| {
+        let out = d.layers(&pkt, Outcome::Clean, Instant::now(), &mut |_| {
             n += 1;
             Outcome::Clean
         });
@@ -296,7 +447,7 @@ mod tests {
             &counters,
         );
         let mut n = 0;
-        off.layers(&pkt, Instant::now(), &mut |_| {
+        off.layers(&pkt, Outcome::Clean, Instant::now(), &mut |_| {
             n += 1;
             Outcome::Drop
         });

@@ -22,6 +22,8 @@
 //! fast pattern are checked. Memory per transaction: two bitsets over the protocol's
 //! transaction rules (freed with the transaction).
 
+use super::Outcome;
+use super::exception::Exceptions;
 use super::flowbits::FlowBits;
 use crate::applayer::state::AppState;
 use crate::applayer::{AppProto, Dir, Progress, Transaction};
@@ -177,6 +179,47 @@ pub(crate) struct FlowState {
     /// Per direction, whether the IP-only rules (see [`is_ip_only`]) have been checked
     /// (Suricata's `FLOW_TOSERVER_IPONLY_SET` / `FLOW_TOCLIENT_IPONLY_SET`).
     pub(crate) iponly_done: [bool; 2],
+}
+
+/// After a flow's application layer was fed or closed: if the memcap stopped its parser
+/// (already freed), applies the exception policy `ex` (see [`memcap_exception`]); and
+/// drops the detection records of transactions the parser no longer holds (evicted
+/// unanswered), so that they neither pile up nor hold back the retirement of later ones.
+/// `Some`: the packet's outcome, decided by the policy (inspect no further).
+pub(crate) fn after_feed(
+    app: &mut AppState,
+    txs: &mut VecDeque<TxDetect>,
+    action: &mut FlowAction,
+    ex: &Exceptions,
+) -> Option<Outcome> {
+    if !txs.is_empty() && txs.len() > app.tx_count() {
+        txs.retain(|r| app.holds_tx(r.id));
+    }
+    if app.take_memcap_hit() {
+        return memcap_exception(app, txs, action, ex);
+    }
+    None
+}
+
+/// Applies the exception policy `ex` to a flow a memcap refused memory (the
+/// application-layer memcap, through [`after_feed`]; the stream memcap, when a segment
+/// truncated the flow's stream with `Truncation::Memcap`): sets the flow's `action` and
+/// counts. On `drop-flow`, `pass-flow` and `bypass` the flow's parser is freed too (as
+/// Suricata's drop-flow disables the flow's application layer: nothing will read it
+/// again); on `ignore` it stays (the application-layer memcap has freed it already).
+/// `Some`: the packet's outcome (inspect no further); `None`: inspect it as usual.
+pub(crate) fn memcap_exception(
+    app: &mut AppState,
+    txs: &mut VecDeque<TxDetect>,
+    action: &mut FlowAction,
+    ex: &Exceptions,
+) -> Option<Outcome> {
+    let out = ex.apply(action);
+    if out.is_some() {
+        app.disable();
+        txs.clear();
+    }
+    out
 }
 
 /// True if `r` is an IP-only rule as Suricata's `SignatureIsIPOnly` judges it (type

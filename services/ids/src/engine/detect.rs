@@ -21,11 +21,16 @@
 //! table, the streams and the parsers (per flow, within their bounds) and the tracker
 //! (per new key).
 
-use super::app::{FlowAction, FlowState, flow_verdict, progress, ready, tx_record};
+use super::app::{
+    FlowAction, FlowState, after_feed, flow_verdict, memcap_exception, progress, ready, tx_record,
+};
+use super::exception::{ExceptionCounters, ExceptionPolicy, Exceptions};
 use super::flowbits::{self, FlowBits};
-use super::packet::{PktInfo, checksum_ok, pkt_info};
+use super::packet::{PktInfo, checksum_ok, ipv6_options_ok, pkt_info};
 use super::payload::{Win, list_matches, payload_matches};
+use super::reclaim::Reclaim;
 use super::{MAX_ALERTS_PER_PACKET, Outcome, RuleSet};
+use crate::applayer::budget::{AppBudget, AppCounters, DEFAULT_APP_MEMCAP};
 use crate::applayer::http::HttpLimits;
 use crate::applayer::{AppProto, Dir, Progress, Transaction};
 use crate::buffer::Buffer;
@@ -37,6 +42,7 @@ use crate::flow::{
 use crate::parse::NewAction;
 use crate::prefilter::{Prefilter, Scratch};
 use crate::rule::{RuleAction, RuleProto, StreamMode, Vars, port_match};
+use crate::stream::Truncation;
 use crate::track::{Addrs, Tracker};
 use relay_core::{Checksum, Counter, Counters, Hook, Packet};
 use std::sync::Arc;
@@ -64,10 +70,11 @@ fn tcp_header(
         p.l4.and_then(|o| data.get(o + 20..p.pay.0))
             .map(TcpOptions::parse)
             .unwrap_or_default();
-    let window = data
-        .get(p.l4.map_or(usize::MAX, |o| o + 14)..)
-        .and_then(|w| w.get(..2))
-        .map_or(u16::MAX, |w| u16::from_be_bytes([w[0], w[1]]));
+    let field = |at: usize| {
+        p.l4.and_then(|o| data.get(o + at..o + at + 2))
+            .map_or(0, |w| u16::from_be_bytes([w[0], w[1]]))
+    };
+    let (window, urgent) = (field(14), field(18));
     // The TTL says whether a segment reaches its receiver only where relayd sits on the
     // forwarding path at a known point: live, at PREROUTING (before the kernel's
     // decrement) or FORWARD / POSTROUTING (after it). Not for captures or AF_XDP.
@@ -94,6 +101,8 @@ fn tcp_header(
         window,
         tsval: opts.tsval,
         wscale: opts.wscale,
+        urgent,
+        sig: opts.sig,
         ttl: p.ttl,
         ttl_before_decrement,
     }
@@ -123,6 +132,10 @@ pub struct DetectorOptions {
     /// overlap received bytes with different data (Suricata's `stream.drop-invalid`).
     /// Default true; the service defaults it to whether the rules can block.
     pub drop_invalid: bool,
+    /// Bytes all application-layer parser states of the detector may hold (`app_memcap`).
+    pub app_memcap: usize,
+    /// What happens to a flow a memcap refused memory (`exception_policy`).
+    pub exception_policy: ExceptionPolicy,
 }
 
 impl Default for DetectorOptions {
@@ -136,6 +149,8 @@ impl Default for DetectorOptions {
             decode: DecodeOptions::default(),
             normalize: true,
             drop_invalid: true,
+            app_memcap: DEFAULT_APP_MEMCAP,
+            exception_policy: ExceptionPolicy::Auto,
         }
     }
 }
@@ -205,6 +220,12 @@ pub struct Detector {
     /// The outer packet's matches while its layers are inspected.
     layer_matched: Vec<u32>,
     opts: DetectorOptions,
+    /// The application-layer memcap every parser state charges (`app_memcap`).
+    app_budget: AppBudget,
+    /// The exception policy in force and its counters.
+    exceptions: Exceptions,
+    /// Frees parser memory of idle flows when `app_memcap` runs high.
+    reclaim: Reclaim,
 }
 
 impl Detector {
@@ -269,11 +290,21 @@ impl Detector {
         limits.normalize = opts.normalize;
         let flows = ((set.needs_flows || flow_actions) && opts.flow_tracking)
             .then(|| FlowTable::new(limits, FlowCounters::register(counters)));
-        let decoder = opts
-            .decode
+        let mut decode = opts.decode.clone();
+        decode.drop_invalid = opts.drop_invalid;
+        let decoder = decode
             .enabled
-            .then(|| Box::new(Decoder::new(opts.decode.clone(), counters)));
+            .then(|| Box::new(Decoder::new(decode, counters)));
+        let app_budget = AppBudget::new(opts.app_memcap, AppCounters::register(counters));
+        let exceptions = Exceptions::new(
+            opts.exception_policy,
+            set.blocks(),
+            ExceptionCounters::register(counters),
+        );
         Detector {
+            app_budget,
+            exceptions,
+            reclaim: Reclaim::new(counters),
             decoder,
             layer_matched: Vec::new(),
             st: State {
@@ -317,6 +348,11 @@ impl Detector {
         self.flows.as_ref().map_or((0, 0), |t| (t.len(), t.mem()))
     }
 
+    /// Bytes the application-layer parser states hold now, and the cap (`app_memcap`).
+    pub fn app_usage(&self) -> (usize, usize) {
+        (self.app_budget.used(), self.app_budget.cap())
+    }
+
     /// Fragment trains held for reassembly, and the bytes they hold.
     pub fn defrag_usage(&self) -> (usize, usize) {
         self.decoder.as_ref().map_or((0, 0), |d| d.defrag_usage())
@@ -333,7 +369,7 @@ impl Detector {
         };
         let mut outer = std::mem::take(&mut self.layer_matched);
         outer.clear();
-        let inner = dec.layers(pkt.data(), now, &mut |p| {
+        let inner = dec.layers(pkt.data(), out, now, &mut |p| {
             outer.extend_from_slice(&self.matched);
             self.inspect_one(p, now)
         });
@@ -366,6 +402,9 @@ impl Detector {
             flows,
             opts,
             stats,
+            app_budget,
+            exceptions,
+            reclaim,
             ..
         } = self;
         let set: &RuleSet = set;
@@ -376,18 +415,29 @@ impl Detector {
         // A segment or datagram whose checksum the receiver refuses is not inserted
         // anywhere (and dropped inline); a partial copy cannot be judged.
         let mut track = true;
-        if opts.normalize
-            && p.class <= 1
+        let ip_invalid = if !opts.normalize {
+            None
+        } else if p.class <= 1
             && meta.csum.judged()
             && meta.orig_len.is_none()
             && !checksum_ok(data, &p)
         {
-            stats.invalid[Invalid::Checksum.index()].inc();
+            Some(Invalid::Checksum)
+        } else if !ipv6_options_ok(data) {
+            Some(Invalid::Ipv6Options)
+        } else {
+            None
+        };
+        if let Some(why) = ip_invalid {
+            stats.invalid[why.index()].inc();
             if opts.drop_invalid {
                 stats.invalid_dropped.inc();
                 return Outcome::Drop;
             }
             track = false;
+        }
+        if let Some(t) = flows.as_mut() {
+            reclaim.run(t, app_budget, exceptions, now);
         }
         let mut fref = match flows {
             Some(t) if p.class <= 1 && track => t.packet(
@@ -421,6 +471,7 @@ impl Detector {
             let established = f.established;
             let synced = f.flow.synced();
             new_bytes = f.seg.new;
+            let seg_truncated = f.seg.truncated;
             let id = f.flow.id();
             let (state, s) = f.flow.split_mut(dir);
             let FlowState {
@@ -456,6 +507,15 @@ impl Detector {
                 }
                 return out;
             }
+            // The stream memcap refused this direction memory: the exception policy, as
+            // for the application layer's memcap (Suricata's
+            // `stream.memcap-policy`).
+            if seg_truncated
+                && s.as_deref().and_then(|s| s.truncated()) == Some(Truncation::Memcap)
+                && let Some(out) = memcap_exception(app, txs, action, exceptions)
+            {
+                return out;
+            }
             flow_action = Some(action);
             if let Some(done) = iponly_done.get_mut(dir.index()) {
                 iponly = !*done;
@@ -464,7 +524,8 @@ impl Detector {
             match s {
                 Some(s) => {
                     if set.needs_app {
-                        let n = app.feed_stream(dir, s.app_pending(), ports, &opts.http);
+                        let n =
+                            app.feed_stream(dir, s.app_pending(), ports, &opts.http, app_budget);
                         let upto = s.app_offset() + n as u64;
                         s.consume_app(upto);
                     } else {
@@ -478,12 +539,20 @@ impl Detector {
                     }
                     stream = Some(s);
                 }
-                None if p.class == 1 && set.needs_app => app.feed_datagram(dir, payload, ports),
+                None if p.class == 1 && set.needs_app => {
+                    app.feed_datagram(dir, payload, ports, app_budget);
+                }
                 None => {}
             }
             if p.tcp_flags & RST != 0 {
                 app.close(dir);
                 app.close(dir.reverse());
+            }
+            // The application-layer memcap stopped the parser: the exception policy.
+            if let Some(a) = flow_action.as_deref_mut()
+                && let Some(out) = after_feed(app, txs, a, exceptions)
+            {
+                return out;
             }
             fx = Some(FlowCx {
                 dir,

@@ -138,3 +138,131 @@ pub(crate) fn pkt_info(pkt: &mut Packet, defrag: bool) -> Option<PktInfo> {
     }
     Some(p)
 }
+
+/// Non-padding options a destination options header may hold (Linux's
+/// `net.ipv6.max_dst_opts_number`).
+const MAX_DST_OPTS: usize = 8;
+
+/// True unless the IPv6 packet `data` carries a destination options header that Linux's
+/// `ip6_parse_tlv` makes the receiving host discard the packet for: an option it does not
+/// know whose two high bits are not 00 (RFC 8200 section 4.2), more than 8 options,
+/// more than 7 bytes of padding in a row, PadN with non-zero bytes (RFC 4942), or an
+/// option running past its header. The relay's own kernel reads only hop-by-hop
+/// options, so such a packet passes the relay and dies at the host: an insertion. Known
+/// options: Pad1, PadN and the Home Address option (Mobile IPv6). IPv4 packets, and
+/// IPv6 packets whose headers cannot be walked, are left to the rest of the engine.
+pub(crate) fn ipv6_options_ok(data: &[u8]) -> bool {
+    if data.first().is_none_or(|b| b >> 4 != 6) {
+        return true;
+    }
+    let Some(&first) = data.get(6) else {
+        return true;
+    };
+    let (mut nh, mut off) = (first, 40usize);
+    for _ in 0..8 {
+        let (Some(&next), Some(&hlen)) = (data.get(off), data.get(off + 1)) else {
+            return true;
+        };
+        let len = match nh {
+            // Hop-by-hop (read by every node, the relay's kernel included), routing.
+            0 | 43 => (usize::from(hlen) + 1) * 8,
+            60 => {
+                let len = (usize::from(hlen) + 1) * 8;
+                match data.get(off + 2..off + len) {
+                    Some(tlvs) if dest_options_ok(tlvs) => {}
+                    Some(_) => return false,
+                    // Cut short: the host would refuse it too, but it cannot be a
+                    // well-formed packet either; the engine reads what is there.
+                    None => return true,
+                }
+                len
+            }
+            51 => (usize::from(hlen) + 2) * 4,
+            // A fragment header (the reassembled packet is checked) or the upper layer.
+            _ => return true,
+        };
+        nh = next;
+        off += len;
+    }
+    true
+}
+
+/// The TLVs of one destination options header, as `ip6_parse_tlv` reads them.
+fn dest_options_ok(mut tlvs: &[u8]) -> bool {
+    let (mut pad, mut count) = (0usize, 0usize);
+    while let Some(&ty) = tlvs.first() {
+        if ty == 0 {
+            pad += 1;
+            if pad > 7 {
+                return false;
+            }
+            tlvs = tlvs.get(1..).unwrap_or(&[]);
+            continue;
+        }
+        let Some(&l) = tlvs.get(1) else { return false };
+        let n = usize::from(l) + 2;
+        let Some(body) = tlvs.get(2..n) else {
+            return false;
+        };
+        if ty == 1 {
+            pad += n;
+            if pad > 7 || body.iter().any(|&b| b != 0) {
+                return false;
+            }
+        } else {
+            count += 1;
+            // 0xC9: Home Address; anything else unknown, judged by its action bits.
+            if count > MAX_DST_OPTS || (ty != 0xc9 && ty >> 6 != 0) {
+                return false;
+            }
+            pad = 0;
+        }
+        tlvs = tlvs.get(n..).unwrap_or(&[]);
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v6(nh: u8, ext: &[u8]) -> Vec<u8> {
+        let mut b = vec![0u8; 40];
+        b[0] = 0x60;
+        b[6] = nh;
+        b.extend_from_slice(ext);
+        b.extend_from_slice(&[0u8; 20]);
+        b
+    }
+
+    #[test]
+    fn destination_options_are_judged_as_linux_does() {
+        // Next header TCP (6), length 0 (8 bytes): an unknown option 0x5E (action 01:
+        // discard) with 4 bytes.
+        assert!(!ipv6_options_ok(&v6(60, &[6, 0, 0x5e, 4, 0, 0, 0, 0])));
+        // Action 00 (skip): kept.
+        assert!(ipv6_options_ok(&v6(60, &[6, 0, 0x1e, 4, 0, 0, 0, 0])));
+        // PadN with a non-zero byte; six bytes of padding are fine.
+        assert!(!ipv6_options_ok(&v6(60, &[6, 0, 1, 4, 0, 0, 7, 0])));
+        assert!(ipv6_options_ok(&v6(60, &[6, 0, 1, 4, 0, 0, 0, 0])));
+        // Too much padding in a row (two headers' worth).
+        assert!(!ipv6_options_ok(&v6(
+            60,
+            &[6, 1, 1, 4, 0, 0, 0, 0, 1, 4, 0, 0, 0, 0, 0, 0]
+        )));
+        // An option running past its header.
+        assert!(!ipv6_options_ok(&v6(60, &[6, 0, 0x1e, 9, 0, 0, 0, 0])));
+        // Behind a hop-by-hop header.
+        assert!(!ipv6_options_ok(&v6(
+            0,
+            &[60, 0, 1, 4, 0, 0, 0, 0, 6, 0, 0x9e, 4, 0, 0, 0, 0]
+        )));
+        // No extension headers, IPv4, garbage: left alone.
+        assert!(ipv6_options_ok(&v6(6, &[])));
+        assert!(ipv6_options_ok(&[0x45, 0, 0, 20]));
+        for n in 0..48 {
+            let p = v6(60, &[6, 0, 0x5e, 4, 0, 0, 0, 0]);
+            let _ = ipv6_options_ok(&p[..n]);
+        }
+    }
+}

@@ -34,7 +34,7 @@
 //! state and are let through: they carry nothing to inspect, and dropping them could
 //! only stall an honest connection if relayd's picture were wrong.
 
-use relay_core::wire::tcp::flags::{ACK, FIN, RST, SYN};
+use relay_core::wire::tcp::flags::{ACK, FIN, RST, SYN, URG};
 
 /// Why a segment is one the receiving host would discard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -60,11 +60,23 @@ pub enum Invalid {
     Ttl,
     /// Data on a connection an RST ended (the host has no socket for it any more).
     Reset,
+    /// Urgent data (URG with a pointer at or past the next byte): the host takes the
+    /// urgent byte out of the stream the application reads (unless it set
+    /// `SO_OOBINLINE`), depending on when the application reads; dropped inline rather
+    /// than guessed (Suricata 8's `urgent-policy: drop`).
+    Urgent,
+    /// A TCP-MD5 (RFC 2385) or TCP-AO (RFC 5925) signature on a connection whose
+    /// handshake had none (the host has no key: `TCP_MD5UNEXPECTED`), or none on one whose
+    /// handshake had them (`TCP_MD5NOTFOUND`).
+    Signature,
+    /// An IPv6 destination option the host does not know and must discard the packet
+    /// for (its two high bits not 00), or padding Linux refuses (`ip6_parse_tlv`).
+    Ipv6Options,
 }
 
 impl Invalid {
     /// Every reason, in counter order.
-    pub const ALL: [Invalid; 10] = [
+    pub const ALL: [Invalid; 13] = [
         Invalid::Checksum,
         Invalid::NoAck,
         Invalid::AckUnsent,
@@ -75,6 +87,9 @@ impl Invalid {
         Invalid::Overlap,
         Invalid::Ttl,
         Invalid::Reset,
+        Invalid::Urgent,
+        Invalid::Signature,
+        Invalid::Ipv6Options,
     ];
 
     /// The counter name (`relayd status`, docs/ids.md).
@@ -90,6 +105,9 @@ impl Invalid {
             Invalid::Overlap => "stream_overlap_dropped",
             Invalid::Ttl => "stream_invalid_ttl",
             Invalid::Reset => "stream_invalid_after_rst",
+            Invalid::Urgent => "stream_invalid_urgent",
+            Invalid::Signature => "stream_invalid_signature",
+            Invalid::Ipv6Options => "invalid_ipv6_options",
         }
     }
 
@@ -108,6 +126,8 @@ pub struct TcpOptions {
     pub tsval: Option<u32>,
     /// A TCP Fast Open option (see [`super::tcp_fast_open`]).
     pub tfo: bool,
+    /// A TCP-MD5 signature (kind 19) or TCP-AO (kind 29) option.
+    pub sig: bool,
 }
 
 impl TcpOptions {
@@ -140,6 +160,7 @@ impl TcpOptions {
                         .and_then(|b| b.try_into().ok())
                         .map(u32::from_be_bytes)
                 }
+                (19, 18) | (29, 4..) => o.sig = true,
                 (34, 2) => o.tfo = true,
                 (34, 4..=18) if len % 2 == 0 => o.tfo = true,
                 (253 | 254, 4 | 12) if body.get(..2) == Some(&[0xf9, 0x89]) => o.tfo = true,
@@ -187,6 +208,8 @@ pub(crate) struct Side {
     pub(crate) max_wnd: u32,
     /// It sent a timestamp on its SYN.
     pub(crate) ts_syn: bool,
+    /// It sent a TCP-MD5 or TCP-AO option on its SYN.
+    pub(crate) sig_syn: bool,
     /// The timestamp value the other side records for it (`ts_recent`); 0 is "none", as
     /// in Linux (where PAWS then passes).
     pub(crate) ts_recent: u32,
@@ -204,6 +227,10 @@ pub(crate) struct Seg {
     pub(crate) window: u16,
     pub(crate) len: u32,
     pub(crate) tsval: Option<u32>,
+    /// The urgent pointer (meaningful with URG).
+    pub(crate) urgent: u16,
+    /// It carries a TCP-MD5 or TCP-AO option.
+    pub(crate) sig: bool,
     pub(crate) ttl: u8,
     /// Where the TTL was read, for the reach check: `Some(false)` after the forwarding
     /// decrement (FORWARD, POSTROUTING), `Some(true)` before it (PREROUTING), `None` for
@@ -281,6 +308,15 @@ pub(crate) fn judge(
     {
         return invalid(Invalid::Ttl);
     }
+    // tcp_check_urg: a pointer at or past the next byte makes the host take a byte out
+    // of the stream (`ptr - 1` with BSD semantics, Linux's default), even one carried by
+    // a later segment; a pointer behind it is ignored.
+    if !rst && !syn && s.flags & URG != 0 && s.urgent != 0 {
+        let byte = s.seq.wrapping_add(u32::from(s.urgent)).wrapping_sub(1);
+        if next.is_none_or(|n| !after(n, byte)) {
+            return Verdict::Invalid(Invalid::Urgent);
+        }
+    }
     if !synced {
         // Mid-stream: no windows, scales or timestamps known. RFC 5961 still applies to
         // an RST at the next expected byte; elsewhere it is held as a challenge would be.
@@ -291,6 +327,11 @@ pub(crate) fn judge(
             return Verdict::Ignore;
         }
         return Verdict::Accept;
+    }
+    // tcp_inbound_hash: a signature where the handshake had none (no key), or none where
+    // both SYNs had one.
+    if s.sig != (me.sig_syn && peer.sig_syn) {
+        return Verdict::Invalid(Invalid::Signature);
     }
     // RFC 7323 H1: PAWS first (an RST is exempt).
     if !rst

@@ -45,8 +45,6 @@ pub enum TcpState {
 pub(crate) struct Opts {
     /// Reassemble flows picked up without their handshake.
     pub(crate) midstream: bool,
-    /// How overlaps are resolved.
-    pub(crate) policy: StreamPolicy,
     /// Inline mode: segments overlapping with different data are not inserted.
     pub(crate) reject_different: bool,
     /// Judge segments as their receiver would.
@@ -100,6 +98,8 @@ fn seg_of(h: &TcpHeader, len: usize) -> judge::Seg {
         window: h.window,
         len: len.min(u32::MAX as usize) as u32,
         tsval: h.tsval,
+        urgent: h.urgent,
+        sig: h.sig,
         ttl: h.ttl,
         ttl_before_decrement: h.ttl_before_decrement,
     }
@@ -157,6 +157,14 @@ impl TcpSession {
         }
     }
 
+    /// Sets each direction's overlap policy (by [`Dir::index`]: that of the direction's
+    /// receiving host) and whether overlaps with different data are rejected.
+    pub(crate) fn configure(&mut self, policies: [StreamPolicy; 2], reject_different: bool) {
+        for (s, p) in self.streams.iter_mut().zip(policies) {
+            s.configure(p, reject_different);
+        }
+    }
+
     /// Frees both streams' memory (the flow ends).
     pub(crate) fn release(&mut self, budget: &mut MemBudget) {
         for s in &mut self.streams {
@@ -174,11 +182,6 @@ impl TcpSession {
         opts: &Opts,
         budget: &mut MemBudget,
     ) -> TcpOutcome {
-        if self.state == TcpState::New {
-            for s in &mut self.streams {
-                s.configure(opts.policy, opts.reject_different);
-            }
-        }
         let was_established = self.established();
         let was_closed = self.state == TcpState::Closed;
         let mut out = TcpOutcome {
@@ -363,6 +366,7 @@ impl TcpSession {
             first: Some(h.seq.wrapping_add(1)),
             wscale_syn: h.wscale,
             ts_syn: h.tsval.is_some(),
+            sig_syn: h.sig,
             // The other side records the SYN's timestamp (tcp_openreq_init).
             ts_recent: h.tsval.unwrap_or(0),
             ..Side::default()

@@ -272,6 +272,19 @@ impl Inflater {
         };
     }
 
+    /// Bytes held: the decoder's fixed state (estimated, see
+    /// [`crate::applayer::budget::INFLATE_STATE`], and [`lzma::Unlzma::heap_size`]) and
+    /// the sink's staging vector.
+    fn heap_size(&self) -> usize {
+        let flate = |s: &Sink| crate::applayer::budget::INFLATE_STATE + s.out.capacity();
+        match self {
+            Inflater::Gzip(d) => flate(d.get_ref()),
+            Inflater::Deflate(d) => flate(d.get_ref()),
+            Inflater::Zlib(d) => flate(d.get_ref()),
+            Inflater::Lzma(d) => d.heap_size(),
+        }
+    }
+
     fn sink(&mut self) -> &mut Sink {
         match self {
             Inflater::Gzip(d) => d.get_mut(),
@@ -404,6 +417,16 @@ impl Layer {
         body.len() >= self.limit
     }
 
+    /// Bytes held while decoding (the body it writes to is not counted here).
+    fn heap_size(&self) -> usize {
+        match &self.mode {
+            Mode::Inflate(a) => {
+                std::mem::size_of::<Attempt>() + a.inflater.heap_size() + a.seen.capacity()
+            }
+            Mode::Pass | Mode::Stopped => 0,
+        }
+    }
+
     /// Ends the body: flushes what the decoder still holds onto `body`.
     fn finish(&mut self, body: &mut Vec<u8>) {
         if let Mode::Inflate(a) = &mut self.mode {
@@ -471,6 +494,19 @@ impl Decoder {
                 layer.finish(stage);
             }
         }
+    }
+
+    /// Bytes held while decoding, for the application-layer memcap: each layer's decoder
+    /// state and staging vectors, and the outer layers' outputs between them.
+    pub(crate) fn heap_size(&self) -> usize {
+        std::mem::size_of::<Decoder>()
+            + self.inner.heap_size()
+            + self.outer.capacity() * std::mem::size_of::<(Layer, Vec<u8>)>()
+            + self
+                .outer
+                .iter()
+                .map(|(l, s)| l.heap_size() + s.capacity())
+                .sum::<usize>()
     }
 
     /// Decodes `data` onto `body`. Returns true once `body` holds `limit` bytes.

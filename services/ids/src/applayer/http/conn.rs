@@ -31,7 +31,7 @@ use crate::applayer::Progress;
 const HTTP09_MAX_JUNK: usize = 16;
 
 /// The URI libhtp gives the transaction of a response without request.
-const NOT_SEEN: &[u8] = b"/libhtp::request_uri_not_seen";
+pub(super) const NOT_SEEN: &[u8] = b"/libhtp::request_uri_not_seen";
 
 /// The methods libhtp knows (the same list as Suricata's HTTP detection patterns); after a
 /// request, a line starting with another word is body.
@@ -178,8 +178,9 @@ pub(super) fn tx_mut(
     txs: &mut std::collections::VecDeque<HttpTx>,
     id: Option<u64>,
 ) -> Option<&mut HttpTx> {
-    let front = txs.front()?.id;
-    let i = usize::try_from(id?.checked_sub(front)?).ok()?;
+    // Ids ascend but may have gaps (transactions evicted unanswered): search.
+    let id = id?;
+    let i = txs.binary_search_by_key(&id, |t| t.id).ok()?;
     txs.get_mut(i)
 }
 
@@ -398,15 +399,14 @@ impl HttpState {
 
     /// The transaction `id`, if held.
     fn get(&self, id: u64) -> Option<&HttpTx> {
-        let front = self.txs.front()?.id;
-        self.txs.get(usize::try_from(id.checked_sub(front)?).ok()?)
+        let i = self.txs.binary_search_by_key(&id, |t| t.id).ok()?;
+        self.txs.get(i)
     }
 
-    /// Appends a new transaction; errs if too many are held.
+    /// Appends a new transaction, evicting the oldest unanswered one if too many are held;
+    /// errs if none can go.
     fn new_tx(&mut self, limits: &HttpLimits) -> Result<u64, HttpError> {
-        if self.txs.len() >= limits.max_txs {
-            return Err(HttpError::TooManyTransactions(limits.max_txs));
-        }
+        self.make_room(limits)?;
         let id = self.next_id;
         self.next_id += 1;
         self.txs.push_back(HttpTx {
@@ -419,7 +419,15 @@ impl HttpState {
     /// The transaction the response starting now answers (a new one if no request is
     /// waiting); sets the response side's transaction.
     fn pair_response(&mut self, limits: &HttpLimits) -> Result<u64, HttpError> {
-        let id = if self.resp_next < self.next_id {
+        let id = if self.resp_next < self.next_id && self.get(self.resp_next).is_none() {
+            // The request was evicted unanswered: the response gets a transaction in its
+            // place, so that it is parsed and inspected, and the responses after it pair
+            // with their own requests.
+            let id = self.resp_next;
+            self.sides[1].tx = None;
+            self.stand_in(id, limits)?;
+            id
+        } else if self.resp_next < self.next_id {
             self.resp_next
         } else {
             // libhtp: a response without a request gets a transaction of its own, with

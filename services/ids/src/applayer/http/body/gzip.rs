@@ -142,4 +142,9 @@ impl Gunzip {
     pub(super) fn get_mut(&mut self) -> &mut Sink {
         self.inner.get_mut()
     }
+
+    /// The sink, to size it.
+    pub(super) fn get_ref(&self) -> &Sink {
+        self.inner.get_ref()
+    }
 }

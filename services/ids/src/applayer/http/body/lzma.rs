@@ -117,4 +117,27 @@ impl Unlzma {
             None => &mut self.idle,
         }
     }
+
+    /// Bytes the decoder holds, as charged to the application-layer memcap. Once the
+    /// header is in: the dictionary the header asks for (bounded by [`MEMLIMIT`]; `lzma-rs`
+    /// grows its buffer up to it, charged whole from the start) and the literal
+    /// probabilities (`0x300 << (lc + lp)` 16-bit counters, up to 6 MiB for `lc` 8 and `lp`
+    /// 4, which the header chooses), plus the decoder's other tables (a few KiB) and the
+    /// sink's staging vector.
+    pub(super) fn heap_size(&self) -> usize {
+        let sink = match &self.stream {
+            Some(s) => s.get_output().unwrap_or(&self.idle),
+            None => &self.idle,
+        };
+        let staged = sink.out.capacity();
+        if self.stream.is_none() {
+            return staged;
+        }
+        let props = usize::from(self.head[0]);
+        let (lc, lp) = (props % 9, (props / 9) % 5);
+        let dict = <[u8; 4]>::try_from(self.head.get(1..5).unwrap_or_default())
+            .map_or(MEMLIMIT, |b| u32::from_le_bytes(b) as usize)
+            .clamp(4096, MEMLIMIT);
+        dict + (0x300usize << (lc + lp)) * 2 + (16 << 10) + staged
+    }
 }
