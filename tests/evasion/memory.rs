@@ -201,10 +201,11 @@ fn attack(bed: &Bed, kind: &str, n: usize) -> (usize, std::sync::mpsc::Sender<()
                 let Ok(mut c) = TcpStream::connect_timeout(&addr, Duration::from_secs(3)) else {
                     continue;
                 };
-                c.set_write_timeout(Some(Duration::from_secs(5))).ok();
-                if c.write_all(&payload).is_ok() {
-                    held.push(c);
-                }
+                // An engine that drops the flow leaves the write blocked: give it a moment,
+                // keep the connection either way (it holds the engine's flow state).
+                c.set_write_timeout(Some(Duration::from_millis(50))).ok();
+                let _ = c.write_all(&payload);
+                held.push(c);
             }
             let _ = tx.send(held.len());
             let _ = release.recv();
