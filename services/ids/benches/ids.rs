@@ -247,6 +247,9 @@ fn http(c: &mut Criterion) {
                 p.meta.ct = ct;
                 det.inspect(&mut p, now);
             }
+            // The first request's sequence numbers: the packets below are rewritten to
+            // them (an ACK of bytes the other side never sent would be refused).
+            let mut seq = [conv.seq[0], conv.seq[1]];
             let mut req = conv.data(true, request);
             let mut resp = conv.data(false, &response);
             req.meta.ct = ct;
@@ -254,7 +257,6 @@ fn http(c: &mut Criterion) {
                 state: CtState::Established,
                 reply: true,
             });
-            let mut seq = [conv.seq[0], conv.seq[1]];
             g.bench_function(format!("{n}_rules/{name}"), |b| {
                 b.iter(|| {
                     set_seq(&mut req, seq[0], seq[1]);
@@ -265,6 +267,12 @@ fn http(c: &mut Criterion) {
                     black_box(det.inspect(black_box(&mut resp), now))
                 })
             });
+            set_seq(&mut req, seq[0], seq[1]);
+            assert_eq!(
+                det.inspect(&mut req, now),
+                Outcome::Clean,
+                "the bench's segments must stay valid"
+            );
             if flows {
                 let (f, held) = det.flow_usage();
                 assert_eq!(f, 1);

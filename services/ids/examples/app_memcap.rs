@@ -18,18 +18,19 @@
 //! a fresh detector; RSS growth is resident pages after minus before (the allocator may
 //! keep freed pages, so it is close to the peak).
 
-use relay_core::wire::{Ipv4Packet, TcpPacket, checksum};
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use relay_core::{Counters, Packet};
 use relay_svc_ids::{Detector, DetectorOptions, Outcome, RuleSet};
 use std::collections::BTreeMap;
 use std::io::Write as _;
-use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const SERVER: [u8; 4] = [10, 0, 2, 2];
 
-/// A TCP/IPv4 segment.
+/// A TCP/IPv4 segment (the integration tests' builder: window 65,535, TTL 64).
 #[allow(clippy::too_many_arguments)]
 fn tcp4(
     src: [u8; 4],
@@ -41,32 +42,7 @@ fn tcp4(
     ack: u32,
     payload: &[u8],
 ) -> Packet {
-    let total = 40 + payload.len();
-    let mut b = vec![0u8; total];
-    b[0] = 0x45;
-    b[2..4].copy_from_slice(&(total as u16).to_be_bytes());
-    b[8] = 64;
-    b[9] = 6;
-    b[12..16].copy_from_slice(&src);
-    b[16..20].copy_from_slice(&dst);
-    b[20..22].copy_from_slice(&sport.to_be_bytes());
-    b[22..24].copy_from_slice(&dport.to_be_bytes());
-    b[24..28].copy_from_slice(&seq.to_be_bytes());
-    b[28..32].copy_from_slice(&ack.to_be_bytes());
-    b[32] = 5 << 4;
-    b[33] = flags;
-    // A receiver with room offers its largest unscaled window.
-    b[34..36].copy_from_slice(&u16::MAX.to_be_bytes());
-    b[40..].copy_from_slice(payload);
-    Ipv4Packet::new_unchecked(&mut b[..]).fill_checksum();
-    let ps = checksum::pseudo_v4(
-        Ipv4Addr::from(src),
-        Ipv4Addr::from(dst),
-        6,
-        (total - 20) as u32,
-    );
-    TcpPacket::new_unchecked(&mut b[20..]).fill_checksum(ps);
-    Packet::from_bytes(&b)
+    common::tcp4_seq(src, dst, sport, dport, flags, seq, ack, payload)
 }
 
 /// One client connection to SERVER:80.

@@ -321,6 +321,14 @@ pub struct SegmentResult {
     pub rejected: bool,
 }
 
+/// A segment being added: its bytes, the stream offset of its first byte (before the
+/// stream's start if negative), and its bounds as sent (for the overlap policy).
+struct Incoming<'a> {
+    bytes: &'a [u8],
+    off: i128,
+    orig: (u64, u64),
+}
+
 /// A held out-of-order piece: bytes from `off`, and the bounds of the segment they came
 /// from as it was sent (the overlap policy compares segments, not pieces).
 #[derive(Debug)]
@@ -576,25 +584,14 @@ impl Stream {
         let start = off.max(i128::from(end));
         let stop = seg_end.min(limit);
         if start < stop {
-            let orig = (off.max(0) as u64, seg_end.max(0) as u64);
-            self.overlay(
-                start as u64,
-                stop as u64,
-                payload,
+            let new = Incoming {
+                bytes: payload,
                 off,
-                orig,
-                budget,
-                &mut r,
-            );
-            self.fill(
-                start as u64,
-                stop as u64,
-                payload,
-                off,
-                orig,
-                budget,
-                &mut r,
-            );
+                orig: (off.max(0) as u64, seg_end.max(0) as u64),
+            };
+            let (start, stop) = (start as u64, stop as u64);
+            self.overlay(start, stop, &new, budget, &mut r);
+            self.fill(start, stop, &new, budget, &mut r);
         }
         let end = self.end();
         if self.fin.is_some_and(|f| end >= f) && self.reassembling() {
@@ -639,17 +636,15 @@ impl Stream {
     /// writes the new bytes over a piece's where the policy says the new segment wins
     /// (splitting the piece so that each part keeps the bounds of the segment its bytes
     /// came from).
-    #[allow(clippy::too_many_arguments)]
     fn overlay(
         &mut self,
         start: u64,
         stop: u64,
-        payload: &[u8],
-        off: i128,
-        orig: (u64, u64),
+        new_seg: &Incoming<'_>,
         budget: &mut MemBudget,
         r: &mut SegmentResult,
     ) {
+        let (payload, off, orig) = (new_seg.bytes, new_seg.off, new_seg.orig);
         let mut i = self.ooo.partition_point(|s| s.end() <= start);
         while let Some(s) = self.ooo.get(i) {
             if s.off >= stop {
@@ -719,19 +714,16 @@ impl Stream {
         }
     }
 
-    /// Places the new bytes `[start, stop)` of `payload` (whose first byte is at `off`)
-    /// where nothing is held yet; `orig` is the segment's bounds.
-    #[allow(clippy::too_many_arguments)]
+    /// Places the new bytes `[start, stop)` of the segment where nothing is held yet.
     fn fill(
         &mut self,
         start: u64,
         stop: u64,
-        payload: &[u8],
-        off: i128,
-        orig: (u64, u64),
+        new_seg: &Incoming<'_>,
         budget: &mut MemBudget,
         r: &mut SegmentResult,
     ) {
+        let (payload, off, orig) = (new_seg.bytes, new_seg.off, new_seg.orig);
         let slice = |a: u64, b: u64| {
             let (a, b) = (
                 (i128::from(a) - off) as usize,

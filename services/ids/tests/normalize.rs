@@ -10,10 +10,8 @@
 mod common;
 
 use common::*;
-use relay_core::wire::{Ipv4Packet, TcpPacket, checksum};
 use relay_core::{Counters, Hook, Packet};
 use relay_svc_ids::{Detector, DetectorOptions, Outcome, RuleSet};
-use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -24,7 +22,8 @@ const PSH_ACK: u8 = 0x18;
 const SYN: u8 = 0x02;
 const RST: u8 = 0x04;
 
-/// A TCP/IPv4 segment with options, window and TTL of the test's choosing.
+/// A TCP/IPv4 segment with options, window and TTL of the test's choosing, queued at
+/// FORWARD.
 #[allow(clippy::too_many_arguments)]
 fn seg(
     to_server: bool,
@@ -36,38 +35,24 @@ fn seg(
     ttl: u8,
     payload: &[u8],
 ) -> Packet {
-    let (src, dst, sp, dp) = if to_server {
+    let (src, dst, sport, dport) = if to_server {
         (CLIENT, SERVER, 40000u16, 80u16)
     } else {
         (SERVER, CLIENT, 80, 40000)
     };
-    let hl = 20 + opts.len();
-    let total = 20 + hl + payload.len();
-    let mut b = vec![0u8; total];
-    b[0] = 0x45;
-    b[2..4].copy_from_slice(&(total as u16).to_be_bytes());
-    b[8] = ttl;
-    b[9] = 6;
-    b[12..16].copy_from_slice(&src);
-    b[16..20].copy_from_slice(&dst);
-    b[20..22].copy_from_slice(&sp.to_be_bytes());
-    b[22..24].copy_from_slice(&dp.to_be_bytes());
-    b[24..28].copy_from_slice(&seq.to_be_bytes());
-    b[28..32].copy_from_slice(&ack.to_be_bytes());
-    b[32] = ((hl / 4) as u8) << 4;
-    b[33] = flags;
-    b[34..36].copy_from_slice(&window.to_be_bytes());
-    b[40..40 + opts.len()].copy_from_slice(opts);
-    b[40 + opts.len()..].copy_from_slice(payload);
-    Ipv4Packet::new_unchecked(&mut b[..]).fill_checksum();
-    let ps = checksum::pseudo_v4(
-        Ipv4Addr::from(src),
-        Ipv4Addr::from(dst),
-        6,
-        (total - 20) as u32,
-    );
-    TcpPacket::new_unchecked(&mut b[20..]).fill_checksum(ps);
-    let mut p = Packet::from_bytes(&b);
+    let mut p = Tcp4 {
+        src,
+        dst,
+        sport,
+        dport,
+        flags,
+        seq,
+        ack,
+        window,
+        ttl,
+        opts,
+    }
+    .build(payload);
     p.meta.hook = Some(Hook::Forward);
     p
 }

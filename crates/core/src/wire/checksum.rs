@@ -7,16 +7,20 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Adds `data` to a running ones'-complement sum (not yet folded).
 ///
-/// Sums 8 bytes at a time into a 64-bit accumulator; the result is the same as the
-/// textbook 16-bit loop, only faster on full-size packets.
+/// Adds the data as big-endian 32-bit words into a plain 64-bit accumulator: a 32-bit
+/// word `hi << 16 | lo` is congruent to `hi + lo` modulo 0xffff, so the folded result is
+/// the textbook 16-bit loop's, and without an end-around carry per word the loop has no
+/// dependency chain and vectorizes (the IDS judges every TCP and UDP checksum it sees:
+/// this halved the sum's cost on full-size packets). No carry is lost: 2^32 words would
+/// be needed to overflow the accumulator.
 #[inline]
-pub fn sum(mut acc: u64, data: &[u8]) -> u64 {
-    let mut chunks = data.chunks_exact(8);
+pub fn sum(acc: u64, data: &[u8]) -> u64 {
+    let mut chunks = data.chunks_exact(4);
+    let mut wide: u64 = 0;
     for c in &mut chunks {
-        let v = u64::from_be_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
-        let (s, carry) = acc.overflowing_add(v);
-        acc = s + carry as u64;
+        wide += u64::from(u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
     }
+    let mut acc = add_u64(acc, wide);
     let rest = chunks.remainder();
     let mut i = 0;
     while i + 1 < rest.len() {
@@ -87,21 +91,28 @@ mod tests {
 
     #[test]
     fn odd_lengths_match_the_16_bit_loop() {
-        for len in 0..40usize {
-            let data: Vec<u8> = (0..len).map(|i| (i * 37 + 11) as u8).collect();
-            let mut slow: u32 = 0;
+        for len in (0..40usize).chain([1499, 1500, 9000, 65535]) {
+            let data: Vec<u8> = (0..len).map(|i| (i * 37 + 11) as u8 | 0xf0).collect();
+            let mut slow: u64 = 0;
             for c in data.chunks(2) {
                 let w = if c.len() == 2 {
                     u16::from_be_bytes([c[0], c[1]])
                 } else {
                     (c[0] as u16) << 8
                 };
-                slow += w as u32;
+                slow += w as u64;
             }
             while slow > 0xffff {
                 slow = (slow & 0xffff) + (slow >> 16);
             }
             assert_eq!(fold(sum(0, &data)), slow as u16, "len {len}");
+            // A running sum carried in (a pseudo header) too.
+            let pseudo = 0xffff_fffe_u64;
+            let mut with = slow + pseudo;
+            while with > 0xffff {
+                with = (with & 0xffff) + (with >> 16);
+            }
+            assert_eq!(fold(sum(pseudo, &data)), with as u16, "len {len}");
         }
     }
 

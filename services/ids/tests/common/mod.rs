@@ -23,7 +23,8 @@ pub(crate) fn tcp4(
     tcp4_seq(src, dst, sport, dport, flags, 1000, 5000, payload)
 }
 
-/// A TCP/IPv4 segment with the given flags, sequence and acknowledgement numbers.
+/// A TCP/IPv4 segment with the given flags, sequence and acknowledgement numbers, the
+/// largest unscaled window, TTL 64 and no options.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn tcp4_seq(
     src: [u8; 4],
@@ -35,32 +36,80 @@ pub(crate) fn tcp4_seq(
     ack: u32,
     payload: &[u8],
 ) -> Packet {
-    let total = 40 + payload.len();
-    let mut b = vec![0u8; total];
-    b[0] = 0x45;
-    b[2..4].copy_from_slice(&(total as u16).to_be_bytes());
-    b[8] = 64;
-    b[9] = 6;
-    b[12..16].copy_from_slice(&src);
-    b[16..20].copy_from_slice(&dst);
-    b[20..22].copy_from_slice(&sport.to_be_bytes());
-    b[22..24].copy_from_slice(&dport.to_be_bytes());
-    b[24..28].copy_from_slice(&seq.to_be_bytes());
-    b[28..32].copy_from_slice(&ack.to_be_bytes());
-    b[32] = 5 << 4;
-    b[33] = flags;
-    // The largest unscaled window, as a receiver with room offers.
-    b[34..36].copy_from_slice(&u16::MAX.to_be_bytes());
-    b[40..].copy_from_slice(payload);
-    Ipv4Packet::new_unchecked(&mut b[..]).fill_checksum();
-    let ps = checksum::pseudo_v4(
-        Ipv4Addr::from(src),
-        Ipv4Addr::from(dst),
-        6,
-        (total - 20) as u32,
-    );
-    TcpPacket::new_unchecked(&mut b[20..]).fill_checksum(ps);
-    Packet::from_bytes(&b)
+    Tcp4 {
+        src,
+        dst,
+        sport,
+        dport,
+        flags,
+        seq,
+        ack,
+        ..Tcp4::default()
+    }
+    .build(payload)
+}
+
+/// Every field of a TCP/IPv4 segment a test may set; `build` fills in the lengths and
+/// both checksums.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Tcp4<'a> {
+    pub(crate) src: [u8; 4],
+    pub(crate) dst: [u8; 4],
+    pub(crate) sport: u16,
+    pub(crate) dport: u16,
+    pub(crate) flags: u8,
+    pub(crate) seq: u32,
+    pub(crate) ack: u32,
+    pub(crate) window: u16,
+    pub(crate) ttl: u8,
+    /// TCP options (a multiple of 4 bytes).
+    pub(crate) opts: &'a [u8],
+}
+
+impl Default for Tcp4<'_> {
+    fn default() -> Self {
+        Tcp4 {
+            src: CLIENT,
+            dst: SERVER,
+            sport: 40000,
+            dport: 80,
+            flags: 0x10,
+            seq: 1000,
+            ack: 5000,
+            // The largest unscaled window, as a receiver with room offers.
+            window: u16::MAX,
+            ttl: 64,
+            opts: &[],
+        }
+    }
+}
+
+impl Tcp4<'_> {
+    /// The segment carrying `payload`.
+    pub(crate) fn build(&self, payload: &[u8]) -> Packet {
+        let hl = 20 + self.opts.len();
+        let total = 20 + hl + payload.len();
+        let mut b = vec![0u8; total];
+        b[0] = 0x45;
+        b[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+        b[8] = self.ttl;
+        b[9] = 6;
+        b[12..16].copy_from_slice(&self.src);
+        b[16..20].copy_from_slice(&self.dst);
+        b[20..22].copy_from_slice(&self.sport.to_be_bytes());
+        b[22..24].copy_from_slice(&self.dport.to_be_bytes());
+        b[24..28].copy_from_slice(&self.seq.to_be_bytes());
+        b[28..32].copy_from_slice(&self.ack.to_be_bytes());
+        b[32] = ((hl / 4) as u8) << 4;
+        b[33] = self.flags;
+        b[34..36].copy_from_slice(&self.window.to_be_bytes());
+        b[40..40 + self.opts.len()].copy_from_slice(self.opts);
+        b[hl + 20..].copy_from_slice(payload);
+        Ipv4Packet::new_unchecked(&mut b[..]).fill_checksum();
+        let mut p = Packet::from_bytes(&b);
+        fix_tcp4_checksum(&mut p);
+        p
+    }
 }
 
 /// Recomputes the TCP checksum of a TCP/IPv4 packet whose header a test edited (the
