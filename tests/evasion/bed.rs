@@ -288,8 +288,8 @@ impl Bed {
             let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(3)).ok()?;
             let port = c.local_addr().ok()?.port();
             c.set_nodelay(true).ok()?;
-            c.set_write_timeout(Some(Duration::from_secs(10))).ok()?;
-            c.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+            c.set_write_timeout(Some(Duration::from_secs(3))).ok()?;
+            c.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
             let (mut at, mut i) = (0, 0);
             while at < send.len() {
                 let n = sizes[i].min(send.len() - at);
@@ -311,8 +311,16 @@ impl Bed {
             return (data, Vec::new());
         };
         let local = addr.ip().to_string();
-        let end = Instant::now() + Duration::from_secs(20);
-        while self.read(&local, "tcp", port).len() < bytes && Instant::now() < end {
+        // Wait while bytes keep arriving; a transfer stalled for 3 s is over.
+        let (mut seen, mut since) = (0, Instant::now());
+        loop {
+            let n = self.read(&local, "tcp", port).len();
+            if n >= bytes || since.elapsed() > Duration::from_secs(3) {
+                break;
+            }
+            if n > seen {
+                (seen, since) = (n, Instant::now());
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
         (data, self.read(&local, "tcp", port))

@@ -203,7 +203,7 @@ fn attack(bed: &Bed, kind: &str, n: usize) -> (usize, std::sync::mpsc::Sender<()
                 };
                 // An engine that drops the flow leaves the write blocked: give it a moment,
                 // keep the connection either way (it holds the engine's flow state).
-                c.set_write_timeout(Some(Duration::from_millis(50))).ok();
+                c.set_write_timeout(Some(Duration::from_millis(20))).ok();
                 let _ = c.write_all(&payload);
                 held.push(c);
             }
