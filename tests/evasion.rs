@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 /// The TCP cases (tests/evasion/attack.py names them `case_*`).
 const TCP_CASES: &[&str] = &[
     "plain",
+    "honest_no_timestamp",
     "ins_noack",
     "ins_bad_tcp_checksum",
     "ins_bad_ip_checksum",

@@ -47,6 +47,26 @@ def case_plain(w, fam, name):
     return c, prefix
 
 
+def case_honest_no_timestamp(w, fam, name):
+    """Honest bytes in a segment without the timestamp option the handshake negotiated:
+    Linux takes it (tcp_validate_incoming checks PAWS only on segments that carry a
+    timestamp), so an engine must not drop it; then the forbidden string in order."""
+    c, prefix = tcp_start(w, fam, name)
+    s = c.snd_nxt
+    line = b"no timestamp here\n"
+    c.send(s, line, options=False)
+    if not c.wait_acked(s + len(line)):
+        c.snd_nxt = s + len(line)
+        return c, prefix + line
+    c.snd_nxt = s + len(line)
+    s = c.snd_nxt
+    c.send(s, b"EVIL-PA")
+    settle()
+    c.send(s + 7, b"YLOAD")
+    c.wait_acked(s + 12, 0.5)
+    return c, prefix + line
+
+
 def case_ins_noack(w, fam, name):
     """tcp_rcv_established: a segment without ACK (nor RST/SYN) is discarded."""
     return insertion(w, fam, name, {"flags": "P"})
