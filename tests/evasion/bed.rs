@@ -493,38 +493,9 @@ pub fn write_results(engine: &str, outcomes: &[Outcome]) {
     }
 }
 
-/// Starts relayd in the relay namespace on `body(options)`. Options this build does not
-/// take yet (the fixes of issue 24 land one by one) are left out with a warning, so the
-/// cases still run and show what they show, rather than every case failing at start-up.
+/// Starts relayd in the relay namespace on `body(options)`.
 pub fn start_relayd(bed: &Bed, body: impl Fn(&str) -> String, options: &str) -> Relayd {
-    let mut opts: Vec<&str> = options.lines().filter(|l| !l.trim().is_empty()).collect();
-    let sock = bed.dir.0.join("probe.sock");
-    loop {
-        let text = format!(
-            "[daemon]\nsocket = \"{}\"\n{}",
-            sock.display(),
-            body(&opts.join("\n"))
-        );
-        let path = bed.dir.file("probe.toml", &text);
-        let (code, _, err) =
-            support::relayd_cmd(&bed.relay, &["check", "-c", path.to_str().unwrap()]);
-        if code == 0 {
-            break;
-        }
-        let before = opts.len();
-        opts.retain(|o| {
-            let key = o.split('=').next().unwrap_or("").trim();
-            let refused = err.contains(&format!("unknown field `{key}`"));
-            if refused {
-                eprintln!("WARNING: this relayd does not take `{o}`; running without it");
-            }
-            !refused
-        });
-        if opts.len() == before {
-            break; // another error: Relayd::start shows it
-        }
-    }
-    Relayd::start(&bed.relay, &body(&opts.join("\n")))
+    Relayd::start(&bed.relay, &body(options))
 }
 
 /// The inline engine in the relay namespace.
