@@ -4,7 +4,7 @@
 
 #![allow(unreachable_pub)]
 
-use crate::support::{self, Relayd, TempDir, mac_of};
+use crate::support::{Relayd, TempDir, mac_of};
 use relay_testbed::{Link, Node, Proc};
 use std::collections::HashMap;
 use std::io::{Read, Write};
