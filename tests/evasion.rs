@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 const TCP_CASES: &[&str] = &[
     "plain",
     "honest_no_timestamp",
+    "data_on_handshake_ack",
     "ins_noack",
     "ins_bad_tcp_checksum",
     "ins_bad_ip_checksum",

@@ -67,6 +67,17 @@ def case_honest_no_timestamp(w, fam, name):
     return c, prefix + line
 
 
+def case_data_on_handshake_ack(w, fam, name):
+    """The first part of the forbidden string on the ACK that completes the handshake
+    (tcp_rcv_state_process takes data on it), the rest in the next segment."""
+    c = Conn(w, fam, target(fam), CFG["tcp_port"])
+    c.handshake(b"EVIL-PA")
+    settle()
+    c.send(c.snd_nxt, b"YLOAD")
+    c.wait_acked(c.snd_nxt + 5, 0.5)
+    return c, b""
+
+
 def case_ins_noack(w, fam, name):
     """tcp_rcv_established: a segment without ACK (nor RST/SYN) is discarded."""
     return insertion(w, fam, name, {"flags": "P"})

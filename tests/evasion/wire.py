@@ -183,7 +183,8 @@ class Conn:
     def send(self, seq, data=b"", **kw):
         self.wire.send(self.segment(seq, data, **kw))
 
-    def handshake(self):
+    def handshake(self, data=b""):
+        """SYN, SYN-ACK, ACK; `data` rides on the handshake's last ACK."""
         syn = self.l3() / TCP(sport=self.sport, dport=self.dport, seq=self.iss, flags="S",
                               window=64240, options=[("MSS", 1400), ("SAckOK", b""),
                                                      ("Timestamp", (self.next_ts(), 0)),
@@ -196,7 +197,8 @@ class Conn:
         if self.peer_isn is None:
             raise RuntimeError("no SYN-ACK from %s:%d" % (self.dst, self.dport))
         self.snd_nxt = (self.iss + 1) & 0xFFFFFFFF
-        self.send(self.snd_nxt, flags="A")
+        self.send(self.snd_nxt, data, flags="PA" if data else "A")
+        self.snd_nxt = (self.snd_nxt + len(data)) & 0xFFFFFFFF
 
     def wait_acked(self, seq, timeout=1.0):
         """Waits until the host acknowledges everything before `seq`; whether it did."""
