@@ -286,9 +286,15 @@ fn prometheus_scrapes_the_values_status_reports() {
             "{svc}"
         );
         assert_eq!(u(&svc["packets"]), 57.0, "{svc}");
+        let gauges = svc["gauges"].as_array().cloned().unwrap_or_default();
         for (counter, v) in svc["counters"].as_object().unwrap() {
+            let gauge = gauges.iter().any(|g| g.as_str() == Some(counter.as_str()));
             let q = match counter.strip_prefix("sid:") {
                 Some(sid) => format!("relayd_ids_rule_hits_total{{service={name},sid=\"{sid}\"}}"),
+                // A current value (the IDS's `app_memuse`, say) is a gauge.
+                None if gauge => format!(
+                    "relayd_service_gauge{{service={name},kind={kind},counter=\"{counter}\"}}"
+                ),
                 None => format!(
                     "relayd_service_counter_total{{service={name},kind={kind},counter=\"{counter}\"}}"
                 ),
