@@ -11,10 +11,12 @@
 //!
 //! Bounds ([`FlowLimits`], with their defaults):
 //! - `max_flows` (default 65,536, Suricata's `flow.hash-size`): flows tracked. Each costs
-//!   `size_of::<Flow<T>>()` (about 500 bytes plus `T` on 64-bit targets; the two streams
-//!   and what normalization knows of each endpoint are inline, so a SYN flood allocates
-//!   nothing per flow) and a hash entry (about 70 bytes), so 65,536 flows take some
-//!   36 MiB plus `T` and what `T` owns, whatever the traffic.
+//!   its slot (`size_of::<Flow<T>>()`: 568 bytes with the engine's state on 64-bit
+//!   targets; the two streams and what normalization knows of each endpoint are inline,
+//!   so a SYN flood allocates nothing per flow), a hash-table bucket (about 130 bytes at
+//!   the table's load) and eviction-list entries (about 64), about 770 bytes, and the
+//!   vectors double, so `max_flows` rounded up to a power of two counts: 65,536 flows
+//!   take some 48 MiB plus what `T` owns, whatever the traffic.
 //! - timeouts since a flow's last packet, one set for every protocol: 30 s not
 //!   established, 300 s established, 10 s closed (both FINs, or an RST). These are
 //!   Suricata's built-in TCP values (the suricata.yaml it ships raises them to 60, 600 and
@@ -385,6 +387,19 @@ pub struct FlowRef<'a, T> {
     /// The segment is one its receiver would discard (see [`Invalid`]): nothing of it
     /// was inserted or learnt; an inline detector drops it.
     pub invalid: Option<Invalid>,
+    /// The table's stream memory, for [`FlowRef::abandon_streams`].
+    budget: &'a mut MemBudget,
+}
+
+impl<T> FlowRef<'_, T> {
+    /// Stops reassembling the flow's streams for good and frees what they hold: the flow
+    /// was decided (a `pass` or `drop` rule, an exception policy) and nothing of it will
+    /// be inspected again, so its memory must not stay charged until it times out.
+    pub fn abandon_streams(&mut self) {
+        if let Some(t) = &mut self.flow.tcp {
+            t.abandon(self.budget);
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -499,6 +514,7 @@ impl<T: Default> FlowTable<T> {
             established,
             seg,
             invalid,
+            budget: &mut self.budget,
         })
     }
 }
@@ -539,6 +555,19 @@ impl<T> FlowTable<T> {
     /// The counters.
     pub fn counters(&self) -> &FlowCounters {
         &self.counters
+    }
+
+    /// Abandons the streams of every flow whose state `decided` says was decided (see
+    /// [`FlowRef::abandon_streams`]), for decisions taken away from a packet of the flow.
+    pub fn abandon_streams_where(&mut self, mut decided: impl FnMut(&T) -> bool) {
+        let budget = &mut self.budget;
+        for f in self.slots.iter_mut().filter_map(|s| s.flow.as_mut()) {
+            if let Some(t) = &mut f.tcp
+                && decided(&f.state)
+            {
+                t.abandon(budget);
+            }
+        }
     }
 
     /// The tracked flows, in no particular order.

@@ -184,6 +184,9 @@ pub enum Truncation {
     Gap,
     /// The memcap was reached.
     Memcap,
+    /// The flow was decided (a `pass` or `drop` rule, an exception policy): nothing of it
+    /// is inspected any more, so nothing is held for it (not counted as a truncation).
+    Abandoned,
 }
 
 /// How a host's TCP resolves a segment that overlaps held out-of-order data: Suricata's
@@ -523,6 +526,15 @@ impl Stream {
     /// Bytes this stream has charged to its budget.
     pub fn mem(&self) -> usize {
         self.mem
+    }
+
+    /// Stops reassembling for good and frees everything held (the flow was decided:
+    /// nothing of it is inspected any more). Consumers see an empty stream from then on.
+    pub fn abandon(&mut self, budget: &mut MemBudget) {
+        if self.started && self.truncated.is_none() {
+            self.truncated = Some(Truncation::Abandoned);
+        }
+        self.release(budget);
     }
 
     /// Frees everything held and returns its memory to `budget` (when the flow ends). The

@@ -304,8 +304,17 @@ fn the_stream_memcap_applies_the_exception_policy() {
     assert_eq!(counter(&c, "exception_policy_drop_flow"), 1);
     let first_drop = outs.iter().position(|o| *o == Outcome::Drop).unwrap();
     assert!(outs[first_drop..].iter().all(|o| *o == Outcome::Drop));
-    // Another flow is inspected as before.
+    // The dropped flow holds no stream memory any more: it would otherwise keep every
+    // later flow at the memcap until it timed out.
+    assert_eq!(d.flow_usage().1, 0);
+    assert_eq!(counter(&c, "stream_memuse"), 0);
+    // Another flow is reassembled and inspected as before, also where it needs memory.
     let mut other = open(&mut d, 20_001, now);
+    for i in 1..20u32 {
+        let out = d.inspect(&mut other.segment_at(true, 100 + i * 1000, &chunk), now);
+        assert_eq!(out, Outcome::Clean);
+    }
+    assert!(d.flow_usage().1 >= 19_000);
     d.inspect(
         &mut other.data(true, b"GET /after HTTP/1.1\r\nHost: a\r\n\r\n"),
         now,

@@ -500,11 +500,8 @@ impl Detector {
                 }
             };
             if let Some(out) = decided {
-                if let Some(s) = s {
-                    let end = s.end();
-                    s.consume_app(end);
-                    s.consume_raw(end);
-                }
+                // Nothing of it is inspected again: nothing is held for it either.
+                f.abandon_streams();
                 return out;
             }
             // The stream memcap refused this direction memory: the exception policy, as
@@ -514,6 +511,7 @@ impl Detector {
                 && s.as_deref().and_then(|s| s.truncated()) == Some(Truncation::Memcap)
                 && let Some(out) = memcap_exception(app, txs, action, exceptions)
             {
+                f.abandon_streams();
                 return out;
             }
             flow_action = Some(action);
@@ -552,6 +550,7 @@ impl Detector {
             if let Some(a) = flow_action.as_deref_mut()
                 && let Some(out) = after_feed(app, txs, a, exceptions)
             {
+                f.abandon_streams();
                 return out;
             }
             fx = Some(FlowCx {
@@ -725,8 +724,19 @@ impl Detector {
         }
         let flow = fx.as_ref().map(|f| f.id);
         rate_filters(set, st, matched, over, &p, flow, now);
-        if let Some(action) = flow_action {
-            *action = flow_verdict(set, matched, stream_hits, over);
+        let decided_now = match flow_action {
+            Some(action) => {
+                *action = flow_verdict(set, matched, stream_hits, over);
+                *action != FlowAction::Inspect
+            }
+            None => false,
+        };
+        // A flow this packet decided is not inspected again: its parser and streams are
+        // freed now rather than when it times out (their memory is other flows').
+        if decided_now && let Some(f) = fref.as_mut() {
+            f.flow.state.app.disable();
+            f.flow.state.txs.clear();
+            f.abandon_streams();
         }
         self.decide(&p, flow, now)
     }

@@ -86,5 +86,7 @@ impl Reclaim {
             txs.clear();
             self.reclaimed.inc();
         }
+        // Flows the policy decided hold no stream memory either.
+        table.abandon_streams_where(|st| st.action != FlowAction::Inspect);
     }
 }

@@ -165,6 +165,13 @@ impl TcpSession {
         }
     }
 
+    /// Stops both streams for good and frees their memory (the flow was decided).
+    pub(crate) fn abandon(&mut self, budget: &mut MemBudget) {
+        for s in &mut self.streams {
+            s.abandon(budget);
+        }
+    }
+
     /// Frees both streams' memory (the flow ends).
     pub(crate) fn release(&mut self, budget: &mut MemBudget) {
         for s in &mut self.streams {
