@@ -84,6 +84,10 @@ fn seg(
     let mut b = relayd_fuzz::tcp4(src, dst, sp, dp, flags, &[], data);
     b[24..28].copy_from_slice(&seq.to_be_bytes());
     b[28..32].copy_from_slice(&ack.to_be_bytes());
+    // A right checksum again: the IDS drops segments the host would refuse.
+    let len = (b.len() - 20) as u32;
+    let ps = relay_core::wire::checksum::pseudo_v4(src.into(), dst.into(), 6, len);
+    relay_core::wire::TcpPacket::new_unchecked(&mut b[20..]).fill_checksum(ps);
     b
 }
 
