@@ -35,7 +35,7 @@ mod tcp;
 #[cfg(test)]
 mod tests;
 
-pub use judge::{Invalid, TcpOptions};
+pub use judge::{Invalid, StreamEvent, TcpOptions};
 pub use tcp::{TcpState, tcp_fast_open};
 
 use crate::applayer::Dir;

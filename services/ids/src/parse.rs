@@ -290,6 +290,7 @@ pub(crate) fn parse_rule(
         app,
         app_test: Vec::new(),
         dsize: None,
+        stream_events: 0,
         ttl: None,
         itype: None,
         icode: None,
@@ -651,6 +652,18 @@ fn option(
             parse_flow(need()?).map_err(|m| kerr(name, m))?,
             name,
         )?,
+        "stream-event" => {
+            let v = need()?.trim();
+            let e = crate::flow::StreamEvent::by_name(v).ok_or_else(|| {
+                kerr(
+                    name,
+                    format!(
+                        "`{v}` is not an event relayd raises (it raises reassembly_overlap_different_data, pkt_invalid_timestamp, est_packet_out_of_window, rst_invalid)"
+                    ),
+                )
+            })?;
+            r.stream_events |= e.bit();
+        }
         "threshold" => {
             let t = parse_threshold(need()?).map_err(|m| kerr(name, m))?;
             set_once(&mut r.threshold, t, name)?

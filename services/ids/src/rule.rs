@@ -639,6 +639,9 @@ pub struct Rule {
     pub(crate) icode: Option<Cmp>,
     pub(crate) flags: Option<Flags>,
     pub(crate) flow: Option<Flow>,
+    /// `stream-event:NAME` keywords: the bits of [`crate::flow::StreamEvent`] that must
+    /// all be raised on the packet.
+    pub(crate) stream_events: u8,
     pub(crate) threshold: Option<Threshold>,
     pub(crate) filter: Option<DetectionFilter>,
     pub(crate) rate: Option<Rate>,

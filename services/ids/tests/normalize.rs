@@ -365,3 +365,48 @@ fn a_decoy_with_a_signature_option_no_key_expects_is_not_inserted() {
         "stream_invalid_signature",
     );
 }
+
+/// Suricata's `stream-event` keyword for the events normalization raises: an overlap
+/// with different data is dropped inline and the rule on its event alerts on it.
+#[test]
+fn stream_event_rules_see_what_normalization_raises() {
+    let rules = format!(
+        "{RULE}\nalert tcp any any -> any any (msg:\"overlap\"; stream-event:reassembly_overlap_different_data; sid:2;)\n\
+         alert tcp any any -> any any (msg:\"paws\"; stream-event:pkt_invalid_timestamp; sid:3;)"
+    );
+    let set = RuleSet::parse_str(&rules, "t.rules", &vars()).unwrap();
+    assert!(set.errors().is_empty(), "{:?}", set.errors());
+    let c = Counters::new();
+    let mut bed = Bed {
+        d: Detector::with_options(Arc::new(set), &c, None, DetectorOptions::default()),
+        c,
+        now: Instant::now(),
+    };
+    bed.handshake(true);
+    let mut p = seg(true, C0, S0, PSH_ACK, 65535, &ts(200), 64, b"EVXX");
+    assert_eq!(bed.d.inspect(&mut p, bed.now), Outcome::Clean);
+    assert!(bed.d.matched_sids().next().is_none());
+    // The same bytes again: no event.
+    let mut p = seg(true, C0, S0, PSH_ACK, 65535, &ts(200), 64, b"EVXX");
+    bed.d.inspect(&mut p, bed.now);
+    assert!(bed.d.matched_sids().next().is_none());
+    // Different bytes over them: dropped, and the event's rule alerts.
+    let mut p = seg(true, C0 + 2, S0, PSH_ACK, 65535, &ts(201), 64, b"IL");
+    assert_eq!(bed.d.inspect(&mut p, bed.now), Outcome::Drop);
+    assert_eq!(bed.d.matched_sids().collect::<Vec<_>>(), [2]);
+    // An old timestamp.
+    bed.send(seg(false, S0, C0 + 4, ACK, 65535, &ts(600), 64, b""));
+    let mut p = seg(true, C0 + 4, S0, PSH_ACK, 65535, &ts(100), 64, b"zz");
+    assert_eq!(bed.d.inspect(&mut p, bed.now), Outcome::Drop);
+    assert_eq!(bed.d.matched_sids().collect::<Vec<_>>(), [3]);
+    assert_eq!(counter(&bed.c, "sid:2"), 1);
+    // An event relayd does not raise is refused with the keyword named.
+    let bad = RuleSet::parse_str(
+        "alert tcp any any -> any any (stream-event:3whs_ack_in_wrong_dir; sid:9;)",
+        "t.rules",
+        &vars(),
+    )
+    .unwrap();
+    assert_eq!(bad.errors().len(), 1);
+    assert!(bad.errors()[0].to_string().contains("stream-event"));
+}

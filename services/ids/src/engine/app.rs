@@ -287,7 +287,8 @@ pub(crate) fn acts_on_flow(r: &Rule, stream: bool) -> bool {
 }
 
 /// True if `r` looks at nothing of a packet beyond its addresses and protocol: no payload
-/// or buffer, no pcre, no `dsize`, `ttl`, `itype`, `icode`, `flags` or `flow`.
+/// or buffer, no pcre, no `dsize`, `ttl`, `itype`, `icode`, `flags`, `flow` or
+/// `stream-event`.
 fn no_packet_tests(r: &Rule) -> bool {
     r.lists.is_empty()
         && r.pcres.is_empty()
@@ -297,6 +298,7 @@ fn no_packet_tests(r: &Rule) -> bool {
         && r.icode.is_none()
         && r.flags.is_none()
         && r.flow.is_none()
+        && r.stream_events == 0
 }
 
 /// Detection's record of one transaction.

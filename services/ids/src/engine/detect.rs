@@ -37,7 +37,7 @@ use crate::buffer::Buffer;
 use crate::decode::{DecodeOptions, Decoder, stricter};
 use crate::eve::{AlertEvent, EveWriter, flow_id};
 use crate::flow::{
-    FlowCounters, FlowLimits, FlowPacket, FlowTable, Invalid, TcpHeader, TcpOptions,
+    FlowCounters, FlowLimits, FlowPacket, FlowTable, Invalid, StreamEvent, TcpHeader, TcpOptions,
 };
 use crate::parse::NewAction;
 use crate::prefilter::{Prefilter, Scratch};
@@ -386,7 +386,7 @@ impl Detector {
         self.matched.clear();
         self.stream_hits.clear();
         self.over.clear();
-        let Some(p) = pkt_info(pkt, self.opts.decode.enabled) else {
+        let Some(mut p) = pkt_info(pkt, self.opts.decode.enabled) else {
             return Outcome::Clean;
         };
         let Detector {
@@ -428,12 +428,13 @@ impl Detector {
         } else {
             None
         };
+        // With `drop_invalid` such a packet is dropped after the rules have seen it (as a
+        // packet: nothing of it reaches a stream or parser), so that `stream-event` rules
+        // and alerts on it still fire, as in Suricata's IPS mode.
+        let mut drop_invalid = false;
         if let Some(why) = ip_invalid {
             stats.invalid[why.index()].inc();
-            if opts.drop_invalid {
-                stats.invalid_dropped.inc();
-                return Outcome::Drop;
-            }
+            drop_invalid = opts.drop_invalid;
             track = false;
         }
         if let Some(t) = flows.as_mut() {
@@ -454,12 +455,18 @@ impl Detector {
             ),
             _ => None,
         };
-        if let Some(why) = fref.as_ref().and_then(|f| f.invalid) {
-            stats.invalid[why.index()].inc();
-            if opts.drop_invalid {
-                stats.invalid_dropped.inc();
-                return Outcome::Drop;
+        if let Some(f) = fref.as_ref() {
+            if let Some(why) = f.invalid {
+                stats.invalid[why.index()].inc();
+                drop_invalid |= opts.drop_invalid;
+                p.events |= why.event().map_or(0, StreamEvent::bit);
             }
+            if f.seg.mismatch {
+                p.events |= StreamEvent::ReassemblyOverlapDifferentData.bit();
+            }
+        }
+        if drop_invalid {
+            stats.invalid_dropped.inc();
         }
         let (mut fx, mut stream, mut app_txs, mut new_bytes) = (None, None, None, 0);
         let mut flow_action = None;
@@ -502,7 +509,11 @@ impl Detector {
             if let Some(out) = decided {
                 // Nothing of it is inspected again: nothing is held for it either.
                 f.abandon_streams();
-                return out;
+                return if drop_invalid {
+                    stricter(out, Outcome::Drop)
+                } else {
+                    out
+                };
             }
             // The stream memcap refused this direction memory: the exception policy, as
             // for the application layer's memcap (Suricata's
@@ -512,7 +523,11 @@ impl Detector {
                 && let Some(out) = memcap_exception(app, txs, action, exceptions)
             {
                 f.abandon_streams();
-                return out;
+                return if drop_invalid {
+                    stricter(out, Outcome::Drop)
+                } else {
+                    out
+                };
             }
             flow_action = Some(action);
             if let Some(done) = iponly_done.get_mut(dir.index()) {
@@ -551,7 +566,11 @@ impl Detector {
                 && let Some(out) = after_feed(app, txs, a, exceptions)
             {
                 f.abandon_streams();
-                return out;
+                return if drop_invalid {
+                    stricter(out, Outcome::Drop)
+                } else {
+                    out
+                };
             }
             fx = Some(FlowCx {
                 dir,
@@ -738,7 +757,11 @@ impl Detector {
             f.flow.state.txs.clear();
             f.abandon_streams();
         }
-        self.decide(&p, flow, now)
+        let out = self.decide(&p, flow, now);
+        if drop_invalid {
+            return stricter(out, Outcome::Drop);
+        }
+        out
     }
 
     fn decide(&mut self, p: &PktInfo, flow: Option<u64>, now: Instant) -> Outcome {

@@ -31,6 +31,9 @@ pub(crate) struct PktInfo {
     pub(crate) ct: Option<CtInfo>,
     /// Where the transport header starts, for an unfragmented TCP or UDP packet.
     pub(crate) l4: Option<usize>,
+    /// The `stream-event`s normalization raised on the packet
+    /// ([`crate::flow::StreamEvent`] bits).
+    pub(crate) events: u8,
 }
 
 /// True unless the TCP or UDP checksum of the unfragmented packet `data` (transport
@@ -102,6 +105,7 @@ pub(crate) fn pkt_info(pkt: &mut Packet, defrag: bool) -> Option<PktInfo> {
         pay: (end, end),
         ct,
         l4: None,
+        events: 0,
     };
     let Some(off) = l.l4.filter(|_| !(defrag && l.fragment)) else {
         return Some(p);

@@ -111,9 +111,65 @@ impl Invalid {
         }
     }
 
+    /// The Suricata `stream-event` this reason raises, where Suricata has one with the
+    /// same meaning (a bit of [`StreamEvent`]).
+    pub fn event(self) -> Option<StreamEvent> {
+        match self {
+            Invalid::Paws => Some(StreamEvent::PktInvalidTimestamp),
+            Invalid::Window => Some(StreamEvent::EstPacketOutOfWindow),
+            Invalid::Rst => Some(StreamEvent::RstInvalid),
+            Invalid::Overlap => Some(StreamEvent::ReassemblyOverlapDifferentData),
+            _ => None,
+        }
+    }
+
     /// The index of the reason in [`Invalid::ALL`].
     pub fn index(self) -> usize {
         Invalid::ALL.iter().position(|&r| r == self).unwrap_or(0)
+    }
+}
+
+/// The Suricata `stream-event` names relayd raises (rules match them with
+/// `stream-event:NAME`), as bits of a packet's event set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StreamEvent {
+    /// A segment overlapped received bytes with different data.
+    ReassemblyOverlapDifferentData = 1,
+    /// A timestamp older than the receiver's (PAWS).
+    PktInvalidTimestamp = 2,
+    /// A segment outside the receive window of an established connection.
+    EstPacketOutOfWindow = 4,
+    /// An RST outside the window.
+    RstInvalid = 8,
+}
+
+impl StreamEvent {
+    /// Every event with its Suricata name.
+    pub const NAMES: [(&'static str, StreamEvent); 4] = [
+        (
+            "reassembly_overlap_different_data",
+            StreamEvent::ReassemblyOverlapDifferentData,
+        ),
+        ("pkt_invalid_timestamp", StreamEvent::PktInvalidTimestamp),
+        (
+            "est_packet_out_of_window",
+            StreamEvent::EstPacketOutOfWindow,
+        ),
+        ("rst_invalid", StreamEvent::RstInvalid),
+    ];
+
+    /// The event called `name` (Suricata's spelling), if relayd raises it.
+    pub fn by_name(name: &str) -> Option<StreamEvent> {
+        StreamEvent::NAMES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|&(_, e)| e)
+    }
+
+    /// The event's bit.
+    pub fn bit(self) -> u8 {
+        self as u8
     }
 }
 

@@ -75,6 +75,7 @@ fn header_ok(
         || r.icode
             .is_some_and(|c| p.icmp.is_none_or(|(_, k)| !c.test(k.into())))
         || r.dsize.is_some_and(|c| !c.test(payload_len as u32))
+        || p.events & r.stream_events != r.stream_events
     {
         return false;
     }
