@@ -11,12 +11,12 @@
 //!
 //! Bounds ([`FlowLimits`], with their defaults):
 //! - `max_flows` (default 65,536, Suricata's `flow.hash-size`): flows tracked. Each costs
-//!   its slot (`size_of::<Flow<T>>()`: 568 bytes with the engine's state on 64-bit
-//!   targets; the two streams and what normalization knows of each endpoint are inline,
-//!   so a SYN flood allocates nothing per flow), a hash-table bucket (about 130 bytes at
-//!   the table's load) and eviction-list entries (about 64), about 770 bytes, and the
-//!   vectors double, so `max_flows` rounded up to a power of two counts: 65,536 flows
-//!   take some 48 MiB plus what `T` owns, whatever the traffic.
+//!   its slot (`size_of::<Flow<T>>()` and a generation: 584 bytes with the engine's state
+//!   on 64-bit targets; the two streams and what normalization knows of each endpoint
+//!   are inline, so a SYN flood allocates nothing per flow), a hash-table bucket (about
+//!   130 bytes at the table's load) and eviction-list entries (about 64), about 780
+//!   bytes, and the vectors double, so `max_flows` rounded up to a power of two counts:
+//!   65,536 flows take some 49 MiB plus what `T` owns, whatever the traffic.
 //! - timeouts since a flow's last packet, one set for every protocol: 30 s not
 //!   established, 300 s established, 10 s closed (both FINs, or an RST). These are
 //!   Suricata's built-in TCP values (the suricata.yaml it ships raises them to 60, 600 and
@@ -218,6 +218,8 @@ pub struct TcpHeader {
     pub window: u16,
     /// The timestamp option's TSval, if present.
     pub tsval: Option<u32>,
+    /// The timestamp option's TSecr (0 without it).
+    pub tsecr: u32,
     /// The window scale option's shift (SYN), if present.
     pub wscale: Option<u8>,
     /// The urgent pointer.

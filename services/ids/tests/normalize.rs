@@ -410,3 +410,35 @@ fn stream_event_rules_see_what_normalization_raises() {
     assert_eq!(bad.errors().len(), 1);
     assert!(bad.errors()[0].to_string().contains("stream-event"));
 }
+
+/// Linux in SYN-SENT discards an RST (or a SYN-ACK) echoing a timestamp it never sent
+/// (`tcp_rcv_synsent_state_process`): such an RST must not end relayd's connection, or
+/// the real handshake after it would go uninspected (suricata-verify's bug-3286).
+#[test]
+fn an_answer_to_the_syn_echoing_a_foreign_timestamp_changes_nothing() {
+    let mut bed = Bed::new(true);
+    let tse = |val: u32, ecr: u32| {
+        let mut o = vec![1, 1, 8, 10];
+        o.extend_from_slice(&val.to_be_bytes());
+        o.extend_from_slice(&ecr.to_be_bytes());
+        o
+    };
+    bed.send(seg(true, C_ISN, 0, SYN, 65535, &tse(100, 0), 64, b""));
+    let rst = seg(false, 0, C0, RST | ACK, 65535, &tse(7, 7), 64, b"");
+    assert_eq!(bed.send(rst), Outcome::Drop);
+    assert_eq!(counter(&bed.c, "stream_invalid_paws"), 1);
+    // The real handshake (its SYN-ACK echoes the SYN's timestamp) goes on, inspected.
+    bed.send(seg(
+        false,
+        S_ISN,
+        C0,
+        SYN | ACK,
+        65535,
+        &tse(500, 100),
+        64,
+        b"",
+    ));
+    bed.send(seg(true, C0, S0, ACK, 65535, &tse(101, 500), 64, b""));
+    let (a, b) = bed.evade(seg(true, C0 + 2, 0, 0x08, 65535, &[], 64, b"XX"), real());
+    assert_eq!((a, b), (Outcome::Drop, Outcome::Drop));
+}

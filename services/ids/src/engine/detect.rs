@@ -100,6 +100,7 @@ fn tcp_header(
         tfo: opts.tfo,
         window,
         tsval: opts.tsval,
+        tsecr: opts.tsecr,
         wscale: opts.wscale,
         urgent,
         sig: opts.sig,

@@ -180,6 +180,8 @@ pub struct TcpOptions {
     pub wscale: Option<u8>,
     /// Timestamp value (TSval).
     pub tsval: Option<u32>,
+    /// Timestamp echo reply (TSecr; 0 without the option).
+    pub tsecr: u32,
     /// A TCP Fast Open option (see [`super::tcp_fast_open`]).
     pub tfo: bool,
     /// A TCP-MD5 signature (kind 19) or TCP-AO (kind 29) option.
@@ -211,10 +213,13 @@ impl TcpOptions {
             match (kind, len) {
                 (3, 3) => o.wscale = body.first().map(|&s| s.min(14)),
                 (8, 10) => {
-                    o.tsval = body
-                        .get(..4)
-                        .and_then(|b| b.try_into().ok())
-                        .map(u32::from_be_bytes)
+                    let word = |r: std::ops::Range<usize>| {
+                        body.get(r)
+                            .and_then(|b| b.try_into().ok())
+                            .map(u32::from_be_bytes)
+                    };
+                    o.tsval = word(0..4);
+                    o.tsecr = word(4..8).unwrap_or(0);
                 }
                 (19, 18) | (29, 4..) => o.sig = true,
                 (34, 2) => o.tfo = true,
@@ -272,6 +277,21 @@ pub(crate) struct Side {
     /// TTL (hop limit) of its packets as they reached relayd, the smallest seen: tells
     /// how many routers lie between it and relayd.
     pub(crate) ttl: Option<u8>,
+    /// The timestamps it sent on its SYNs, the first and the largest (0, 0 without the
+    /// option): an answer to its SYN must echo one of them
+    /// (`tcp_rcv_synsent_state_process`'s TSecr check).
+    pub(crate) syn_ts: [u32; 2],
+}
+
+impl Side {
+    /// True if `tsecr`, echoed in an answer to this side's SYN, can be a timestamp it
+    /// sent: Linux's SYN-SENT state discards an answer (an RST or a SYN-ACK) echoing
+    /// anything else (RFC 7323; `LINUX_MIB_PAWSACTIVEREJECTED`). A TSecr of 0 is not
+    /// checked, as in Linux.
+    pub(crate) fn echoes_syn(&self, tsecr: u32) -> bool {
+        let [first, last] = self.syn_ts;
+        tsecr == 0 || !self.ts_syn || last.wrapping_sub(first) >= tsecr.wrapping_sub(first)
+    }
 }
 
 /// The segment facts the judge reads.

@@ -228,6 +228,17 @@ impl TcpSession {
             TcpState::Unsynced => {}
             TcpState::SynSent => {
                 let acks_syn = self.isn[0].map(|s| s.wrapping_add(1)) == Some(h.ack);
+                // An answer to the SYN that echoes a timestamp the client never sent is
+                // discarded by it (an RST or SYN-ACK that would end or open nothing).
+                if dir == Dir::ToClient
+                    && ack
+                    && opts.normalize
+                    && h.tsval.is_some()
+                    && !self.sides[0].echoes_syn(h.tsecr)
+                {
+                    out.invalid = Some(Invalid::Paws);
+                    return out;
+                }
                 // With TCP Fast Open the SYN-ACK may acknowledge the SYN's data too.
                 let acks_tfo = self.tfo && self.streams[0].next_seq() == h.ack;
                 if dir == Dir::ToClient && syn && ack && !rst && (acks_syn || acks_tfo) {
@@ -369,8 +380,15 @@ impl TcpSession {
             s.start(h.seq.wrapping_add(1));
         }
         let (me, peer) = self.pair(i);
+        // A retransmitted SYN keeps the first one's timestamp (Linux's `retrans_stamp`).
+        let syn_ts = match h.tsval {
+            Some(t) if me.ts_syn && me.first == Some(h.seq.wrapping_add(1)) => [me.syn_ts[0], t],
+            Some(t) => [t, t],
+            None => [0, 0],
+        };
         *me = Side {
             first: Some(h.seq.wrapping_add(1)),
+            syn_ts,
             wscale_syn: h.wscale,
             ts_syn: h.tsval.is_some(),
             sig_syn: h.sig,

@@ -527,7 +527,7 @@ fn hostile_packets_do_not_panic() {
 
 #[test]
 fn flow_size_is_as_documented() {
-    // The module docs state 568 bytes a flow with the engine's state (480 without it).
+    // The module docs state 584 bytes a slot with the engine's state (this, without it).
     let n = std::mem::size_of::<Flow<()>>();
     assert!(n <= 500, "{n}");
 }
