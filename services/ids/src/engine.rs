@@ -229,7 +229,9 @@ impl RuleSet {
                 ]
                 .contains(&Some(Track::Flow))
                 // A TCP connection's direction and `established` are the flow table's.
-                || r.flow.is_some_and(|f| f.needs_ct());
+                || r.flow.is_some_and(|f| f.needs_ct())
+                // Stream events come from the flow table's normalization.
+                || r.stream_events != 0;
             if app::is_tx_rule(r) {
                 continue;
             }

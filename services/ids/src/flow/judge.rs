@@ -287,10 +287,12 @@ impl Side {
     /// True if `tsecr`, echoed in an answer to this side's SYN, can be a timestamp it
     /// sent: Linux's SYN-SENT state discards an answer (an RST or a SYN-ACK) echoing
     /// anything else (RFC 7323; `LINUX_MIB_PAWSACTIVEREJECTED`). A TSecr of 0 is not
-    /// checked, as in Linux.
+    /// checked, as in Linux; an answer with a timestamp to a SYN without one fails.
     pub(crate) fn echoes_syn(&self, tsecr: u32) -> bool {
+        // Without a timestamp on the SYN, Linux still compares the echo with its own clock
+        // at the SYN (`retrans_stamp`), which no answer can know: any echo but 0 fails.
         let [first, last] = self.syn_ts;
-        tsecr == 0 || !self.ts_syn || last.wrapping_sub(first) >= tsecr.wrapping_sub(first)
+        tsecr == 0 || self.ts_syn && last.wrapping_sub(first) >= tsecr.wrapping_sub(first)
     }
 }
 
