@@ -94,6 +94,8 @@ pub(crate) struct OutSeq {
     seq: AtomicU64,
     /// The highest number on disk as reserved: no number above it is used.
     limit: AtomicU64,
+    /// Numbers reserved at a time.
+    reserve: u64,
     /// Where the reservation goes; `None` for an SA with a fresh key (IKE), unlimited.
     file: Option<SaFile>,
     /// Set once a service of the SA is built: from then on the file is kept ahead.
@@ -104,11 +106,18 @@ pub(crate) struct OutSeq {
 }
 
 impl OutSeq {
-    /// A counter that resumes after `reserved` (0: a new SA), kept in `file`.
-    pub(crate) fn durable(file: SaFile, reserved: u64, persister: Arc<Persister>) -> OutSeq {
+    /// A counter that resumes after `reserved` (0: a new SA), kept in `file`, reserving
+    /// `reserve` numbers at a time.
+    pub(crate) fn durable(
+        file: SaFile,
+        reserved: u64,
+        reserve: u64,
+        persister: Arc<Persister>,
+    ) -> OutSeq {
         OutSeq {
             seq: AtomicU64::new(reserved),
             limit: AtomicU64::new(reserved),
+            reserve: reserve.max(2),
             file: Some(file),
             active: AtomicBool::new(false),
             persister,
@@ -123,6 +132,7 @@ impl OutSeq {
         OutSeq {
             seq: AtomicU64::new(0),
             limit: AtomicU64::new(u64::MAX),
+            reserve: RESERVE,
             file: None,
             active: AtomicBool::new(false),
             persister,
@@ -139,7 +149,7 @@ impl OutSeq {
             self.persister.wake();
             return Err(NoSeq::Unreserved);
         }
-        if limit - n == RESERVE / 2 {
+        if limit - n == self.reserve / 2 {
             self.persister.wake();
         }
         Ok(n)
@@ -171,7 +181,7 @@ impl OutSeq {
             .seq
             .load(Ordering::Relaxed)
             .max(self.limit.load(Ordering::Relaxed));
-        let new = base.saturating_add(RESERVE);
+        let new = base.saturating_add(self.reserve);
         match file.store(new) {
             Ok(()) => {
                 self.limit.store(new, Ordering::Release);
@@ -208,7 +218,7 @@ impl Job for OutSeq {
             self.seq.load(Ordering::Relaxed),
             self.limit.load(Ordering::Acquire),
         );
-        if limit.saturating_sub(seq) <= RESERVE / 2 {
+        if limit.saturating_sub(seq) <= self.reserve / 2 {
             self.reserve(now);
         }
     }
@@ -228,19 +238,40 @@ impl Drop for OutSeq {
 
 /// An inbound SA's persisted window edge.
 ///
-/// After a crash the edge on disk may lag the window's: packets received since the last
-/// write could then be replayed once. So what is written is the edge plus a margin, twice
-/// the packets received in the last interval, and it is rewritten when less than one
-/// interval's worth of that margin is left: unless the rate more than doubles within one
-/// interval, the edge on disk is never behind the window. The price after a crash is that
-/// the sender's next numbers up to the margin count as seen: about two intervals of
-/// traffic (100 ms) are refused. A clean stop writes the exact edge.
+/// No packet is accepted above the edge on disk ([`InEdge::gate`]), so that after any crash
+/// the window resumes at or above every number accepted before, and no replay gets
+/// through. To keep queue threads from waiting for the disk, the edge written is the
+/// window's plus a margin of twice the packets the recent rate brings in one [`INTERVAL`]
+/// (at least [`MIN_MARGIN`]), and the background thread is woken to write the next one when
+/// half of it is used: at a steady rate a queue thread never waits; at the start of a
+/// burst after idle time a few packets wait for a write (a few ms) while the rate estimate
+/// catches up. The price after a crash is that the sender's next numbers up to the margin
+/// count as seen: about two intervals of traffic (100 ms), or [`MIN_MARGIN`] packets at low
+/// rates; none if the sender went on while the receiver was down. A clean stop writes the
+/// exact edge.
 pub(crate) struct InEdge {
     file: Option<SaFile>,
     active: AtomicBool,
-    /// The edge at the last round, what is on disk, when that round was.
-    last: Mutex<(u64, u64, Instant)>,
+    /// The edge on disk: no number above it is accepted.
+    durable: AtomicU64,
+    /// Past this, the background thread is woken to write the next edge.
+    ahead_at: AtomicU64,
+    /// The highest number a queue thread is waiting to accept.
+    wanted: AtomicU64,
+    /// Packets accepted (for the rate: numbers the receiver never saw, sent while it was
+    /// down, must not count).
+    accepted: AtomicU64,
+    /// `accepted` at the last write, and when: the rate.
+    last: Mutex<(u64, Instant)>,
 }
+
+/// How long a queue thread waits for the edge to reach the disk before it drops the packet
+/// (a disk that takes longer for one small write is failing).
+const GATE_WAIT: Duration = Duration::from_secs(1);
+
+/// The least margin written ahead of the window, in packets: what a crash costs at the
+/// lowest rates, and what spares the first packets of a burst after idle time a wait each.
+const MIN_MARGIN: u128 = 8;
 
 impl InEdge {
     /// The edge of an SA whose file held `top` (0: a new SA).
@@ -248,7 +279,11 @@ impl InEdge {
         InEdge {
             file: Some(file),
             active: AtomicBool::new(false),
-            last: Mutex::new((top, top, Instant::now())),
+            durable: AtomicU64::new(top),
+            ahead_at: AtomicU64::new(top),
+            wanted: AtomicU64::new(0),
+            accepted: AtomicU64::new(0),
+            last: Mutex::new((0, Instant::now())),
         }
     }
 
@@ -258,7 +293,11 @@ impl InEdge {
         InEdge {
             file: None,
             active: AtomicBool::new(false),
-            last: Mutex::new((0, 0, Instant::now())),
+            durable: AtomicU64::new(u64::MAX),
+            ahead_at: AtomicU64::new(u64::MAX),
+            wanted: AtomicU64::new(0),
+            accepted: AtomicU64::new(0),
+            last: Mutex::new((0, Instant::now())),
         }
     }
 
@@ -270,35 +309,74 @@ impl InEdge {
         if self.active.swap(true, Ordering::AcqRel) {
             return false;
         }
-        let mut last = lock(&self.last);
-        let value = top.max(last.1);
+        let value = top.max(self.durable.load(Ordering::Acquire));
         match file.store(value) {
-            Ok(()) => *last = (top, value, Instant::now()),
+            Ok(()) => {
+                self.durable.store(value, Ordering::Release);
+                self.ahead_at.store(value, Ordering::Relaxed);
+                *lock(&self.last) = (self.accepted.load(Ordering::Relaxed), Instant::now());
+            }
             Err(e) => tracing::error!(file = %file.path().display(), "ESP window state: {e}"),
         }
         true
     }
 
-    /// One round of the background thread with the window's edge `top`.
+    /// Whether a queue thread may accept `seq` (its ICV verified): at once if the edge on
+    /// disk covers it, else after the background thread wrote one that does (false if
+    /// that takes longer than [`GATE_WAIT`]: the packet is dropped).
+    pub(crate) fn gate(&self, seq: u64, persister: &Persister) -> bool {
+        if seq <= self.durable.load(Ordering::Acquire) {
+            if seq > self.ahead_at.load(Ordering::Relaxed) {
+                persister.wake();
+            }
+            return true;
+        }
+        self.wanted.fetch_max(seq, Ordering::AcqRel);
+        persister.wake();
+        let until = Instant::now() + GATE_WAIT;
+        while Instant::now() < until {
+            std::thread::sleep(Duration::from_micros(50));
+            if seq <= self.durable.load(Ordering::Acquire) {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Counts a packet accepted (after the window moved), for the rate.
+    pub(crate) fn count(&self) {
+        if self.file.is_some() {
+            self.accepted.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// One round of the background thread with the window's edge `top`: writes the next
+    /// edge when a queue thread waits for it or half the margin is used.
     pub(crate) fn tick(&self, top: u64, now: Instant) {
         let Some(file) = &self.file else { return };
+        if !self.active.load(Ordering::Acquire) {
+            return;
+        }
+        let target = top.max(self.wanted.load(Ordering::Acquire));
+        let durable = self.durable.load(Ordering::Acquire);
+        if target <= durable && top <= self.ahead_at.load(Ordering::Relaxed) {
+            return;
+        }
         let mut last = lock(&self.last);
-        let (prev, stored, at) = *last;
-        if now.duration_since(at) < INTERVAL {
-            return;
-        }
-        last.2 = now;
-        if top <= prev {
-            return;
-        }
-        let delta = top - prev;
-        last.0 = top;
-        if top.saturating_add(delta) <= stored {
-            return;
-        }
-        let value = top.saturating_add(delta.saturating_mul(2));
+        let (before, at) = *last;
+        let elapsed = now.duration_since(at).max(Duration::from_millis(1));
+        let accepted = self.accepted.load(Ordering::Relaxed);
+        let moved = accepted.saturating_sub(before) as u128;
+        let per_two = (moved * 2 * INTERVAL.as_micros() / elapsed.as_micros()).max(MIN_MARGIN);
+        let margin = u64::try_from(per_two).unwrap_or(u64::MAX / 4);
+        let value = target.max(durable).saturating_add(margin);
         match file.store(value) {
-            Ok(()) => last.1 = value,
+            Ok(()) => {
+                self.durable.store(value, Ordering::Release);
+                self.ahead_at
+                    .store(value.saturating_sub(margin / 2), Ordering::Relaxed);
+                *last = (accepted, now);
+            }
             Err(e) => tracing::error!(file = %file.path().display(), "ESP window state: {e}"),
         }
     }
@@ -324,7 +402,7 @@ mod tests {
         let dir = test_key_dir("durable-out");
         let file = || SaFile::new(&dir, Dir::Out, 0x1001, fingerprint(b"k"));
         let p = Arc::new(Persister::default());
-        let s = Arc::new(OutSeq::durable(file(), 0, p.clone()));
+        let s = Arc::new(OutSeq::durable(file(), 0, RESERVE, p.clone()));
         assert_eq!(s.next(), Err(NoSeq::Unreserved), "nothing reserved yet");
         assert_eq!(file().load(), Ok(None), "no file before activation");
         s.activate();
@@ -344,45 +422,54 @@ mod tests {
         let on_disk = file().load().unwrap().unwrap();
         assert!(on_disk > s.last(), "{on_disk} > {}", s.last());
         // A crash: a new counter starts after the reservation on disk.
-        let crash = OutSeq::durable(file(), on_disk, p.clone());
+        let crash = OutSeq::durable(file(), on_disk, RESERVE, p.clone());
         assert_eq!(crash.seq.load(Ordering::Relaxed), on_disk);
         drop(crash);
         // A clean stop records what was used.
         let used = s.last();
         drop(s);
-        assert_eq!(file().load(), Ok(Some(used)));
+        // (The thread may hold the SA for a moment: the last one to go writes.)
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while file().load() != Ok(Some(used)) {
+            assert!(Instant::now() < deadline, "{:?} != {used}", file().load());
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     #[test]
-    fn the_window_edge_on_disk_keeps_a_margin_of_the_recent_rate() {
+    fn no_packet_is_accepted_above_the_edge_on_disk() {
         let dir = test_key_dir("durable-in");
         let file = || SaFile::new(&dir, Dir::In, 0x2002, fingerprint(b"k"));
-        let mut e = InEdge::durable(file(), 0);
+        let p = Arc::new(Persister::default());
+        let e = Arc::new(InEdge::durable(file(), 0));
         assert_eq!(file().load(), Ok(None));
         assert!(e.activate(0));
         assert_eq!(file().load(), Ok(Some(0)), "listed before any packet");
-        let t0 = Instant::now();
-        e.tick(100, t0 + INTERVAL);
-        assert_eq!(
-            file().load(),
-            Ok(Some(300)),
-            "100 a round: 2 rounds of margin"
-        );
-        e.tick(200, t0 + INTERVAL * 2);
-        assert_eq!(
-            file().load(),
-            Ok(Some(300)),
-            "still a round ahead: not rewritten"
-        );
-        e.tick(300, t0 + INTERVAL * 3);
-        assert_eq!(file().load(), Ok(Some(500)));
-        e.tick(310, t0 + INTERVAL * 3 + INTERVAL / 2);
-        assert_eq!(
-            file().load(),
-            Ok(Some(500)),
-            "at most one round an interval"
-        );
-        e.finish(310);
-        assert_eq!(file().load(), Ok(Some(310)), "a clean stop: exact");
+        // Without the thread nothing is written: the queue thread may not go past 0.
+        assert!(!e.gate(1, &p), "accepted above the edge on disk");
+        // With it, the gate waits for the write, which covers the number.
+        struct Top(Arc<InEdge>, AtomicU64);
+        impl Job for Top {
+            fn tick(&self, now: Instant) {
+                self.0.tick(self.1.load(Ordering::Relaxed), now);
+            }
+        }
+        let job = Arc::new(Top(e.clone(), AtomicU64::new(0)));
+        p.add(Arc::downgrade(&job) as Weak<dyn Job>);
+        for seq in 1..=2000 {
+            assert!(e.gate(seq, &p), "{seq}");
+            job.1.store(seq, Ordering::Relaxed);
+            e.count();
+            let on_disk = file().load().unwrap().unwrap();
+            assert!(on_disk >= seq, "accepted {seq} with {on_disk} on disk");
+        }
+        // A clean stop: exact.
+        drop(job);
+        while Arc::strong_count(&e) > 1 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let mut e = Arc::into_inner(e).unwrap();
+        e.finish(2000);
+        assert_eq!(file().load(), Ok(Some(2000)));
     }
 }

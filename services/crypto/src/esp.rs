@@ -47,6 +47,10 @@ fn transport() -> EspMode {
     EspMode::Transport
 }
 
+fn default_reserve() -> u64 {
+    crate::durable::RESERVE
+}
+
 fn default_mtu() -> u16 {
     1500
 }
@@ -78,6 +82,10 @@ pub struct EncryptConfig {
     /// are kept within it (MSS clamp, "packet too big" for packets that may not fragment).
     #[serde(default = "default_mtu")]
     pub mtu: u16,
+    /// Sequence numbers reserved on disk at a time (default 65536, 16 to 16777216): a
+    /// state file write per half of it; a restart after a crash skips at most this many.
+    #[serde(default = "default_reserve")]
+    pub sequence_reserve: u64,
     /// Where the SA's sequence reservation is kept (default: `$STATE_DIRECTORY`, which
     /// systemd's `StateDirectory=` sets, else /var/lib/relayd). See [`crate::persist`].
     #[serde(default)]

@@ -83,6 +83,7 @@ mod tests {
             local: None,
             remote: None,
             mtu: 1500,
+            sequence_reserve: 65536,
         }
     }
 

@@ -125,6 +125,7 @@ impl ServiceFactory for DecryptFactory {
         let c = |n: &str| counters.counter(n);
         Box::new(Decrypt {
             sas: self.sas.clone(),
+            persister: self.persister.clone(),
             resend: Tally::resend(counters),
             decrypted: c("decrypted"),
             passed: c("passed_not_esp"),
@@ -136,6 +137,7 @@ impl ServiceFactory for DecryptFactory {
             dropped_auth: c("dropped_auth_failed"),
             dropped_malformed: c("dropped_malformed"),
             dropped_dummy: c("dropped_dummy"),
+            dropped_edge_unsaved: c("dropped_edge_unsaved"),
             log: RateLimit::new(10),
         })
     }
@@ -143,6 +145,8 @@ impl ServiceFactory for DecryptFactory {
 
 struct Decrypt {
     sas: Arc<Vec<InboundSa>>,
+    /// Wakes the thread that writes the windows' edges.
+    persister: Arc<crate::durable::Persister>,
     /// Sends inner packets whose family differs from the hook's.
     resend: Tally,
     decrypted: Counter,
@@ -157,6 +161,8 @@ struct Decrypt {
     dropped_auth: Counter,
     dropped_malformed: Counter,
     dropped_dummy: Counter,
+    /// The window's edge could not be written to disk in time (state_dir failing).
+    dropped_edge_unsaved: Counter,
     log: RateLimit,
 }
 
@@ -318,6 +324,15 @@ impl Service for Decrypt {
         if !opened {
             return self.drop(|d| &d.dropped_auth, "integrity check failed", spi, cx);
         }
+        // Accepted only once the edge on disk covers it: no replay after a crash.
+        if !sa.edge.gate(seq, &self.persister) {
+            return self.drop(
+                |d| &d.dropped_edge_unsaved,
+                "the window's edge could not be saved in state_dir",
+                spi,
+                cx,
+            );
+        }
         {
             // Another queue thread may have taken the same number meanwhile.
             let mut w = sa.window.lock().unwrap_or_else(|e| e.into_inner());
@@ -327,6 +342,7 @@ impl Service for Decrypt {
             }
             w.update(seq);
         }
+        sa.edge.count();
         // The lengths were checked above; `get` keeps a mistake from becoming a panic.
         let body = pkt
             .data()

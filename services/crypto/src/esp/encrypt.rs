@@ -110,7 +110,12 @@ impl ServiceConfig for EncryptConfig {
             Ok::<_, String>(Outbound {
                 spi: self.spi,
                 crypto: SaCrypto::new(self.cipher, &key),
-                seq: Arc::new(OutSeq::durable(file, reserved, states.persister.clone())),
+                seq: Arc::new(OutSeq::durable(
+                    file,
+                    reserved,
+                    self.sequence_reserve,
+                    states.persister.clone(),
+                )),
             })
         })?;
         Ok(Arc::new(EncryptFactory {
