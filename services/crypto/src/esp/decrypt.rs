@@ -101,7 +101,7 @@ impl ServiceConfig for DecryptConfig {
                     crypto: SaCrypto::new(s.cipher, &key),
                     window: Mutex::new(ReplayWindow::new(self.replay_window).resumed(top)),
                     edge: InEdge::durable(file, top),
-                    usage: Default::default(),
+                    usage: None,
                 })
             })?;
             // A kept SA keeps what it has seen, in a window of the configured size.
@@ -374,7 +374,9 @@ impl Service for Decrypt {
             w.update(seq);
         }
         sa.edge.count();
-        sa.usage.add(esp_len);
+        if let Some(u) = &sa.usage {
+            u.add(esp_len);
+        }
         // The lengths were checked above; `get` keeps a mistake from becoming a panic.
         let body = pkt
             .data()
