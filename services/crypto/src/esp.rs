@@ -30,6 +30,9 @@ use std::time::Instant;
 
 mod decrypt;
 mod encrypt;
+mod natt;
+
+pub use natt::{Encap, NATT_PORT, UdpEncap};
 
 #[cfg(test)]
 pub(crate) use encrypt::jump_sequence;
@@ -103,6 +106,16 @@ pub struct EncryptConfig {
     /// systemd's `StateDirectory=` sets, else /var/lib/relayd). See [`crate::persist`].
     #[serde(default)]
     pub state_dir: Option<PathBuf>,
+    /// `"udp"`: ESP inside UDP (RFC 3948) for a path through a NAT; `"none"` (default):
+    /// raw ESP (manual keys; an IKE SA brings its own).
+    #[serde(default)]
+    pub encap: Encap,
+    /// With `encap = "udp"`: the peer's port (default 4500).
+    #[serde(default)]
+    pub encap_port: Option<u16>,
+    /// With `encap = "udp"`: this relay's source port (default 4500).
+    #[serde(default)]
+    pub encap_source_port: Option<u16>,
 }
 
 /// One SA of `[[service.NAME.sa]]` of a `decrypt` service.
@@ -154,6 +167,15 @@ pub struct DecryptConfig {
     /// Where each SA's window edge is kept (default as `encrypt`'s `state_dir`).
     #[serde(default)]
     pub state_dir: Option<PathBuf>,
+    /// The UDP port where ESP in UDP (RFC 3948) arrives (default 4500): such datagrams
+    /// are opened like raw ESP, for every SA; IKE on it (a zero non-ESP marker) passes on
+    /// untouched, NAT keepalives are dropped. Datagrams to other ports pass as not ESP.
+    #[serde(default = "default_natt_port")]
+    pub encap_port: u16,
+}
+
+fn default_natt_port() -> u16 {
+    NATT_PORT
 }
 
 fn default_window() -> u32 {

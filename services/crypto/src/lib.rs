@@ -13,7 +13,7 @@ mod state;
 mod table;
 mod window;
 
-pub use esp::{DecryptConfig, EncryptConfig, EspMode, SaConfig};
+pub use esp::{DecryptConfig, Encap, EncryptConfig, EspMode, NATT_PORT, SaConfig, UdpEncap};
 pub use keys::{Cipher, ICV_LEN, KeyFileError, keygen, load_key};
 pub use relay_core::Prefix;
 pub use sa::{AuthFailed, BadLength, SaCrypto};
@@ -24,6 +24,7 @@ pub use window::{Replay, ReplayWindow};
 mod tests {
     mod ike;
     mod local_delivery;
+    mod natt;
     mod restart;
 
     use super::*;
@@ -88,6 +89,9 @@ mod tests {
             remote: None,
             mtu: 1500,
             sequence_reserve: 65536,
+            encap: Encap::None,
+            encap_port: None,
+            encap_source_port: None,
         }
     }
 
@@ -103,6 +107,7 @@ mod tests {
             ike_mode: EspMode::Transport,
             ike_peer: None,
             replay_window: 64,
+            encap_port: NATT_PORT,
             sa: vec![SaConfig {
                 spi: 0x1001,
                 cipher,

@@ -11,7 +11,7 @@
 //! each queue thread sees from its next packet on.
 
 use crate::durable::{InEdge, OutSeq, Persister};
-use crate::esp::{Inbound, Outbound};
+use crate::esp::{Inbound, Outbound, UdpEncap};
 use crate::keys::Cipher;
 use crate::sa::SaCrypto;
 use crate::window::ReplayWindow;
@@ -47,6 +47,8 @@ pub enum IkeSaError {
 pub(crate) struct IkeOut {
     pub(crate) sa: Arc<Outbound>,
     pub(crate) esn: bool,
+    /// ESP in UDP (RFC 3948) when IKE found a NAT.
+    pub(crate) encap: Option<UdpEncap>,
 }
 
 /// An inbound SA from IKE.
@@ -207,7 +209,8 @@ impl IkeSas {
     }
 
     /// Makes the SA `spi` the outbound SA of `conn`, replacing the current one: each queue
-    /// thread uses it from its next packet on. Its sequence numbers start at 1.
+    /// thread uses it from its next packet on. Its sequence numbers start at 1. Raw ESP:
+    /// [`IkeSas::set_outbound_encap`] for an SA in UDP.
     pub fn set_outbound(
         &self,
         conn: &str,
@@ -215,6 +218,22 @@ impl IkeSas {
         cipher: Cipher,
         esn: bool,
         key: &[u8],
+    ) -> Result<(), IkeSaError> {
+        self.set_outbound_encap(conn, spi, cipher, esn, key, None)
+    }
+
+    /// [`IkeSas::set_outbound`], with the UDP encapsulation of a child SA whose IKE SA
+    /// found a NAT (RFC 3948: its ports, usually 4500 on both ends, the peer's as the NAT
+    /// shows it), or `None` for raw ESP. The inbound side needs nothing: `decrypt` opens
+    /// ESP in UDP to its `encap_port` for every SA.
+    pub fn set_outbound_encap(
+        &self,
+        conn: &str,
+        spi: u32,
+        cipher: Cipher,
+        esn: bool,
+        key: &[u8],
+        encap: Option<UdpEncap>,
     ) -> Result<(), IkeSaError> {
         Self::check(spi, cipher, key)?;
         let c = self.conn(conn);
@@ -226,6 +245,7 @@ impl IkeSas {
                 usage: Some(Usage::default()),
             }),
             esn,
+            encap,
         });
         *lock(&c.out) = Some(sa);
         c.out_gen.fetch_add(1, Ordering::AcqRel);

@@ -1,6 +1,7 @@
 //! `decrypt`: checks and opens the ESP packets of the configured SAs (see the parent
 //! module).
 
+use super::natt::{NattDatagram, classify, fix_inner_checksum};
 use super::*;
 use crate::durable::{Gate, InEdge};
 use crate::keys::{Cipher, ICV_LEN, load_key};
@@ -35,6 +36,7 @@ struct DecryptFactory {
     ike: Vec<Arc<Conn>>,
     ike_mode: EspMode,
     ike_peer: Option<Prefix>,
+    encap_port: u16,
     persister: Arc<crate::durable::Persister>,
 }
 
@@ -59,6 +61,11 @@ impl ServiceConfig for DecryptConfig {
                 "no [[service.NAME.sa]] and no ike: decrypt needs at least one SA or IKE \
                  connection"
                     .into(),
+            );
+        }
+        if self.encap_port == 0 {
+            return Err(
+                "encap_port = 0: name the UDP port ESP in UDP arrives on (default 4500)".into(),
             );
         }
         if self.ike.iter().any(|c| c.is_empty()) {
@@ -122,6 +129,7 @@ impl ServiceConfig for DecryptConfig {
             ike,
             ike_mode: self.ike_mode,
             ike_peer: self.ike_peer,
+            encap_port: self.encap_port,
             persister: states.persister.clone(),
         }))
     }
@@ -152,10 +160,13 @@ impl ServiceFactory for DecryptFactory {
             ike: self.ike.iter().map(|c| InView::new(c.clone())).collect(),
             ike_mode: self.ike_mode,
             ike_peer: self.ike_peer,
+            encap_port: self.encap_port,
             persister: self.persister.clone(),
             resend: Tally::resend(counters),
             decrypted: c("decrypted"),
             passed: c("passed_not_esp"),
+            passed_ike: c("passed_ike"),
+            dropped_keepalive: c("dropped_keepalive"),
             dropped_unknown_spi: c("dropped_unknown_spi"),
             dropped_unknown_peer: c("dropped_unknown_peer"),
             dropped_wrong_mode: c("dropped_wrong_mode"),
@@ -176,12 +187,18 @@ struct Decrypt {
     ike: Vec<InView>,
     ike_mode: EspMode,
     ike_peer: Option<Prefix>,
+    /// Where ESP in UDP arrives (RFC 3948).
+    encap_port: u16,
     /// Wakes the thread that writes the windows' edges.
     persister: Arc<crate::durable::Persister>,
     /// Sends inner packets whose family differs from the hook's.
     resend: Tally,
     decrypted: Counter,
     passed: Counter,
+    /// IKE on the NAT-T port (a zero non-ESP marker), passed on to the host.
+    passed_ike: Counter,
+    /// NAT keepalives (RFC 3948 2.3), dropped without a log line.
+    dropped_keepalive: Counter,
     dropped_unknown_spi: Counter,
     /// The outer source is not the SA's peer.
     dropped_unknown_peer: Counter,
@@ -293,15 +310,54 @@ impl Service for Decrypt {
             return self.drop(|d| &d.dropped_malformed, "not an IP packet", 0, cx);
         };
         let direct = l.version == IpVersion::V4
-            || Ipv6Packet::new_unchecked(pkt.data()).next_header() == proto::ESP;
-        if l.proto != proto::ESP || !direct {
+            || Ipv6Packet::new_unchecked(pkt.data()).next_header() == l.proto;
+        let carried = match l.proto {
+            proto::ESP => false,
+            proto::UDP => true,
+            _ => {
+                self.passed.inc();
+                return Action::Continue;
+            }
+        };
+        if !direct {
             self.passed.inc();
             return Action::Continue;
         }
-        let Some(off) = l.l4.filter(|_| !l.fragment && !pkt.is_partial()) else {
+        let Some(l4) = l.l4.filter(|_| !l.fragment && !pkt.is_partial()) else {
+            if carried {
+                // Not telling (a later fragment has no port): as any UDP.
+                self.passed.inc();
+                return Action::Continue;
+            }
             return self.drop(|d| &d.dropped_malformed, "fragment or partial copy", 0, cx);
         };
         let d = pkt.data();
+        let off = if carried {
+            // RFC 3948 2.2: on the NAT-T port, a zero marker is IKE, 0xFF a keepalive.
+            let port = d
+                .get(l4 + 2..l4 + 4)
+                .map(|p| u16::from_be_bytes([p[0], p[1]]));
+            if port != Some(self.encap_port) {
+                self.passed.inc();
+                return Action::Continue;
+            }
+            match classify(d, l4, l.len) {
+                NattDatagram::Esp(off) => off,
+                NattDatagram::Ike => {
+                    self.passed_ike.inc();
+                    return Action::Continue;
+                }
+                NattDatagram::Keepalive => {
+                    self.dropped_keepalive.inc();
+                    return Action::Drop;
+                }
+                NattDatagram::Malformed(why) => {
+                    return self.drop(|d| &d.dropped_malformed, why, 0, cx);
+                }
+            }
+        } else {
+            l4
+        };
         let Some(esp) = d
             .get(off..l.len)
             .and_then(|e| EspPacket::new_checked(e).ok())
@@ -413,9 +469,13 @@ impl Service for Decrypt {
                 return Action::Drop;
             }
             _ => {
-                pkt.remove(off, hdr);
-                pkt.resize(off + plain);
-                fix_ip_header(pkt.data_mut(), l.version, off + plain, next);
+                // The UDP header of ESP in UDP goes with the ESP header.
+                pkt.remove(l4, off - l4 + hdr);
+                pkt.resize(l4 + plain);
+                fix_ip_header(pkt.data_mut(), l.version, l4 + plain, next);
+                if carried {
+                    fix_inner_checksum(pkt.data_mut(), l.version, l4, next);
+                }
             }
         }
         self.decrypted.inc();

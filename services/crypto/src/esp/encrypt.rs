@@ -1,5 +1,6 @@
 //! `encrypt`: protects each packet in an ESP packet of the SA (see the parent module).
 
+use super::natt::{Encap, UdpEncap, emit_udp, fill_udp_v6};
 use super::*;
 use crate::durable::{NoSeq, OutSeq};
 use crate::keys::{ICV_LEN, load_key};
@@ -10,6 +11,7 @@ use crate::table::{Conn, IkeSas, OutView};
 use relay_core::ratelimit::RateLimit;
 use relay_core::wire::{
     EspPacket, EspRepr, IpRepr, Ipv4Packet, Ipv6Packet, esp, fix_ip_header, ipv4, ipv6, proto, tcp,
+    udp,
 };
 use relay_core::{
     Action, Context, Counter, Counters, FailPolicy, InvalidConfig, IpVersion, Kept, MssClamp,
@@ -42,15 +44,19 @@ impl Wrap {
 
 /// Where a factory's SA comes from.
 enum Source {
-    /// Manual keys: one SA for the service's life.
-    Manual { sa: Arc<Outbound>, esn: bool },
+    /// Manual keys: one SA for the service's life, raw ESP or in UDP (`encap`).
+    Manual {
+        sa: Arc<Outbound>,
+        esn: bool,
+        encap: Option<UdpEncap>,
+    },
     /// The current outbound SA of an IKE connection.
     Ike(Arc<Conn>),
 }
 
 /// What a queue thread's service encrypts with.
 enum SaRef {
-    Manual(Arc<Outbound>, bool),
+    Manual(Arc<Outbound>, bool, Option<UdpEncap>),
     Ike(OutView),
 }
 
@@ -61,6 +67,10 @@ struct EncryptFactory {
     cipher: Cipher,
     wrap: Wrap,
     mtu: u16,
+    /// Whether the size limits leave room for a UDP header (RFC 3948): with `encap =
+    /// "udp"`, and always with IKE, whose SAs may be UDP-encapsulated at any time (the
+    /// MSS clamp is a rule installed once).
+    udp_room: bool,
 }
 
 impl EncryptFactory {
@@ -68,7 +78,8 @@ impl EncryptFactory {
     /// the path MTU once encrypted.
     fn max_inner(&self, l4: usize) -> usize {
         let c = self.cipher;
-        let fixed = 8 + c.iv_len() + ICV_LEN;
+        let udp = if self.udp_room { udp::HEADER_LEN } else { 0 };
+        let fixed = 8 + udp + c.iv_len() + ICV_LEN;
         let (kept, outer) = match self.wrap {
             Wrap::Transport => (l4, 0),
             w @ Wrap::Tunnel { .. } => (0, w.outer_len()),
@@ -114,7 +125,15 @@ impl ServiceConfig for EncryptConfig {
         if self.mtu < 576 {
             return Err(format!("mtu = {} is below 576", self.mtu).into());
         }
+        let encap = self.udp_encap()?;
         let (source, cipher) = match (&self.ike, self.spi, self.cipher, &self.key_file) {
+            (Some(_), ..) if self.encap != Encap::None => {
+                return Err(
+                    "encap is for manual keys: an IKE connection brings its own \
+                            (UDP 4500 when it finds a NAT)"
+                        .into(),
+                );
+            }
             (Some(conn), None, None, None) => {
                 if conn.is_empty() {
                     return Err("ike = \"\": name the IKE connection".into());
@@ -130,7 +149,7 @@ impl ServiceConfig for EncryptConfig {
             (None, Some(spi), Some(cipher), Some(key_file)) => {
                 let sa = self.manual_sa(spi, cipher, key_file, kept)?;
                 let esn = self.esn;
-                (Source::Manual { sa, esn }, cipher)
+                (Source::Manual { sa, esn, encap }, cipher)
             }
             (None, ..) => {
                 return Err(
@@ -140,16 +159,40 @@ impl ServiceConfig for EncryptConfig {
                 );
             }
         };
+        let udp_room = encap.is_some() || matches!(source, Source::Ike(_));
         Ok(Arc::new(EncryptFactory {
             source,
             cipher,
             wrap,
             mtu: self.mtu,
+            udp_room,
         }))
     }
 }
 
 impl EncryptConfig {
+    /// The UDP encapsulation `encap`, `encap_port` and `encap_source_port` ask for.
+    fn udp_encap(&self) -> Result<Option<UdpEncap>, InvalidConfig> {
+        let ports = [
+            ("encap_port", self.encap_port),
+            ("encap_source_port", self.encap_source_port),
+        ];
+        if self.encap == Encap::None {
+            if let Some((key, _)) = ports.iter().find(|(_, p)| p.is_some()) {
+                return Err(format!("{key} is for encap = \"udp\"").into());
+            }
+            return Ok(None);
+        }
+        if let Some((key, _)) = ports.iter().find(|(_, p)| *p == Some(0)) {
+            return Err(format!("{key} = 0: name a UDP port (default 4500)").into());
+        }
+        let d = UdpEncap::default();
+        Ok(Some(UdpEncap {
+            src_port: self.encap_source_port.unwrap_or(d.src_port),
+            dst_port: self.encap_port.unwrap_or(d.dst_port),
+        }))
+    }
+
     /// The manual SA, live or resumed from its state file.
     fn manual_sa(
         &self,
@@ -209,10 +252,10 @@ impl ServiceFactory for EncryptFactory {
     }
     fn build(&self, counters: &Counters) -> Box<dyn Service> {
         let sa = match &self.source {
-            Source::Manual { sa, esn } => {
+            Source::Manual { sa, esn, encap } => {
                 // From here on the reservation is kept on disk ahead of use (not in `check`).
                 sa.seq.activate();
-                SaRef::Manual(sa.clone(), *esn)
+                SaRef::Manual(sa.clone(), *esn, *encap)
             }
             Source::Ike(conn) => SaRef::Ike(OutView::new(conn.clone())),
         };
@@ -309,9 +352,9 @@ impl Service for Encrypt {
             return Action::Drop;
         };
         let a = match &mut src {
-            SaRef::Manual(sa, esn) => self.process_with(sa, *esn, pkt, cx),
+            SaRef::Manual(sa, esn, encap) => self.process_with(sa, *esn, *encap, pkt, cx),
             SaRef::Ike(view) => match view.current() {
-                Some(ike) => self.process_with(&ike.sa, ike.esn, pkt, cx),
+                Some(ike) => self.process_with(&ike.sa, ike.esn, ike.encap, pkt, cx),
                 None => {
                     self.dropped_no_sa.inc();
                     Action::Drop
@@ -324,11 +367,12 @@ impl Service for Encrypt {
 }
 
 impl Encrypt {
-    /// Protects `pkt` with `sa`.
+    /// Protects `pkt` with `sa`, in UDP if `encap` says so.
     fn process_with(
         &mut self,
         sa: &Outbound,
         esn: bool,
+        encap: Option<UdpEncap>,
         pkt: &mut Packet,
         cx: &mut Context,
     ) -> Action {
@@ -364,7 +408,9 @@ impl Encrypt {
         let padded = (plen + 2).next_multiple_of(cipher.block());
         let hdr = esp::HEADER_LEN + cipher.iv_len();
         let outer = self.wrap.outer_len();
-        let esp_at = start + outer;
+        // RFC 3948 2.1: the UDP header sits right before the ESP header.
+        let udp_at = start + outer;
+        let esp_at = udp_at + if encap.is_some() { udp::HEADER_LEN } else { 0 };
         let total = esp_at + hdr + padded + ICV_LEN;
         // A verdict cannot change the family: such a tunnel packet is emitted anew, and
         // the datapath's raw socket never fragments.
@@ -399,7 +445,7 @@ impl Encrypt {
         };
         self.bytes_in.add(l.len as u64);
         pkt.resize(l.len);
-        pkt.insert(start, outer + hdr);
+        pkt.insert(start, esp_at - start + hdr);
         pkt.resize(total);
         let d = pkt.data_mut();
         EspRepr {
@@ -420,10 +466,26 @@ impl Encrypt {
             self.dropped_unfit.inc();
             return Action::Drop;
         }
+        let carrier = if encap.is_some() {
+            proto::UDP
+        } else {
+            proto::ESP
+        };
         match self.wrap {
-            Wrap::Transport => fix_ip_header(d, l.version, total, proto::ESP),
+            Wrap::Transport => fix_ip_header(d, l.version, total, carrier),
             Wrap::Tunnel { local, remote } => {
-                outer_header(local, remote, tos, df, seq as u16, total - outer).emit(d);
+                outer_header(local, remote, carrier, tos, df, seq as u16, total - outer).emit(d);
+            }
+        }
+        if let Some(e) = encap {
+            emit_udp(d, udp_at, total, e);
+            // Transport mode keeps the packet's own family; tunnel mode has local's.
+            let v6 = match self.wrap {
+                Wrap::Transport => l.version == IpVersion::V6,
+                Wrap::Tunnel { local, .. } => local.is_ipv6(),
+            };
+            if v6 {
+                fill_udp_v6(d, udp_at, total);
             }
         }
         self.encrypted.inc();
@@ -439,17 +501,19 @@ impl Encrypt {
     }
 }
 
-/// The tunnel's outer header for `payload_len` bytes of ESP: traffic class copied from
+/// The tunnel's outer header for `payload_len` bytes of ESP (`carrier` 50) or ESP in UDP
+/// (17): traffic class copied from
 /// the inner packet (RFC 4301 5.1.2.1), DF copied, TTL 64.
 fn outer_header(
     local: IpAddr,
     remote: IpAddr,
+    carrier: u8,
     tos: u8,
     df: bool,
     id: u16,
     payload_len: usize,
 ) -> IpRepr {
-    match IpRepr::new(local, remote, proto::ESP, payload_len) {
+    match IpRepr::new(local, remote, carrier, payload_len) {
         Some(IpRepr::V4(mut r)) => {
             (r.tos, r.dont_frag, r.ident) = (tos, df, id);
             IpRepr::V4(r)
