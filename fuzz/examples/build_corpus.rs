@@ -179,6 +179,12 @@ fn esp_seeds() {
         let crypto = SaCrypto::new(sa.cipher, &esp_key(sa.cipher));
         let esp = esp_seal(&crypto, i, 1 + i as u64, &esp_pad(sa.cipher, plain, next));
         raw.add_with(&tag, &[if sa.v6 { 2 } else { 0 }, 0], &esp);
+        // The same in UDP to port 4500 (RFC 3948), from source port 4500.
+        raw.add_with(
+            &format!("{tag}-udp"),
+            &[if sa.v6 { 6 } else { 4 }, 100],
+            &esp,
+        );
         let mut whole = if sa.v6 {
             ipv6_header(s6, d6, proto::ESP, esp.len())
         } else {
@@ -187,6 +193,11 @@ fn esp_seeds() {
         whole.extend_from_slice(&esp);
         raw.add_with(&format!("{tag}-whole"), &[3, 0], &whole);
     }
+    // What else arrives on the NAT-T port: IKE behind the zero marker, a keepalive.
+    let mut ike = vec![0u8; 4];
+    ike.extend_from_slice(&text(40));
+    raw.add_with("natt-ike", &[4, 100], &ike);
+    raw.add_with("natt-keepalive", &[4, 100], &[0xff]);
 }
 
 /// An MPLS-in-IP (or, with `udp`, MPLS-in-UDP) packet from `src` with `labels` (the last
