@@ -183,7 +183,7 @@ impl Capture {
                     )
                 };
                 let Ok(n) = usize::try_from(n) else { continue };
-                if from.sll_pkttype != libc::PACKET_OUTGOING as u8 {
+                if from.sll_pkttype != libc::PACKET_OUTGOING {
                     p.lock().unwrap().push(buf[..n].to_vec());
                 }
             }

@@ -338,6 +338,13 @@ pub trait ServiceFactory: Send + Sync {
         None
     }
 
+    /// Directories the service writes into while it runs (the ESP sequence state): relayd
+    /// started as root with `daemon.user` makes them for that user before it drops to it,
+    /// and refuses to start when that user could not write them. Empty (the default): none.
+    fn state_dirs(&self) -> Vec<std::path::PathBuf> {
+        Vec::new()
+    }
+
     /// A new instance for one queue thread; `counters` is where it registers its own
     /// counters (shown by `relayd status`).
     fn build(&self, counters: &Counters) -> Box<dyn Service>;

@@ -561,6 +561,11 @@ async fn serve(cfg: Config, registry: Registry) -> anyhow::Result<()> {
         Some(user) => crate::lock::InstanceLock::acquire(&cfg.daemon.chain_prefix)
             .map_err(anyhow::Error::from)
             .and_then(|lock| {
+                // The ESP state directories, for the user (it could not make them).
+                // SAFETY: geteuid cannot fail.
+                if unsafe { libc::geteuid() } == 0 {
+                    crate::state_dirs::prepare(&cfg, user).map_err(anyhow::Error::msg)?;
+                }
                 drop_privileges(user, &crate::privilege::needed_set(&cfg))?;
                 Ok(lock)
             })

@@ -364,3 +364,105 @@ fn an_unknown_daemon_user_or_socket_group_is_an_error_with_its_line() {
         "{err}"
     );
 }
+
+/// The ESP state directory under `daemon.user` (issue 25): relayd started as root makes
+/// it for the user before it drops privileges, so the sequence reservations the user
+/// writes afterwards succeed; a restart finds it the user's and resumes; one the user
+/// cannot write refuses the start with daemon.user's line and the fix.
+#[test]
+fn started_as_root_with_daemon_user_the_esp_state_directory_is_made_for_that_user() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let _g = serial();
+    let l = line3("priv-state");
+    // Root's, 0755: nobody may pass through to its state directory, no one else write.
+    let keys = key_dir("priv-state");
+    std::fs::set_permissions(&keys.0, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let key = keys.0.join("a.key");
+    relay_svc_crypto::keygen(relay_svc_crypto::Cipher::Aes128Gcm, &key).unwrap();
+    let state = keys.0.join("esp-state");
+    let dir = TempDir::new("priv-state");
+    std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let socket = dir.0.join("relayd.sock");
+    let rest = format!(
+        "chain_prefix = \"RPRIVS\"\nuser = \"nobody\"\n\n[[queue]]\nnum = 0\nhook = \"forward\"\n\
+         match = \"-p udp --dport 5000\"\nservices = [\"enc\"]\n\n[service.enc]\n\
+         kind = \"encrypt\"\ncipher = \"aes-128-gcm\"\nspi = 4097\nkey_file = \"{}\"\n\
+         state_dir = \"{}\"\nsequence_reserve = 16\n",
+        key.display(),
+        state.display()
+    );
+    let config = write_config(&dir, &socket, &rest);
+    let run = |dir: TempDir| {
+        let mut cmd = l.relay.cmd(RELAYD);
+        cmd.args(["run", "-c"]).arg(&config);
+        start(&l.relay, cmd, dir, socket.clone())
+    };
+    // 100 datagrams: with 16 numbers reserved at a time, some 12 reservations written by
+    // user nobody.
+    let send = || {
+        l.src.run(|| {
+            let s = std::net::UdpSocket::bind("10.0.1.1:0").unwrap();
+            for i in 0..100u32 {
+                s.send_to(&i.to_be_bytes(), "10.0.2.2:5000").unwrap();
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        })
+    };
+    assert!(!state.exists());
+    let mut r = run(dir);
+    send();
+    let encrypted = |r: &Relayd| {
+        let c = r.counters("enc");
+        (c["encrypted"], c["dropped_seq_unreserved"])
+    };
+    assert!(
+        wait_for(Duration::from_secs(3), || encrypted(&r).0 == 100),
+        "{:?}\n{}",
+        r.counters("enc"),
+        r.log()
+    );
+    assert_eq!(encrypted(&r).1, 0, "{}", r.log());
+    let m = std::fs::metadata(&state).unwrap();
+    assert_eq!(
+        (m.uid(), m.gid(), m.mode() & 0o7777),
+        (NOBODY, NOBODY, 0o700)
+    );
+    let files: Vec<_> = std::fs::read_dir(&state)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().uid())
+        .collect();
+    assert!(
+        !files.is_empty() && files.iter().all(|&u| u == NOBODY),
+        "{files:?}"
+    );
+    let dir = std::mem::replace(&mut r.dir, TempDir::new("priv-state-spare"));
+    assert!(r.stop(libc::SIGTERM), "{}", r.log());
+
+    // A restart as root reads the user's directory (and resumes past the reservation).
+    let mut r = run(dir);
+    send();
+    assert!(
+        wait_for(Duration::from_secs(3), || encrypted(&r).0 == 100),
+        "{:?}\n{}",
+        r.counters("enc"),
+        r.log()
+    );
+    assert_eq!(encrypted(&r).1, 0);
+    let dir = std::mem::replace(&mut r.dir, TempDir::new("priv-state-spare"));
+    assert!(r.stop(libc::SIGTERM), "{}", r.log());
+
+    // Root's again (restored from a backup as root, say): refused, naming the fix.
+    std::os::unix::fs::chown(&state, Some(0), Some(0)).unwrap();
+    let (code, _, err) = relayd_cmd(&l.relay, &["run", "-c", config.to_str().unwrap()]);
+    assert_ne!(code, 0, "{err}");
+    let want = format!(
+        "{}:4: daemon.user: relayd drops to `nobody`",
+        config.display()
+    );
+    assert!(err.contains(&want), "{err}");
+    assert!(
+        err.contains(&format!("chown -R 65534:65534 {}", state.display())),
+        "{err}"
+    );
+    drop(dir);
+}

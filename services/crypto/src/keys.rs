@@ -171,11 +171,12 @@ pub(crate) fn load_key_as(path: &Path, cipher: Cipher, uid: u32) -> Result<Vec<u
 }
 
 /// Opens the directory `path` if it and every directory on its way are safe by the key
-/// file rules ([`load_key`]): owned by relayd's user or root, writable by no one else.
+/// file rules ([`load_key`]): owned by relayd's user, root, or the user relayd drops to
+/// ([`crate::persist::set_service_user`]), writable by no one else.
 pub(crate) fn secure_dir(path: &Path) -> Result<std::fs::File, KeyFileError> {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let uid = unsafe { libc::geteuid() };
-    secure::open_dir(path, uid)
+    secure::open_dir(path, uid, crate::persist::service_user())
 }
 
 mod secure;

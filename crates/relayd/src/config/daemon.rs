@@ -47,6 +47,8 @@ pub struct DaemonUser {
     pub uid: u32,
     /// Its primary gid.
     pub gid: u32,
+    /// The line of `daemon.user` in the file, for errors about what that user may do.
+    pub line: usize,
 }
 
 /// Default conntrack mark bits: tracked, established, related, reply (highest first).
@@ -134,6 +136,7 @@ fn check_user_and_group(cx: &mut Ctx<'_>, d: &RawDaemon, out: &mut DaemonConfig)
                     name: u.get_ref().clone(),
                     uid,
                     gid,
+                    line: cx.line_col(u.span().start).0,
                 })
             }
             Err(e) => cx.err(Some(u.span()), "daemon.user", e),

@@ -97,6 +97,13 @@ pub fn parse(text: &str, path: &Path, registry: &Registry) -> Result<Config, Con
         Err(e) => return Err(ConfigErrors(vec![toml_error(&cx, &e, "")])),
     };
     let daemon = check_daemon(&mut cx, raw.daemon);
+    // Read as root before a drop to daemon.user, the ESP services accept a state
+    // directory owned by that user: relayd makes it so before the drop (state_dirs).
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    relay_svc_crypto::persist::set_service_user(
+        daemon.user.as_ref().filter(|_| root).map(|u| u.uid),
+    );
     let services = read_services(&mut cx, registry, daemon.bypass_mark);
     let mut queues = Vec::new();
     let mut taken: BTreeMap<u16, String> = BTreeMap::new();

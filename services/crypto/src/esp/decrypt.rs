@@ -38,6 +38,8 @@ struct DecryptFactory {
     ike_peer: Option<Prefix>,
     encap_port: u16,
     persister: Arc<crate::durable::Persister>,
+    /// Where the manual SAs' window edges are written (none without manual SAs).
+    state_dir: Option<std::path::PathBuf>,
 }
 
 impl ServiceConfig for DecryptConfig {
@@ -131,6 +133,7 @@ impl ServiceConfig for DecryptConfig {
             ike_peer: self.ike_peer,
             encap_port: self.encap_port,
             persister: states.persister.clone(),
+            state_dir: (!self.sa.is_empty()).then_some(dir),
         }))
     }
 }
@@ -148,6 +151,9 @@ impl ServiceFactory for DecryptFactory {
     }
     fn rewrites_payload(&self) -> bool {
         true
+    }
+    fn state_dirs(&self) -> Vec<std::path::PathBuf> {
+        self.state_dir.iter().cloned().collect()
     }
     fn build(&self, counters: &Counters) -> Box<dyn Service> {
         // From here on the windows' edges are kept on disk (not in `check`).

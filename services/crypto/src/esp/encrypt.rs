@@ -71,6 +71,8 @@ struct EncryptFactory {
     /// "udp"`, and always with IKE, whose SAs may be UDP-encapsulated at any time (the
     /// MSS clamp is a rule installed once).
     udp_room: bool,
+    /// Where the manual SA's reservations are written (none with IKE).
+    state_dir: Option<std::path::PathBuf>,
 }
 
 impl EncryptFactory {
@@ -160,12 +162,15 @@ impl ServiceConfig for EncryptConfig {
             }
         };
         let udp_room = encap.is_some() || matches!(source, Source::Ike(_));
+        let state_dir = matches!(source, Source::Manual { .. })
+            .then(|| persist::resolve(self.state_dir.as_deref()));
         Ok(Arc::new(EncryptFactory {
             source,
             cipher,
             wrap,
             mtu: self.mtu,
             udp_room,
+            state_dir,
         }))
     }
 }
@@ -240,6 +245,9 @@ impl ServiceFactory for EncryptFactory {
     }
     fn rewrites_payload(&self) -> bool {
         true
+    }
+    fn state_dirs(&self) -> Vec<std::path::PathBuf> {
+        self.state_dir.iter().cloned().collect()
     }
     fn clamp_mss(&self) -> Option<MssClamp> {
         // Transport mode keeps the IP header, so the room depends on its length.

@@ -22,17 +22,18 @@ struct Dir {
 /// Opens `path` for reading if the file and every directory on its way are safe for a
 /// relayd running as `uid` (see [`super::load_key`]).
 pub(super) fn open(path: &Path, uid: u32) -> Result<File, KeyFileError> {
-    walk(path, uid, false)
+    walk(path, uid, None, false)
 }
 
 /// Opens the directory `path` (`O_PATH`) if it and every directory on its way are safe for
-/// a relayd running as `uid`: owned by it or root and writable by no one else.
-pub(crate) fn open_dir(path: &Path, uid: u32) -> Result<File, KeyFileError> {
-    walk(path, uid, true)
+/// a relayd running as `uid`: owned by it or root and writable by no one else. `also`:
+/// the user relayd is about to drop to (`daemon.user`), whose directories are its own too.
+pub(crate) fn open_dir(path: &Path, uid: u32, also: Option<u32>) -> Result<File, KeyFileError> {
+    walk(path, uid, also, true)
 }
 
 /// [`open`] (a file) or [`open_dir`] (`dir`).
-fn walk(path: &Path, uid: u32, want_dir: bool) -> Result<File, KeyFileError> {
+fn walk(path: &Path, uid: u32, also: Option<u32>, want_dir: bool) -> Result<File, KeyFileError> {
     let io = |source| KeyFileError::Io {
         path: path.to_path_buf(),
         source,
@@ -48,7 +49,7 @@ fn walk(path: &Path, uid: u32, want_dir: bool) -> Result<File, KeyFileError> {
         fd: open_at(None, OsStr::new("/"), libc::O_PATH | libc::O_DIRECTORY).map_err(io)?,
         path: PathBuf::from("/"),
     };
-    check_dir(&root, uid, path)?;
+    check_dir(&root, uid, also, path)?;
     let mut dirs = vec![root];
     let mut links = 0;
     while let Some(name) = todo.pop_front() {
@@ -96,14 +97,14 @@ fn walk(path: &Path, uid: u32, want_dir: bool) -> Result<File, KeyFileError> {
                 dirs.truncate(1);
             }
         } else if last && want_dir && kind == libc::S_IFDIR {
-            check_dir(&Dir { fd, path: at }, uid, path)?;
+            check_dir(&Dir { fd, path: at }, uid, also, path)?;
             return opened_dir(path);
         } else if last && !want_dir {
             check_file(&st, &at, uid, path)?;
             return Ok(File::from(fd));
         } else if kind == libc::S_IFDIR {
             let dir = Dir { fd, path: at };
-            check_dir(&dir, uid, path)?;
+            check_dir(&dir, uid, also, path)?;
             dirs.push(dir);
         } else {
             return Err(io(io::Error::from_raw_os_error(libc::ENOTDIR)));
@@ -167,7 +168,7 @@ fn dir_fix(dir: &Path, mode: u32) -> String {
     }
 }
 
-fn check_dir(dir: &Dir, uid: u32, file: &Path) -> Result<(), KeyFileError> {
+fn check_dir(dir: &Dir, uid: u32, also: Option<u32>, file: &Path) -> Result<(), KeyFileError> {
     let st = fstat(&dir.fd).map_err(|source| KeyFileError::Io {
         path: file.to_path_buf(),
         source,
@@ -178,7 +179,7 @@ fn check_dir(dir: &Dir, uid: u32, file: &Path) -> Result<(), KeyFileError> {
         problem,
         fix,
     };
-    if st.st_uid != 0 && st.st_uid != uid {
+    if st.st_uid != 0 && st.st_uid != uid && Some(st.st_uid) != also {
         return Err(insecure(
             format!(
                 "directory {d} is owned by uid {}, not by root or relayd's user \
