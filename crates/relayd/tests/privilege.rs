@@ -464,5 +464,22 @@ fn started_as_root_with_daemon_user_the_esp_state_directory_is_made_for_that_use
         err.contains(&format!("chown -R 65534:65534 {}", state.display())),
         "{err}"
     );
-    drop(dir);
+
+    // The same directory as systemd's StateDirectory= (which systemd gives back to root at
+    // every start of a unit without User=): relayd gives it, files and all, to the user.
+    let mut cmd = l.relay.cmd(RELAYD);
+    cmd.args(["run", "-c"])
+        .arg(&config)
+        .env("STATE_DIRECTORY", &state);
+    let mut r = start(&l.relay, cmd, dir, socket.clone());
+    send();
+    assert!(
+        wait_for(Duration::from_secs(3), || encrypted(&r).0 == 100),
+        "{:?}\n{}",
+        r.counters("enc"),
+        r.log()
+    );
+    assert_eq!(encrypted(&r).1, 0);
+    assert_eq!(std::fs::metadata(&state).unwrap().uid(), NOBODY);
+    assert!(r.stop(libc::SIGTERM), "{}", r.log());
 }
