@@ -14,6 +14,10 @@ DEBIAN_PACKAGES += clang libbpf-dev
 # python3-scapy crafts the attacker's packets in the evasion suite (tests/evasion.rs); it is
 # run as /usr/bin/python3, Debian's interpreter, which has the package.
 DEBIAN_PACKAGES += python3-scapy
+# strongSwan's charon is the IKEv2 peer of the interoperability tests (tests/ike.rs);
+# libcharon-extra-plugins has kernel-libipsec (ESP in userspace: the tests' kernel may
+# have no ESP module), libstrongswan-extra-plugins the curve25519 plugin.
+DEBIAN_PACKAGES += strongswan-charon strongswan-swanctl libcharon-extra-plugins libstrongswan-extra-plugins
 # cargo-deb (crates.io) builds the Debian package (`make deb`, tests/package.rs).
 CARGO_DEB_VERSION := 3.8.0
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
