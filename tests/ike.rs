@@ -100,3 +100,73 @@ fn swanctl_raw_output_is_parsed() {
     assert_eq!(c.packets_in, 1);
     assert_eq!(c.remote_ts, vec!["10.0.3.0/24", "10.0.4.0/24"]);
 }
+
+/// Writes test vectors for crates/ike (`RELAYD_IKE_VECTORS=DIR cargo test -p relayd --test
+/// ike -- --ignored write_strongswan_vectors`): for each suite, the middle link's capture
+/// of IKE and ESP-in-UDP (`strongswan-SUITE.pcap`) and both charons' logs at level 4, with
+/// nonces, DH secrets, SKEYSEED, SK_* and every message's plaintext
+/// (`strongswan-SUITE-{initiator,responder}.log`). Scenario: IKE_SA_INIT + IKE_AUTH with a
+/// PSK, three pings through the child SA, a child rekey, an IKE rekey, a ping, delete.
+#[test]
+#[ignore]
+fn write_strongswan_vectors() {
+    let Ok(out) = std::env::var("RELAYD_IKE_VECTORS") else {
+        eprintln!("set RELAYD_IKE_VECTORS to the directory to write the vectors into");
+        return;
+    };
+    if !strongswan::require("write_strongswan_vectors") {
+        return;
+    }
+    let out = std::path::PathBuf::from(out);
+    std::fs::create_dir_all(&out).unwrap();
+    for (suite, ike, esp) in [
+        ("gcm", "aes128gcm16-prfsha256-x25519", "aes128gcm16"),
+        ("cbc", "aes256-sha256-ecp256", "aes256-sha256-ecp256"),
+    ] {
+        let l = line4("ike-vectors");
+        let mut conn = Conn::new("10.0.2.1", "10.0.2.2", "10.0.1.0/24", "10.0.3.0/24");
+        conn.proposals = ike.into();
+        conn.esp_proposals = esp.into();
+        let pcap = out.join(format!("strongswan-{suite}.pcap"));
+        let cap =
+            strongswan::Capture::start(&l.comp, "eth1", &pcap, "udp port 500 or udp port 4500");
+        let a = Charon::start_with(&l.comp, &conn, strongswan::LogLevel::Keys);
+        let b = Charon::start_with(&l.decomp, &conn.mirror(), strongswan::LogLevel::Keys);
+        a.route_via_tunnel("10.0.3.0/24");
+        b.route_via_tunnel("10.0.1.0/24");
+        a.initiate(Duration::from_secs(10)).unwrap();
+        a.wait_established(Duration::from_secs(5));
+        for _ in 0..3 {
+            assert!(l.src.ping("10.0.3.2"));
+        }
+        a.rekey_child().unwrap();
+        let rekeyed = wait_for(Duration::from_secs(5), || a.children_established() == 2);
+        assert!(rekeyed, "no child rekey:\n{}", grep(&a.log(), "CHILD_SA"));
+        a.rekey_ike().unwrap();
+        let rekeyed = wait_for(Duration::from_secs(5), || a.log().contains("] rekeyed between"));
+        assert!(rekeyed, "no IKE rekey:\n{}", grep(&a.log(), "IKE"));
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(l.src.ping("10.0.3.2"));
+        a.terminate_ike().unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        cap.finish();
+        std::fs::write(
+            out.join(format!("strongswan-{suite}-initiator.log")),
+            a.log(),
+        )
+        .unwrap();
+        std::fs::write(
+            out.join(format!("strongswan-{suite}-responder.log")),
+            b.log(),
+        )
+        .unwrap();
+    }
+}
+
+/// The lines of `text` containing `what`, for messages.
+fn grep(text: &str, what: &str) -> String {
+    text.lines()
+        .filter(|l| l.contains(what))
+        .collect::<Vec<_>>()
+        .join("\n")
+}

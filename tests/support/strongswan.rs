@@ -370,6 +370,12 @@ impl Charon {
         if ok { Ok(text) } else { Err(text) }
     }
 
+    /// Rekeys the IKE SA now (`swanctl --rekey --ike`).
+    pub fn rekey_ike(&self) -> Result<String, String> {
+        let (ok, text) = self.swanctl(&["--rekey", "--ike", &self.conn.name]);
+        if ok { Ok(text) } else { Err(text) }
+    }
+
     /// The IKE SAs charon has, from `swanctl --list-sas --raw`.
     pub fn list_sas(&self) -> Vec<IkeSa> {
         let (ok, text) = self.swanctl(&["--list-sas", "--raw"]);
@@ -422,14 +428,24 @@ impl Charon {
         s
     }
 
-    /// How many CHILD_SAs charon has brought up so far (the first one and every rekey),
-    /// counted in its log: `CHILD_SA NAME{N} established`.
+    /// How many CHILD_SAs charon has brought up so far (the first one and every rekey,
+    /// either side initiating), counted in its log: the distinct `NAME{N}` of the
+    /// `CHILD_SA NAME{N} established with SPIs` lines (a rekey logs its inbound and
+    /// outbound halves separately).
     pub fn children_established(&self) -> usize {
         let needle = format!("CHILD_SA {}{{", self.conn.child);
-        self.log()
-            .lines()
-            .filter(|l| l.contains(&needle) && l.contains("} established"))
-            .count()
+        let mut ids = std::collections::BTreeSet::new();
+        for line in self.log().lines() {
+            if !line.contains("established with SPIs") {
+                continue;
+            }
+            if let Some(rest) = line.split(&needle).nth(1)
+                && let Some(n) = rest.split('}').next()
+            {
+                ids.insert(n.to_string());
+            }
+        }
+        ids.len()
     }
 
     /// Stops charon with SIGTERM (SIGKILL after 5 s); returns whether it exited by itself.
