@@ -1,0 +1,1 @@
+//! IKE SA state machines.

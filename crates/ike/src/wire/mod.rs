@@ -1,0 +1,1 @@
+//! The IKEv2 message format.
