@@ -1,1 +1,2 @@
 //! IKE SA state machines.
+pub(crate) mod ike;
