@@ -71,23 +71,42 @@ mod tests {
     #[test]
     fn rfc7748_x25519() {
         // RFC 7748 6.1: Alice's and Bob's keys and their shared secret.
-        let a: [u8; 32] = hex("77076d0a7318a57d3c16c17251b26645df4c2f87ebc0992ab177fba51db92c2a").try_into().unwrap();
+        let a: [u8; 32] = hex("77076d0a7318a57d3c16c17251b26645df4c2f87ebc0992ab177fba51db92c2a")
+            .try_into()
+            .unwrap();
         let b_pub = hex("de9edb7d7b7dc1b4d35b61c2ece435373f8343c85b78674dadfc7e146f882b4f");
         let s = DhSecret::X25519(Zeroizing::new(a)).shared(&b_pub).unwrap();
-        assert_eq!(*s, hex("4a5d9d5ba4ce2de1728e3bf480350f25e07e21c947d19e3376f09b3c1e161742"));
-        assert!(DhSecret::X25519(Zeroizing::new(a)).shared(&[0u8; 32]).is_none(), "low order");
-        assert!(DhSecret::X25519(Zeroizing::new(a)).shared(&[9u8; 31]).is_none());
+        assert_eq!(
+            *s,
+            hex("4a5d9d5ba4ce2de1728e3bf480350f25e07e21c947d19e3376f09b3c1e161742")
+        );
+        assert!(
+            DhSecret::X25519(Zeroizing::new(a))
+                .shared(&[0u8; 32])
+                .is_none(),
+            "low order"
+        );
+        assert!(
+            DhSecret::X25519(Zeroizing::new(a))
+                .shared(&[9u8; 31])
+                .is_none()
+        );
     }
 
     #[test]
     fn rfc5903_p256() {
         // RFC 5903 8.1: i, g^r (x ‖ y) and g^ir.
         let i = hex("C88F01F510D9AC3F70A292DAA2316DE544E9AAB8AFE84049C62A9C57862D1433");
-        let gr = hex("D12DFB5289C8D4F81208B70270398C342296970A0BCCB74C736FC7554494BF63\
-                      56FBF3CA366CC23E8157854C13C58D6AAC23F046ADA30F8353E74F33039872AB");
+        let gr = hex(
+            "D12DFB5289C8D4F81208B70270398C342296970A0BCCB74C736FC7554494BF63\
+                      56FBF3CA366CC23E8157854C13C58D6AAC23F046ADA30F8353E74F33039872AB",
+        );
         let sk = DhSecret::P256(Box::new(p256::SecretKey::from_slice(&i).unwrap()));
         let s = sk.shared(&gr).unwrap();
-        assert_eq!(*s, hex("D6840F6B42F6EDAFD13116E0E12565202FEF8E9ECE7DCE03812464D04B9442DE"));
+        assert_eq!(
+            *s,
+            hex("D6840F6B42F6EDAFD13116E0E12565202FEF8E9ECE7DCE03812464D04B9442DE")
+        );
         let mut bad = gr.clone();
         bad[63] ^= 1;
         assert!(sk.shared(&bad).is_none(), "not on the curve");

@@ -63,11 +63,22 @@ pub(crate) struct IkeKeys {
 impl IkeKeys {
     /// {SK_d | SK_ai | SK_ar | SK_ei | SK_er | SK_pi | SK_pr} = prf+(SKEYSEED, Ni | Nr |
     /// SPIi | SPIr). Encryption keys of AES-GCM carry their 4-byte salt (RFC 5282 7.1).
-    pub(crate) fn derive(suite: IkeProposal, skeyseed: &[u8], ni: &[u8], nr: &[u8], spi_i: u64, spi_r: u64) -> IkeKeys {
+    pub(crate) fn derive(
+        suite: IkeProposal,
+        skeyseed: &[u8],
+        ni: &[u8],
+        nr: &[u8],
+        spi_i: u64,
+        spi_r: u64,
+    ) -> IkeKeys {
         let integ = if suite.integ.is_some() { 32 } else { 0 };
         let encr = suite.encr.key_len() + if suite.encr.is_aead() { 4 } else { 0 };
         let total = 3 * PRF_LEN + 2 * integ + 2 * encr;
-        let km = prf_plus(skeyseed, &[ni, nr, &spi_i.to_be_bytes(), &spi_r.to_be_bytes()], total);
+        let km = prf_plus(
+            skeyseed,
+            &[ni, nr, &spi_i.to_be_bytes(), &spi_r.to_be_bytes()],
+            total,
+        );
         let mut pos = 0;
         let mut take = |n: usize| {
             let s = Secret::from(&km[pos..pos + n]);
@@ -96,13 +107,24 @@ pub(crate) fn skeyseed(ni: &[u8], nr: &[u8], gir: &[u8]) -> Zeroizing<[u8; PRF_L
 }
 
 /// SKEYSEED of a rekeyed IKE SA: prf(SK_d (old), g^ir (new) | Ni | Nr).
-pub(crate) fn skeyseed_rekey(old_sk_d: &[u8], gir: &[u8], ni: &[u8], nr: &[u8]) -> Zeroizing<[u8; PRF_LEN]> {
+pub(crate) fn skeyseed_rekey(
+    old_sk_d: &[u8],
+    gir: &[u8],
+    ni: &[u8],
+    nr: &[u8],
+) -> Zeroizing<[u8; PRF_LEN]> {
     prf(old_sk_d, &[gir, ni, nr])
 }
 
 /// A child SA's keys (RFC 7296 2.17): KEYMAT = prf+(SK_d, [g^ir |] Ni | Nr); the
 /// initiator-to-responder key comes first. Returned as (i->r, r->i) in relayd's layout.
-pub(crate) fn child_keys(sk_d: &[u8], gir: Option<&[u8]>, ni: &[u8], nr: &[u8], t: EspTransform) -> (Secret, Secret) {
+pub(crate) fn child_keys(
+    sk_d: &[u8],
+    gir: Option<&[u8]>,
+    ni: &[u8],
+    nr: &[u8],
+    t: EspTransform,
+) -> (Secret, Secret) {
     let n = t.key_len();
     let km = match gir {
         Some(g) => prf_plus(sk_d, &[g, ni, nr], 2 * n),
@@ -113,7 +135,13 @@ pub(crate) fn child_keys(sk_d: &[u8], gir: Option<&[u8]>, ni: &[u8], nr: &[u8], 
 
 /// The AUTH value for a pre-shared key (RFC 7296 2.15): prf(prf(PSK, "Key Pad for
 /// IKEv2"), <message> | <peer's nonce> | prf(SK_p, <ID body>)).
-pub(crate) fn psk_auth(psk: &[u8], sk_p: &[u8], message: &[u8], nonce: &[u8], id_body: &[u8]) -> Zeroizing<[u8; PRF_LEN]> {
+pub(crate) fn psk_auth(
+    psk: &[u8],
+    sk_p: &[u8],
+    message: &[u8],
+    nonce: &[u8],
+    id_body: &[u8],
+) -> Zeroizing<[u8; PRF_LEN]> {
     let maced_id = prf(sk_p, &[id_body]);
     let key = prf(psk, &[b"Key Pad for IKEv2"]);
     prf(&key[..], &[message, nonce, &maced_id[..]])
@@ -130,16 +158,25 @@ pub(crate) mod tests {
 
     pub(crate) fn hex(s: &str) -> Vec<u8> {
         let s: String = s.split_whitespace().collect();
-        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
     }
 
     #[test]
     fn rfc4231_hmac_sha256() {
         // RFC 4231 test cases 1 and 2.
         let out = prf(&[0x0b; 20], &[b"Hi There"]);
-        assert_eq!(out.to_vec(), hex("b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"));
+        assert_eq!(
+            out.to_vec(),
+            hex("b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7")
+        );
         let out = prf(b"Jefe", &[b"what do ya want ", b"for nothing?"]);
-        assert_eq!(out.to_vec(), hex("5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"));
+        assert_eq!(
+            out.to_vec(),
+            hex("5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
+        );
     }
 
     #[test]
@@ -162,7 +199,13 @@ pub(crate) mod tests {
         let s = crate::config::parse_proposal("aes256-sha256-ecp256").unwrap();
         let k = IkeKeys::derive(s, &[1; 32], &[2; 32], &[3; 32], 1, 2);
         assert_eq!((k.sk_ai.len(), k.sk_ei.len(), k.sk_d.len()), (32, 32, 32));
-        let (a, b) = child_keys(&[1; 32], None, &[2; 32], &[3; 32], EspTransform::Aes128CbcHmacSha256);
+        let (a, b) = child_keys(
+            &[1; 32],
+            None,
+            &[2; 32],
+            &[3; 32],
+            EspTransform::Aes128CbcHmacSha256,
+        );
         let all = prf_plus(&[1; 32], &[&[2; 32], &[3; 32]], 96);
         assert_eq!((a.bytes(), b.bytes()), (&all[..48], &all[48..]));
     }

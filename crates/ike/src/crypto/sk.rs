@@ -31,7 +31,13 @@ impl IkeKeys {
 
     /// A whole message: `header` and an SK payload holding `inner`, sent by the original
     /// initiator if `from_initiator`.
-    pub(crate) fn seal(&self, from_initiator: bool, mut header: Header, inner: &[Payload], rng: &mut dyn RngSource) -> Vec<u8> {
+    pub(crate) fn seal(
+        &self,
+        from_initiator: bool,
+        mut header: Header,
+        inner: &[Payload],
+        rng: &mut dyn RngSource,
+    ) -> Vec<u8> {
         let mut plain = zeroize::Zeroizing::new(Vec::with_capacity(256));
         let first = wire::emit_chain(inner, &mut plain);
         let (ek, ak) = self.dir(from_initiator);
@@ -65,8 +71,14 @@ impl IkeKeys {
             let (aad, rest) = out.split_at_mut(aad_end);
             let (body, icv) = rest[iv_len..].split_at_mut(n - body_start - ICV);
             let tag = match key.len() {
-                16 => aes_gcm::Aes128Gcm::new_from_slice(key).ok().and_then(|g| g.encrypt_inout_detached(&nonce.into(), aad, body.into()).ok()),
-                _ => aes_gcm::Aes256Gcm::new_from_slice(key).ok().and_then(|g| g.encrypt_inout_detached(&nonce.into(), aad, body.into()).ok()),
+                16 => aes_gcm::Aes128Gcm::new_from_slice(key).ok().and_then(|g| {
+                    g.encrypt_inout_detached(&nonce.into(), aad, body.into())
+                        .ok()
+                }),
+                _ => aes_gcm::Aes256Gcm::new_from_slice(key).ok().and_then(|g| {
+                    g.encrypt_inout_detached(&nonce.into(), aad, body.into())
+                        .ok()
+                }),
             };
             if let Some(t) = tag {
                 icv.copy_from_slice(&t);
@@ -87,7 +99,8 @@ impl IkeKeys {
                     }
                 }
             }
-            let mut m = <HmacSha256 as KeyInit>::new_from_slice(ak).expect("HMAC takes any key length");
+            let mut m =
+                <HmacSha256 as KeyInit>::new_from_slice(ak).expect("HMAC takes any key length");
             m.update(&out[..n - ICV]);
             let full = m.finalize().into_bytes();
             out[n - ICV..].copy_from_slice(&full[..ICV]);
@@ -98,17 +111,30 @@ impl IkeKeys {
     /// Verifies and decrypts the SK payload at `offset` of `msg` (sent by the original
     /// initiator if `from_initiator`), whose first inner payload has type `inner`, and
     /// parses the inner payloads.
-    pub(crate) fn open(&self, from_initiator: bool, msg: &[u8], offset: usize, inner: u8) -> Result<Vec<Payload>, SkError> {
+    pub(crate) fn open(
+        &self,
+        from_initiator: bool,
+        msg: &[u8],
+        offset: usize,
+        inner: u8,
+    ) -> Result<Vec<Payload>, SkError> {
         let (ek, ak) = self.dir(from_initiator);
         let gcm = self.suite.encr.is_aead();
         let (iv_len, block) = if gcm { (8, 1) } else { (16, 16) };
         let body_start = offset + 4 + iv_len;
-        let ct_len = msg.len().checked_sub(body_start + ICV).ok_or(SkError::Integrity)?;
+        let ct_len = msg
+            .len()
+            .checked_sub(body_start + ICV)
+            .ok_or(SkError::Integrity)?;
         if ct_len == 0 || ct_len % block != 0 {
             return Err(SkError::Integrity);
         }
         let iv = msg.get(offset + 4..body_start).ok_or(SkError::Integrity)?;
-        let mut body = zeroize::Zeroizing::new(msg.get(body_start..body_start + ct_len).ok_or(SkError::Integrity)?.to_vec());
+        let mut body = zeroize::Zeroizing::new(
+            msg.get(body_start..body_start + ct_len)
+                .ok_or(SkError::Integrity)?
+                .to_vec(),
+        );
         let icv = msg.get(msg.len() - ICV..).ok_or(SkError::Integrity)?;
         if gcm {
             let (key, salt) = ek.split_at(ek.len().saturating_sub(4));
@@ -118,25 +144,51 @@ impl IkeKeys {
             let aad = msg.get(..offset + 4).ok_or(SkError::Integrity)?;
             let tag: [u8; 16] = icv.try_into().map_err(|_| SkError::Integrity)?;
             let ok = match key.len() {
-                16 => aes_gcm::Aes128Gcm::new_from_slice(key).ok().map(|g| g.decrypt_inout_detached(&nonce.into(), aad, body.as_mut_slice().into(), &tag.into()).is_ok()),
-                _ => aes_gcm::Aes256Gcm::new_from_slice(key).ok().map(|g| g.decrypt_inout_detached(&nonce.into(), aad, body.as_mut_slice().into(), &tag.into()).is_ok()),
+                16 => aes_gcm::Aes128Gcm::new_from_slice(key).ok().map(|g| {
+                    g.decrypt_inout_detached(
+                        &nonce.into(),
+                        aad,
+                        body.as_mut_slice().into(),
+                        &tag.into(),
+                    )
+                    .is_ok()
+                }),
+                _ => aes_gcm::Aes256Gcm::new_from_slice(key).ok().map(|g| {
+                    g.decrypt_inout_detached(
+                        &nonce.into(),
+                        aad,
+                        body.as_mut_slice().into(),
+                        &tag.into(),
+                    )
+                    .is_ok()
+                }),
             };
             if ok != Some(true) {
                 return Err(SkError::Integrity);
             }
         } else {
-            let mut m = <HmacSha256 as KeyInit>::new_from_slice(ak).expect("HMAC takes any key length");
+            let mut m =
+                <HmacSha256 as KeyInit>::new_from_slice(ak).expect("HMAC takes any key length");
             m.update(&msg[..msg.len() - ICV]);
-            m.verify_truncated_left(icv).map_err(|_| SkError::Integrity)?;
-            let ivb = Array::<u8, aes::cipher::consts::U16>::try_from(iv).map_err(|_| SkError::Integrity)?;
+            m.verify_truncated_left(icv)
+                .map_err(|_| SkError::Integrity)?;
+            let ivb = Array::<u8, aes::cipher::consts::U16>::try_from(iv)
+                .map_err(|_| SkError::Integrity)?;
             let (blocks, _) = Array::slice_as_chunks_mut(body.as_mut_slice());
             match ek.len() {
-                16 => cbc::Decryptor::<aes::Aes128>::new_from_slices(ek, &ivb).map_err(|_| SkError::Integrity)?.decrypt_blocks(blocks),
-                _ => cbc::Decryptor::<aes::Aes256>::new_from_slices(ek, &ivb).map_err(|_| SkError::Integrity)?.decrypt_blocks(blocks),
+                16 => cbc::Decryptor::<aes::Aes128>::new_from_slices(ek, &ivb)
+                    .map_err(|_| SkError::Integrity)?
+                    .decrypt_blocks(blocks),
+                _ => cbc::Decryptor::<aes::Aes256>::new_from_slices(ek, &ivb)
+                    .map_err(|_| SkError::Integrity)?
+                    .decrypt_blocks(blocks),
             }
         }
         let pad = usize::from(*body.last().ok_or(SkError::Integrity)?);
-        let end = body.len().checked_sub(pad + 1).ok_or(SkError::Wire(WireError::Length))?;
+        let end = body
+            .len()
+            .checked_sub(pad + 1)
+            .ok_or(SkError::Wire(WireError::Length))?;
         wire::parse_chain(&body[..end], inner, 0).map_err(SkError::Wire)
     }
 }
@@ -150,19 +202,59 @@ mod tests {
     #[test]
     fn seal_open_both_suites_and_tamper() {
         let mut rng = SeededRng::new(3);
-        for s in ["aes128gcm16-prfsha256-x25519", "aes256gcm16-prfsha256-x25519", "aes128-sha256-ecp256", "aes256-sha256-ecp256"] {
-            let keys = IkeKeys::derive(parse_proposal(s).unwrap(), &[9; 32], &[1; 32], &[2; 32], 5, 6);
-            let h = Header { spi_i: 5, spi_r: 6, next: 0, exchange: 37, flags: 0x08, msg_id: 2, length: 0 };
-            let inner = vec![Payload::Delete { proto: 3, spis: vec![0x1234] }, Payload::Nonce(vec![4; 20])];
+        for s in [
+            "aes128gcm16-prfsha256-x25519",
+            "aes256gcm16-prfsha256-x25519",
+            "aes128-sha256-ecp256",
+            "aes256-sha256-ecp256",
+        ] {
+            let keys = IkeKeys::derive(
+                parse_proposal(s).unwrap(),
+                &[9; 32],
+                &[1; 32],
+                &[2; 32],
+                5,
+                6,
+            );
+            let h = Header {
+                spi_i: 5,
+                spi_r: 6,
+                next: 0,
+                exchange: 37,
+                flags: 0x08,
+                msg_id: 2,
+                length: 0,
+            };
+            let inner = vec![
+                Payload::Delete {
+                    proto: 3,
+                    spis: vec![0x1234],
+                },
+                Payload::Nonce(vec![4; 20]),
+            ];
             let msg = keys.seal(true, h, &inner, &mut rng);
             let m = wire::parse_message(&msg).unwrap();
-            let Some(Payload::Sk { offset, inner: first }) = m.payloads.last().cloned() else { panic!() };
+            let Some(Payload::Sk {
+                offset,
+                inner: first,
+            }) = m.payloads.last().cloned()
+            else {
+                panic!()
+            };
             assert_eq!(keys.open(true, &msg, offset, first).unwrap(), inner, "{s}");
-            assert_eq!(keys.open(false, &msg, offset, first).unwrap_err(), SkError::Integrity, "other direction's keys");
+            assert_eq!(
+                keys.open(false, &msg, offset, first).unwrap_err(),
+                SkError::Integrity,
+                "other direction's keys"
+            );
             for i in [0, 20, offset + 2, offset + 5, msg.len() - 20, msg.len() - 1] {
                 let mut t = msg.clone();
                 t[i] ^= 1;
-                assert_eq!(keys.open(true, &t, offset, first).unwrap_err(), SkError::Integrity, "{s} byte {i}");
+                assert_eq!(
+                    keys.open(true, &t, offset, first).unwrap_err(),
+                    SkError::Integrity,
+                    "{s} byte {i}"
+                );
             }
         }
     }

@@ -233,7 +233,11 @@ pub struct Message {
 /// Parses a whole message (header and the payloads outside any SK payload).
 pub fn parse_message(buf: &[u8]) -> Result<Message, WireError> {
     let header = Header::parse(buf)?;
-    let payloads = parse_chain(buf.get(HEADER_LEN..).ok_or(WireError::Truncated)?, header.next, HEADER_LEN)?;
+    let payloads = parse_chain(
+        buf.get(HEADER_LEN..).ok_or(WireError::Truncated)?,
+        header.next,
+        HEADER_LEN,
+    )?;
     Ok(Message { header, payloads })
 }
 

@@ -120,7 +120,12 @@ impl Payload {
 
     /// A notify without SPI.
     pub fn notify(ty: u16, data: Vec<u8>) -> Payload {
-        Payload::Notify(Notify { proto: 0, spi: Vec::new(), ty, data })
+        Payload::Notify(Notify {
+            proto: 0,
+            spi: Vec::new(),
+            ty,
+            data,
+        })
     }
 
     /// Appends the payload (generic header with `next`, then the body). SK and Other are
@@ -218,7 +223,10 @@ pub fn parse_chain(buf: &[u8], first: u8, base: usize) -> Result<Vec<Payload>, W
         }
         let body = buf.get(pos + 4..pos + len).ok_or(WireError::Truncated)?;
         if this == pt::SK {
-            out.push(Payload::Sk { offset: base + pos, inner: next });
+            out.push(Payload::Sk {
+                offset: base + pos,
+                inner: next,
+            });
             // SK is last (RFC 7296 3.14): its body runs to the end of the message.
             if pos + len != buf.len() {
                 return Err(WireError::Length);
@@ -238,12 +246,25 @@ fn parse_body(ty: u8, critical: bool, b: &[u8]) -> Result<Payload, WireError> {
     let rest = |n: usize| b.get(n..).ok_or(WireError::Truncated);
     Ok(match ty {
         pt::SA => Payload::Sa(parse_proposals(b)?),
-        pt::KE => Payload::Ke { group: be16(b, 0)?, data: rest(4)?.to_vec() },
+        pt::KE => Payload::Ke {
+            group: be16(b, 0)?,
+            data: rest(4)?.to_vec(),
+        },
         pt::IDI | pt::IDR => {
-            let id = Id { ty: *b.first().ok_or(WireError::Truncated)?, data: rest(4)?.to_vec() };
-            if ty == pt::IDI { Payload::IdI(id) } else { Payload::IdR(id) }
+            let id = Id {
+                ty: *b.first().ok_or(WireError::Truncated)?,
+                data: rest(4)?.to_vec(),
+            };
+            if ty == pt::IDI {
+                Payload::IdI(id)
+            } else {
+                Payload::IdR(id)
+            }
         }
-        pt::AUTH => Payload::Auth { method: *b.first().ok_or(WireError::Truncated)?, data: rest(4)?.to_vec() },
+        pt::AUTH => Payload::Auth {
+            method: *b.first().ok_or(WireError::Truncated)?,
+            data: rest(4)?.to_vec(),
+        },
         pt::NONCE => {
             // RFC 7296 3.9: 16 to 256 bytes.
             if b.len() < 16 || b.len() > 256 {
@@ -255,7 +276,12 @@ fn parse_body(ty: u8, critical: bool, b: &[u8]) -> Result<Payload, WireError> {
             let h = b.get(..4).ok_or(WireError::Truncated)?;
             let spi_len = usize::from(h[1]);
             let spi = b.get(4..4 + spi_len).ok_or(WireError::Truncated)?.to_vec();
-            Payload::Notify(Notify { proto: h[0], spi, ty: u16::from_be_bytes([h[2], h[3]]), data: rest(4 + spi_len)?.to_vec() })
+            Payload::Notify(Notify {
+                proto: h[0],
+                spi,
+                ty: u16::from_be_bytes([h[2], h[3]]),
+                data: rest(4 + spi_len)?.to_vec(),
+            })
         }
         pt::D => {
             let h = b.get(..4).ok_or(WireError::Truncated)?;
@@ -274,7 +300,11 @@ fn parse_body(ty: u8, critical: bool, b: &[u8]) -> Result<Payload, WireError> {
         }
         pt::TSI | pt::TSR => {
             let ts = parse_ts(b)?;
-            if ty == pt::TSI { Payload::TsI(ts) } else { Payload::TsR(ts) }
+            if ty == pt::TSI {
+                Payload::TsI(ts)
+            } else {
+                Payload::TsR(ts)
+            }
         }
         pt::V | pt::CERT | pt::CERTREQ | pt::CP | pt::EAP => Payload::Other(ty),
         _ if critical => return Err(WireError::Critical(ty)),

@@ -80,13 +80,23 @@ pub(super) fn parse_proposals(b: &[u8]) -> Result<Vec<Proposal>, WireError> {
             let tlen = usize::from(u16::from_be_bytes([t[2], t[3]]));
             let attrs = p.get(tp + 8..tp + tlen).ok_or(WireError::Truncated)?;
             let (key_bits, unknown_attr) = parse_attrs(attrs)?;
-            transforms.push(Transform { ty: t[4], id: u16::from_be_bytes([t[6], t[7]]), key_bits, unknown_attr });
+            transforms.push(Transform {
+                ty: t[4],
+                id: u16::from_be_bytes([t[6], t[7]]),
+                key_bits,
+                unknown_attr,
+            });
             tp += tlen.max(8);
         }
         if tp != p.len() {
             return Err(WireError::Length);
         }
-        out.push(Proposal { num: h[4], proto: h[5], spi, transforms });
+        out.push(Proposal {
+            num: h[4],
+            proto: h[5],
+            spi,
+            transforms,
+        });
         pos += len;
         if last {
             break;
@@ -123,7 +133,16 @@ pub(super) fn emit_proposals(props: &[Proposal], out: &mut Vec<u8>) {
     for (i, p) in props.iter().enumerate() {
         let start = out.len();
         let last = if i + 1 == props.len() { 0 } else { 2 };
-        out.extend_from_slice(&[last, 0, 0, 0, p.num, p.proto, p.spi.len() as u8, p.transforms.len() as u8]);
+        out.extend_from_slice(&[
+            last,
+            0,
+            0,
+            0,
+            p.num,
+            p.proto,
+            p.spi.len() as u8,
+            p.transforms.len() as u8,
+        ]);
         out.extend_from_slice(&p.spi);
         for (j, t) in p.transforms.iter().enumerate() {
             let tlast = if j + 1 == p.transforms.len() { 0 } else { 3 };
@@ -143,7 +162,12 @@ pub(super) fn emit_proposals(props: &[Proposal], out: &mut Vec<u8>) {
 }
 
 fn tr(ty: u8, id: u16, key_bits: Option<u16>) -> Transform {
-    Transform { ty, id, key_bits, unknown_attr: false }
+    Transform {
+        ty,
+        id,
+        key_bits,
+        unknown_attr: false,
+    }
 }
 
 fn encr_transform(gcm: bool, key_len: usize) -> Transform {
@@ -161,7 +185,12 @@ impl Proposal {
             t.push(tr(tt::INTEG, AUTH_HMAC_SHA2_256_128, None));
         }
         t.push(tr(tt::DH, p.dh.id(), None));
-        Proposal { num, proto: super::proto::IKE, spi, transforms: t }
+        Proposal {
+            num,
+            proto: super::proto::IKE,
+            spi,
+            transforms: t,
+        }
     }
 
     /// The proposal for an ESP SA with inbound SPI `spi`; `dh` for PFS in CREATE_CHILD_SA.
@@ -180,14 +209,27 @@ impl Proposal {
             t.push(tr(tt::DH, g.id(), None));
         }
         t.push(tr(tt::ESN, u16::from(p.esn), None));
-        Proposal { num, proto: super::proto::ESP, spi: spi.to_be_bytes().to_vec(), transforms: t }
+        Proposal {
+            num,
+            proto: super::proto::ESP,
+            spi: spi.to_be_bytes().to_vec(),
+            transforms: t,
+        }
     }
 
     /// Whether this proposal offers exactly the algorithms of `want` (among possibly
     /// several of each type; unknown transforms of a type we need do not matter).
     pub fn offers_ike(&self, want: &IkeProposal) -> bool {
-        self.proto == super::proto::IKE && Proposal::from_ike(0, want, Vec::new()).transforms.iter().all(|w| self.offers(w))
-            && (want.integ.is_some() || !self.transforms.iter().any(|t| t.ty == tt::INTEG && t.id != 0))
+        self.proto == super::proto::IKE
+            && Proposal::from_ike(0, want, Vec::new())
+                .transforms
+                .iter()
+                .all(|w| self.offers(w))
+            && (want.integ.is_some()
+                || !self
+                    .transforms
+                    .iter()
+                    .any(|t| t.ty == tt::INTEG && t.id != 0))
     }
 
     /// Whether this proposal offers `want` with DH group `dh` (PFS) or none.
@@ -201,12 +243,17 @@ impl Proposal {
     }
 
     fn offers(&self, w: &Transform) -> bool {
-        self.transforms.iter().any(|t| !t.unknown_attr && t.ty == w.ty && t.id == w.id && t.key_bits == w.key_bits)
+        self.transforms
+            .iter()
+            .any(|t| !t.unknown_attr && t.ty == w.ty && t.id == w.id && t.key_bits == w.key_bits)
     }
 
     /// The DH groups offered, in order.
     pub fn dh_groups(&self) -> impl Iterator<Item = u16> + '_ {
-        self.transforms.iter().filter(|t| t.ty == tt::DH).map(|t| t.id)
+        self.transforms
+            .iter()
+            .filter(|t| t.ty == tt::DH)
+            .map(|t| t.id)
     }
 
     /// The ESP SPI, if 4 bytes.
@@ -225,14 +272,26 @@ impl Proposal {
 /// Picks the first of our IKE proposals that one of `offered` contains: (our proposal,
 /// the offer's number). Our order wins, as strongSwan's default.
 pub fn choose_ike(ours: &[IkeProposal], offered: &[Proposal]) -> Option<(IkeProposal, u8)> {
-    ours.iter().find_map(|o| offered.iter().find(|p| p.offers_ike(o)).map(|p| (*o, p.num)))
+    ours.iter().find_map(|o| {
+        offered
+            .iter()
+            .find(|p| p.offers_ike(o))
+            .map(|p| (*o, p.num))
+    })
 }
 
 /// Picks an ESP proposal: (ours, the offer); with `pfs` the DH group must match too.
-pub fn choose_esp<'a>(ours: &[EspProposal], offered: &'a [Proposal], with_pfs: bool) -> Option<(EspProposal, &'a Proposal)> {
+pub fn choose_esp<'a>(
+    ours: &[EspProposal],
+    offered: &'a [Proposal],
+    with_pfs: bool,
+) -> Option<(EspProposal, &'a Proposal)> {
     ours.iter().find_map(|o| {
         let dh = if with_pfs { o.pfs } else { None };
-        offered.iter().find(|p| p.offers_esp(o, dh)).map(|p| (*o, p))
+        offered
+            .iter()
+            .find(|p| p.offers_esp(o, dh))
+            .map(|p| (*o, p))
     })
 }
 
@@ -241,7 +300,11 @@ pub fn ike_from_chosen(p: &Proposal) -> Option<IkeProposal> {
     let one = |ty| {
         let mut it = p.transforms.iter().filter(move |t| t.ty == ty);
         let t = it.next();
-        if it.next().is_some() { None } else { t.copied() }
+        if it.next().is_some() {
+            None
+        } else {
+            t.copied()
+        }
     };
     let e = one(tt::ENCR)?;
     let encr = match (e.id, e.key_bits) {
@@ -254,7 +317,12 @@ pub fn ike_from_chosen(p: &Proposal) -> Option<IkeProposal> {
     if one(tt::PRF)?.id != PRF_HMAC_SHA2_256 {
         return None;
     }
-    let integ = match p.transforms.iter().find(|t| t.ty == tt::INTEG).map(|t| t.id) {
+    let integ = match p
+        .transforms
+        .iter()
+        .find(|t| t.ty == tt::INTEG)
+        .map(|t| t.id)
+    {
         None | Some(0) => None,
         Some(AUTH_HMAC_SHA2_256_128) => Some(Integ::HmacSha256_128),
         Some(_) => return None,
@@ -263,5 +331,10 @@ pub fn ike_from_chosen(p: &Proposal) -> Option<IkeProposal> {
         return None;
     }
     let dh = DhGroup::from_id(one(tt::DH)?.id)?;
-    Some(IkeProposal { encr, prf: Prf::HmacSha256, integ, dh })
+    Some(IkeProposal {
+        encr,
+        prf: Prf::HmacSha256,
+        integ,
+        dh,
+    })
 }

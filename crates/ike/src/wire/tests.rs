@@ -7,19 +7,45 @@ fn sample() -> Vec<Payload> {
     let p = parse_proposal("aes128gcm16-prfsha256-x25519").unwrap();
     vec![
         Payload::Sa(vec![Proposal::from_ike(1, &p, Vec::new())]),
-        Payload::Ke { group: 31, data: vec![7; 32] },
+        Payload::Ke {
+            group: 31,
+            data: vec![7; 32],
+        },
         Payload::Nonce(vec![1; 32]),
         Payload::notify(notify::NAT_DETECTION_SOURCE_IP, vec![2; 20]),
-        Payload::TsI(vec![Ts { protocol: 17, start_port: 1, end_port: 2, start: "10.0.0.1".parse().unwrap(), end: "10.0.0.9".parse().unwrap() }]),
-        Payload::Delete { proto: proto::ESP, spis: vec![1, 2] },
-        Payload::IdI(Id { ty: 2, data: b"a.example".to_vec() }),
-        Payload::Auth { method: 2, data: vec![3; 32] },
+        Payload::TsI(vec![Ts {
+            protocol: 17,
+            start_port: 1,
+            end_port: 2,
+            start: "10.0.0.1".parse().unwrap(),
+            end: "10.0.0.9".parse().unwrap(),
+        }]),
+        Payload::Delete {
+            proto: proto::ESP,
+            spis: vec![1, 2],
+        },
+        Payload::IdI(Id {
+            ty: 2,
+            data: b"a.example".to_vec(),
+        }),
+        Payload::Auth {
+            method: 2,
+            data: vec![3; 32],
+        },
     ]
 }
 
 #[test]
 fn round_trip() {
-    let h = Header { spi_i: 1, spi_r: 0, next: 0, exchange: exchange::IKE_SA_INIT, flags: flags::INITIATOR, msg_id: 0, length: 0 };
+    let h = Header {
+        spi_i: 1,
+        spi_r: 0,
+        next: 0,
+        exchange: exchange::IKE_SA_INIT,
+        flags: flags::INITIATOR,
+        msg_id: 0,
+        length: 0,
+    };
     let bytes = emit_plain(h, &sample());
     let m = parse_message(&bytes).unwrap();
     assert_eq!(m.header.spi_i, 1);
@@ -29,7 +55,15 @@ fn round_trip() {
 
 #[test]
 fn refuses_malformed_without_panic() {
-    let h = Header { spi_i: 1, spi_r: 0, next: 0, exchange: exchange::IKE_SA_INIT, flags: 0, msg_id: 0, length: 0 };
+    let h = Header {
+        spi_i: 1,
+        spi_r: 0,
+        next: 0,
+        exchange: exchange::IKE_SA_INIT,
+        flags: 0,
+        msg_id: 0,
+        length: 0,
+    };
     let bytes = emit_plain(h, &sample());
     // Every truncation and every single-byte change either parses or is refused.
     for n in 0..bytes.len() {
@@ -43,5 +77,8 @@ fn refuses_malformed_without_panic() {
     crit[29] = 0x80; // critical
     assert_eq!(parse_message(&crit).unwrap_err(), WireError::Critical(99));
     crit[29] = 0;
-    assert_eq!(parse_message(&crit).unwrap().payloads, vec![Payload::Other(99)]);
+    assert_eq!(
+        parse_message(&crit).unwrap().payloads,
+        vec![Payload::Other(99)]
+    );
 }
