@@ -152,6 +152,13 @@ impl Endpoint {
                     .iter()
                     .position(|c| c.cfg.remote == remote.ip() && c.cfg.local == local.ip())
                     .or_else(|| self.conns.iter().position(|c| c.cfg.remote == remote.ip()))
+                    // Behind a NAT the peer's address is not the configured one: a
+                    // connection on our address (its PSK and identity still decide).
+                    .or_else(|| {
+                        self.conns
+                            .iter()
+                            .position(|c| c.cfg.local == local.ip() && !c.cfg.initiate)
+                    })
                 else {
                     self.counters.invalid_unknown_spi += 1;
                     return;
