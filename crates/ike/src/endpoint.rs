@@ -26,8 +26,8 @@ struct Conn {
 /// brings the time ([`handle_timeout`](Self::handle_timeout) or [`handle`](Self::handle)).
 pub struct Endpoint {
     conns: Vec<Conn>,
-    sas: Vec<IkeSa>,
-    rng: Box<dyn RngSource>,
+    pub(crate) sas: Vec<IkeSa>,
+    pub(crate) rng: Box<dyn RngSource>,
     transmits: VecDeque<Transmit>,
     events: VecDeque<Event>,
     counters: Counters,

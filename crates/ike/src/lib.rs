@@ -38,6 +38,8 @@
 pub mod config;
 mod crypto;
 mod endpoint;
+#[doc(hidden)]
+pub mod fuzzing;
 mod sa;
 mod types;
 #[doc(hidden)]

@@ -34,12 +34,24 @@ impl IkeKeys {
     pub(crate) fn seal(
         &self,
         from_initiator: bool,
-        mut header: Header,
+        header: Header,
         inner: &[Payload],
         rng: &mut dyn RngSource,
     ) -> Vec<u8> {
         let mut plain = zeroize::Zeroizing::new(Vec::with_capacity(256));
         let first = wire::emit_chain(inner, &mut plain);
+        self.seal_raw(from_initiator, header, first, plain, rng)
+    }
+
+    /// [`seal`](Self::seal) of an already encoded payload chain starting with type `first`.
+    pub(crate) fn seal_raw(
+        &self,
+        from_initiator: bool,
+        mut header: Header,
+        first: u8,
+        mut plain: zeroize::Zeroizing<Vec<u8>>,
+        rng: &mut dyn RngSource,
+    ) -> Vec<u8> {
         let (ek, ak) = self.dir(from_initiator);
         let gcm = self.suite.encr.is_aead();
         let (iv_len, block) = if gcm { (8, 4) } else { (16, 16) };
