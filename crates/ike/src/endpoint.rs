@@ -1,0 +1,447 @@
+//! The endpoint: connections, their IKE SAs, dispatch of received messages by SPI, timers,
+//! and the queues of datagrams and events its driver drains.
+
+use crate::config::ConnConfig;
+use crate::sa::ike::{Ctx, IkeSa, Phase, Req};
+use crate::types::{ChildStatus, Counters, Error, Event, IkeSaStatus, RngSource, Transmit};
+use crate::wire::{self, exchange};
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// Half-open IKE SAs above which the responder demands cookies (RFC 7296 2.6).
+const COOKIE_THRESHOLD: usize = 64;
+
+struct Conn {
+    cfg: ConnConfig,
+    failures: u32,
+    /// When to (re)initiate.
+    start_at: Option<Instant>,
+    /// Initiate at the first call that brings a time.
+    start_pending: bool,
+}
+
+/// The IKEv2 protocol state of one daemon: every connection and IKE SA. See the crate docs
+/// for how a driver uses it. Connections with `initiate` start at the first call that
+/// brings the time ([`handle_timeout`](Self::handle_timeout) or [`handle`](Self::handle)).
+pub struct Endpoint {
+    conns: Vec<Conn>,
+    pub(crate) sas: Vec<IkeSa>,
+    pub(crate) rng: Box<dyn RngSource>,
+    transmits: VecDeque<Transmit>,
+    events: VecDeque<Event>,
+    counters: Counters,
+    cookie_secret: [u8; 32],
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("conns", &self.conns.len())
+            .field("sas", &self.sas.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Endpoint {
+    /// An endpoint for `conns`, drawing randomness from `rng`.
+    pub fn new(conns: Vec<ConnConfig>, mut rng: Box<dyn RngSource>) -> Endpoint {
+        let mut cookie_secret = [0u8; 32];
+        rng.fill(&mut cookie_secret);
+        let conns = conns
+            .into_iter()
+            .map(|cfg| Conn {
+                start_pending: cfg.initiate,
+                cfg,
+                failures: 0,
+                start_at: None,
+            })
+            .collect();
+        Endpoint {
+            conns,
+            sas: Vec::new(),
+            rng,
+            transmits: VecDeque::new(),
+            events: VecDeque::new(),
+            counters: Counters::default(),
+            cookie_secret,
+        }
+    }
+
+    fn ctx<'a>(
+        conns: &'a [Conn],
+        conn: usize,
+        now: Instant,
+        rng: &'a mut Box<dyn RngSource>,
+        out: &'a mut VecDeque<Transmit>,
+        events: &'a mut VecDeque<Event>,
+        c: &'a mut Counters,
+    ) -> Ctx<'a> {
+        Ctx {
+            now,
+            cfg: &conns[conn].cfg,
+            rng: rng.as_mut(),
+            out,
+            events,
+            c,
+            new_sa: None,
+        }
+    }
+
+    fn start_pending(&mut self, now: Instant) {
+        for c in &mut self.conns {
+            if c.start_pending {
+                c.start_pending = false;
+                c.start_at = Some(now);
+            }
+        }
+    }
+
+    /// Handles one received IKE message (from the IKE header on; on port 4500 the driver
+    /// has removed the non-ESP marker).
+    pub fn handle(&mut self, now: Instant, local: SocketAddr, remote: SocketAddr, msg: &[u8]) {
+        self.start_pending(now);
+        self.counters.msgs_in += 1;
+        let m = match wire::parse_message(msg) {
+            Ok(m) => m,
+            Err(wire::WireError::Critical(_)) => {
+                self.counters.invalid_critical += 1;
+                return;
+            }
+            Err(_) => {
+                self.counters.invalid_malformed += 1;
+                return;
+            }
+        };
+        let h = m.header;
+        let idx = self.sas.iter().position(|s| {
+            s.dead.is_none()
+                && s.spi_i == h.spi_i
+                && match (h.exchange == exchange::IKE_SA_INIT, h.is_response()) {
+                    (true, true) => s.initiator && s.phase == Phase::InitSent,
+                    (true, false) => !s.initiator && h.spi_r == 0 && s.remote == remote,
+                    _ => s.spi_r == h.spi_r,
+                }
+        });
+        match idx {
+            Some(i) => {
+                let conn = self.sas[i].conn;
+                let mut ctx = Self::ctx(
+                    &self.conns,
+                    conn,
+                    now,
+                    &mut self.rng,
+                    &mut self.transmits,
+                    &mut self.events,
+                    &mut self.counters,
+                );
+                self.sas[i].handle(&mut ctx, local, remote, msg, m);
+                let new = ctx.new_sa.take();
+                if self.sas[i].phase == Phase::Established {
+                    self.conns[conn].failures = 0;
+                }
+                self.adopt(new);
+            }
+            None if h.exchange == exchange::IKE_SA_INIT
+                && !h.is_response()
+                && h.spi_r == 0
+                && h.msg_id == 0 =>
+            {
+                let Some(conn) = self
+                    .conns
+                    .iter()
+                    .position(|c| c.cfg.remote == remote.ip() && c.cfg.local == local.ip())
+                    .or_else(|| self.conns.iter().position(|c| c.cfg.remote == remote.ip()))
+                    // Behind a NAT the peer's address is not the configured one: a
+                    // connection on our address (its PSK and identity still decide).
+                    .or_else(|| {
+                        self.conns
+                            .iter()
+                            .position(|c| c.cfg.local == local.ip() && !c.cfg.initiate)
+                    })
+                else {
+                    self.counters.invalid_unknown_spi += 1;
+                    return;
+                };
+                let half_open = self
+                    .sas
+                    .iter()
+                    .filter(|s| s.phase == Phase::InitDone)
+                    .count();
+                let secret = (half_open >= COOKIE_THRESHOLD).then_some(self.cookie_secret);
+                let mut ctx = Self::ctx(
+                    &self.conns,
+                    conn,
+                    now,
+                    &mut self.rng,
+                    &mut self.transmits,
+                    &mut self.events,
+                    &mut self.counters,
+                );
+                if let Some(sa) = IkeSa::respond_init(
+                    &mut ctx,
+                    conn,
+                    local,
+                    remote,
+                    msg,
+                    &m,
+                    secret.as_ref().map(|s| &s[..]),
+                ) {
+                    self.sas.push(sa);
+                }
+            }
+            None => self.counters.invalid_unknown_spi += 1,
+        }
+        self.reap(now);
+    }
+
+    fn adopt(&mut self, new: Option<IkeSa>) {
+        if let Some(sa) = new {
+            self.sas.push(sa);
+        }
+    }
+
+    /// Removes finished SAs: `IkeDown`, and a restart for connections that initiate.
+    fn reap(&mut self, now: Instant) {
+        let mut i = 0;
+        while i < self.sas.len() {
+            let Some((reason, silent)) = self.sas[i].dead.clone() else {
+                i += 1;
+                continue;
+            };
+            let sa = self.sas.remove(i);
+            let others = self
+                .sas
+                .iter()
+                .any(|s| s.conn == sa.conn && s.dead.is_none());
+            if silent || others {
+                continue;
+            }
+            let c = &mut self.conns[sa.conn];
+            if sa.announced || sa.initiator {
+                self.events.push_back(Event::IkeDown {
+                    conn: sa.name.clone(),
+                    reason: reason.clone(),
+                });
+            }
+            if !sa.announced {
+                c.failures = c.failures.saturating_add(1);
+            }
+            if c.cfg.initiate && reason != "shutdown" {
+                let backoff = Duration::from_secs(1u64 << c.failures.min(6));
+                c.start_at = Some(now + backoff);
+            }
+        }
+    }
+
+    /// Runs the timers due at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.start_pending(now);
+        for ci in 0..self.conns.len() {
+            if self.conns[ci].start_at.is_some_and(|t| t <= now) {
+                self.conns[ci].start_at = None;
+                if !self.sas.iter().any(|s| s.conn == ci && s.dead.is_none()) {
+                    let _ = self.start(now, ci);
+                }
+            }
+        }
+        for i in 0..self.sas.len() {
+            let conn = self.sas[i].conn;
+            let mut ctx = Self::ctx(
+                &self.conns,
+                conn,
+                now,
+                &mut self.rng,
+                &mut self.transmits,
+                &mut self.events,
+                &mut self.counters,
+            );
+            self.sas[i].on_timeout(&mut ctx);
+            let new = ctx.new_sa.take();
+            self.adopt(new);
+        }
+        self.reap(now);
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) must next be called.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let sas = self
+            .sas
+            .iter()
+            .filter_map(|s| s.next_timeout(&self.conns[s.conn].cfg));
+        sas.chain(self.conns.iter().filter_map(|c| c.start_at))
+            .min()
+    }
+
+    /// The next datagram to send.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.transmits.pop_front()
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    fn start(&mut self, now: Instant, ci: usize) -> Result<(), Error> {
+        let cfg = &self.conns[ci].cfg;
+        if cfg.ike_proposals.is_empty() || cfg.esp_proposals.is_empty() {
+            return Err(Error::BadConfig {
+                conn: cfg.name.clone(),
+                problem: "no IKE or ESP proposal".into(),
+            });
+        }
+        let local = SocketAddr::new(cfg.local, 500);
+        let remote = SocketAddr::new(cfg.remote, 500);
+        let mut ctx = Self::ctx(
+            &self.conns,
+            ci,
+            now,
+            &mut self.rng,
+            &mut self.transmits,
+            &mut self.events,
+            &mut self.counters,
+        );
+        if let Some(sa) = IkeSa::initiate(&mut ctx, ci, local, remote) {
+            self.sas.push(sa);
+        }
+        Ok(())
+    }
+
+    /// Starts an IKE SA for connection `conn` now.
+    pub fn initiate(&mut self, now: Instant, conn: &str) -> Result<(), Error> {
+        let ci = self
+            .conns
+            .iter()
+            .position(|c| c.cfg.name == conn)
+            .ok_or_else(|| Error::UnknownConn(conn.to_string()))?;
+        self.conns[ci].start_pending = false;
+        self.conns[ci].start_at = None;
+        if self.sas.iter().any(|s| s.conn == ci && s.dead.is_none()) {
+            return Err(Error::AlreadyUp(conn.to_string()));
+        }
+        self.start(now, ci)
+    }
+
+    /// The datapath's count of bytes and packets sent on the child SA with outbound SPI
+    /// `spi_out` (totals since installed), for rekeying by volume: a rekey starts at 90 %
+    /// of the configured limit.
+    pub fn report_usage(
+        &mut self,
+        now: Instant,
+        conn: &str,
+        spi_out: u32,
+        bytes: u64,
+        packets: u64,
+    ) {
+        let Some(ci) = self.conns.iter().position(|c| c.cfg.name == conn) else {
+            return;
+        };
+        let (lb, lp) = (
+            self.conns[ci].cfg.child_rekey_bytes,
+            self.conns[ci].cfg.child_rekey_packets,
+        );
+        let over = |lim: Option<u64>, v: u64| lim.is_some_and(|l| v >= l - l / 10);
+        if !(over(lb, bytes) || over(lp, packets)) {
+            return;
+        }
+        for i in 0..self.sas.len() {
+            let sa = &self.sas[i];
+            if sa.conn != ci || sa.dead.is_some() {
+                continue;
+            }
+            let Some(spi_in) = sa
+                .children
+                .iter()
+                .find(|c| c.spi_out == spi_out && !c.replaced)
+                .map(|c| c.spi_in)
+            else {
+                continue;
+            };
+            let mut ctx = Self::ctx(
+                &self.conns,
+                ci,
+                now,
+                &mut self.rng,
+                &mut self.transmits,
+                &mut self.events,
+                &mut self.counters,
+            );
+            if let Some(c) = self.sas[i].children.iter_mut().find(|c| c.spi_in == spi_in) {
+                c.rekey_at = None;
+            }
+            self.sas[i].request(&mut ctx, Req::RekeyChild(spi_in));
+        }
+    }
+
+    /// Deletes every IKE SA (INFORMATIONAL with DELETE, sent once, not retransmitted) and
+    /// emits their `ChildDown` and `IkeDown` events.
+    pub fn shutdown(&mut self, now: Instant) {
+        for c in &mut self.conns {
+            c.start_at = None;
+            c.start_pending = false;
+        }
+        for i in 0..self.sas.len() {
+            let conn = self.sas[i].conn;
+            let mut ctx = Self::ctx(
+                &self.conns,
+                conn,
+                now,
+                &mut self.rng,
+                &mut self.transmits,
+                &mut self.events,
+                &mut self.counters,
+            );
+            let sa = &mut self.sas[i];
+            if sa.phase == Phase::Established && sa.dead.is_none() {
+                sa.out = None;
+                sa.queue.clear();
+                sa.start_delete_ike(&mut ctx);
+            }
+            sa.die(&mut ctx, "shutdown", false);
+        }
+        self.reap(now);
+    }
+
+    /// The IKE SAs and their child SAs (`now` for ages: pass the driver's clock).
+    pub fn status_at(&self, now: Instant) -> Vec<IkeSaStatus> {
+        self.sas
+            .iter()
+            .filter(|s| s.dead.is_none())
+            .map(|s| IkeSaStatus {
+                conn: s.name.clone(),
+                state: s.state(),
+                initiator: s.initiator,
+                spi_i: s.spi_i,
+                spi_r: s.spi_r,
+                local: s.local,
+                remote: s.remote,
+                age: now.saturating_duration_since(s.created),
+                rekeys: s.rekeys,
+                children: s
+                    .children
+                    .iter()
+                    .map(|c| ChildStatus {
+                        spi_in: c.spi_in,
+                        spi_out: c.spi_out,
+                        age: now.saturating_duration_since(c.created),
+                        rekeys: c.rekeys,
+                        transform: c.transform,
+                    })
+                    .collect(),
+                failures: self.conns[s.conn].failures,
+                nat: s.nat,
+            })
+            .collect()
+    }
+
+    /// The IKE SAs and their child SAs, ages measured with the system clock.
+    pub fn status(&self) -> Vec<IkeSaStatus> {
+        self.status_at(Instant::now())
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+}

@@ -1,0 +1,212 @@
+//! Support for the fuzz targets (fuzz/fuzz_targets/ike_endpoint.rs), not for production:
+//! a pair of endpoints driven to a chosen point of an exchange with fixed randomness, and
+//! sealing of arbitrary plaintext with an IKE SA's real keys so that fuzzing reaches the
+//! handlers behind the SK payload's integrity check.
+
+use crate::config::{ConnConfig, Identity, Mode, Retransmit, Secret, TrafficSelector};
+use crate::types::SeededRng;
+use crate::wire::Header;
+use crate::{Endpoint, parse_esp_proposal, parse_proposal};
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+/// Initiator's address.
+pub const A: &str = "10.0.0.1";
+/// Responder's address.
+pub const B: &str = "10.0.0.2";
+
+/// A connection between `local` and `remote` with fixed keys and proposals.
+pub fn conn(local: &str, remote: &str, initiate: bool) -> ConnConfig {
+    let l: IpAddr = local.parse().unwrap_or(IpAddr::from([0, 0, 0, 0]));
+    let r: IpAddr = remote.parse().unwrap_or(IpAddr::from([0, 0, 0, 0]));
+    let ike = ["aes128gcm16-prfsha256-x25519", "aes128-sha256-ecp256"];
+    let esp = ["aes128gcm16", "aes128-sha256-x25519"];
+    ConnConfig {
+        name: "fuzz".into(),
+        local: l,
+        remote: r,
+        local_id: Identity::Addr(l),
+        remote_id: Identity::Addr(r),
+        psk: Secret::new(b"fuzz".to_vec()),
+        ike_proposals: ike.iter().filter_map(|s| parse_proposal(s).ok()).collect(),
+        esp_proposals: esp
+            .iter()
+            .filter_map(|s| parse_esp_proposal(s).ok())
+            .collect(),
+        local_ts: vec![TrafficSelector::subnet(l, 24)],
+        remote_ts: vec![TrafficSelector::subnet(r, 24)],
+        mode: Mode::Tunnel,
+        initiate,
+        ike_rekey: Duration::from_secs(100),
+        child_rekey: Duration::from_secs(50),
+        child_rekey_bytes: Some(1 << 20),
+        child_rekey_packets: Some(1000),
+        dpd_delay: Duration::from_secs(10),
+        retransmit: Retransmit::default(),
+    }
+}
+
+/// The initiator's and responder's addresses.
+pub fn addrs() -> (SocketAddr, SocketAddr) {
+    (
+        SocketAddr::new(A.parse().unwrap_or(IpAddr::from([0, 0, 0, 0])), 500),
+        SocketAddr::new(B.parse().unwrap_or(IpAddr::from([0, 0, 0, 0])), 500),
+    )
+}
+
+/// Two endpoints (initiator, responder) after `steps` datagrams of their exchange were
+/// delivered (0: the initiator's IKE_SA_INIT not yet delivered; 4 or more: established).
+/// Every datagram delivered is returned too, as (to responder, bytes), for seeds.
+#[allow(clippy::type_complexity)]
+pub fn pair(steps: usize) -> (Endpoint, Endpoint, Instant, Vec<(bool, Vec<u8>)>) {
+    let now = Instant::now();
+    let mut a = Endpoint::new(vec![conn(A, B, true)], Box::new(SeededRng::new(1)));
+    let mut b = Endpoint::new(vec![conn(B, A, false)], Box::new(SeededRng::new(2)));
+    a.handle_timeout(now);
+    let (pa, pb) = addrs();
+    let mut log = Vec::new();
+    for _ in 0..steps {
+        if let Some(t) = a.poll_transmit() {
+            log.push((true, t.payload.clone()));
+            b.handle(now, pb, pa, &t.payload);
+        } else if let Some(t) = b.poll_transmit() {
+            log.push((false, t.payload.clone()));
+            a.handle(now, pa, pb, &t.payload);
+        } else {
+            break;
+        }
+    }
+    while a.poll_event().is_some() || b.poll_event().is_some() {}
+    (a, b, now, log)
+}
+
+impl Endpoint {
+    /// A message from the peer of this endpoint's first keyed IKE SA: `plain` (an encoded
+    /// payload chain starting with type `first`) sealed with the SA's keys in the peer's
+    /// direction, with the given exchange, response flag and message ID.
+    #[doc(hidden)]
+    pub fn fuzz_seal_from_peer(
+        &mut self,
+        exchange: u8,
+        response: bool,
+        msg_id: u32,
+        first: u8,
+        plain: &[u8],
+    ) -> Option<Vec<u8>> {
+        let sa = self.sas.iter().find(|s| s.keys.is_some())?;
+        let k = sa.keys.as_ref()?;
+        let mut flags = if sa.initiator {
+            0
+        } else {
+            crate::wire::flags::INITIATOR
+        };
+        if response {
+            flags |= crate::wire::flags::RESPONSE;
+        }
+        let h = Header {
+            spi_i: sa.spi_i,
+            spi_r: sa.spi_r,
+            next: 0,
+            exchange,
+            flags,
+            msg_id,
+            length: 0,
+        };
+        Some(k.seal_raw(
+            !sa.initiator,
+            h,
+            first,
+            zeroize::Zeroizing::new(plain.to_vec()),
+            self.rng.as_mut(),
+        ))
+    }
+
+    /// The next message ID the first keyed IKE SA expects from its peer (requests) and
+    /// the ID of its own outstanding request (responses).
+    #[doc(hidden)]
+    pub fn fuzz_msg_ids(&self) -> (u32, u32) {
+        self.sas
+            .iter()
+            .find(|s| s.keys.is_some())
+            .map_or((0, 0), |s| {
+                (
+                    s.peer_msg_id,
+                    s.out.as_ref().map_or(s.next_msg_id, |o| o.msg_id),
+                )
+            })
+    }
+}
+
+/// Seeds for the fuzz targets: (target, name, input). `ike_message` gets every datagram
+/// of an exchange; `ike_endpoint` gets, for each point of the exchange and each side,
+/// the datagram that side receives next, plus sealed requests and a clock advance.
+pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let (_, _, _, log) = pair(16);
+    for (i, (to_b, m)) in log.iter().enumerate() {
+        out.push((
+            "ike_message",
+            format!(
+                "exchange-{i}-{}",
+                if *to_b { "request" } else { "response" }
+            ),
+            m.clone(),
+        ));
+    }
+    let rec = |kind: u8, body: &[u8]| {
+        let mut v = vec![kind];
+        v.extend_from_slice(&(body.len() as u16).to_be_bytes());
+        v.extend_from_slice(body);
+        v
+    };
+    for steps in 0..7u8 {
+        for to_initiator in [false, true] {
+            let ctl = steps | if to_initiator { 8 } else { 0 };
+            let mut v = vec![ctl];
+            if let Some((_, m)) = log
+                .iter()
+                .skip(usize::from(steps))
+                .find(|(to_b, _)| *to_b != to_initiator)
+            {
+                v.extend(rec(0, m));
+            }
+            v.extend(rec(2, &[11]));
+            out.push((
+                "ike_endpoint",
+                format!(
+                    "steps-{steps}-{}",
+                    if to_initiator {
+                        "initiator"
+                    } else {
+                        "responder"
+                    }
+                ),
+                v,
+            ));
+        }
+    }
+    // Established (4 datagrams): an empty INFORMATIONAL, a Delete of the IKE SA, a child
+    // rekey request naming no SA, each sealed as from the peer.
+    let sealed = |exch: u8, first: u8, chain: &[u8]| {
+        let mut b = vec![exch, 0, first];
+        b.extend_from_slice(chain);
+        rec(1, &b)
+    };
+    let delete_ike = [0u8, 0, 0, 8, 1, 0, 0, 0];
+    let rekey = [
+        40u8, 0, 0, 12, 3, 4, 0x40, 0x09, 0, 0, 1, 0, 0, 0, 0, 20, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+        1, 1, 1, 1, 1,
+    ];
+    for (name, s) in [
+        ("dpd", sealed(37, 0, &[])),
+        ("delete-ike", sealed(37, 42, &delete_ike)),
+        ("rekey-unknown", sealed(36, 41, &rekey)),
+    ] {
+        for side in [4u8, 12] {
+            let mut v = vec![side];
+            v.extend_from_slice(&s);
+            out.push(("ike_endpoint", format!("established-{name}-{side}"), v));
+        }
+    }
+    out
+}
