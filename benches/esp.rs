@@ -42,8 +42,9 @@ fn benches(c: &mut Criterion) {
         std::fs::write(&key_file, hex).unwrap();
         std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).unwrap();
         let cfg: EncryptConfig = toml::from_str(&format!(
-            "cipher = \"{name}\"\nspi = 4097\nkey_file = \"{}\"\nesn = true",
-            key_file.display()
+            "cipher = \"{name}\"\nspi = 4097\nkey_file = \"{}\"\nesn = true\nstate_dir = \"{}\"",
+            key_file.display(),
+            dir.join("state").display()
         ))
         .unwrap();
         let mut enc = cfg.into_factory("enc").unwrap().build(&Counters::new());

@@ -376,7 +376,10 @@ pub fn cipher_name(cipher: Cipher) -> &'static str {
 /// The `decrypt` configuration over every SA of [`ESP_SAS`], window 4096, written as
 /// TOML as an operator would (so that new optional keys keep their defaults).
 pub fn decrypt_config() -> relay_svc_crypto::DecryptConfig {
-    let mut t = String::from("replay_window = 4096\n");
+    let mut t = format!(
+        "replay_window = 4096\nstate_dir = \"{}\"\n",
+        esp_state_dir().display()
+    );
     for (i, sa) in ESP_SAS.iter().enumerate() {
         t += &format!(
             "[[sa]]\nspi = {}\ncipher = \"{}\"\nkey_file = \"{}\"\nesn = {}\nmode = \"{}\"\n",
@@ -470,14 +473,24 @@ pub trait Sandbox {
     fn sandbox(&mut self);
 }
 
+/// A state directory of this process's own beside the fuzz keys: the ESP services write
+/// their sequence state there, never in /var/lib/relayd, and each run starts afresh.
+pub fn esp_state_dir() -> PathBuf {
+    let keys = esp_key_file(Cipher::Aes128Gcm);
+    let parent = keys.parent().map(PathBuf::from).unwrap_or_default();
+    parent.join(format!("state-{}", std::process::id()))
+}
+
 impl Sandbox for relay_svc_crypto::EncryptConfig {
     fn sandbox(&mut self) {
         self.key_file = esp_key_file(self.cipher);
+        self.state_dir = Some(esp_state_dir());
     }
 }
 
 impl Sandbox for relay_svc_crypto::DecryptConfig {
     fn sandbox(&mut self) {
+        self.state_dir = Some(esp_state_dir());
         for sa in &mut self.sa {
             sa.key_file = esp_key_file(sa.cipher);
         }

@@ -75,6 +75,9 @@ impl Drop for TempDir {
 pub struct Relayd {
     pub proc: Proc,
     pub dir: TempDir,
+    /// Its state directory (`$STATE_DIRECTORY`, where ESP services keep their sequence
+    /// state): its own, on a path only root can write, kept across [`Relayd::respawn`].
+    pub state: TempDir,
     pub config: PathBuf,
     pub socket: PathBuf,
     pub node: Node,
@@ -96,18 +99,22 @@ impl Relayd {
         let socket = dir.0.join("relayd.sock");
         let text = format!("[daemon]\nsocket = \"{}\"\n\n{body}", socket.display());
         let config = dir.file("relayd.toml", &text);
-        let proc = Relayd::spawn_proc(node, &config);
+        let state = key_dir("state");
+        let proc = Relayd::spawn_proc(node, &config, &state.0, &[]);
         Relayd {
             proc,
             dir,
+            state,
             config,
             socket,
             node: node.clone(),
         }
     }
 
-    fn spawn_proc(node: &Node, config: &Path) -> Proc {
+    fn spawn_proc(node: &Node, config: &Path, state: &Path, env: &[(&str, &str)]) -> Proc {
         let mut cmd = node.cmd(RELAYD);
+        cmd.env("STATE_DIRECTORY", state);
+        cmd.envs(env.iter().copied());
         cmd.args(["run", "-c"]).arg(config).args(["--log", "debug"]);
         cmd.stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
@@ -117,8 +124,13 @@ impl Relayd {
     /// Starts a new `relayd run` on the same configuration file, without waiting, after
     /// the previous process has exited (or been killed: its `Proc` is reaped here).
     pub fn respawn(&mut self) {
+        self.respawn_with_env(&[]);
+    }
+
+    /// [`Relayd::respawn`] with these environment variables set (test hooks).
+    pub fn respawn_with_env(&mut self, env: &[(&str, &str)]) {
         self.proc.kill();
-        self.proc = Relayd::spawn_proc(&self.node, &self.config);
+        self.proc = Relayd::spawn_proc(&self.node, &self.config, &self.state.0, env);
     }
 
     /// Waits until relayd says it is running; panics with its log otherwise.

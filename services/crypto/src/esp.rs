@@ -14,6 +14,7 @@
 //! packet, and `decrypt` forwards the inner packet, into the queue's outbox
 //! ([`Context::emit`]), which the datapath sends, and they drop the queued original.
 
+use crate::durable::{InEdge, Job, OutSeq, Persister};
 use crate::keys::Cipher;
 use crate::sa::SaCrypto;
 use crate::state::Registry;
@@ -23,8 +24,8 @@ use relay_core::builtin::de_u32;
 use serde::Deserialize;
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::sync::Mutex;
-use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 mod decrypt;
 mod encrypt;
@@ -44,6 +45,10 @@ pub enum EspMode {
 
 fn transport() -> EspMode {
     EspMode::Transport
+}
+
+fn default_reserve() -> u64 {
+    crate::durable::RESERVE
 }
 
 fn default_mtu() -> u16 {
@@ -77,6 +82,14 @@ pub struct EncryptConfig {
     /// are kept within it (MSS clamp, "packet too big" for packets that may not fragment).
     #[serde(default = "default_mtu")]
     pub mtu: u16,
+    /// Sequence numbers reserved on disk at a time (default 65536, 16 to 16777216): a
+    /// state file write per half of it; a restart after a crash skips at most this many.
+    #[serde(default = "default_reserve")]
+    pub sequence_reserve: u64,
+    /// Where the SA's sequence reservation is kept (default: `$STATE_DIRECTORY`, which
+    /// systemd's `StateDirectory=` sets, else /var/lib/relayd). See [`crate::persist`].
+    #[serde(default)]
+    pub state_dir: Option<PathBuf>,
 }
 
 /// One SA of `[[service.NAME.sa]]` of a `decrypt` service.
@@ -114,6 +127,9 @@ pub struct DecryptConfig {
     pub replay_window: u32,
     /// The SAs accepted, by SPI.
     pub sa: Vec<SaConfig>,
+    /// Where each SA's window edge is kept (default as `encrypt`'s `state_dir`).
+    #[serde(default)]
+    pub state_dir: Option<PathBuf>,
 }
 
 fn default_window() -> u32 {
@@ -131,26 +147,59 @@ fn check_spi(spi: u32) -> Result<(), String> {
 }
 
 /// An outbound SA: keys and the sequence counter, shared by the queue threads of a range
-/// (so no sequence number, and no GCM IV, repeats) and kept across reloads.
+/// (so no sequence number, and no GCM IV, repeats) and kept across reloads; the counter's
+/// reservation is kept on disk across restarts ([`OutSeq`]).
 struct Outbound {
     spi: u32,
     crypto: SaCrypto,
-    esn: bool,
-    seq: AtomicU64,
+    seq: Arc<OutSeq>,
 }
 
-/// An inbound SA: keys and the replay window, shared and kept the same way.
+/// An inbound SA: keys and the replay window, shared and kept the same way; the window's
+/// edge is kept on disk across restarts ([`InEdge`]).
 struct Inbound {
     spi: u32,
     crypto: SaCrypto,
-    esn: bool,
     window: Mutex<ReplayWindow>,
+    edge: InEdge,
+}
+
+impl Inbound {
+    fn top(&self) -> u64 {
+        self.window.lock().unwrap_or_else(|e| e.into_inner()).top()
+    }
+
+    /// Starts persisting the edge (when a service is built).
+    fn activate(self: &Arc<Self>, persister: &Arc<Persister>) {
+        if self.edge.activate(self.top()) {
+            persister.add(Arc::downgrade(self) as std::sync::Weak<dyn Job>);
+        }
+    }
+}
+
+impl Job for Inbound {
+    fn tick(&self, now: Instant) {
+        self.edge.tick(self.top(), now);
+    }
+}
+
+impl Drop for Inbound {
+    fn drop(&mut self) {
+        let top = self
+            .window
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .top();
+        self.edge.finish(top);
+    }
 }
 
 /// The live SAs of both directions, kept by the daemon from one configuration to the
-/// next ([`Kept`]): an SA the new configuration keeps keeps its state.
+/// next ([`Kept`]): an SA the new configuration keeps keeps its state, and is never read
+/// again from its file while it lives.
 #[derive(Default)]
 pub(crate) struct SaStates {
     outbound: Registry<Outbound>,
     inbound: Registry<Inbound>,
+    persister: Arc<Persister>,
 }

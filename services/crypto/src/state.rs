@@ -1,5 +1,5 @@
 //! SA state that outlives a reload: an SA that the new configuration keeps (same SPI,
-//! suite, key and ESN setting) keeps its sequence counter and replay window, so a SIGHUP
+//! suite and key; the ESN setting may change) keeps its sequence counter and replay window, so a SIGHUP
 //! neither restarts the sender at 1 (which the peer would drop as replays) nor reopens the
 //! receiver's window to replays. The daemon keeps the registries
 //! ([`relay_core::Kept`]); nothing here is process-wide.
@@ -8,22 +8,21 @@ use crate::keys::Cipher;
 use sha2::{Digest, Sha256};
 use std::sync::{Arc, Mutex, Weak};
 
-/// What makes two configured SAs the same SA.
+/// What makes two configured SAs the same SA. Not the ESN setting: numbers used under a
+/// key stay used whatever the setting, and one SA has one state file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SaId {
     spi: u32,
     cipher: Cipher,
-    esn: bool,
     /// SHA-256 of the key, so the registry keeps no second copy of it.
     key: [u8; 32],
 }
 
 impl SaId {
-    pub(crate) fn new(spi: u32, cipher: Cipher, esn: bool, key: &[u8]) -> SaId {
+    pub(crate) fn new(spi: u32, cipher: Cipher, key: &[u8]) -> SaId {
         SaId {
             spi,
             cipher,
-            esn,
             key: Sha256::digest(key).into(),
         }
     }
@@ -44,7 +43,21 @@ impl<T> Registry<T> {
     }
 
     /// The live state of SA `id`, or a new one from `make`.
+    #[cfg(test)]
     pub(crate) fn get_or_make(&self, id: SaId, make: impl FnOnce() -> T) -> Arc<T> {
+        match self.get_or_try_make(id, || Ok::<T, std::convert::Infallible>(make())) {
+            Ok(t) => t,
+            Err(e) => match e {},
+        }
+    }
+
+    /// The live state of SA `id`, or a new one from `make` (which may fail: its state file
+    /// is lost). A live SA is never made again, so its file is not read over it.
+    pub(crate) fn get_or_try_make<E>(
+        &self,
+        id: SaId,
+        make: impl FnOnce() -> Result<T, E>,
+    ) -> Result<Arc<T>, E> {
         let mut list = self.0.lock().unwrap_or_else(|e| e.into_inner());
         list.retain(|(_, w)| w.strong_count() > 0);
         if let Some(live) = list
@@ -52,11 +65,11 @@ impl<T> Registry<T> {
             .find(|(i, _)| *i == id)
             .and_then(|(_, w)| w.upgrade())
         {
-            return live;
+            return Ok(live);
         }
-        let new = Arc::new(make());
+        let new = Arc::new(make()?);
         list.push((id, Arc::downgrade(&new)));
-        new
+        Ok(new)
     }
 }
 
@@ -67,7 +80,7 @@ mod tests {
     #[test]
     fn same_sa_shares_state_until_the_last_user_goes() {
         let r: Registry<u32> = Registry::new();
-        let id = |k: &[u8]| SaId::new(0x1001, Cipher::Aes128Gcm, false, k);
+        let id = |k: &[u8]| SaId::new(0x1001, Cipher::Aes128Gcm, k);
         let a = r.get_or_make(id(b"k1"), || 1);
         let b = r.get_or_make(id(b"k1"), || 2);
         assert!(Arc::ptr_eq(&a, &b));

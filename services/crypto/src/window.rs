@@ -50,6 +50,15 @@ impl ReplayWindow {
         w
     }
 
+    /// This (new) window resumed after a restart at the edge `top` read from disk: every
+    /// number at or below it counts as seen, as in [`resized`](Self::resized).
+    pub fn resumed(mut self, top: u64) -> ReplayWindow {
+        self.top = top;
+        let fill = if top > 0 { u64::MAX } else { 0 };
+        self.bits.iter_mut().for_each(|b| *b = fill);
+        self
+    }
+
     /// The full 64-bit sequence number of a packet carrying `low`, its low 32 bits, with
     /// extended sequence numbers (RFC 4303 appendix A2.2): the candidate nearest the window.
     pub fn infer_esn(&self, low: u32) -> u64 {
@@ -133,6 +142,13 @@ mod tests {
         let r = w.resized(128);
         assert_eq!(r.check(150), Err(Replay::Duplicate));
         assert_eq!(r.check(201), Ok(()));
+        // Resumed after a restart: nothing up to the edge on disk is accepted again.
+        let r = ReplayWindow::new(64).resumed(500);
+        assert_eq!(r.check(500), Err(Replay::Duplicate));
+        assert_eq!(r.check(437), Err(Replay::Duplicate));
+        assert_eq!(r.check(10), Err(Replay::TooOld));
+        assert_eq!(r.check(501), Ok(()));
+        assert_eq!(ReplayWindow::new(64).resumed(0).check(1), Ok(()));
         let mut big = ReplayWindow::new(1000);
         big.update(5000);
         assert_eq!(big.check(4000), Ok(()));

@@ -2,7 +2,9 @@
 //! module).
 
 use super::*;
+use crate::durable::InEdge;
 use crate::keys::{Cipher, ICV_LEN, load_key};
+use crate::persist::{self, Dir, SaFile, fingerprint};
 use crate::sa::SaCrypto;
 use crate::state::SaId;
 use crate::window::{Replay, ReplayWindow};
@@ -21,18 +23,20 @@ use std::sync::{Arc, Mutex};
 /// reloads, so that a reload may change them).
 struct InboundSa {
     state: Arc<Inbound>,
+    esn: bool,
     mode: EspMode,
     peer: Option<Prefix>,
 }
 
 struct DecryptFactory {
     sas: Arc<Vec<InboundSa>>,
+    persister: Arc<crate::durable::Persister>,
 }
 
 impl ServiceConfig for DecryptConfig {
     const KIND: &'static str = "decrypt";
 
-    /// With a fresh SA state: an empty replay window.
+    /// With a fresh SA state: the replay window resumes from the state file (reads only).
     fn into_factory(self, name: &str) -> Result<Arc<dyn ServiceFactory>, InvalidConfig> {
         self.into_factory_kept(name, &Kept::new())
     }
@@ -48,6 +52,9 @@ impl ServiceConfig for DecryptConfig {
         if self.sa.is_empty() {
             return Err("no [[service.NAME.sa]]: decrypt needs at least one SA".into());
         }
+        let dir = persist::resolve(self.state_dir.as_deref());
+        persist::check_dir(&dir)?;
+        let states = kept.get_or_default::<SaStates>();
         let mut sas: Vec<InboundSa> = Vec::new();
         for s in &self.sa {
             check_spi(s.spi)?;
@@ -63,16 +70,19 @@ impl ServiceConfig for DecryptConfig {
                 .into());
             }
             let key = load_key(&s.key_file, s.cipher).map_err(|e| e.to_string())?;
-            let id = SaId::new(s.spi, s.cipher, s.esn, &key);
-            let sa = kept
-                .get_or_default::<SaStates>()
-                .inbound
-                .get_or_make(id, || Inbound {
+            let id = SaId::new(s.spi, s.cipher, &key);
+            // A live SA keeps its window; only a new one resumes from its file, everything
+            // up to the edge recorded there counting as seen.
+            let sa = states.inbound.get_or_try_make(id, || {
+                let file = SaFile::new(&dir, Dir::In, s.spi, fingerprint(&key));
+                let top = file.load()?.unwrap_or(0);
+                Ok::<_, String>(Inbound {
                     spi: s.spi,
                     crypto: SaCrypto::new(s.cipher, &key),
-                    esn: s.esn,
-                    window: Mutex::new(ReplayWindow::new(self.replay_window)),
-                });
+                    window: Mutex::new(ReplayWindow::new(self.replay_window).resumed(top)),
+                    edge: InEdge::durable(file, top),
+                })
+            })?;
             // A kept SA keeps what it has seen, in a window of the configured size.
             let mut w = sa.window.lock().unwrap_or_else(|e| e.into_inner());
             if w.size() != ReplayWindow::new(self.replay_window).size() {
@@ -81,11 +91,15 @@ impl ServiceConfig for DecryptConfig {
             drop(w);
             sas.push(InboundSa {
                 state: sa,
+                esn: s.esn,
                 mode: s.mode,
                 peer: s.peer,
             });
         }
-        Ok(Arc::new(DecryptFactory { sas: Arc::new(sas) }))
+        Ok(Arc::new(DecryptFactory {
+            sas: Arc::new(sas),
+            persister: states.persister.clone(),
+        }))
     }
 }
 
@@ -104,9 +118,14 @@ impl ServiceFactory for DecryptFactory {
         true
     }
     fn build(&self, counters: &Counters) -> Box<dyn Service> {
+        // From here on the windows' edges are kept on disk (not in `check`).
+        for s in self.sas.iter() {
+            s.state.activate(&self.persister);
+        }
         let c = |n: &str| counters.counter(n);
         Box::new(Decrypt {
             sas: self.sas.clone(),
+            persister: self.persister.clone(),
             resend: Tally::resend(counters),
             decrypted: c("decrypted"),
             passed: c("passed_not_esp"),
@@ -118,6 +137,7 @@ impl ServiceFactory for DecryptFactory {
             dropped_auth: c("dropped_auth_failed"),
             dropped_malformed: c("dropped_malformed"),
             dropped_dummy: c("dropped_dummy"),
+            dropped_edge_unsaved: c("dropped_edge_unsaved"),
             log: RateLimit::new(10),
         })
     }
@@ -125,6 +145,8 @@ impl ServiceFactory for DecryptFactory {
 
 struct Decrypt {
     sas: Arc<Vec<InboundSa>>,
+    /// Wakes the thread that writes the windows' edges.
+    persister: Arc<crate::durable::Persister>,
     /// Sends inner packets whose family differs from the hook's.
     resend: Tally,
     decrypted: Counter,
@@ -139,6 +161,8 @@ struct Decrypt {
     dropped_auth: Counter,
     dropped_malformed: Counter,
     dropped_dummy: Counter,
+    /// The window's edge could not be written to disk in time (state_dir failing).
+    dropped_edge_unsaved: Counter,
     log: RateLimit,
 }
 
@@ -262,9 +286,9 @@ impl Service for Decrypt {
         let Some(i) = self.sas.iter().position(|s| s.state.spi == spi) else {
             return self.drop(|d| &d.dropped_unknown_spi, "unknown SPI", spi, cx);
         };
-        let (sa, mode, peer) = {
+        let (sa, esn, mode, peer) = {
             let s = &self.sas[i];
-            (s.state.clone(), s.mode, s.peer)
+            (s.state.clone(), s.esn, s.mode, s.peer)
         };
         // Only the SA's peer may use it: checked before any cryptographic work.
         if let Some(peer) = peer
@@ -284,7 +308,7 @@ impl Service for Decrypt {
         // RFC 4303 3.4.3: a cheap replay check first, the ICV next, the window last.
         let seq = {
             let w = sa.window.lock().unwrap_or_else(|e| e.into_inner());
-            let seq = if sa.esn { w.infer_esn(low) } else { low as u64 };
+            let seq = if esn { w.infer_esn(low) } else { low as u64 };
             if let Err(r) = w.check(seq) {
                 drop(w);
                 return self.replay_drop(r, spi, cx);
@@ -292,13 +316,22 @@ impl Service for Decrypt {
             seq
         };
         let hdr = esp::HEADER_LEN + cipher.iv_len();
-        let hi = sa.esn.then_some((seq >> 32) as u32);
+        let hi = esn.then_some((seq >> 32) as u32);
         let opened = match pkt.data_mut().get_mut(off..l.len) {
             Some(esp) => sa.crypto.open(hi, esp).is_ok(),
             None => false,
         };
         if !opened {
             return self.drop(|d| &d.dropped_auth, "integrity check failed", spi, cx);
+        }
+        // Accepted only once the edge on disk covers it: no replay after a crash.
+        if !sa.edge.gate(seq, &self.persister) {
+            return self.drop(
+                |d| &d.dropped_edge_unsaved,
+                "the window's edge could not be saved in state_dir",
+                spi,
+                cx,
+            );
         }
         {
             // Another queue thread may have taken the same number meanwhile.
@@ -309,6 +342,7 @@ impl Service for Decrypt {
             }
             w.update(seq);
         }
+        sa.edge.count();
         // The lengths were checked above; `get` keeps a mistake from becoming a panic.
         let body = pkt
             .data()

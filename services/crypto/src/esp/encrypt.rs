@@ -1,7 +1,9 @@
 //! `encrypt`: protects each packet in an ESP packet of the SA (see the parent module).
 
 use super::*;
+use crate::durable::{NoSeq, OutSeq};
 use crate::keys::{ICV_LEN, load_key};
+use crate::persist::{self, Dir, SaFile, fingerprint};
 use crate::sa::SaCrypto;
 use crate::state::SaId;
 use relay_core::ratelimit::RateLimit;
@@ -15,7 +17,6 @@ use relay_core::{
 use relay_inject::TooBig;
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Where the encrypted packet goes.
 #[derive(Debug, Clone, Copy)]
@@ -40,6 +41,7 @@ impl Wrap {
 
 struct EncryptFactory {
     sa: Arc<Outbound>,
+    esn: bool,
     wrap: Wrap,
     mtu: u16,
 }
@@ -62,7 +64,7 @@ impl EncryptFactory {
 impl ServiceConfig for EncryptConfig {
     const KIND: &'static str = "encrypt";
 
-    /// With a fresh SA state: the sequence counter starts at 1.
+    /// With a fresh SA state: the sequence counter resumes from the state file (reads only).
     fn into_factory(self, name: &str) -> Result<Arc<dyn ServiceFactory>, InvalidConfig> {
         self.into_factory_kept(name, &Kept::new())
     }
@@ -97,18 +99,28 @@ impl ServiceConfig for EncryptConfig {
             return Err(format!("mtu = {} is below 576", self.mtu).into());
         }
         let key = load_key(&self.key_file, self.cipher).map_err(|e| e.to_string())?;
-        let id = SaId::new(self.spi, self.cipher, self.esn, &key);
-        let sa = kept
-            .get_or_default::<SaStates>()
-            .outbound
-            .get_or_make(id, || Outbound {
+        let id = SaId::new(self.spi, self.cipher, &key);
+        let dir = persist::resolve(self.state_dir.as_deref());
+        persist::check_dir(&dir)?;
+        let states = kept.get_or_default::<SaStates>();
+        // A live SA keeps its counter; only a new one resumes from its file.
+        let sa = states.outbound.get_or_try_make(id, || {
+            let file = SaFile::new(&dir, Dir::Out, self.spi, fingerprint(&key));
+            let reserved = file.load()?.unwrap_or(0);
+            Ok::<_, String>(Outbound {
                 spi: self.spi,
                 crypto: SaCrypto::new(self.cipher, &key),
-                esn: self.esn,
-                seq: AtomicU64::new(0),
-            });
+                seq: Arc::new(OutSeq::durable(
+                    file,
+                    reserved,
+                    self.sequence_reserve,
+                    states.persister.clone(),
+                )),
+            })
+        })?;
         Ok(Arc::new(EncryptFactory {
             sa,
+            esn: self.esn,
             wrap,
             mtu: self.mtu,
         }))
@@ -139,9 +151,12 @@ impl ServiceFactory for EncryptFactory {
         })
     }
     fn build(&self, counters: &Counters) -> Box<dyn Service> {
+        // From here on the reservation is kept on disk ahead of use (not in `check`).
+        self.sa.seq.activate();
         let c = |n: &str| counters.counter(n);
         Box::new(Encrypt {
             sa: self.sa.clone(),
+            esn: self.esn,
             wrap: self.wrap,
             max_v4: self.max_inner(ipv4::HEADER_LEN),
             max_v6: self.max_inner(ipv6::HEADER_LEN),
@@ -154,6 +169,7 @@ impl ServiceFactory for EncryptFactory {
             dropped_unfit: c("dropped_unfit"),
             dropped_too_big: c("dropped_too_big"),
             dropped_seq_exhausted: c("dropped_seq_exhausted"),
+            dropped_seq_unreserved: c("dropped_seq_unreserved"),
             log: RateLimit::new(1),
         })
     }
@@ -161,6 +177,7 @@ impl ServiceFactory for EncryptFactory {
 
 struct Encrypt {
     sa: Arc<Outbound>,
+    esn: bool,
     wrap: Wrap,
     /// The largest IPv4 / IPv6 packet (plain header) that fits once encrypted.
     max_v4: usize,
@@ -175,6 +192,8 @@ struct Encrypt {
     dropped_unfit: Counter,
     dropped_too_big: Counter,
     dropped_seq_exhausted: Counter,
+    /// Past the reservation on disk (the state file could not be written in time).
+    dropped_seq_unreserved: Counter,
     log: RateLimit,
 }
 
@@ -192,14 +211,17 @@ impl Encrypt {
         }
     }
 
-    /// The next sequence number, or `None` when the SA's numbers are used up.
+    /// The next sequence number, or `None` when the SA's numbers are used up or not yet
+    /// reserved on disk (never a number that is not: it might be used again).
     fn next_seq(&mut self, cx: &Context) -> Option<u64> {
-        let seq = self.sa.seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
-        let last = if self.sa.esn {
-            u64::MAX
-        } else {
-            u32::MAX as u64
+        let seq = match self.sa.seq.next() {
+            Ok(n) => n,
+            Err(NoSeq::Unreserved) => {
+                self.dropped_seq_unreserved.inc();
+                return None;
+            }
         };
+        let last = if self.esn { u64::MAX } else { u32::MAX as u64 };
         if seq == 0 || seq > last {
             // The counter must never wrap (RFC 4303 3.3.3): the SA needs a new key.
             self.dropped_seq_exhausted.inc();
@@ -303,7 +325,7 @@ impl Service for Encrypt {
         if self
             .sa
             .crypto
-            .seal(seq, self.sa.esn, &mut d[esp_at..total])
+            .seal(seq, self.esn, &mut d[esp_at..total])
             .is_err()
         {
             // Cannot happen (the lengths are the suite's); never send what is not sealed.
@@ -349,22 +371,15 @@ fn outer_header(
     }
 }
 
-/// Makes the next sequence number of the live outbound SA `spi` (with this suite, ESN
-/// setting and key) in `kept` `next`: how tests reach the end of the sequence space.
+/// Makes the next sequence number of the live outbound SA `spi` (with this suite and key)
+/// in `kept` `next`: how tests reach the end of the sequence space.
 #[cfg(test)]
-pub(crate) fn jump_sequence(
-    kept: &Kept,
-    spi: u32,
-    cipher: Cipher,
-    esn: bool,
-    key: &[u8],
-    next: u64,
-) {
+pub(crate) fn jump_sequence(kept: &Kept, spi: u32, cipher: Cipher, key: &[u8], next: u64) {
     let states = kept.get_or_default::<SaStates>();
     let sa = states
         .outbound
-        .get_or_make(SaId::new(spi, cipher, esn, key), || {
+        .get_or_make(SaId::new(spi, cipher, key), || {
             panic!("no live SA {spi:#x}")
         });
-    sa.seq.store(next - 1, Ordering::Relaxed);
+    sa.seq.jump(next);
 }

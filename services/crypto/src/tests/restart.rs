@@ -1,0 +1,121 @@
+//! The attacker's tests of restarts: a new process (a fresh [`relay_core::Kept`]) never
+//! sends a sequence number (an IV) again under a key, never accepts a packet again that the
+//! previous one accepted, and never starts an SA whose state is lost at 1.
+
+use super::*;
+use relay_core::Kept;
+
+/// The sequence number of what `enc` makes of a datagram (transport, IPv4).
+fn seq_of(enc: &mut Box<dyn Service>) -> Option<u32> {
+    let mut p = Packet::from_bytes(&udp_packet(10));
+    (enc.process(&mut p, &mut cx()) == Action::Continue).then(|| esp_of(p.data()).seq_no)
+}
+
+#[test]
+fn a_restarted_sender_resumes_past_every_number_it_used() {
+    let cipher = Cipher::Aes128Gcm;
+    let k = key_file("restart-out", cipher);
+    let cfg = || enc_config(cipher, k.clone());
+    let dir = state_dir_of(&k);
+    // Loading (what `relayd check` does) writes nothing.
+    let f = cfg().into_factory("e").unwrap();
+    drop(f);
+    assert!(!dir.exists(), "a configuration check wrote state");
+    // A clean stop records exactly what was used: the restart goes on from there.
+    let kept = Kept::new();
+    let mut enc = cfg()
+        .into_factory_kept("e", &kept)
+        .unwrap()
+        .build(&Counters::new());
+    let first: Vec<_> = (0..3).map(|_| seq_of(&mut enc).unwrap()).collect();
+    assert_eq!(first, [1, 2, 3]);
+    drop((enc, kept));
+    let kept = Kept::new();
+    let mut enc = cfg()
+        .into_factory_kept("e", &kept)
+        .unwrap()
+        .build(&Counters::new());
+    assert_eq!(seq_of(&mut enc), Some(4), "after a clean stop");
+    // A crash (the process gone without its stop): the next one starts past the
+    // reservation, whatever was used of it.
+    std::mem::forget((enc, kept));
+    let kept = Kept::new();
+    let mut enc = cfg()
+        .into_factory_kept("e", &kept)
+        .unwrap()
+        .build(&Counters::new());
+    assert_eq!(seq_of(&mut enc), Some(4 + 65536), "after a crash");
+    drop((enc, kept));
+    // The same SPI with a new key is a new SA: it starts at 1.
+    let k2 = key_file("restart-out2", cipher);
+    std::fs::copy(&k2, &k).unwrap();
+    let mut enc = cfg().into_factory("e").unwrap().build(&Counters::new());
+    assert_eq!(seq_of(&mut enc), Some(1), "a new key");
+}
+
+#[test]
+fn lost_state_of_a_used_sa_refuses_the_configuration() {
+    let cipher = Cipher::Aes128CbcHmac;
+    let k = key_file("restart-lost", cipher);
+    let dir = state_dir_of(&k);
+    let (enc, dec, _, _) = pair_with(enc_config(cipher, k.clone()), false);
+    drop((enc, dec));
+    for f in std::fs::read_dir(&dir).unwrap() {
+        let p = f.unwrap().path();
+        if p.extension().is_some_and(|e| e == "state") {
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+    let e = enc_config(cipher, k.clone())
+        .into_factory("e")
+        .err()
+        .unwrap();
+    assert!(e.message().contains("missing"), "{e}");
+    assert!(e.message().contains("relayd keygen"), "{e}");
+    let e = dec_config(cipher, k, false)
+        .into_factory("d")
+        .err()
+        .unwrap();
+    assert!(e.message().contains("replays"), "{e}");
+}
+
+#[test]
+fn a_restarted_receiver_still_refuses_what_it_accepted() {
+    let cipher = Cipher::Aes256Gcm;
+    let k = key_file("restart-in", cipher);
+    let (mut enc, mut dec, _, _) = pair_with(enc_config(cipher, k.clone()), false);
+    let sent: Vec<Vec<u8>> = (0..5)
+        .map(|_| {
+            let mut p = Packet::from_bytes(&udp_packet(30));
+            assert_eq!(enc.process(&mut p, &mut cx()), Action::Continue);
+            p.data().to_vec()
+        })
+        .collect();
+    for s in &sent {
+        assert_eq!(
+            dec.process(&mut Packet::from_bytes(s), &mut cx()),
+            Action::Continue
+        );
+    }
+    drop(dec);
+    // A new process: every packet accepted before is refused, the next one passes.
+    let dc = Counters::new();
+    let mut dec = dec_config(cipher, k, false)
+        .into_factory("d")
+        .unwrap()
+        .build(&dc);
+    for s in &sent {
+        assert_eq!(
+            dec.process(&mut Packet::from_bytes(s), &mut cx()),
+            Action::Drop
+        );
+    }
+    assert_eq!(count(&dc, "dropped_replayed"), 5);
+    let mut p = Packet::from_bytes(&udp_packet(30));
+    enc.process(&mut p, &mut cx());
+    assert_eq!(
+        dec.process(&mut p, &mut cx()),
+        Action::Continue,
+        "new ones pass"
+    );
+}
