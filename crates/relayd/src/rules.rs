@@ -29,8 +29,48 @@ pub fn ruleset(cfg: &Config) -> RuleSet {
                 pre: pre_rules(q, ct),
             })
             .collect(),
-        owned: tproxy_rules(cfg),
+        owned: {
+            let mut owned = tproxy_rules(cfg);
+            owned.extend(ike_rules(cfg));
+            owned
+        },
     }
+}
+
+/// IKE and NAT-T traffic of relayd's own IKE daemon (`[ike.NAME]`) is never queued: an
+/// encrypting queue whose match covers the peer would otherwise turn the IKE messages that
+/// negotiate its SA into ESP under that SA, or drop them while it has none. In every
+/// chain that has queue rules, UDP to (PREROUTING, INPUT) or from (OUTPUT, POSTROUTING)
+/// ports 500 and 4500 of a local IKE address returns before them.
+fn ike_rules(cfg: &Config) -> Vec<OwnedRule> {
+    let mut hooks: Vec<(Table, Hook)> = cfg.queues.iter().map(|q| (q.table, q.hook)).collect();
+    hooks.sort_by_key(|(t, h)| (t.as_str(), h.as_str()));
+    hooks.dedup();
+    let mut locals: Vec<std::net::IpAddr> = cfg.ike.iter().map(|c| c.conn.local).collect();
+    locals.sort();
+    locals.dedup();
+    let mut out = Vec::new();
+    for (table, hook) in hooks {
+        let (addr, ports) = match hook {
+            Hook::Prerouting | Hook::Input => ("-d", "--dports"),
+            Hook::Output | Hook::Postrouting => ("-s", "--sports"),
+            _ => continue,
+        };
+        for a in &locals {
+            let family = if a.is_ipv4() { IpVersion::V4 } else { IpVersion::V6 };
+            out.push(OwnedRule {
+                table,
+                hook,
+                family: Some(family),
+                args: [addr, &a.to_string(), "-p", "udp", "-m", "multiport", ports, "500,4500"]
+                    .into_iter()
+                    .chain(["-m", "comment", "--comment", "relayd-ike", "-j", "RETURN"])
+                    .map(String::from)
+                    .collect(),
+            });
+        }
+    }
+    out
 }
 
 /// The rules left in place while the daemon drains its proxy on exit: the TPROXY rules

@@ -86,6 +86,10 @@ pub(super) struct RawIke {
     child_rekey_packets: Option<Spanned<u64>>,
     #[serde(default)]
     dpd_delay: Option<Spanned<String>>,
+    #[serde(default)]
+    retransmit_timeout: Option<Spanned<String>>,
+    #[serde(default)]
+    retransmit_tries: Option<Spanned<u32>>,
 }
 
 /// Checks every `[ike.NAME]` and records every error; returns the good ones in name order.
@@ -271,6 +275,22 @@ fn check_one(cx: &mut Ctx<'_>, name: &str, r: RawIke) -> Option<IkeSpec> {
     let child_rekey_bytes = count(cx, &r.child_rekey_bytes, "child_rekey_bytes");
     let child_rekey_packets = count(cx, &r.child_rekey_packets, "child_rekey_packets");
 
+    let mut retransmit = Retransmit::default();
+    if let Some(t) = &r.retransmit_timeout {
+        match relay_core::units::parse_duration(t.get_ref()) {
+            Ok(d) if d >= Duration::from_millis(100) => retransmit.timeout = d,
+            Ok(_) => cx.err(Some(t.span()), field("retransmit_timeout"), "at least 100ms"),
+            Err(e) => cx.err(Some(t.span()), field("retransmit_timeout"), e),
+        }
+    }
+    if let Some(n) = &r.retransmit_tries {
+        if *n.get_ref() > 20 {
+            cx.err(Some(n.span()), field("retransmit_tries"), "at most 20");
+        } else {
+            retransmit.tries = *n.get_ref();
+        }
+    }
+
     let (local, remote, psk) = (local?, remote?, psk?);
     Some(IkeSpec {
         name: name.to_string(),
@@ -294,7 +314,7 @@ fn check_one(cx: &mut Ctx<'_>, name: &str, r: RawIke) -> Option<IkeSpec> {
             child_rekey_bytes,
             child_rekey_packets,
             dpd_delay,
-            retransmit: Retransmit::default(),
+            retransmit,
         },
     })
 }
