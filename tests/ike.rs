@@ -143,7 +143,9 @@ fn write_strongswan_vectors() {
         let rekeyed = wait_for(Duration::from_secs(5), || a.children_established() == 2);
         assert!(rekeyed, "no child rekey:\n{}", grep(&a.log(), "CHILD_SA"));
         a.rekey_ike().unwrap();
-        let rekeyed = wait_for(Duration::from_secs(5), || a.log().contains("] rekeyed between"));
+        let rekeyed = wait_for(Duration::from_secs(5), || {
+            a.log().contains("] rekeyed between")
+        });
         assert!(rekeyed, "no IKE rekey:\n{}", grep(&a.log(), "IKE"));
         std::thread::sleep(Duration::from_millis(500));
         assert!(l.src.ping("10.0.3.2"));
@@ -169,4 +171,282 @@ fn grep(text: &str, what: &str) -> String {
         .filter(|l| l.contains(what))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// The PSK both sides use, as swanctl writes it and as relayd's psk_file holds it.
+const PSK: &str = "0x5ce1e7a5ecf1c6d1d4e95d26b6c42c1b";
+
+/// An `[ike.peer]` section for relayd on `l.comp` (10.0.2.1) with charon on `l.decomp`
+/// (10.0.2.2), protecting 10.0.1.0/24 <-> 10.0.3.0/24; `extra` adds or overrides keys.
+fn relayd_ike(keys: &TempDir, ike: &str, esp: &str, extra: &str) -> String {
+    let psk = keys.0.join("peer.psk");
+    if !psk.exists() {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&psk)
+            .unwrap();
+        writeln!(f, "{PSK}").unwrap();
+    }
+    format!(
+        "[ike.peer]\nlocal = \"10.0.2.1\"\nremote = \"10.0.2.2\"\npsk_file = \"{}\"\n\
+         proposals = [\"{ike}\"]\nesp_proposals = [\"{esp}\"]\n\
+         local_ts = [\"10.0.1.0/24\"]\nremote_ts = [\"10.0.3.0/24\"]\n{extra}",
+        psk.display()
+    )
+}
+
+/// charon's side of [`relayd_ike`].
+fn charon_conn(ike: &str, esp: &str) -> Conn {
+    let mut c = Conn::new("10.0.2.2", "10.0.2.1", "10.0.3.0/24", "10.0.1.0/24");
+    c.proposals = ike.into();
+    c.esp_proposals = esp.into();
+    c
+}
+
+/// relayd's connection `peer` once it is established with an installed child; panics
+/// with both logs after `timeout`.
+fn relayd_established(r: &Relayd, c: &Charon, timeout: Duration) -> relayd::ike::IkeConnStatus {
+    let mut last = None;
+    let ok = wait_for(timeout, || {
+        let st = r.status().ike.into_iter().find(|i| i.name == "peer");
+        let done = st
+            .as_ref()
+            .is_some_and(|i| i.state == "established" && !i.children.is_empty());
+        last = st;
+        done
+    });
+    assert!(
+        ok,
+        "relayd: not established: {last:?}\n--- relayd\n{}\n--- charon\n{}",
+        r.log(),
+        c.log()
+    );
+    last.unwrap()
+}
+
+/// relayd's and charon's child SAs are the two halves of one pair.
+fn assert_pair(r: &relayd::ike::IkeConnStatus, c: &strongswan::IkeSa) {
+    let rc = r.children.last().unwrap();
+    let cc = c
+        .children
+        .iter()
+        .find(|x| x.state == "INSTALLED" && x.spi_in == rc.spi_out)
+        .unwrap_or_else(|| panic!("no charon child with SPI {:08x}: {c:?}\n{r:?}", rc.spi_out));
+    assert_eq!(cc.spi_out, rc.spi_in, "{c:?}\n{r:?}");
+}
+
+/// relayd initiates (`start = true`) and charon responds, and the other way round, with
+/// both suites of issue 25: IKE SA and CHILD_SA up on both sides with the same SPIs, the
+/// suite charon reports is the one configured, and charon sees a NAT (kernel-libipsec
+/// fakes one), so relayd's NAT-T path (port 4500, non-ESP marker) is exercised.
+#[test]
+fn relayd_and_charon_establish_both_ways() {
+    if !strongswan::require("relayd_and_charon_establish_both_ways") {
+        return;
+    }
+    let keys = key_dir("ike-both");
+    for (ike, esp, dh) in [
+        ("aes128gcm16-prfsha256-x25519", "aes128gcm16", "CURVE_25519"),
+        ("aes256-sha256-ecp256", "aes256-sha256", "ECP_256"),
+    ] {
+        for relayd_starts in [true, false] {
+            let l = line4("ike-both");
+            let c = Charon::start(&l.decomp, &charon_conn(ike, esp));
+            let start = format!("start = {relayd_starts}\n");
+            let r = Relayd::start(&l.comp, &relayd_ike(&keys, ike, esp, &start));
+            if !relayd_starts {
+                c.initiate(Duration::from_secs(10))
+                    .unwrap_or_else(|e| panic!("charon initiate: {e}\n{}", r.log()));
+            }
+            let rs = relayd_established(&r, &c, Duration::from_secs(10));
+            let cs = c.wait_established(Duration::from_secs(5));
+            eprintln!("{ike} relayd_starts={relayd_starts}: {rs:?}");
+            assert_eq!(rs.initiator, relayd_starts);
+            assert_eq!(cs.initiator, !relayd_starts);
+            assert_eq!(cs.dh_group, dh);
+            assert!(rs.nat, "charon's fake NAT was not seen: {rs:?}");
+            assert_eq!(rs.peer.as_deref(), Some("10.0.2.2:4500"));
+            assert_pair(&rs, &cs);
+            assert_eq!(rs.counters["auth_failures"], 0);
+        }
+    }
+}
+
+/// Deleted by the peer, re-established: charon deletes the IKE SA, relayd drops it and
+/// its child at once and (with `start`) makes a new one; then charon deletes only the
+/// child, and relayd keeps the IKE SA.
+#[test]
+fn delete_and_reestablish() {
+    if !strongswan::require("delete_and_reestablish") {
+        return;
+    }
+    let keys = key_dir("ike-del");
+    let l = line4("ike-del");
+    let (ike, esp) = ("aes128gcm16-prfsha256-x25519", "aes128gcm16");
+    let c = Charon::start(&l.decomp, &charon_conn(ike, esp));
+    let r = Relayd::start(&l.comp, &relayd_ike(&keys, ike, esp, "start = true\n"));
+    let first = relayd_established(&r, &c, Duration::from_secs(10));
+    c.terminate_ike().unwrap();
+    // relayd restarts the connection after a back-off of a second or two.
+    let again = wait_for(Duration::from_secs(15), || {
+        r.status().ike.first().is_some_and(|i| {
+            i.state == "established"
+                && i.children
+                    .first()
+                    .is_some_and(|ch| ch.spi_in != first.children[0].spi_in)
+        })
+    });
+    assert!(again, "not re-established:\n{}\n{}", r.log(), c.log());
+    let cs = c.wait_established(Duration::from_secs(5));
+    let rs = relayd_established(&r, &c, Duration::from_secs(1));
+    assert_pair(&rs, &cs);
+    assert_eq!(rs.counters["ike_down"], 1, "{rs:?}");
+}
+
+/// Dead peer detection: charon disappears (SIGKILL, no DELETE); relayd's liveness checks
+/// go unanswered and it declares the IKE SA down within dpd_delay plus its retransmits.
+#[test]
+fn dpd_after_the_peer_disappears() {
+    if !strongswan::require("dpd_after_the_peer_disappears") {
+        return;
+    }
+    let keys = key_dir("ike-dpd");
+    let l = line4("ike-dpd");
+    let (ike, esp) = ("aes128gcm16-prfsha256-x25519", "aes128gcm16");
+    let mut c = Charon::start(&l.decomp, &charon_conn(ike, esp));
+    let extra =
+        "start = true\ndpd_delay = \"2s\"\nretransmit_timeout = \"500ms\"\nretransmit_tries = 2\n";
+    let r = Relayd::start(&l.comp, &relayd_ike(&keys, ike, esp, extra));
+    relayd_established(&r, &c, Duration::from_secs(10));
+    c.kill();
+    let t0 = std::time::Instant::now();
+    let down = wait_for(Duration::from_secs(15), || {
+        r.status()
+            .ike
+            .first()
+            .is_some_and(|i| i.counters.get("ike_down").copied().unwrap_or(0) >= 1)
+    });
+    assert!(down, "the dead peer was not detected:\n{}", r.log());
+    let took = t0.elapsed();
+    eprintln!("dead peer detected after {took:?}");
+    let st = r.status().ike.into_iter().next().unwrap();
+    assert!(st.counters["timeouts"] >= 1, "{st:?}");
+}
+
+/// relayd's child SA is rekeyed by time (child_rekey_time = 5s) against charon: new SPIs
+/// on both sides, the old ones deleted, the IKE SA kept.
+#[test]
+fn child_rekeyed_by_time() {
+    if !strongswan::require("child_rekeyed_by_time") {
+        return;
+    }
+    let keys = key_dir("ike-rekey");
+    let l = line4("ike-rekey");
+    let (ike, esp) = ("aes128gcm16-prfsha256-x25519", "aes128gcm16");
+    let c = Charon::start(&l.decomp, &charon_conn(ike, esp));
+    let extra = "start = true\nchild_rekey_time = \"5s\"\n";
+    let r = Relayd::start(&l.comp, &relayd_ike(&keys, ike, esp, extra));
+    let first = relayd_established(&r, &c, Duration::from_secs(10));
+    let rekeyed = wait_for(Duration::from_secs(14), || c.children_established() >= 3);
+    assert!(
+        rekeyed,
+        "fewer than 2 rekeys in 14 s:\n{}\n{}",
+        r.log(),
+        c.log()
+    );
+    let rs = relayd_established(&r, &c, Duration::from_secs(1));
+    let cs = c.wait_established(Duration::from_secs(1));
+    assert_ne!(rs.children.last().unwrap().spi_in, first.children[0].spi_in);
+    assert!(rs.counters["child_rekeys"] >= 2, "{rs:?}");
+    assert_eq!(rs.counters["ike_down"], 0, "{rs:?}");
+    // The rekeyed-away SAs are gone on both sides (each keeps at most the new pair and,
+    // for a moment, the old one; charon lists deleted ones a few seconds longer).
+    assert!(rs.children.len() <= 2, "{rs:?}");
+    let live = cs.children.iter().filter(|x| x.state != "DELETED").count();
+    assert!(live <= 2, "{cs:?}");
+    assert_pair(&rs, &cs);
+}
+
+/// relayd stopped with SIGTERM deletes its IKE SA at the peer; a reload that removes the
+/// connection does the same.
+#[test]
+fn shutdown_and_reload_delete_at_the_peer() {
+    if !strongswan::require("shutdown_and_reload_delete_at_the_peer") {
+        return;
+    }
+    let keys = key_dir("ike-stop");
+    let l = line4("ike-stop");
+    let (ike, esp) = ("aes128gcm16-prfsha256-x25519", "aes128gcm16");
+    let c = Charon::start(&l.decomp, &charon_conn(ike, esp));
+    let conf = relayd_ike(&keys, ike, esp, "start = true\n");
+    let mut r = Relayd::start(&l.comp, &conf);
+    relayd_established(&r, &c, Duration::from_secs(10));
+    // A reload that changes nothing keeps the SA.
+    let spi = r.status().ike[0].children[0].spi_in;
+    reload(&r, 1);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(r.status().ike[0].children[0].spi_in, spi, "{}", r.log());
+    // Removing the connection deletes it at the peer.
+    r.rewrite(
+        &format!("{conf}\n[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"accept\"]\n")
+            .replace("[ike.peer]", "[ike.other]")
+            .replace("10.0.2.2\"\npsk", "10.0.2.9\"\npsk"),
+    );
+    reload(&r, 2);
+    let gone = wait_for(Duration::from_secs(5), || c.established().is_none());
+    assert!(gone, "charon kept the SA after the reload:\n{}", c.log());
+    // Back, then SIGTERM.
+    r.rewrite(&conf);
+    reload(&r, 3);
+    relayd_established(&r, &c, Duration::from_secs(10));
+    c.wait_established(Duration::from_secs(5));
+    assert!(r.stop(libc::SIGTERM), "{}", r.log());
+    let gone = wait_for(Duration::from_secs(5), || c.established().is_none());
+    assert!(
+        gone,
+        "charon kept the SA after relayd stopped:\n{}",
+        c.log()
+    );
+}
+
+/// Two relayds negotiate with each other: one starts, the other responds; SPIs pair up.
+#[test]
+fn relayd_to_relayd() {
+    let keys = key_dir("ike-rr");
+    let l = line4("ike-rr");
+    let (ike, esp) = ("aes256-sha256-ecp256", "aes256-sha256");
+    let a = Relayd::start(&l.comp, &relayd_ike(&keys, ike, esp, "start = true\n"));
+    let b_conf = relayd_ike(&keys, ike, esp, "")
+        .replace(
+            "local = \"10.0.2.1\"\nremote = \"10.0.2.2\"",
+            "local = \"10.0.2.2\"\nremote = \"10.0.2.1\"",
+        )
+        .replace(
+            "local_ts = [\"10.0.1.0/24\"]\nremote_ts = [\"10.0.3.0/24\"]",
+            "local_ts = [\"10.0.3.0/24\"]\nremote_ts = [\"10.0.1.0/24\"]",
+        );
+    let b = Relayd::start(&l.decomp, &b_conf);
+    let up = |r: &Relayd| {
+        r.status()
+            .ike
+            .first()
+            .is_some_and(|i| i.state == "established" && !i.children.is_empty())
+    };
+    assert!(
+        wait_for(Duration::from_secs(10), || up(&a) && up(&b)),
+        "--- a\n{}\n--- b\n{}",
+        a.log(),
+        b.log()
+    );
+    let (sa, sb) = (a.status().ike.remove(0), b.status().ike.remove(0));
+    assert!(sa.initiator && !sb.initiator);
+    assert!(!sa.nat && !sb.nat, "no NAT between two relayds: {sa:?}");
+    assert_eq!(sa.peer.as_deref(), Some("10.0.2.2:500"));
+    assert_eq!(sa.children[0].spi_in, sb.children[0].spi_out);
+    assert_eq!(sa.children[0].spi_out, sb.children[0].spi_in);
+    assert_eq!(sa.children[0].transform, "aes256-sha256");
 }

@@ -603,7 +603,12 @@ async fn serve(cfg: Config, registry: Registry) -> anyhow::Result<()> {
         tokio::spawn(crate::metrics::serve(
             l,
             crate::metrics::Limits::default(),
-            move || with_ike(lock(&for_metrics).as_ref().map(Daemon::status), &ike_metrics),
+            move || {
+                with_ike(
+                    lock(&for_metrics).as_ref().map(Daemon::status),
+                    &ike_metrics,
+                )
+            },
         ))
     });
     let mut watchdog = tokio::time::interval(std::time::Duration::from_secs(1));

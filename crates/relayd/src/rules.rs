@@ -57,16 +57,29 @@ fn ike_rules(cfg: &Config) -> Vec<OwnedRule> {
             _ => continue,
         };
         for a in &locals {
-            let family = if a.is_ipv4() { IpVersion::V4 } else { IpVersion::V6 };
+            let family = if a.is_ipv4() {
+                IpVersion::V4
+            } else {
+                IpVersion::V6
+            };
             out.push(OwnedRule {
                 table,
                 hook,
                 family: Some(family),
-                args: [addr, &a.to_string(), "-p", "udp", "-m", "multiport", ports, "500,4500"]
-                    .into_iter()
-                    .chain(["-m", "comment", "--comment", "relayd-ike", "-j", "RETURN"])
-                    .map(String::from)
-                    .collect(),
+                args: [
+                    addr,
+                    &a.to_string(),
+                    "-p",
+                    "udp",
+                    "-m",
+                    "multiport",
+                    ports,
+                    "500,4500",
+                ]
+                .into_iter()
+                .chain(["-m", "comment", "--comment", "relayd-ike", "-j", "RETURN"])
+                .map(String::from)
+                .collect(),
             });
         }
     }

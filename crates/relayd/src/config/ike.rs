@@ -93,10 +93,7 @@ pub(super) struct RawIke {
 }
 
 /// Checks every `[ike.NAME]` and records every error; returns the good ones in name order.
-pub(super) fn check_ike(
-    cx: &mut Ctx<'_>,
-    raw: BTreeMap<String, Spanned<RawIke>>,
-) -> Vec<IkeSpec> {
+pub(super) fn check_ike(cx: &mut Ctx<'_>, raw: BTreeMap<String, Spanned<RawIke>>) -> Vec<IkeSpec> {
     let mut out = Vec::new();
     let mut pairs: BTreeMap<(IpAddr, IpAddr), String> = BTreeMap::new();
     for (name, body) in raw {
@@ -189,7 +186,11 @@ fn check_one(cx: &mut Ctx<'_>, name: &str, r: RawIke) -> Option<IkeSpec> {
         ),
         Some(list) => {
             if list.get_ref().is_empty() {
-                cx.err(Some(list.span()), field("esp_proposals"), "must not be empty");
+                cx.err(
+                    Some(list.span()),
+                    field("esp_proposals"),
+                    "must not be empty",
+                );
             }
             for p in list.get_ref() {
                 match relay_ike::parse_esp_proposal(p.get_ref()) {
@@ -201,9 +202,9 @@ fn check_one(cx: &mut Ctx<'_>, name: &str, r: RawIke) -> Option<IkeSpec> {
     }
 
     let selectors = |cx: &mut Ctx<'_>,
-                         list: &Option<Spanned<Vec<Spanned<String>>>>,
-                         f: &str,
-                         default: Option<IpAddr>|
+                     list: &Option<Spanned<Vec<Spanned<String>>>>,
+                     f: &str,
+                     default: Option<IpAddr>|
      -> Vec<TrafficSelector> {
         let Some(list) = list else {
             return default.map(TrafficSelector::host).into_iter().collect();
@@ -235,17 +236,15 @@ fn check_one(cx: &mut Ctx<'_>, name: &str, r: RawIke) -> Option<IkeSpec> {
             Mode::Tunnel
         }
     };
-    let time = |cx: &mut Ctx<'_>, v: &Option<Spanned<String>>, f: &str, default: u64| {
-        match v {
-            None => Duration::from_secs(default),
-            Some(s) => match parse_time(s.get_ref()) {
-                Ok(d) => d,
-                Err(e) => {
-                    cx.err(Some(s.span()), field(f), e);
-                    Duration::ZERO
-                }
-            },
-        }
+    let time = |cx: &mut Ctx<'_>, v: &Option<Spanned<String>>, f: &str, default: u64| match v {
+        None => Duration::from_secs(default),
+        Some(s) => match parse_time(s.get_ref()) {
+            Ok(d) => d,
+            Err(e) => {
+                cx.err(Some(s.span()), field(f), e);
+                Duration::ZERO
+            }
+        },
     };
     let ike_rekey = time(cx, &r.rekey_time, "rekey_time", 4 * 3600);
     let child_rekey = time(cx, &r.child_rekey_time, "child_rekey_time", 3600);
@@ -267,7 +266,11 @@ fn check_one(cx: &mut Ctx<'_>, name: &str, r: RawIke) -> Option<IkeSpec> {
     let count = |cx: &mut Ctx<'_>, v: &Option<Spanned<u64>>, f: &str| -> Option<u64> {
         let v = v.as_ref()?;
         if *v.get_ref() == 0 {
-            cx.err(Some(v.span()), field(f), "must be at least 1 (leave it out for no limit)");
+            cx.err(
+                Some(v.span()),
+                field(f),
+                "must be at least 1 (leave it out for no limit)",
+            );
             return None;
         }
         Some(*v.get_ref())
@@ -279,7 +282,11 @@ fn check_one(cx: &mut Ctx<'_>, name: &str, r: RawIke) -> Option<IkeSpec> {
     if let Some(t) = &r.retransmit_timeout {
         match relay_core::units::parse_duration(t.get_ref()) {
             Ok(d) if d >= Duration::from_millis(100) => retransmit.timeout = d,
-            Ok(_) => cx.err(Some(t.span()), field("retransmit_timeout"), "at least 100ms"),
+            Ok(_) => cx.err(
+                Some(t.span()),
+                field("retransmit_timeout"),
+                "at least 100ms",
+            ),
             Err(e) => cx.err(Some(t.span()), field("retransmit_timeout"), e),
         }
     }
@@ -477,7 +484,9 @@ pub fn read_psk(path: &std::path::Path) -> Result<Secret, String> {
     let bytes = match t.strip_prefix("0x") {
         Some(hex) => {
             if !hex.len().is_multiple_of(2) || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return Err(format!("PSK file {shown}: `0x` must be followed by hex digits"));
+                return Err(format!(
+                    "PSK file {shown}: `0x` must be followed by hex digits"
+                ));
             }
             (0..hex.len())
                 .step_by(2)
@@ -504,7 +513,10 @@ mod tests {
     #[test]
     fn selectors_in_swanctl_syntax() {
         let t = parse_ts("10.0.1.0/24").unwrap();
-        assert_eq!((t.start.to_string(), t.end.to_string()), ("10.0.1.0".into(), "10.0.1.255".into()));
+        assert_eq!(
+            (t.start.to_string(), t.end.to_string()),
+            ("10.0.1.0".into(), "10.0.1.255".into())
+        );
         assert_eq!((t.protocol, t.start_port, t.end_port), (0, 0, 65535));
         let t = parse_ts("10.0.1.5[udp/5000-5010]").unwrap();
         assert_eq!((t.protocol, t.start_port, t.end_port), (17, 5000, 5010));
@@ -512,7 +524,11 @@ mod tests {
         let t = parse_ts("fd00::/64[tcp/443]").unwrap();
         assert_eq!((t.protocol, t.start_port), (6, 443));
         assert!(parse_ts("10.0.1.0/33").unwrap_err().contains("prefix"));
-        assert!(parse_ts("10.0.1.0/24[/80]").unwrap_err().contains("needs a protocol"));
+        assert!(
+            parse_ts("10.0.1.0/24[/80]")
+                .unwrap_err()
+                .contains("needs a protocol")
+        );
         assert!(parse_ts("10.0.1.0/24[udp").is_err());
         assert!(parse_ts("host/24").is_err());
     }
@@ -524,8 +540,17 @@ mod tests {
         assert_eq!(parse_time("10s").unwrap(), Duration::from_secs(10));
         assert!(parse_time("10x").unwrap_err().contains("unit"));
         assert!(parse_time("-1s").is_err());
-        assert_eq!(identity("10.0.0.1"), Identity::Addr("10.0.0.1".parse().unwrap()));
-        assert_eq!(identity("@relay.example"), Identity::Fqdn("relay.example".into()));
-        assert_eq!(identity("ops@example.org"), Identity::Email("ops@example.org".into()));
+        assert_eq!(
+            identity("10.0.0.1"),
+            Identity::Addr("10.0.0.1".parse().unwrap())
+        );
+        assert_eq!(
+            identity("@relay.example"),
+            Identity::Fqdn("relay.example".into())
+        );
+        assert_eq!(
+            identity("ops@example.org"),
+            Identity::Email("ops@example.org".into())
+        );
     }
 }

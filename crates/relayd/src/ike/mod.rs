@@ -31,6 +31,10 @@ const USAGE_EVERY: Duration = Duration::from_millis(500);
 /// refused by the parser).
 const MAX_DATAGRAM: usize = 65535;
 
+/// The counters the shell keeps per connection (beside relay_ike's): always present in
+/// the status, zero or not.
+const SHELL_COUNTERS: [&str; 3] = ["send_errors", "child_install_failed", "ike_down"];
+
 enum Cmd {
     Reload(Vec<IkeSpec>),
     Shutdown(oneshot::Sender<()>),
@@ -62,11 +66,7 @@ impl Ike {
             d.reconfigure(specs, Instant::now()).await;
             d.run(rx).await;
         });
-        Ike {
-            cmds,
-            status,
-            task,
-        }
+        Ike { cmds, status, task }
     }
 
     /// The connections' status, as of the task's last step.
@@ -171,7 +171,11 @@ impl Driver {
         let mut usage = tokio::time::interval(USAGE_EVERY);
         usage.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let deadline = self.conns.values().filter_map(|c| c.ep.poll_timeout()).min();
+            let deadline = self
+                .conns
+                .values()
+                .filter_map(|c| c.ep.poll_timeout())
+                .min();
             let sleep = async {
                 match deadline {
                     Some(t) => tokio::time::sleep_until(t.into()).await,
@@ -361,7 +365,6 @@ impl Driver {
         }
         self.publish();
     }
-
 }
 
 /// Binds UDP 500 and 4500 on `a`, with a reader task each feeding `dgrams`.
@@ -381,11 +384,7 @@ async fn bind(a: IpAddr, dgrams: mpsc::Sender<Datagram>) -> Result<Sockets, Stri
                 tokio::spawn(read_loop(s, tx))
             })
             .collect();
-        Ok(Sockets {
-            ike,
-            natt,
-            readers,
-        })
+        Ok(Sockets { ike, natt, readers })
     }
 }
 
@@ -409,14 +408,16 @@ impl Driver {
             .values()
             .map(|c| {
                 let bind = self.bind_errors.get(&c.spec.conn.local).cloned();
-                let mut s = IkeConnStatus::new(&c.spec, &c.ep.status_at(now), c.ep.counters(), bind);
+                let mut s =
+                    IkeConnStatus::new(&c.spec, &c.ep.status_at(now), c.ep.counters(), bind);
                 if s.state == "down" {
                     s.failures = s.failures.max(c.failures);
                 }
-                for (k, v) in &c.shell {
-                    s.counters.insert((*k).to_string(), *v);
+                for k in SHELL_COUNTERS {
+                    s.counters.insert(k.to_string(), c.shell.get(k).copied().unwrap_or(0));
                 }
-                s.counters.insert("esp_in_udp_ignored".into(), self.esp_in_udp);
+                s.counters
+                    .insert("esp_in_udp_ignored".into(), self.esp_in_udp);
                 s.counters.insert("unmatched".into(), self.unmatched);
                 for ch in &mut s.children {
                     ch.installed = c.installed.contains_key(&ch.spi_out);
