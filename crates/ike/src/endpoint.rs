@@ -85,6 +85,7 @@ impl Endpoint {
             events,
             c,
             new_sa: None,
+            initial_contact: false,
         }
     }
 
@@ -137,6 +138,9 @@ impl Endpoint {
                 );
                 self.sas[i].handle(&mut ctx, local, remote, msg, m);
                 let new = ctx.new_sa.take();
+                if ctx.initial_contact {
+                    self.initial_contact(now, i);
+                }
                 if self.sas[i].phase == Phase::Established {
                     self.conns[conn].failures = 0;
                 }
@@ -193,6 +197,43 @@ impl Endpoint {
             None => self.counters.invalid_unknown_spi += 1,
         }
         self.reap(now);
+    }
+
+    /// The peer of SA `i` says it has no other IKE SA with us (it restarted): the older
+    /// SAs of the connection that have not heard from it since are stale; remove them
+    /// and their child SAs (RFC 7296 2.4). An SA the peer answered since (a simultaneous
+    /// initiation) stays.
+    fn initial_contact(&mut self, now: Instant, i: usize) {
+        let (conn, created, remote_ip) = (
+            self.sas[i].conn,
+            self.sas[i].created,
+            self.sas[i].remote.ip(),
+        );
+        for j in 0..self.sas.len() {
+            let s = &self.sas[j];
+            if j == i
+                || s.conn != conn
+                || s.phase != Phase::Established
+                || s.last_heard >= created
+                || s.remote.ip() != remote_ip
+            {
+                continue;
+            }
+            let mut ctx = Self::ctx(
+                &self.conns,
+                conn,
+                now,
+                &mut self.rng,
+                &mut self.transmits,
+                &mut self.events,
+                &mut self.counters,
+            );
+            self.sas[j].die(
+                &mut ctx,
+                "replaced: the peer restarted (INITIAL_CONTACT)",
+                true,
+            );
+        }
     }
 
     fn adopt(&mut self, new: Option<IkeSa>) {

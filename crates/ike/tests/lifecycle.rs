@@ -278,3 +278,43 @@ fn simultaneous_child_rekey_keeps_one_pair() {
         "old SA deleted"
     );
 }
+
+#[test]
+fn restarted_initiator_replaces_stale_sas_with_initial_contact() {
+    let mut n = up("aes128gcm16");
+    let old = Net::children_up(&n.ev_b)[0].clone();
+    n.advance(Duration::from_secs(5));
+    // a restarts: a fresh endpoint with another seed, b still has the old SAs.
+    n.a = Endpoint::new(
+        vec![conn("c", A, B, true, IKE, "aes128gcm16", Mode::Transport)],
+        Box::new(SeededRng::new(77)),
+    );
+    n.ev_b.clear();
+    n.advance(Duration::ZERO);
+    let st = n.b.status_at(n.now);
+    assert_eq!(st.len(), 1, "{st:?}");
+    assert!(
+        n.ev_b
+            .iter()
+            .any(|e| matches!(e, Event::ChildDown { spi_in, .. } if *spi_in == old.spi_in))
+    );
+    assert!(!n.ev_b.iter().any(|e| matches!(e, Event::IkeDown { .. })));
+    assert_eq!(Net::children_up(&n.ev_b).len(), 1);
+}
+
+#[test]
+fn both_sides_initiating_stay_up() {
+    let mut n = Net::new(
+        conn("c", A, B, true, IKE, "aes128gcm16", Mode::Transport),
+        conn("c", B, A, true, IKE, "aes128gcm16", Mode::Transport),
+    );
+    n.advance(Duration::from_secs(1));
+    // Two IKE SAs (one each way) with a child each; neither kills the other.
+    assert_eq!(n.a.status_at(n.now).len(), 2);
+    assert!(n.a.status_at(n.now).iter().all(|s| s.children.len() == 1));
+    assert!(
+        !n.ev_a
+            .iter()
+            .any(|e| matches!(e, Event::IkeDown { .. } | Event::ChildDown { .. }))
+    );
+}

@@ -451,6 +451,7 @@ impl IkeSa {
         let child = self.accept_child(ctx, p, &ni, &nr, None, None);
         match child {
             Ok((payloads, ch)) => {
+                ctx.initial_contact = find_notify(p, notify::INITIAL_CONTACT).is_some();
                 resp.extend(payloads);
                 self.establish(ctx);
                 self.send_response(ctx, exchange::IKE_AUTH, h.msg_id, msg, &resp);

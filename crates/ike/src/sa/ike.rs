@@ -21,6 +21,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) c: &'a mut Counters,
     /// An IKE SA made by a rekey of this one, for the endpoint to adopt.
     pub(crate) new_sa: Option<IkeSa>,
+    /// The peer authenticated with INITIAL_CONTACT: it has no other IKE SA with us.
+    pub(crate) initial_contact: bool,
 }
 
 impl Ctx<'_> {
