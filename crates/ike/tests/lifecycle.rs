@@ -25,14 +25,32 @@ fn child_rekey_by_time_without_gap() {
         n.ev_a.clear();
         n.ev_b.clear();
         n.advance(Duration::from_secs(601));
-        // New SA up (replacing the old) before the old goes down, on both sides.
-        for (ev, _) in [(&n.ev_a, 'a'), (&n.ev_b, 'b')] {
-            let up = ev
-                .iter()
-                .position(|e| matches!(e, Event::ChildUp(c) if c.replaces.is_some()));
-            let down = ev.iter().position(|e| matches!(e, Event::ChildDown { .. }));
-            assert!(up.unwrap() < down.unwrap(), "{esp}: {ev:?}");
+        // The rekey's initiator installs the new SA and sends on it at once, then the old
+        // goes. The responder installs it inbound only and switches outbound when the
+        // initiator's delete of the old SA shows it has the new one, before the old goes.
+        let mut responders = 0;
+        for (ev, old) in [(&n.ev_a, first.spi_in), (&n.ev_b, first.spi_out)] {
+            let pos = |f: &dyn Fn(&Event) -> bool| {
+                ev.iter()
+                    .position(f)
+                    .unwrap_or_else(|| panic!("{esp}: {ev:?}"))
+            };
+            let up = pos(&|e| matches!(e, Event::ChildUp(c) if c.replaces == Some(old)));
+            let down = pos(&|e| matches!(e, Event::ChildDown { spi_in, .. } if *spi_in == old));
+            let Event::ChildUp(new) = &ev[up] else {
+                unreachable!()
+            };
+            if new.outbound {
+                assert!(up < down);
+            } else {
+                responders += 1;
+                let switch = pos(
+                    &|e| matches!(e, Event::ChildOutbound { spi_in, .. } if *spi_in == new.spi_in),
+                );
+                assert!(up < switch && switch < down, "{esp}: {ev:?}");
+            }
         }
+        assert_eq!(responders, 1);
         let (na, nb) = (
             Net::children_up(&n.ev_a)[0].clone(),
             Net::children_up(&n.ev_b)[0].clone(),

@@ -455,7 +455,7 @@ impl IkeSa {
                 resp.extend(payloads);
                 self.establish(ctx);
                 self.send_response(ctx, exchange::IKE_AUTH, h.msg_id, msg, &resp);
-                self.install(ctx, ch, None);
+                self.install(ctx, ch, None, true);
             }
             Err(e) => {
                 resp.push(Payload::notify(e, Vec::new()));
@@ -482,7 +482,7 @@ impl IkeSa {
         self.establish(ctx);
         let (ni, nr) = (self.ni.clone(), self.nr.clone());
         match self.child_from_response(ctx, p, spi_in, &ni, &nr, None) {
-            Some(ch) => self.install(ctx, ch, None),
+            Some(ch) => self.install(ctx, ch, None, true),
             None => tracing::warn!(conn = %self.name, "IKE SA up without its child SA"),
         }
     }
