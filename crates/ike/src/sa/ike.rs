@@ -118,6 +118,9 @@ pub(crate) struct IkeSa {
     pub(crate) ni: Vec<u8>,
     pub(crate) nr: Vec<u8>,
     pub(crate) cookie: Option<Vec<u8>>,
+    pub(crate) cookie_tries: u8,
+    /// Our IKE_SA_INIT payloads (without cookie), resent with a cookie.
+    pub(crate) init_payloads: Vec<Payload>,
     /// Our IKE_SA_INIT message and the peer's, signed by AUTH.
     pub(crate) init_ours: Vec<u8>,
     pub(crate) init_theirs: Vec<u8>,
@@ -167,6 +170,8 @@ impl IkeSa {
             ni: Vec::new(),
             nr: Vec::new(),
             cookie: None,
+            cookie_tries: 0,
+            init_payloads: Vec::new(),
             init_ours: Vec::new(),
             init_theirs: Vec::new(),
             next_msg_id: 0,
