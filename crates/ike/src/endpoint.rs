@@ -11,6 +11,9 @@ use std::time::{Duration, Instant};
 
 /// Half-open IKE SAs above which the responder demands cookies (RFC 7296 2.6).
 const COOKIE_THRESHOLD: usize = 64;
+/// Packets after which a child SA without extended sequence numbers is rekeyed whatever
+/// the configured limits: 2^32 minus room for the rekey to finish at any packet rate.
+pub const SEQ_REKEY_PACKETS: u64 = (1 << 32) - (1 << 26);
 
 struct Conn {
     cfg: ConnConfig,
@@ -366,7 +369,8 @@ impl Endpoint {
 
     /// The datapath's count of bytes and packets sent on the child SA with outbound SPI
     /// `spi_out` (totals since installed), for rekeying by volume: a rekey starts at 90 %
-    /// of the configured limit.
+    /// of the configured limit, and for SAs without ESN at [`SEQ_REKEY_PACKETS`] packets
+    /// (before the sequence number wraps) in any case.
     pub fn report_usage(
         &mut self,
         now: Instant,
@@ -383,22 +387,25 @@ impl Endpoint {
             self.conns[ci].cfg.child_rekey_packets,
         );
         let over = |lim: Option<u64>, v: u64| lim.is_some_and(|l| v >= l - l / 10);
-        if !(over(lb, bytes) || over(lp, packets)) {
-            return;
-        }
         for i in 0..self.sas.len() {
             let sa = &self.sas[i];
             if sa.conn != ci || sa.dead.is_some() {
                 continue;
             }
-            let Some(spi_in) = sa
+            let Some((spi_in, esn)) = sa
                 .children
                 .iter()
                 .find(|c| c.spi_out == spi_out && !c.replaced)
-                .map(|c| c.spi_in)
+                .map(|c| (c.spi_in, c.esp.esn))
             else {
                 continue;
             };
+            // Without ESN the 32-bit sequence number must never wrap (RFC 4303 3.3.3):
+            // a limit of its own, whatever the configuration says.
+            let seq_limit = (!esn).then_some(SEQ_REKEY_PACKETS);
+            if !(over(lb, bytes) || over(lp, packets) || seq_limit.is_some_and(|l| packets >= l)) {
+                continue;
+            }
             let mut ctx = Self::ctx(
                 &self.conns,
                 ci,

@@ -64,7 +64,7 @@ pub use config::{
     ConnConfig, DhGroup, Encr, EspProposal, EspTransform, Identity, IkeProposal, Integ, Mode, Prf,
     ProposalError, Retransmit, Secret, TrafficSelector, parse_esp_proposal, parse_proposal,
 };
-pub use endpoint::Endpoint;
+pub use endpoint::{Endpoint, SEQ_REKEY_PACKETS};
 pub use types::{
     ChildSa, ChildStatus, Counters, Error, Event, IkeSaStatus, IkeState, OsRng, RngSource,
     SeededRng, Transmit,

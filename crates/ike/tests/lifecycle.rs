@@ -83,6 +83,23 @@ fn child_rekey_by_volume() {
 }
 
 #[test]
+fn child_rekey_before_the_sequence_number_wraps() {
+    let mut n = up("aes128gcm16");
+    let c = Net::children_up(&n.ev_a)[0].clone();
+    assert!(!c.esn);
+    n.a.report_usage(n.now, "c", c.spi_out, 1 << 40, SEQ_REKEY_PACKETS - 1);
+    n.run();
+    assert_eq!(
+        Net::children_up(&n.ev_a).len(),
+        1,
+        "no limit configured, below 2^32"
+    );
+    n.a.report_usage(n.now, "c", c.spi_out, 1 << 40, SEQ_REKEY_PACKETS);
+    n.run();
+    assert_eq!(Net::children_up(&n.ev_a)[1].replaces, Some(c.spi_in));
+}
+
+#[test]
 fn ike_rekey_moves_children() {
     let mut ca = conn("c", A, B, true, IKE, "aes128gcm16", Mode::Transport);
     ca.ike_rekey = Duration::from_secs(100);
