@@ -15,7 +15,8 @@ const COOKIE_THRESHOLD: usize = 64;
 /// the configured limits: 2^32 minus room for the rekey to finish at any packet rate.
 pub const SEQ_REKEY_PACKETS: u64 = (1 << 32) - (1 << 26);
 
-struct Conn {
+#[derive(Clone)]
+pub(crate) struct Conn {
     cfg: ConnConfig,
     failures: u32,
     /// When to (re)initiate.
@@ -28,13 +29,13 @@ struct Conn {
 /// for how a driver uses it. Connections with `initiate` start at the first call that
 /// brings the time ([`handle_timeout`](Self::handle_timeout) or [`handle`](Self::handle)).
 pub struct Endpoint {
-    conns: Vec<Conn>,
+    pub(crate) conns: Vec<Conn>,
     pub(crate) sas: Vec<IkeSa>,
     pub(crate) rng: Box<dyn RngSource>,
-    transmits: VecDeque<Transmit>,
-    events: VecDeque<Event>,
-    counters: Counters,
-    cookie_secret: [u8; 32],
+    pub(crate) transmits: VecDeque<Transmit>,
+    pub(crate) events: VecDeque<Event>,
+    pub(crate) counters: Counters,
+    pub(crate) cookie_secret: [u8; 32],
 }
 
 impl std::fmt::Debug for Endpoint {

@@ -13,6 +13,7 @@ use std::net::IpAddr;
 use std::time::Instant;
 
 /// One installed child SA.
+#[derive(Clone)]
 pub(crate) struct Child {
     pub(crate) spi_in: u32,
     pub(crate) spi_out: u32,

@@ -59,6 +59,7 @@ pub(crate) enum Phase {
 }
 
 /// A request of ours waiting for its response.
+#[derive(Clone)]
 pub(crate) struct Outstanding {
     pub(crate) msg_id: u32,
     pub(crate) bytes: Vec<u8>,
@@ -68,6 +69,7 @@ pub(crate) struct Outstanding {
 }
 
 /// What the outstanding request was, with the state its response needs.
+#[derive(Clone)]
 pub(crate) enum OutKind {
     Init,
     Auth {
@@ -102,6 +104,7 @@ pub(crate) enum Req {
 }
 
 /// One IKE SA.
+#[derive(Clone)]
 pub(crate) struct IkeSa {
     pub(crate) conn: usize,
     pub(crate) name: String,
