@@ -22,7 +22,7 @@ fuzz_target!(|data: &[u8]| {
     let Some((&ctl, mut rest)) = data.split_first() else {
         return;
     };
-    let (a, b, mut now, _) = fuzzing::pair(usize::from(ctl & 7));
+    let (a, b, mut now) = fuzzing::pair_cached(usize::from(ctl & 7));
     let to_initiator = ctl & 8 != 0;
     let (mut ep, mut other) = if to_initiator { (a, b) } else { (b, a) };
     let (pa, pb) = fuzzing::addrs();

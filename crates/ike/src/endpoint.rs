@@ -11,8 +11,12 @@ use std::time::{Duration, Instant};
 
 /// Half-open IKE SAs above which the responder demands cookies (RFC 7296 2.6).
 const COOKIE_THRESHOLD: usize = 64;
+/// Packets after which a child SA without extended sequence numbers is rekeyed whatever
+/// the configured limits: 2^32 minus room for the rekey to finish at any packet rate.
+pub const SEQ_REKEY_PACKETS: u64 = (1 << 32) - (1 << 26);
 
-struct Conn {
+#[derive(Clone)]
+pub(crate) struct Conn {
     cfg: ConnConfig,
     failures: u32,
     /// When to (re)initiate.
@@ -25,13 +29,13 @@ struct Conn {
 /// for how a driver uses it. Connections with `initiate` start at the first call that
 /// brings the time ([`handle_timeout`](Self::handle_timeout) or [`handle`](Self::handle)).
 pub struct Endpoint {
-    conns: Vec<Conn>,
+    pub(crate) conns: Vec<Conn>,
     pub(crate) sas: Vec<IkeSa>,
     pub(crate) rng: Box<dyn RngSource>,
-    transmits: VecDeque<Transmit>,
-    events: VecDeque<Event>,
-    counters: Counters,
-    cookie_secret: [u8; 32],
+    pub(crate) transmits: VecDeque<Transmit>,
+    pub(crate) events: VecDeque<Event>,
+    pub(crate) counters: Counters,
+    pub(crate) cookie_secret: [u8; 32],
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -85,6 +89,7 @@ impl Endpoint {
             events,
             c,
             new_sa: None,
+            initial_contact: false,
         }
     }
 
@@ -137,6 +142,9 @@ impl Endpoint {
                 );
                 self.sas[i].handle(&mut ctx, local, remote, msg, m);
                 let new = ctx.new_sa.take();
+                if ctx.initial_contact {
+                    self.initial_contact(now, i);
+                }
                 if self.sas[i].phase == Phase::Established {
                     self.conns[conn].failures = 0;
                 }
@@ -193,6 +201,43 @@ impl Endpoint {
             None => self.counters.invalid_unknown_spi += 1,
         }
         self.reap(now);
+    }
+
+    /// The peer of SA `i` says it has no other IKE SA with us (it restarted): the older
+    /// SAs of the connection that have not heard from it since are stale; remove them
+    /// and their child SAs (RFC 7296 2.4). An SA the peer answered since (a simultaneous
+    /// initiation) stays.
+    fn initial_contact(&mut self, now: Instant, i: usize) {
+        let (conn, created, remote_ip) = (
+            self.sas[i].conn,
+            self.sas[i].created,
+            self.sas[i].remote.ip(),
+        );
+        for j in 0..self.sas.len() {
+            let s = &self.sas[j];
+            if j == i
+                || s.conn != conn
+                || s.phase != Phase::Established
+                || s.last_heard >= created
+                || s.remote.ip() != remote_ip
+            {
+                continue;
+            }
+            let mut ctx = Self::ctx(
+                &self.conns,
+                conn,
+                now,
+                &mut self.rng,
+                &mut self.transmits,
+                &mut self.events,
+                &mut self.counters,
+            );
+            self.sas[j].die(
+                &mut ctx,
+                "replaced: the peer restarted (INITIAL_CONTACT)",
+                true,
+            );
+        }
     }
 
     fn adopt(&mut self, new: Option<IkeSa>) {
@@ -325,7 +370,8 @@ impl Endpoint {
 
     /// The datapath's count of bytes and packets sent on the child SA with outbound SPI
     /// `spi_out` (totals since installed), for rekeying by volume: a rekey starts at 90 %
-    /// of the configured limit.
+    /// of the configured limit, and for SAs without ESN at [`SEQ_REKEY_PACKETS`] packets
+    /// (before the sequence number wraps) in any case.
     pub fn report_usage(
         &mut self,
         now: Instant,
@@ -342,22 +388,25 @@ impl Endpoint {
             self.conns[ci].cfg.child_rekey_packets,
         );
         let over = |lim: Option<u64>, v: u64| lim.is_some_and(|l| v >= l - l / 10);
-        if !(over(lb, bytes) || over(lp, packets)) {
-            return;
-        }
         for i in 0..self.sas.len() {
             let sa = &self.sas[i];
             if sa.conn != ci || sa.dead.is_some() {
                 continue;
             }
-            let Some(spi_in) = sa
+            let Some((spi_in, esn)) = sa
                 .children
                 .iter()
                 .find(|c| c.spi_out == spi_out && !c.replaced)
-                .map(|c| c.spi_in)
+                .map(|c| (c.spi_in, c.esp.esn))
             else {
                 continue;
             };
+            // Without ESN the 32-bit sequence number must never wrap (RFC 4303 3.3.3):
+            // a limit of its own, whatever the configuration says.
+            let seq_limit = (!esn).then_some(SEQ_REKEY_PACKETS);
+            if !(over(lb, bytes) || over(lp, packets) || seq_limit.is_some_and(|l| packets >= l)) {
+                continue;
+            }
             let mut ctx = Self::ctx(
                 &self.conns,
                 ci,

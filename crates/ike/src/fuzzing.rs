@@ -81,6 +81,22 @@ pub fn pair(steps: usize) -> (Endpoint, Endpoint, Instant, Vec<(bool, Vec<u8>)>)
 }
 
 impl Endpoint {
+    /// A copy of this endpoint in its current state, drawing from a fresh seeded
+    /// generator (fuzzing starts every input from the same prepared state this way,
+    /// without redoing the exchange's Diffie-Hellman work).
+    #[doc(hidden)]
+    pub fn fuzz_clone(&self) -> Endpoint {
+        Endpoint {
+            conns: self.conns.clone(),
+            sas: self.sas.clone(),
+            rng: Box::new(SeededRng::new(99)),
+            transmits: self.transmits.clone(),
+            events: self.events.clone(),
+            counters: self.counters.clone(),
+            cookie_secret: self.cookie_secret,
+        }
+    }
+
     /// A message from the peer of this endpoint's first keyed IKE SA: `plain` (an encoded
     /// payload chain starting with type `first`) sealed with the SA's keys in the peer's
     /// direction, with the given exchange, response flag and message ID.
@@ -135,6 +151,27 @@ impl Endpoint {
                 )
             })
     }
+}
+
+thread_local! {
+    static PAIRS: std::cell::RefCell<Vec<Option<(Endpoint, Endpoint, Instant)>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// [`pair`] without the delivered datagrams, prepared once per thread and step count and
+/// copied for each call.
+pub fn pair_cached(steps: usize) -> (Endpoint, Endpoint, Instant) {
+    PAIRS.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.len() <= steps {
+            p.resize_with(steps + 1, || None);
+        }
+        let slot = &mut p[steps];
+        let (a, b, now) = slot.get_or_insert_with(|| {
+            let (a, b, now, _) = pair(steps);
+            (a, b, now)
+        });
+        (a.fuzz_clone(), b.fuzz_clone(), *now)
+    })
 }
 
 /// Seeds for the fuzz targets: (target, name, input). `ike_message` gets every datagram

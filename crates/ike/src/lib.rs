@@ -15,6 +15,17 @@
 //! - reports the datapath's per-SA volume with [`Endpoint::report_usage`] so child SAs are
 //!   rekeyed before their byte or packet limit.
 //!
+//! The driver applies the events of a call before it sends that call's datagrams: a child
+//! SA's inbound half must be in the datapath before the peer can learn of it and use it.
+//! A rekeyed child SA comes up ([`Event::ChildUp`] with `replaces`) before the old one goes
+//! ([`Event::ChildDown`]); the rekey's initiator sends on the new SA at once, the responder
+//! after [`Event::ChildOutbound`] (when the initiator deletes the old SA, so the initiator
+//! has the new one), so no packet meets a missing SA.
+//!
+//! Connections with `initiate` start at the first call that brings the time (normally the
+//! driver's first [`Endpoint::handle_timeout`]) and again after their IKE SA goes down,
+//! with a backoff of 1 s doubling to 64 s while attempts fail.
+//!
 //! Everything is deterministic given the inputs and the [`RngSource`], so whole exchanges
 //! (initiator against responder, lost and reordered datagrams, rekeys, dead peers) are
 //! tested in memory with a fake clock (tests/), and the message parser and the endpoint are
@@ -30,6 +41,10 @@
 //! - `sa`: one IKE SA's exchanges (IKE_SA_INIT, IKE_AUTH, CREATE_CHILD_SA,
 //!   INFORMATIONAL), its child SAs, retransmission and message IDs.
 //! - [`Endpoint`]: dispatch of messages to IKE SAs, timers, events.
+//!
+//! Not supported (yet): certificates, EAP, IKE fragmentation (RFC 7383), MOBIKE, more
+//! than one child SA per IKE SA (beyond rekeys), configuration payloads, window sizes
+//! above 1.
 //!
 //! Supported: PSK authentication, DH groups 19 and 31, AES-GCM-16 and AES-CBC with
 //! HMAC-SHA-256-128 for IKE and ESP, PRF HMAC-SHA-256, NAT-T detection, child and IKE SA
@@ -49,7 +64,7 @@ pub use config::{
     ConnConfig, DhGroup, Encr, EspProposal, EspTransform, Identity, IkeProposal, Integ, Mode, Prf,
     ProposalError, Retransmit, Secret, TrafficSelector, parse_esp_proposal, parse_proposal,
 };
-pub use endpoint::Endpoint;
+pub use endpoint::{Endpoint, SEQ_REKEY_PACKETS};
 pub use types::{
     ChildSa, ChildStatus, Counters, Error, Event, IkeSaStatus, IkeState, OsRng, RngSource,
     SeededRng, Transmit,

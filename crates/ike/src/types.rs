@@ -43,9 +43,14 @@ pub struct ChildSa {
     pub remote_ts: Vec<TrafficSelector>,
     /// UDP encapsulation (RFC 3948) if a NAT was detected: local and remote address.
     pub encap: Option<(SocketAddr, SocketAddr)>,
-    /// If this SA rekeys another, the old SA's inbound SPI: switch outbound traffic to the
-    /// new SA now, keep the old inbound SA until its [`Event::ChildDown`].
+    /// If this SA rekeys another, the old SA's inbound SPI: keep the old inbound SA until
+    /// its [`Event::ChildDown`].
     pub replaces: Option<u32>,
+    /// Whether to send on this SA now. False only for the responder of a rekey: the peer
+    /// may not have installed the SA's inbound half yet, so keep sending on the old SA
+    /// (`replaces`) until [`Event::ChildOutbound`] for this SA, which comes before the old
+    /// SA's `ChildDown` (as strongSwan does).
+    pub outbound: bool,
 }
 
 /// Something the driver must act on.
@@ -54,6 +59,15 @@ pub struct ChildSa {
 pub enum Event {
     /// Install this child SA (see [`ChildSa::replaces`]).
     ChildUp(ChildSa),
+    /// Start sending on this child SA (installed earlier with `outbound: false`).
+    ChildOutbound {
+        /// The connection.
+        conn: String,
+        /// Its inbound SPI.
+        spi_in: u32,
+        /// Its outbound SPI.
+        spi_out: u32,
+    },
     /// Remove this child SA.
     ChildDown {
         /// The connection.

@@ -231,3 +231,38 @@ fn nat_is_detected_and_floats_to_4500() {
     let (l, r) = cb[0].encap.unwrap();
     assert_eq!((l.port(), r), (4500, "198.51.100.7:40001".parse().unwrap()));
 }
+
+#[test]
+fn responder_under_load_demands_cookies() {
+    let mut n = pair("aes128gcm16-prfsha256-x25519", "aes128gcm16", Mode::Tunnel);
+    // 64 half-open SAs from initiators that never come back.
+    for seed in 100..164 {
+        let mut e = Endpoint::new(
+            vec![conn(
+                "c",
+                A,
+                B,
+                true,
+                "aes128gcm16-prfsha256-x25519",
+                "aes128gcm16",
+                Mode::Tunnel,
+            )],
+            Box::new(SeededRng::new(seed)),
+        );
+        e.handle_timeout(n.now);
+        let t = e.poll_transmit().unwrap();
+        n.b.handle(n.now, t.remote, t.local, &t.payload);
+        while n.b.poll_transmit().is_some() {}
+    }
+    assert_eq!(n.b.counters().cookies_sent, 0);
+    n.advance(Duration::ZERO);
+    assert_eq!(n.b.counters().cookies_sent, 1);
+    assert_eq!(
+        Net::children_up(&n.ev_a).len(),
+        1,
+        "established with the cookie"
+    );
+    // The half-open ones expire.
+    n.advance(Duration::from_secs(60));
+    assert_eq!(n.b.status_at(n.now).len(), 1, "{:#?}", n.b.status_at(n.now));
+}

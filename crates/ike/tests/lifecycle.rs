@@ -25,14 +25,32 @@ fn child_rekey_by_time_without_gap() {
         n.ev_a.clear();
         n.ev_b.clear();
         n.advance(Duration::from_secs(601));
-        // New SA up (replacing the old) before the old goes down, on both sides.
-        for (ev, _) in [(&n.ev_a, 'a'), (&n.ev_b, 'b')] {
-            let up = ev
-                .iter()
-                .position(|e| matches!(e, Event::ChildUp(c) if c.replaces.is_some()));
-            let down = ev.iter().position(|e| matches!(e, Event::ChildDown { .. }));
-            assert!(up.unwrap() < down.unwrap(), "{esp}: {ev:?}");
+        // The rekey's initiator installs the new SA and sends on it at once, then the old
+        // goes. The responder installs it inbound only and switches outbound when the
+        // initiator's delete of the old SA shows it has the new one, before the old goes.
+        let mut responders = 0;
+        for (ev, old) in [(&n.ev_a, first.spi_in), (&n.ev_b, first.spi_out)] {
+            let pos = |f: &dyn Fn(&Event) -> bool| {
+                ev.iter()
+                    .position(f)
+                    .unwrap_or_else(|| panic!("{esp}: {ev:?}"))
+            };
+            let up = pos(&|e| matches!(e, Event::ChildUp(c) if c.replaces == Some(old)));
+            let down = pos(&|e| matches!(e, Event::ChildDown { spi_in, .. } if *spi_in == old));
+            let Event::ChildUp(new) = &ev[up] else {
+                unreachable!()
+            };
+            if new.outbound {
+                assert!(up < down);
+            } else {
+                responders += 1;
+                let switch = pos(
+                    &|e| matches!(e, Event::ChildOutbound { spi_in, .. } if *spi_in == new.spi_in),
+                );
+                assert!(up < switch && switch < down, "{esp}: {ev:?}");
+            }
         }
+        assert_eq!(responders, 1);
         let (na, nb) = (
             Net::children_up(&n.ev_a)[0].clone(),
             Net::children_up(&n.ev_b)[0].clone(),
@@ -60,6 +78,23 @@ fn child_rekey_by_volume() {
     n.run();
     assert_eq!(Net::children_up(&n.ev_a).len(), 1, "below the limit");
     n.a.report_usage(n.now, "c", c.spi_out, 20_000, 950);
+    n.run();
+    assert_eq!(Net::children_up(&n.ev_a)[1].replaces, Some(c.spi_in));
+}
+
+#[test]
+fn child_rekey_before_the_sequence_number_wraps() {
+    let mut n = up("aes128gcm16");
+    let c = Net::children_up(&n.ev_a)[0].clone();
+    assert!(!c.esn);
+    n.a.report_usage(n.now, "c", c.spi_out, 1 << 40, SEQ_REKEY_PACKETS - 1);
+    n.run();
+    assert_eq!(
+        Net::children_up(&n.ev_a).len(),
+        1,
+        "no limit configured, below 2^32"
+    );
+    n.a.report_usage(n.now, "c", c.spi_out, 1 << 40, SEQ_REKEY_PACKETS);
     n.run();
     assert_eq!(Net::children_up(&n.ev_a)[1].replaces, Some(c.spi_in));
 }
@@ -276,5 +311,45 @@ fn simultaneous_child_rekey_keeps_one_pair() {
     assert!(
         !sa[0].children.iter().any(|c| c.spi_in == a0.spi_in),
         "old SA deleted"
+    );
+}
+
+#[test]
+fn restarted_initiator_replaces_stale_sas_with_initial_contact() {
+    let mut n = up("aes128gcm16");
+    let old = Net::children_up(&n.ev_b)[0].clone();
+    n.advance(Duration::from_secs(5));
+    // a restarts: a fresh endpoint with another seed, b still has the old SAs.
+    n.a = Endpoint::new(
+        vec![conn("c", A, B, true, IKE, "aes128gcm16", Mode::Transport)],
+        Box::new(SeededRng::new(77)),
+    );
+    n.ev_b.clear();
+    n.advance(Duration::ZERO);
+    let st = n.b.status_at(n.now);
+    assert_eq!(st.len(), 1, "{st:?}");
+    assert!(
+        n.ev_b
+            .iter()
+            .any(|e| matches!(e, Event::ChildDown { spi_in, .. } if *spi_in == old.spi_in))
+    );
+    assert!(!n.ev_b.iter().any(|e| matches!(e, Event::IkeDown { .. })));
+    assert_eq!(Net::children_up(&n.ev_b).len(), 1);
+}
+
+#[test]
+fn both_sides_initiating_stay_up() {
+    let mut n = Net::new(
+        conn("c", A, B, true, IKE, "aes128gcm16", Mode::Transport),
+        conn("c", B, A, true, IKE, "aes128gcm16", Mode::Transport),
+    );
+    n.advance(Duration::from_secs(1));
+    // Two IKE SAs (one each way) with a child each; neither kills the other.
+    assert_eq!(n.a.status_at(n.now).len(), 2);
+    assert!(n.a.status_at(n.now).iter().all(|s| s.children.len() == 1));
+    assert!(
+        !n.ev_a
+            .iter()
+            .any(|e| matches!(e, Event::IkeDown { .. } | Event::ChildDown { .. }))
     );
 }

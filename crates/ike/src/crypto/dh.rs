@@ -7,6 +7,7 @@ use p256::elliptic_curve::sec1::ToSec1Point;
 use zeroize::Zeroizing;
 
 /// Our private value for one exchange.
+#[derive(Clone)]
 pub(crate) enum DhSecret {
     X25519(Zeroizing<[u8; 32]>),
     P256(Box<p256::SecretKey>),

@@ -49,6 +49,7 @@ pub(crate) fn prf_plus(key: &[u8], seed: &[&[u8]], len: usize) -> Zeroizing<Vec<
 }
 
 /// An IKE SA's keys (RFC 7296 2.14).
+#[derive(Clone)]
 pub(crate) struct IkeKeys {
     pub(crate) suite: IkeProposal,
     pub(crate) sk_d: Secret,

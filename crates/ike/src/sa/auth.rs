@@ -75,40 +75,47 @@ impl IkeSa {
         let group = ctx.cfg.ike_proposals.first()?.dh;
         let mut sa = IkeSa::blank(conn, ctx.cfg, true, local, remote, ctx.now, group);
         sa.spi_i = ctx.spi64();
-        sa.send_init(ctx);
+        sa.send_init(ctx, true);
         Some(sa)
     }
 
-    fn send_init(&mut self, ctx: &mut Ctx<'_>) {
-        let (dh, public) = DhSecret::generate(self.group, ctx.rng);
-        self.dh = Some(dh);
-        self.ni = ctx.nonce();
+    /// Sends IKE_SA_INIT: with a fresh DH value and nonce, or (`fresh` false, answering a
+    /// COOKIE) the same payloads again behind the cookie (RFC 7296 2.6).
+    fn send_init(&mut self, ctx: &mut Ctx<'_>, fresh: bool) {
+        if fresh || self.init_payloads.is_empty() {
+            let (dh, public) = DhSecret::generate(self.group, ctx.rng);
+            self.dh = Some(dh);
+            self.ni = ctx.nonce();
+            let props = ctx
+                .cfg
+                .ike_proposals
+                .iter()
+                .enumerate()
+                .map(|(i, x)| Proposal::from_ike(i as u8 + 1, x, Vec::new()))
+                .collect();
+            self.init_payloads = vec![
+                Payload::Sa(props),
+                Payload::Ke {
+                    group: self.group.id(),
+                    data: public,
+                },
+                Payload::Nonce(self.ni.clone()),
+                Payload::notify(
+                    notify::NAT_DETECTION_SOURCE_IP,
+                    nat_hash(self.spi_i, 0, self.local),
+                ),
+                Payload::notify(
+                    notify::NAT_DETECTION_DESTINATION_IP,
+                    nat_hash(self.spi_i, 0, self.remote),
+                ),
+            ];
+        }
         self.next_msg_id = 0;
-        let mut p = Vec::new();
+        let mut p = Vec::with_capacity(6);
         if let Some(c) = &self.cookie {
             p.push(Payload::notify(notify::COOKIE, c.clone()));
         }
-        let props = ctx
-            .cfg
-            .ike_proposals
-            .iter()
-            .enumerate()
-            .map(|(i, x)| Proposal::from_ike(i as u8 + 1, x, Vec::new()))
-            .collect();
-        p.push(Payload::Sa(props));
-        p.push(Payload::Ke {
-            group: self.group.id(),
-            data: public,
-        });
-        p.push(Payload::Nonce(self.ni.clone()));
-        p.push(Payload::notify(
-            notify::NAT_DETECTION_SOURCE_IP,
-            nat_hash(self.spi_i, 0, self.local),
-        ));
-        p.push(Payload::notify(
-            notify::NAT_DETECTION_DESTINATION_IP,
-            nat_hash(self.spi_i, 0, self.remote),
-        ));
+        p.extend(self.init_payloads.iter().cloned());
         self.send_request(ctx, exchange::IKE_SA_INIT, &p, OutKind::Init);
         if let Some(o) = &self.out {
             self.init_ours = o.bytes.clone();
@@ -272,11 +279,16 @@ impl IkeSa {
         msg: &[u8],
         p: &[Payload],
     ) {
-        if let Some(n) = find_notify(p, notify::COOKIE)
-            && self.cookie.is_none()
-        {
-            self.cookie = Some(n.data.clone());
-            self.send_init(ctx);
+        if let Some(n) = find_notify(p, notify::COOKIE) {
+            // A new cookie is followed a few times; a responder that never accepts one
+            // must not keep us sending at its pace.
+            if self.cookie.as_ref() != Some(&n.data) && self.cookie_tries < 3 {
+                self.cookie_tries += 1;
+                self.cookie = Some(n.data.clone());
+                self.send_init(ctx, false);
+            } else {
+                self.die(ctx, "peer keeps refusing our cookie", false);
+            }
             return;
         }
         if let Some(n) = find_notify(p, notify::INVALID_KE_PAYLOAD) {
@@ -287,7 +299,7 @@ impl IkeSa {
             match g {
                 Some(g) if g != self.group && ctx.cfg.ike_proposals.iter().any(|x| x.dh == g) => {
                     self.group = g;
-                    self.send_init(ctx);
+                    self.send_init(ctx, true);
                 }
                 _ => self.die(ctx, "peer asked for a DH group we do not offer", false),
             }
@@ -451,10 +463,11 @@ impl IkeSa {
         let child = self.accept_child(ctx, p, &ni, &nr, None, None);
         match child {
             Ok((payloads, ch)) => {
+                ctx.initial_contact = find_notify(p, notify::INITIAL_CONTACT).is_some();
                 resp.extend(payloads);
                 self.establish(ctx);
                 self.send_response(ctx, exchange::IKE_AUTH, h.msg_id, msg, &resp);
-                self.install(ctx, ch, None);
+                self.install(ctx, ch, None, true);
             }
             Err(e) => {
                 resp.push(Payload::notify(e, Vec::new()));
@@ -481,7 +494,7 @@ impl IkeSa {
         self.establish(ctx);
         let (ni, nr) = (self.ni.clone(), self.nr.clone());
         match self.child_from_response(ctx, p, spi_in, &ni, &nr, None) {
-            Some(ch) => self.install(ctx, ch, None),
+            Some(ch) => self.install(ctx, ch, None, true),
             None => tracing::warn!(conn = %self.name, "IKE SA up without its child SA"),
         }
     }

@@ -13,6 +13,7 @@ use std::net::IpAddr;
 use std::time::Instant;
 
 /// One installed child SA.
+#[derive(Clone)]
 pub(crate) struct Child {
     pub(crate) spi_in: u32,
     pub(crate) spi_out: u32,
@@ -23,6 +24,9 @@ pub(crate) struct Child {
     pub(crate) rekeys: u32,
     /// Replaced by a rekey; waiting for its delete.
     pub(crate) replaced: bool,
+    /// As the responder of its rekey: the inbound SPI of the SA it replaces, whose
+    /// removal switches outbound traffic to this one.
+    pub(crate) outbound_after: Option<u32>,
     /// Lowest nonce of a peer's rekey of this SA while ours was under way (collision).
     pub(crate) peer_rekey: Option<(u32, Vec<u8>)>,
 }
@@ -291,7 +295,14 @@ impl IkeSa {
     }
 
     /// Installs a child SA: the `ChildUp` event and its rekey timer.
-    pub(crate) fn install(&mut self, ctx: &mut Ctx<'_>, ch: NewChild, replaces: Option<u32>) {
+    /// `outbound`: send on it now (else after `replaces` goes, see [`ChildSa::outbound`]).
+    pub(crate) fn install(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        ch: NewChild,
+        replaces: Option<u32>,
+        outbound: bool,
+    ) {
         let encap = self.nat.then_some((self.local, self.remote));
         ctx.c.child_up += 1;
         ctx.events.push_back(Event::ChildUp(ChildSa {
@@ -307,6 +318,7 @@ impl IkeSa {
             remote_ts: ch.remote_ts,
             encap,
             replaces,
+            outbound,
         }));
         let rekey_at =
             (!ctx.cfg.child_rekey.is_zero()).then(|| ctx.now + ctx.jitter(ctx.cfg.child_rekey));
@@ -319,6 +331,7 @@ impl IkeSa {
             rekey_at,
             rekeys: ch.rekeys,
             replaced: false,
+            outbound_after: if outbound { None } else { replaces },
             peer_rekey: None,
         });
     }
@@ -422,19 +435,38 @@ impl IkeSa {
         // lowest nonce made the redundant SA; its initiator deletes it.
         if let Some((peer_new, peer_min)) = oldc.peer_rekey.take() {
             let ours = ni.as_slice().min(nr.as_slice());
+            let name = self.name.clone();
+            let peer_child = self.children.iter_mut().find(|c| c.spi_in == peer_new);
             if ours < peer_min.as_slice() {
-                // Ours lost: install and delete it at once so the peer's copy stays.
-                self.install(ctx, ch, None);
+                // Ours lost: the peer's new SA carries the traffic; ours is deleted at once.
+                if let Some(c) = peer_child {
+                    c.outbound_after = None;
+                    ctx.events.push_back(Event::ChildOutbound {
+                        conn: name,
+                        spi_in: c.spi_in,
+                        spi_out: c.spi_out,
+                    });
+                }
+                if let Some(c) = self.children.iter_mut().find(|c| c.spi_in == old) {
+                    c.replaced = true;
+                    c.rekey_at = None;
+                }
+                self.install(ctx, ch, None, false);
                 self.request(ctx, super::ike::Req::DeleteChild(spi_in));
                 return;
             }
-            // Ours won: the peer deletes its new SA.
-            let _ = peer_new;
+            // Ours won: the peer deletes its new SA, which never carries our traffic.
+            if let Some(c) = peer_child {
+                c.outbound_after = None;
+            }
         }
+        let Some(oldc) = self.children.iter_mut().find(|c| c.spi_in == old) else {
+            return;
+        };
         oldc.replaced = true;
         oldc.rekey_at = None;
         ctx.c.child_rekeys += 1;
-        self.install(ctx, ch, Some(old));
+        self.install(ctx, ch, Some(old), true);
         self.request(ctx, super::ike::Req::DeleteChild(old));
     }
 
@@ -555,7 +587,7 @@ impl IkeSa {
                 if !ours_pending {
                     ctx.c.child_rekeys += 1;
                 }
-                self.install(ctx, ch, Some(old_in));
+                self.install(ctx, ch, Some(old_in), false);
             }
             Err(e) => err(self, ctx, e),
         }

@@ -21,6 +21,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) c: &'a mut Counters,
     /// An IKE SA made by a rekey of this one, for the endpoint to adopt.
     pub(crate) new_sa: Option<IkeSa>,
+    /// The peer authenticated with INITIAL_CONTACT: it has no other IKE SA with us.
+    pub(crate) initial_contact: bool,
 }
 
 impl Ctx<'_> {
@@ -57,6 +59,7 @@ pub(crate) enum Phase {
 }
 
 /// A request of ours waiting for its response.
+#[derive(Clone)]
 pub(crate) struct Outstanding {
     pub(crate) msg_id: u32,
     pub(crate) bytes: Vec<u8>,
@@ -66,6 +69,7 @@ pub(crate) struct Outstanding {
 }
 
 /// What the outstanding request was, with the state its response needs.
+#[derive(Clone)]
 pub(crate) enum OutKind {
     Init,
     Auth {
@@ -100,6 +104,7 @@ pub(crate) enum Req {
 }
 
 /// One IKE SA.
+#[derive(Clone)]
 pub(crate) struct IkeSa {
     pub(crate) conn: usize,
     pub(crate) name: String,
@@ -116,6 +121,9 @@ pub(crate) struct IkeSa {
     pub(crate) ni: Vec<u8>,
     pub(crate) nr: Vec<u8>,
     pub(crate) cookie: Option<Vec<u8>>,
+    pub(crate) cookie_tries: u8,
+    /// Our IKE_SA_INIT payloads (without cookie), resent with a cookie.
+    pub(crate) init_payloads: Vec<Payload>,
     /// Our IKE_SA_INIT message and the peer's, signed by AUTH.
     pub(crate) init_ours: Vec<u8>,
     pub(crate) init_theirs: Vec<u8>,
@@ -165,6 +173,8 @@ impl IkeSa {
             ni: Vec::new(),
             nr: Vec::new(),
             cookie: None,
+            cookie_tries: 0,
+            init_payloads: Vec::new(),
             init_ours: Vec::new(),
             init_theirs: Vec::new(),
             next_msg_id: 0,

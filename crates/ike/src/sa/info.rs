@@ -33,6 +33,16 @@ impl IkeSa {
     /// Removes child SAs by inbound SPI, with their `ChildDown` events.
     pub(crate) fn remove_children(&mut self, ctx: &mut Ctx<'_>, spis_in: &[u32]) {
         let name = self.name.clone();
+        for c in &mut self.children {
+            if c.outbound_after.is_some_and(|old| spis_in.contains(&old)) {
+                c.outbound_after = None;
+                ctx.events.push_back(Event::ChildOutbound {
+                    conn: name.clone(),
+                    spi_in: c.spi_in,
+                    spi_out: c.spi_out,
+                });
+            }
+        }
         self.children.retain(|c| {
             let gone = spis_in.contains(&c.spi_in);
             if gone {

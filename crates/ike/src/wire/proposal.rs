@@ -238,8 +238,9 @@ impl Proposal {
             return false;
         }
         let w = Proposal::from_esp(0, want, 0, dh);
-        let has_dh = self.transforms.iter().any(|t| t.ty == tt::DH && t.id != 0);
-        w.transforms.iter().all(|t| self.offers(t)) && (dh.is_some() || !has_dh)
+        // Without PFS, DH transforms offered are ignored (IKE_AUTH, RFC 7296 1.2; a
+        // CREATE_CHILD_SA without KE payload).
+        w.transforms.iter().all(|t| self.offers(t))
     }
 
     fn offers(&self, w: &Transform) -> bool {
