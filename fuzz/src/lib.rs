@@ -483,7 +483,9 @@ pub fn esp_state_dir() -> PathBuf {
 
 impl Sandbox for relay_svc_crypto::EncryptConfig {
     fn sandbox(&mut self) {
-        self.key_file = esp_key_file(self.cipher);
+        if let Some(c) = self.cipher {
+            self.key_file = Some(esp_key_file(c));
+        }
         self.state_dir = Some(esp_state_dir());
     }
 }

@@ -127,7 +127,6 @@ impl OutSeq {
 
     /// A counter from 1 with nothing on disk: for a key no one used before and no one will
     /// use again (negotiated by IKE).
-    #[allow(dead_code)] // for the SAs IKE negotiates (part 2 of issue 25)
     pub(crate) fn fresh(persister: Arc<Persister>) -> OutSeq {
         OutSeq {
             seq: AtomicU64::new(0),
@@ -288,7 +287,6 @@ impl InEdge {
     }
 
     /// Nothing on disk (an SA negotiated by IKE, whose key dies with the process).
-    #[allow(dead_code)] // for the SAs IKE negotiates (part 2 of issue 25)
     pub(crate) fn fresh() -> InEdge {
         InEdge {
             file: None,

@@ -18,6 +18,7 @@ use crate::durable::{InEdge, Job, OutSeq, Persister};
 use crate::keys::Cipher;
 use crate::sa::SaCrypto;
 use crate::state::Registry;
+use crate::table::Usage;
 use crate::window::ReplayWindow;
 use relay_core::Prefix;
 use relay_core::builtin::de_u32;
@@ -47,6 +48,10 @@ fn transport() -> EspMode {
     EspMode::Transport
 }
 
+fn de_opt_u32<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    de_u32(d).map(Some)
+}
+
 fn default_reserve() -> u64 {
     crate::durable::RESERVE
 }
@@ -62,14 +67,22 @@ pub struct EncryptConfig {
     /// transport (default) or tunnel.
     #[serde(default = "transport")]
     pub mode: EspMode,
-    /// The cipher suite.
-    pub cipher: Cipher,
-    /// The SPI the peer knows this SA by (256 and up; 1-255 are reserved, RFC 4303 2.1).
-    #[serde(deserialize_with = "de_u32")]
-    pub spi: u32,
-    /// The key file (hex, mode 0600).
-    pub key_file: PathBuf,
-    /// Extended (64-bit) sequence numbers (RFC 4303 2.2.1); the peer's SA must agree.
+    /// The cipher suite (manual keys).
+    #[serde(default)]
+    pub cipher: Option<Cipher>,
+    /// The SPI the peer knows this SA by (256 and up; 1-255 are reserved, RFC 4303 2.1)
+    /// (manual keys).
+    #[serde(default, deserialize_with = "de_opt_u32")]
+    pub spi: Option<u32>,
+    /// The key file (hex, mode 0600) (manual keys).
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
+    /// Instead of `cipher`, `spi` and `key_file`: the IKE connection whose current
+    /// outbound SA encrypts ([`crate::IkeSas`]); without one, packets are dropped.
+    #[serde(default)]
+    pub ike: Option<String>,
+    /// Extended (64-bit) sequence numbers (RFC 4303 2.2.1); the peer's SA must agree
+    /// (manual keys; an IKE SA has its own setting).
     #[serde(default)]
     pub esn: bool,
     /// Tunnel mode: this relay's address, the outer source.
@@ -125,8 +138,19 @@ pub struct DecryptConfig {
     /// Anti-replay window in packets (default 64, at most 4096).
     #[serde(default = "default_window")]
     pub replay_window: u32,
-    /// The SAs accepted, by SPI.
+    /// The SAs accepted, by SPI (manual keys).
+    #[serde(default)]
     pub sa: Vec<SaConfig>,
+    /// IKE connections whose inbound SAs are accepted too ([`crate::IkeSas`]).
+    #[serde(default)]
+    pub ike: Vec<String>,
+    /// transport (default) or tunnel: the mode of the IKE connections' SAs.
+    #[serde(default = "transport")]
+    pub ike_mode: EspMode,
+    /// The outer sources the IKE connections' SAs accept (required with `ike_mode =
+    /// "tunnel"`), as `peer` of an SA.
+    #[serde(default)]
+    pub ike_peer: Option<Prefix>,
     /// Where each SA's window edge is kept (default as `encrypt`'s `state_dir`).
     #[serde(default)]
     pub state_dir: Option<PathBuf>,
@@ -149,19 +173,23 @@ fn check_spi(spi: u32) -> Result<(), String> {
 /// An outbound SA: keys and the sequence counter, shared by the queue threads of a range
 /// (so no sequence number, and no GCM IV, repeats) and kept across reloads; the counter's
 /// reservation is kept on disk across restarts ([`OutSeq`]).
-struct Outbound {
-    spi: u32,
-    crypto: SaCrypto,
-    seq: Arc<OutSeq>,
+pub(crate) struct Outbound {
+    pub(crate) spi: u32,
+    pub(crate) crypto: SaCrypto,
+    pub(crate) seq: Arc<OutSeq>,
+    /// Bytes and packets sent (for IKE rekeying by volume).
+    pub(crate) usage: Usage,
 }
 
 /// An inbound SA: keys and the replay window, shared and kept the same way; the window's
 /// edge is kept on disk across restarts ([`InEdge`]).
-struct Inbound {
-    spi: u32,
-    crypto: SaCrypto,
-    window: Mutex<ReplayWindow>,
-    edge: InEdge,
+pub(crate) struct Inbound {
+    pub(crate) spi: u32,
+    pub(crate) crypto: SaCrypto,
+    pub(crate) window: Mutex<ReplayWindow>,
+    pub(crate) edge: InEdge,
+    /// Bytes and packets accepted.
+    pub(crate) usage: Usage,
 }
 
 impl Inbound {

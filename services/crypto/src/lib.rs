@@ -10,16 +10,19 @@ mod keys;
 pub mod persist;
 mod sa;
 mod state;
+mod table;
 mod window;
 
 pub use esp::{DecryptConfig, EncryptConfig, EspMode, SaConfig};
 pub use keys::{Cipher, ICV_LEN, KeyFileError, keygen, load_key};
 pub use relay_core::Prefix;
 pub use sa::{AuthFailed, BadLength, SaCrypto};
+pub use table::{IkeSaError, IkeSas};
 pub use window::{Replay, ReplayWindow};
 
 #[cfg(test)]
 mod tests {
+    mod ike;
     mod local_delivery;
     mod restart;
 
@@ -76,9 +79,10 @@ mod tests {
         EncryptConfig {
             state_dir: Some(state_dir_of(&key_file)),
             mode: EspMode::Transport,
-            cipher,
-            spi: 0x1001,
-            key_file,
+            cipher: Some(cipher),
+            spi: Some(0x1001),
+            key_file: Some(key_file),
+            ike: None,
             esn: false,
             local: None,
             remote: None,
@@ -95,6 +99,9 @@ mod tests {
     fn dec_config(cipher: Cipher, key_file: std::path::PathBuf, esn: bool) -> DecryptConfig {
         DecryptConfig {
             state_dir: Some(state_dir_of(&key_file)),
+            ike: vec![],
+            ike_mode: EspMode::Transport,
+            ike_peer: None,
             replay_window: 64,
             sa: vec![SaConfig {
                 spi: 0x1001,
@@ -121,7 +128,7 @@ mod tests {
         esn: bool,
         kept: &relay_core::Kept,
     ) -> (Box<dyn Service>, Box<dyn Service>, Counters, Counters) {
-        let mut d = dec_config(e.cipher, e.key_file.clone(), esn);
+        let mut d = dec_config(e.cipher.unwrap(), e.key_file.clone().unwrap(), esn);
         // The receiving SA knows the sender's mode, and in tunnel mode its address.
         d.sa[0].mode = e.mode;
         d.sa[0].peer = e.local.map(|a| a.to_string().parse().unwrap());
@@ -303,7 +310,7 @@ mod tests {
         assert_eq!(count(&dc, "dropped_unknown_spi"), 1);
         let k = key_file("cfg", Cipher::Aes128Gcm);
         let bad = |spi| EncryptConfig {
-            spi,
+            spi: Some(spi),
             ..enc_config(Cipher::Aes128Gcm, k.clone())
         };
         assert!(bad(5).into_factory("e").is_err(), "reserved SPI");

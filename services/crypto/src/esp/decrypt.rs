@@ -7,6 +7,7 @@ use crate::keys::{Cipher, ICV_LEN, load_key};
 use crate::persist::{self, Dir, SaFile, fingerprint};
 use crate::sa::SaCrypto;
 use crate::state::SaId;
+use crate::table::{Conn, IkeSas, InView};
 use crate::window::{Replay, ReplayWindow};
 use relay_core::Prefix;
 use relay_core::ratelimit::RateLimit;
@@ -30,6 +31,10 @@ struct InboundSa {
 
 struct DecryptFactory {
     sas: Arc<Vec<InboundSa>>,
+    /// IKE connections whose inbound SAs are accepted too.
+    ike: Vec<Arc<Conn>>,
+    ike_mode: EspMode,
+    ike_peer: Option<Prefix>,
     persister: Arc<crate::durable::Persister>,
 }
 
@@ -49,8 +54,23 @@ impl ServiceConfig for DecryptConfig {
         if !(1..=4096).contains(&self.replay_window) {
             return Err(format!("replay_window = {} must be 1-4096", self.replay_window).into());
         }
-        if self.sa.is_empty() {
-            return Err("no [[service.NAME.sa]]: decrypt needs at least one SA".into());
+        if self.sa.is_empty() && self.ike.is_empty() {
+            return Err(
+                "no [[service.NAME.sa]] and no ike: decrypt needs at least one SA or IKE \
+                 connection"
+                    .into(),
+            );
+        }
+        if self.ike.iter().any(|c| c.is_empty()) {
+            return Err("ike = [\"\"]: name the IKE connections".into());
+        }
+        if !self.ike.is_empty() && self.ike_mode == EspMode::Tunnel && self.ike_peer.is_none() {
+            return Err("ike_mode = \"tunnel\" needs ike_peer: the peer relay's address".into());
+        }
+        let table = IkeSas::shared(kept);
+        let ike: Vec<Arc<Conn>> = self.ike.iter().map(|c| table.conn(c)).collect();
+        for c in &ike {
+            c.set_window(self.replay_window);
         }
         let dir = persist::resolve(self.state_dir.as_deref());
         persist::check_dir(&dir)?;
@@ -81,6 +101,7 @@ impl ServiceConfig for DecryptConfig {
                     crypto: SaCrypto::new(s.cipher, &key),
                     window: Mutex::new(ReplayWindow::new(self.replay_window).resumed(top)),
                     edge: InEdge::durable(file, top),
+                    usage: Default::default(),
                 })
             })?;
             // A kept SA keeps what it has seen, in a window of the configured size.
@@ -98,6 +119,9 @@ impl ServiceConfig for DecryptConfig {
         }
         Ok(Arc::new(DecryptFactory {
             sas: Arc::new(sas),
+            ike,
+            ike_mode: self.ike_mode,
+            ike_peer: self.ike_peer,
             persister: states.persister.clone(),
         }))
     }
@@ -125,6 +149,9 @@ impl ServiceFactory for DecryptFactory {
         let c = |n: &str| counters.counter(n);
         Box::new(Decrypt {
             sas: self.sas.clone(),
+            ike: self.ike.iter().map(|c| InView::new(c.clone())).collect(),
+            ike_mode: self.ike_mode,
+            ike_peer: self.ike_peer,
             persister: self.persister.clone(),
             resend: Tally::resend(counters),
             decrypted: c("decrypted"),
@@ -145,6 +172,10 @@ impl ServiceFactory for DecryptFactory {
 
 struct Decrypt {
     sas: Arc<Vec<InboundSa>>,
+    /// This queue thread's view of the IKE connections' inbound SAs.
+    ike: Vec<InView>,
+    ike_mode: EspMode,
+    ike_peer: Option<Prefix>,
     /// Wakes the thread that writes the windows' edges.
     persister: Arc<crate::durable::Persister>,
     /// Sends inner packets whose family differs from the hook's.
@@ -283,12 +314,15 @@ impl Service for Decrypt {
         };
         let (spi, low) = (esp.spi(), esp.seq_no());
         let esp_len = esp.into_inner().len();
-        let Some(i) = self.sas.iter().position(|s| s.state.spi == spi) else {
-            return self.drop(|d| &d.dropped_unknown_spi, "unknown SPI", spi, cx);
+        let found = match self.sas.iter().find(|s| s.state.spi == spi) {
+            Some(s) => Some((s.state.clone(), s.esn, s.mode, s.peer)),
+            None => self.ike.iter_mut().find_map(|v| {
+                v.find(spi)
+                    .map(|s| (s.sa.clone(), s.esn, self.ike_mode, self.ike_peer))
+            }),
         };
-        let (sa, esn, mode, peer) = {
-            let s = &self.sas[i];
-            (s.state.clone(), s.esn, s.mode, s.peer)
+        let Some((sa, esn, mode, peer)) = found else {
+            return self.drop(|d| &d.dropped_unknown_spi, "unknown SPI", spi, cx);
         };
         // Only the SA's peer may use it: checked before any cryptographic work.
         if let Some(peer) = peer
@@ -343,6 +377,7 @@ impl Service for Decrypt {
             w.update(seq);
         }
         sa.edge.count();
+        sa.usage.add(esp_len);
         // The lengths were checked above; `get` keeps a mistake from becoming a panic.
         let body = pkt
             .data()

@@ -6,6 +6,7 @@ use crate::keys::{ICV_LEN, load_key};
 use crate::persist::{self, Dir, SaFile, fingerprint};
 use crate::sa::SaCrypto;
 use crate::state::SaId;
+use crate::table::{Conn, IkeSas, OutView};
 use relay_core::ratelimit::RateLimit;
 use relay_core::wire::{
     EspPacket, EspRepr, IpRepr, Ipv4Packet, Ipv6Packet, esp, fix_ip_header, ipv4, ipv6, proto, tcp,
@@ -39,9 +40,25 @@ impl Wrap {
     }
 }
 
+/// Where a factory's SA comes from.
+enum Source {
+    /// Manual keys: one SA for the service's life.
+    Manual { sa: Arc<Outbound>, esn: bool },
+    /// The current outbound SA of an IKE connection.
+    Ike(Arc<Conn>),
+}
+
+/// What a queue thread's service encrypts with.
+enum SaRef {
+    Manual(Arc<Outbound>, bool),
+    Ike(OutView),
+}
+
 struct EncryptFactory {
-    sa: Arc<Outbound>,
-    esn: bool,
+    source: Source,
+    /// The suite the packet size limits are computed for (with IKE, the one that adds
+    /// most: AES-CBC).
+    cipher: Cipher,
     wrap: Wrap,
     mtu: u16,
 }
@@ -50,7 +67,7 @@ impl EncryptFactory {
     /// The largest packet whose upper layer starts at `l4` (transport mode) that still fits
     /// the path MTU once encrypted.
     fn max_inner(&self, l4: usize) -> usize {
-        let c = self.sa.crypto.cipher();
+        let c = self.cipher;
         let fixed = 8 + c.iv_len() + ICV_LEN;
         let (kept, outer) = match self.wrap {
             Wrap::Transport => (l4, 0),
@@ -74,7 +91,6 @@ impl ServiceConfig for EncryptConfig {
         _name: &str,
         kept: &Kept,
     ) -> Result<Arc<dyn ServiceFactory>, InvalidConfig> {
-        check_spi(self.spi)?;
         let wrap = match (self.mode, self.local, self.remote) {
             (EspMode::Transport, None, None) => Wrap::Transport,
             (EspMode::Transport, _, _) => {
@@ -98,32 +114,73 @@ impl ServiceConfig for EncryptConfig {
         if self.mtu < 576 {
             return Err(format!("mtu = {} is below 576", self.mtu).into());
         }
-        let key = load_key(&self.key_file, self.cipher).map_err(|e| e.to_string())?;
-        let id = SaId::new(self.spi, self.cipher, &key);
+        let (source, cipher) = match (&self.ike, self.spi, self.cipher, &self.key_file) {
+            (Some(conn), None, None, None) => {
+                if conn.is_empty() {
+                    return Err("ike = \"\": name the IKE connection".into());
+                }
+                let c = IkeSas::shared(kept).conn(conn);
+                (Source::Ike(c), Cipher::Aes256CbcHmac)
+            }
+            (Some(_), ..) => {
+                return Err("ike excludes spi, cipher and key_file: an IKE connection \
+                            brings its own SAs"
+                    .into());
+            }
+            (None, Some(spi), Some(cipher), Some(key_file)) => {
+                let sa = self.manual_sa(spi, cipher, key_file, kept)?;
+                let esn = self.esn;
+                (Source::Manual { sa, esn }, cipher)
+            }
+            (None, ..) => {
+                return Err(
+                    "encrypt needs spi, cipher and key_file (manual keys), or ike \
+                            (an IKE connection)"
+                        .into(),
+                );
+            }
+        };
+        Ok(Arc::new(EncryptFactory {
+            source,
+            cipher,
+            wrap,
+            mtu: self.mtu,
+        }))
+    }
+}
+
+impl EncryptConfig {
+    /// The manual SA, live or resumed from its state file.
+    fn manual_sa(
+        &self,
+        spi: u32,
+        cipher: Cipher,
+        key_file: &std::path::Path,
+        kept: &Kept,
+    ) -> Result<Arc<Outbound>, InvalidConfig> {
+        check_spi(spi)?;
+        let key = load_key(key_file, cipher).map_err(|e| e.to_string())?;
+        let id = SaId::new(spi, cipher, &key);
         let dir = persist::resolve(self.state_dir.as_deref());
         persist::check_dir(&dir)?;
         let states = kept.get_or_default::<SaStates>();
         // A live SA keeps its counter; only a new one resumes from its file.
         let sa = states.outbound.get_or_try_make(id, || {
-            let file = SaFile::new(&dir, Dir::Out, self.spi, fingerprint(&key));
+            let file = SaFile::new(&dir, Dir::Out, spi, fingerprint(&key));
             let reserved = file.load()?.unwrap_or(0);
             Ok::<_, String>(Outbound {
-                spi: self.spi,
-                crypto: SaCrypto::new(self.cipher, &key),
+                spi,
+                crypto: SaCrypto::new(cipher, &key),
                 seq: Arc::new(OutSeq::durable(
                     file,
                     reserved,
                     self.sequence_reserve,
                     states.persister.clone(),
                 )),
+                usage: Default::default(),
             })
         })?;
-        Ok(Arc::new(EncryptFactory {
-            sa,
-            esn: self.esn,
-            wrap,
-            mtu: self.mtu,
-        }))
+        Ok(sa)
     }
 }
 
@@ -151,12 +208,17 @@ impl ServiceFactory for EncryptFactory {
         })
     }
     fn build(&self, counters: &Counters) -> Box<dyn Service> {
-        // From here on the reservation is kept on disk ahead of use (not in `check`).
-        self.sa.seq.activate();
+        let sa = match &self.source {
+            Source::Manual { sa, esn } => {
+                // From here on the reservation is kept on disk ahead of use (not in `check`).
+                sa.seq.activate();
+                SaRef::Manual(sa.clone(), *esn)
+            }
+            Source::Ike(conn) => SaRef::Ike(OutView::new(conn.clone())),
+        };
         let c = |n: &str| counters.counter(n);
         Box::new(Encrypt {
-            sa: self.sa.clone(),
-            esn: self.esn,
+            sa: Some(sa),
             wrap: self.wrap,
             max_v4: self.max_inner(ipv4::HEADER_LEN),
             max_v6: self.max_inner(ipv6::HEADER_LEN),
@@ -170,14 +232,15 @@ impl ServiceFactory for EncryptFactory {
             dropped_too_big: c("dropped_too_big"),
             dropped_seq_exhausted: c("dropped_seq_exhausted"),
             dropped_seq_unreserved: c("dropped_seq_unreserved"),
+            dropped_no_sa: c("dropped_no_sa"),
             log: RateLimit::new(1),
         })
     }
 }
 
 struct Encrypt {
-    sa: Arc<Outbound>,
-    esn: bool,
+    /// Taken out while a packet is processed (so that the SA is borrowed from a local).
+    sa: Option<SaRef>,
     wrap: Wrap,
     /// The largest IPv4 / IPv6 packet (plain header) that fits once encrypted.
     max_v4: usize,
@@ -194,6 +257,8 @@ struct Encrypt {
     dropped_seq_exhausted: Counter,
     /// Past the reservation on disk (the state file could not be written in time).
     dropped_seq_unreserved: Counter,
+    /// An IKE connection without an outbound SA: fail closed.
+    dropped_no_sa: Counter,
     log: RateLimit,
 }
 
@@ -213,21 +278,21 @@ impl Encrypt {
 
     /// The next sequence number, or `None` when the SA's numbers are used up or not yet
     /// reserved on disk (never a number that is not: it might be used again).
-    fn next_seq(&mut self, cx: &Context) -> Option<u64> {
-        let seq = match self.sa.seq.next() {
+    fn next_seq(&mut self, sa: &Outbound, esn: bool, cx: &Context) -> Option<u64> {
+        let seq = match sa.seq.next() {
             Ok(n) => n,
             Err(NoSeq::Unreserved) => {
                 self.dropped_seq_unreserved.inc();
                 return None;
             }
         };
-        let last = if self.esn { u64::MAX } else { u32::MAX as u64 };
+        let last = if esn { u64::MAX } else { u32::MAX as u64 };
         if seq == 0 || seq > last {
             // The counter must never wrap (RFC 4303 3.3.3): the SA needs a new key.
             self.dropped_seq_exhausted.inc();
             if self.log.allow(cx.now).is_some() {
                 tracing::error!(
-                    spi = self.sa.spi,
+                    spi = sa.spi,
                     "sequence numbers exhausted: rotate the key (SIGHUP)"
                 );
             }
@@ -239,11 +304,39 @@ impl Encrypt {
 
 impl Service for Encrypt {
     fn process(&mut self, pkt: &mut Packet, cx: &mut Context) -> Action {
+        let Some(mut src) = self.sa.take() else {
+            self.dropped_no_sa.inc();
+            return Action::Drop;
+        };
+        let a = match &mut src {
+            SaRef::Manual(sa, esn) => self.process_with(sa, *esn, pkt, cx),
+            SaRef::Ike(view) => match view.current() {
+                Some(ike) => self.process_with(&ike.sa, ike.esn, pkt, cx),
+                None => {
+                    self.dropped_no_sa.inc();
+                    Action::Drop
+                }
+            },
+        };
+        self.sa = Some(src);
+        a
+    }
+}
+
+impl Encrypt {
+    /// Protects `pkt` with `sa`.
+    fn process_with(
+        &mut self,
+        sa: &Outbound,
+        esn: bool,
+        pkt: &mut Packet,
+        cx: &mut Context,
+    ) -> Action {
         let Ok(l) = pkt.layout() else {
             self.dropped_unfit.inc();
             return Action::Drop;
         };
-        let cipher = self.sa.crypto.cipher();
+        let cipher = sa.crypto.cipher();
         // What is protected starts at `start`: the upper layer (transport) or the packet.
         let (start, next) = match self.wrap {
             Wrap::Transport => {
@@ -301,7 +394,7 @@ impl Service for Encrypt {
             IpVersion::V4 => Ipv4Packet::new_unchecked(d).tos(),
             IpVersion::V6 => Ipv6Packet::new_unchecked(d).traffic_class(),
         };
-        let Some(seq) = self.next_seq(cx) else {
+        let Some(seq) = self.next_seq(sa, esn, cx) else {
             return Action::Drop;
         };
         self.bytes_in.add(l.len as u64);
@@ -310,7 +403,7 @@ impl Service for Encrypt {
         pkt.resize(total);
         let d = pkt.data_mut();
         EspRepr {
-            spi: self.sa.spi,
+            spi: sa.spi,
             seq_no: seq as u32,
         }
         .emit(&mut EspPacket::new_unchecked(&mut d[esp_at..]));
@@ -322,12 +415,7 @@ impl Service for Encrypt {
         }
         d[trailer + pad] = pad as u8;
         d[trailer + pad + 1] = next;
-        if self
-            .sa
-            .crypto
-            .seal(seq, self.esn, &mut d[esp_at..total])
-            .is_err()
-        {
+        if sa.crypto.seal(seq, esn, &mut d[esp_at..total]).is_err() {
             // Cannot happen (the lengths are the suite's); never send what is not sealed.
             self.dropped_unfit.inc();
             return Action::Drop;
@@ -340,6 +428,7 @@ impl Service for Encrypt {
         }
         self.encrypted.inc();
         self.bytes_out.add(total as u64);
+        sa.usage.add(total - esp_at);
         if reinject {
             let _ = cx.emit_packet(pkt, &self.resend);
             return Action::Drop;
