@@ -582,7 +582,9 @@ async fn serve(cfg: Config, registry: Registry) -> anyhow::Result<()> {
         .unwrap_or_default();
     let ike = Arc::new(crate::ike::Ike::start(
         ike_specs,
-        Box::new(crate::ike::NoDatapath::default()),
+        Box::new(crate::ike::EspTable::new(relay_svc_crypto::IkeSas::shared(
+            registry.kept(),
+        ))),
     ));
     tracing::info!(socket = %socket_path.display(), "relayd running");
     // Only now, with the rules installed, is relayd ready (the status socket came first).

@@ -9,7 +9,7 @@
 mod sink;
 mod status;
 
-pub use sink::{NoDatapath, SaSink};
+pub use sink::{EspTable, NoDatapath, SaSink, cipher_of};
 pub use status::{IkeChildStatus, IkeConnStatus, counter_map, render, transform_name};
 
 use crate::config::IkeSpec;
@@ -414,7 +414,8 @@ impl Driver {
                     s.failures = s.failures.max(c.failures);
                 }
                 for k in SHELL_COUNTERS {
-                    s.counters.insert(k.to_string(), c.shell.get(k).copied().unwrap_or(0));
+                    s.counters
+                        .insert(k.to_string(), c.shell.get(k).copied().unwrap_or(0));
                 }
                 s.counters
                     .insert("esp_in_udp_ignored".into(), self.esp_in_udp);
