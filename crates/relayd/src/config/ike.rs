@@ -533,6 +533,127 @@ mod tests {
         assert!(parse_ts("host/24").is_err());
     }
 
+    /// A PSK file of mode 0600 (the PSK check looks at the file only, for now).
+    fn psk(name: &str, text: &str) -> PathBuf {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = std::env::temp_dir().join(format!("relayd-ike-psk-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join(format!("{}-{name}", std::process::id()));
+        let _ = std::fs::remove_file(&p);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&p)
+            .unwrap();
+        writeln!(f, "{text}").unwrap();
+        p
+    }
+
+    fn conf(psk: &std::path::Path, extra: &str) -> String {
+        format!(
+            "[ike.b]\nlocal = \"192.0.2.1\"\nremote = \"198.51.100.7\"\npsk_file = \"{}\"\n{extra}",
+            psk.display()
+        )
+    }
+
+    #[test]
+    fn a_section_becomes_a_connection() {
+        let p = psk("ok", "0x5ce1e7a5ecf1c6d1d4e95d26b6c42c1b");
+        let c = crate::config::test_util::parsed(&conf(
+            &p,
+            "proposals = [\"aes256-sha256-ecp256\", \"aes128gcm16-prfsha256-x25519\"]\n\
+             local_ts = [\"10.0.1.0/24\"]\nremote_ts = [\"10.0.3.0/24[udp/5000]\"]\n\
+             start = true\nchild_rekey_time = \"10m\"\nchild_rekey_packets = 1000000\n\
+             dpd_delay = \"30s\"\nremote_id = \"@b.example\"\n",
+        ));
+        assert_eq!(c.ike.len(), 1);
+        let k = &c.ike[0];
+        assert_eq!(k.line, 1);
+        assert_eq!(k.conn.psk.len(), 16);
+        assert_eq!(k.conn.ike_proposals.len(), 2);
+        assert_eq!(k.conn.esp_proposals.len(), 1, "the default");
+        assert_eq!(
+            k.conn.local_id,
+            Identity::Addr("192.0.2.1".parse().unwrap())
+        );
+        assert_eq!(k.conn.remote_id, Identity::Fqdn("b.example".into()));
+        assert_eq!(k.conn.remote_ts[0].start_port, 5000);
+        assert!(k.conn.initiate);
+        assert_eq!(k.conn.child_rekey, Duration::from_secs(600));
+        assert_eq!(k.conn.ike_rekey, Duration::from_secs(4 * 3600));
+        assert_eq!(k.conn.child_rekey_packets, Some(1_000_000));
+        assert_eq!(k.conn.dpd_delay, Duration::from_secs(30));
+        assert_eq!(k.conn.mode, Mode::Tunnel);
+        // An IKE connection alone is something to do.
+        assert!(c.queues.is_empty());
+    }
+
+    #[test]
+    fn errors_name_file_line_and_key() {
+        use crate::config::test_util::{errs, first_err};
+        let p = psk("errs", "0x5ce1e7a5ecf1c6d1d4e95d26b6c42c1b");
+        first_err(
+            &conf(&p, "proposals = [\"aes128-x25519\"]\n"),
+            5,
+            "ike.b.proposals",
+        );
+        first_err(
+            &conf(&p, "esp_proposals = [\"3des\"]\n"),
+            5,
+            "ike.b.esp_proposals",
+        );
+        first_err(
+            &conf(&p, "local_ts = [\"10.0.1.0/40\"]\n"),
+            5,
+            "ike.b.local_ts",
+        );
+        first_err(&conf(&p, "mode = \"beet\"\n"), 5, "ike.b.mode");
+        first_err(
+            &conf(&p, "child_rekey_time = \"1s\"\n"),
+            5,
+            "ike.b.child_rekey_time",
+        );
+        first_err(&conf(&p, "rekey_time = \"4x\"\n"), 5, "ike.b.rekey_time");
+        first_err(
+            &conf(&p, "child_rekey_bytes = 0\n"),
+            5,
+            "ike.b.child_rekey_bytes",
+        );
+        let e = errs(&conf(&p, "bogus = 1\n"));
+        assert!(e[0].message.contains("bogus"), "{e:?}");
+        let e = first_err(
+            &conf(&p, "").replace("198.51.100.7", "2001:db8::7"),
+            3,
+            "ike.b.remote",
+        );
+        assert!(e[0].message.contains("family"), "{e:?}");
+        let short = psk("short", "swordfish");
+        let e = first_err(&conf(&short, ""), 4, "ike.b.psk_file");
+        assert!(e[0].message.contains("at least 16"), "{e:?}");
+        let e = first_err(
+            &conf(std::path::Path::new("/nonexistent/b.psk"), ""),
+            4,
+            "ike.b.psk_file",
+        );
+        assert!(e[0].message.contains("No such file"), "{e:?}");
+        // The PSK must be nobody else's to read.
+        use std::os::unix::fs::PermissionsExt;
+        let open = psk("open", "0x5ce1e7a5ecf1c6d1d4e95d26b6c42c1b");
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = first_err(&conf(&open, ""), 4, "ike.b.psk_file");
+        assert!(e[0].message.contains("chmod 600"), "{e:?}");
+        // Two connections between the same addresses.
+        let two = format!(
+            "{}\n{}",
+            conf(&p, ""),
+            conf(&p, "").replace("[ike.b]", "[ike.c]")
+        );
+        let e = errs(&two);
+        assert!(e[0].message.contains("already runs between"), "{e:?}");
+    }
+
     #[test]
     fn times_and_identities() {
         assert_eq!(parse_time("4h").unwrap(), Duration::from_secs(14400));
