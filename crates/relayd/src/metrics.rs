@@ -36,6 +36,8 @@ type Counters = Family<Labels, Counter>;
 /// A gauge family (f64 values: times, and counts that may exceed i64).
 type Gauges = Family<Labels, Gauge<f64, AtomicU64>>;
 
+mod ike;
+
 /// A label value escaped as the text format wants it (`\`, `"` and newlines), since
 /// `prometheus-client` writes label values as given; service names come from the
 /// configuration file.
@@ -347,65 +349,7 @@ pub fn encode(s: &Status) -> String {
         }
     }
 
-    // IKE connections (`[ike.NAME]`).
-    let ike_up = b.gauge(
-        "relayd_ike_established",
-        "1 if the IKE connection has an established IKE SA, else 0.",
-    );
-    let ike_info = b.gauge(
-        "relayd_ike_info",
-        "Always 1: the IKE connection's state (established, connecting, ..., down) and peer.",
-    );
-    let ike_age = b.gauge(
-        "relayd_ike_sa_age_seconds",
-        "Age of the connection's current IKE SA.",
-    );
-    let ike_rekeys = b.gauge(
-        "relayd_ike_sa_rekeys",
-        "Rekeys of the connection's current IKE SA line.",
-    );
-    let ike_failures = b.gauge(
-        "relayd_ike_failures",
-        "Failed attempts of the IKE connection since its last success.",
-    );
-    let ike_children = b.gauge(
-        "relayd_ike_child_sas",
-        "Child SAs of the IKE connection (during a rekey, old and new).",
-    );
-    let ike_counter = b.counter(
-        "relayd_ike_counter",
-        "An IKE connection's counter (msgs_in, retransmits, auth_failures, child_rekeys, ...), named by the `counter` label.",
-    );
-    for c in &s.ike {
-        let l = labels(&[("connection", &c.name)]);
-        put(
-            &ike_up,
-            l.clone(),
-            if c.state == "established" { 1.0 } else { 0.0 },
-        );
-        let peer = c.peer.clone().unwrap_or_default();
-        put(
-            &ike_info,
-            labels(&[
-                ("connection", &c.name),
-                ("state", &c.state),
-                ("peer", &peer),
-                ("nat", if c.nat { "yes" } else { "no" }),
-            ]),
-            1.0,
-        );
-        put(&ike_age, l.clone(), c.age_s as f64);
-        put(&ike_rekeys, l.clone(), c.rekeys as f64);
-        put(&ike_failures, l.clone(), c.failures as f64);
-        put(&ike_children, l, c.children.len() as f64);
-        for (name, v) in &c.counters {
-            set(
-                &ike_counter,
-                labels(&[("connection", &c.name), ("counter", name)]),
-                *v,
-            );
-        }
-    }
+    ike::encode(&mut b, &s.ike);
 
     let mut out = String::new();
     // Writing into a String cannot fail.
@@ -571,12 +515,12 @@ where
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::status::{KernelStatus, QueueStatus, ServiceStatus};
     use std::collections::BTreeMap;
 
-    fn sample() -> Status {
+    pub(crate) fn sample() -> Status {
         Status {
             version: "1.2.3".into(),
             uptime_s: 5.0,
@@ -646,36 +590,6 @@ mod tests {
                 program: Some([("redirected".to_string(), 13)].into_iter().collect()),
             }],
             ike: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn ike_connections_are_series() {
-        let mut st = sample();
-        st.ike = vec![crate::ike::IkeConnStatus {
-            name: "site-b".into(),
-            local: "192.0.2.1".into(),
-            remote: "198.51.100.7".into(),
-            state: "established".into(),
-            peer: Some("198.51.100.7:4500".into()),
-            age_s: 30,
-            rekeys: 2,
-            nat: true,
-            children: vec![Default::default()],
-            counters: BTreeMap::from([("child_rekeys".into(), 4), ("auth_failures".into(), 0)]),
-            ..Default::default()
-        }];
-        let t = encode(&st);
-        for line in [
-            "relayd_ike_established{connection=\"site-b\"} 1.0",
-            "relayd_ike_info{connection=\"site-b\",state=\"established\",peer=\"198.51.100.7:4500\",nat=\"yes\"} 1.0",
-            "relayd_ike_sa_age_seconds{connection=\"site-b\"} 30.0",
-            "relayd_ike_sa_rekeys{connection=\"site-b\"} 2.0",
-            "relayd_ike_child_sas{connection=\"site-b\"} 1.0",
-            "relayd_ike_counter_total{connection=\"site-b\",counter=\"child_rekeys\"} 4",
-            "# TYPE relayd_ike_counter counter",
-        ] {
-            assert!(t.lines().any(|x| x == line), "missing {line:?} in\n{t}");
         }
     }
 
