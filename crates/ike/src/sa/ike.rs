@@ -345,9 +345,8 @@ impl IkeSa {
                 ctx.c.invalid_msg_id += 1;
                 return;
             }
-            let payloads = match self.decrypt(ctx, msg, &m) {
-                Some(p) => p,
-                None => return,
+            let Ok(payloads) = self.decrypt(ctx, msg, &m) else {
+                return;
             };
             self.last_heard = ctx.now;
             self.update_addr(local, remote);
@@ -374,8 +373,15 @@ impl IkeSa {
             return;
         }
         let payloads = match self.decrypt(ctx, msg, &m) {
-            Some(p) => p,
-            None => return,
+            Ok(p) => p,
+            Err(Some(t)) => {
+                // RFC 7296 2.5: refuse the whole request, naming the payload type.
+                self.last_heard = ctx.now;
+                let n = Payload::notify(wire::notify::UNSUPPORTED_CRITICAL_PAYLOAD, vec![t]);
+                self.send_response(ctx, h.exchange, h.msg_id, msg, &[n]);
+                return;
+            }
+            Err(None) => return,
         };
         self.last_heard = ctx.now;
         self.update_addr(local, remote);
@@ -400,27 +406,34 @@ impl IkeSa {
         }
     }
 
-    fn decrypt(&self, ctx: &mut Ctx<'_>, msg: &[u8], m: &wire::Message) -> Option<Vec<Payload>> {
+    /// The payloads of `m` (decrypted unless IKE_SA_INIT), or `Err(Some(type))` for an
+    /// authenticated message with an unsupported critical payload, `Err(None)` if dropped.
+    fn decrypt(
+        &self,
+        ctx: &mut Ctx<'_>,
+        msg: &[u8],
+        m: &wire::Message,
+    ) -> Result<Vec<Payload>, Option<u8>> {
         if m.header.exchange == exchange::IKE_SA_INIT {
-            return Some(m.payloads.clone());
+            return Ok(m.payloads.clone());
         }
         let (Some(k), Some(Payload::Sk { offset, inner })) = (&self.keys, m.payloads.last()) else {
             ctx.c.invalid_malformed += 1;
-            return None;
+            return Err(None);
         };
         match k.open(!self.initiator, msg, *offset, *inner) {
-            Ok(p) => Some(p),
+            Ok(p) => Ok(p),
             Err(crate::crypto::sk::SkError::Integrity) => {
                 ctx.c.invalid_integrity += 1;
-                None
+                Err(None)
             }
-            Err(crate::crypto::sk::SkError::Wire(wire::WireError::Critical(_))) => {
+            Err(crate::crypto::sk::SkError::Wire(wire::WireError::Critical(t))) => {
                 ctx.c.invalid_critical += 1;
-                None
+                Err(Some(t))
             }
             Err(_) => {
                 ctx.c.invalid_malformed += 1;
-                None
+                Err(None)
             }
         }
     }
