@@ -4,7 +4,8 @@
 //! keys (so the handlers behind the integrity check are reached), with time passing.
 //!
 //! Input: byte 0: bits 0-2 the number of datagrams of the exchange delivered first (0-7),
-//! bit 3 which side gets the input (0 responder, 1 initiator). Then records, each
+//! bit 3 which side gets the input (0 responder, 1 initiator), bit 4 the suite (0 AES-GCM
+//! with X25519, 1 AES-CBC with HMAC-SHA-256 and P-256, ESP with PFS). Then records, each
 //! [kind, len_hi, len_lo, bytes...]: kind % 3 == 0: a raw datagram; 1: a payload chain
 //! sealed as a message from the peer (bytes[0] exchange type, bytes[1] bit 0 response,
 //! bit 1 next message ID + 1, bytes[2] first payload type, the rest the chain); 2: the
@@ -22,7 +23,7 @@ fuzz_target!(|data: &[u8]| {
     let Some((&ctl, mut rest)) = data.split_first() else {
         return;
     };
-    let (a, b, mut now) = fuzzing::pair_cached(usize::from(ctl & 7));
+    let (a, b, mut now) = fuzzing::pair_cached(usize::from(ctl & 7), ctl & 16 != 0);
     let to_initiator = ctl & 8 != 0;
     let (mut ep, mut other) = if to_initiator { (a, b) } else { (b, a) };
     let (pa, pb) = fuzzing::addrs();

@@ -109,8 +109,31 @@ impl Endpoint {
         self.counters.msgs_in += 1;
         let m = match wire::parse_message(msg) {
             Ok(m) => m,
-            Err(wire::WireError::Critical(_)) => {
+            Err(wire::WireError::Critical(t)) => {
                 self.counters.invalid_critical += 1;
+                // An IKE_SA_INIT request (in clear) is refused in clear (RFC 7296 2.5);
+                // other messages are answered by their IKE SA once authenticated.
+                if let Ok(h) = wire::Header::parse(msg)
+                    && h.exchange == exchange::IKE_SA_INIT
+                    && !h.is_response()
+                    && h.spi_r == 0
+                {
+                    let hdr = wire::Header {
+                        spi_r: 0,
+                        next: 0,
+                        flags: wire::flags::RESPONSE,
+                        length: 0,
+                        ..h
+                    };
+                    let n =
+                        wire::Payload::notify(wire::notify::UNSUPPORTED_CRITICAL_PAYLOAD, vec![t]);
+                    self.counters.msgs_out += 1;
+                    self.transmits.push_back(Transmit {
+                        local,
+                        remote,
+                        payload: wire::emit_plain(hdr, &[n]),
+                    });
+                }
                 return;
             }
             Err(_) => {

@@ -5,7 +5,8 @@
 
 use crate::config::{ConnConfig, Identity, Mode, Retransmit, Secret, TrafficSelector};
 use crate::types::SeededRng;
-use crate::wire::Header;
+use crate::wire::proposal::Proposal;
+use crate::wire::{Header, Notify, Payload, Ts};
 use crate::{Endpoint, parse_esp_proposal, parse_proposal};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -15,12 +16,17 @@ pub const A: &str = "10.0.0.1";
 /// Responder's address.
 pub const B: &str = "10.0.0.2";
 
-/// A connection between `local` and `remote` with fixed keys and proposals.
-pub fn conn(local: &str, remote: &str, initiate: bool) -> ConnConfig {
+/// A connection between `local` and `remote` with fixed keys and proposals: AES-GCM with
+/// X25519 first, or (`cbc`) AES-CBC with HMAC-SHA-256 and P-256 first, and ESP with PFS.
+pub fn conn(local: &str, remote: &str, initiate: bool, cbc: bool) -> ConnConfig {
     let l: IpAddr = local.parse().unwrap_or(IpAddr::from([0, 0, 0, 0]));
     let r: IpAddr = remote.parse().unwrap_or(IpAddr::from([0, 0, 0, 0]));
-    let ike = ["aes128gcm16-prfsha256-x25519", "aes128-sha256-ecp256"];
-    let esp = ["aes128gcm16", "aes128-sha256-x25519"];
+    let mut ike = ["aes128gcm16-prfsha256-x25519", "aes256-sha256-ecp256"];
+    let mut esp = ["aes128gcm16", "aes256-sha256-ecp256"];
+    if cbc {
+        ike.reverse();
+        esp.reverse();
+    }
     ConnConfig {
         name: "fuzz".into(),
         local: l,
@@ -58,10 +64,10 @@ pub fn addrs() -> (SocketAddr, SocketAddr) {
 /// delivered (0: the initiator's IKE_SA_INIT not yet delivered; 4 or more: established).
 /// Every datagram delivered is returned too, as (to responder, bytes), for seeds.
 #[allow(clippy::type_complexity)]
-pub fn pair(steps: usize) -> (Endpoint, Endpoint, Instant, Vec<(bool, Vec<u8>)>) {
+pub fn pair(steps: usize, cbc: bool) -> (Endpoint, Endpoint, Instant, Vec<(bool, Vec<u8>)>) {
     let now = Instant::now();
-    let mut a = Endpoint::new(vec![conn(A, B, true)], Box::new(SeededRng::new(1)));
-    let mut b = Endpoint::new(vec![conn(B, A, false)], Box::new(SeededRng::new(2)));
+    let mut a = Endpoint::new(vec![conn(A, B, true, cbc)], Box::new(SeededRng::new(1)));
+    let mut b = Endpoint::new(vec![conn(B, A, false, cbc)], Box::new(SeededRng::new(2)));
     a.handle_timeout(now);
     let (pa, pb) = addrs();
     let mut log = Vec::new();
@@ -157,17 +163,18 @@ thread_local! {
     static PAIRS: std::cell::RefCell<Vec<Option<(Endpoint, Endpoint, Instant)>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// [`pair`] without the delivered datagrams, prepared once per thread and step count and
-/// copied for each call.
-pub fn pair_cached(steps: usize) -> (Endpoint, Endpoint, Instant) {
+/// [`pair`] without the delivered datagrams, prepared once per thread, step count and
+/// suite, and copied for each call.
+pub fn pair_cached(steps: usize, cbc: bool) -> (Endpoint, Endpoint, Instant) {
+    let i = steps * 2 + usize::from(cbc);
     PAIRS.with(|p| {
         let mut p = p.borrow_mut();
-        if p.len() <= steps {
-            p.resize_with(steps + 1, || None);
+        if p.len() <= i {
+            p.resize_with(i + 1, || None);
         }
-        let slot = &mut p[steps];
+        let slot = &mut p[i];
         let (a, b, now) = slot.get_or_insert_with(|| {
-            let (a, b, now, _) = pair(steps);
+            let (a, b, now, _) = pair(steps, cbc);
             (a, b, now)
         });
         (a.fuzz_clone(), b.fuzz_clone(), *now)
@@ -179,16 +186,17 @@ pub fn pair_cached(steps: usize) -> (Endpoint, Endpoint, Instant) {
 /// the datagram that side receives next, plus sealed requests and a clock advance.
 pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     let mut out = Vec::new();
-    let (_, _, _, log) = pair(16);
-    for (i, (to_b, m)) in log.iter().enumerate() {
-        out.push((
-            "ike_message",
-            format!(
-                "exchange-{i}-{}",
-                if *to_b { "request" } else { "response" }
-            ),
-            m.clone(),
-        ));
+    for cbc in [false, true] {
+        let (_, _, _, log) = pair(16, cbc);
+        let suite = if cbc { "cbc" } else { "gcm" };
+        for (i, (to_b, m)) in log.iter().enumerate() {
+            let dir = if *to_b { "request" } else { "response" };
+            out.push((
+                "ike_message",
+                format!("{suite}-exchange-{i}-{dir}"),
+                m.clone(),
+            ));
+        }
     }
     let rec = |kind: u8, body: &[u8]| {
         let mut v = vec![kind];
@@ -196,30 +204,28 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         v.extend_from_slice(body);
         v
     };
-    for steps in 0..7u8 {
-        for to_initiator in [false, true] {
-            let ctl = steps | if to_initiator { 8 } else { 0 };
-            let mut v = vec![ctl];
-            if let Some((_, m)) = log
-                .iter()
-                .skip(usize::from(steps))
-                .find(|(to_b, _)| *to_b != to_initiator)
-            {
-                v.extend(rec(0, m));
+    for cbc in [false, true] {
+        let (_, _, _, log) = pair(16, cbc);
+        for steps in 0..7u8 {
+            for to_initiator in [false, true] {
+                let ctl = steps | if to_initiator { 8 } else { 0 } | if cbc { 16 } else { 0 };
+                let mut v = vec![ctl];
+                if let Some((_, m)) = log
+                    .iter()
+                    .skip(usize::from(steps))
+                    .find(|(to_b, _)| *to_b != to_initiator)
+                {
+                    v.extend(rec(0, m));
+                }
+                v.extend(rec(2, &[11]));
+                let side = if to_initiator {
+                    "initiator"
+                } else {
+                    "responder"
+                };
+                let suite = if cbc { "cbc" } else { "gcm" };
+                out.push(("ike_endpoint", format!("{suite}-steps-{steps}-{side}"), v));
             }
-            v.extend(rec(2, &[11]));
-            out.push((
-                "ike_endpoint",
-                format!(
-                    "steps-{steps}-{}",
-                    if to_initiator {
-                        "initiator"
-                    } else {
-                        "responder"
-                    }
-                ),
-                v,
-            ));
         }
     }
     // Established (4 datagrams): an empty INFORMATIONAL, a Delete of the IKE SA, a child
@@ -234,10 +240,75 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         40u8, 0, 0, 12, 3, 4, 0x40, 0x09, 0, 0, 1, 0, 0, 0, 0, 20, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
         1, 1, 1, 1, 1,
     ];
+    // Real rekey requests to the responder: its child SA (named by the initiator's
+    // inbound SPI) and the IKE SA.
+    let (a, _, _) = pair_cached(4, false);
+    let spi = a
+        .sas
+        .first()
+        .and_then(|s| s.children.first())
+        .map_or(0, |c| c.spi_in);
+    let local: Vec<Ts> = conn(A, B, true, false)
+        .local_ts
+        .iter()
+        .map(|t| Ts {
+            protocol: 0,
+            start_port: 0,
+            end_port: 65535,
+            start: t.start,
+            end: t.end,
+        })
+        .collect();
+    let remote: Vec<Ts> = conn(A, B, true, false)
+        .remote_ts
+        .iter()
+        .map(|t| Ts {
+            protocol: 0,
+            start_port: 0,
+            end_port: 65535,
+            start: t.start,
+            end: t.end,
+        })
+        .collect();
+    let esp =
+        parse_esp_proposal("aes128gcm16").map(|e| Proposal::from_esp(1, &e, 0x1234_5678, None));
+    let child_rekey = [
+        Payload::Notify(Notify {
+            proto: 3,
+            spi: spi.to_be_bytes().to_vec(),
+            ty: 16393,
+            data: Vec::new(),
+        }),
+        Payload::Sa(esp.into_iter().collect()),
+        Payload::Nonce(vec![7; 32]),
+        Payload::TsI(local),
+        Payload::TsR(remote),
+    ];
+    let ike = parse_proposal("aes128gcm16-prfsha256-x25519")
+        .map(|p| Proposal::from_ike(1, &p, 0x0102_0304_0506_0708u64.to_be_bytes().to_vec()));
+    let mut basepoint = vec![0u8; 32];
+    basepoint[0] = 9;
+    let ike_rekey = [
+        Payload::Sa(ike.into_iter().collect()),
+        Payload::Nonce(vec![8; 32]),
+        Payload::Ke {
+            group: 31,
+            data: basepoint,
+        },
+    ];
+    let chain = |p: &[Payload]| {
+        let mut v = Vec::new();
+        let first = crate::wire::emit_chain(p, &mut v);
+        (first, v)
+    };
+    let (c1, c1b) = chain(&child_rekey);
+    let (c2, c2b) = chain(&ike_rekey);
     for (name, s) in [
         ("dpd", sealed(37, 0, &[])),
         ("delete-ike", sealed(37, 42, &delete_ike)),
         ("rekey-unknown", sealed(36, 41, &rekey)),
+        ("rekey-child", sealed(36, c1, &c1b)),
+        ("rekey-ike", sealed(36, c2, &c2b)),
     ] {
         for side in [4u8, 12] {
             let mut v = vec![side];

@@ -266,3 +266,29 @@ fn responder_under_load_demands_cookies() {
     n.advance(Duration::from_secs(60));
     assert_eq!(n.b.status_at(n.now).len(), 1, "{:#?}", n.b.status_at(n.now));
 }
+
+#[test]
+fn huge_lifetimes_do_not_overflow() {
+    let mut ca = conn(
+        "c",
+        A,
+        B,
+        true,
+        "aes128gcm16-prfsha256-x25519",
+        "aes128gcm16",
+        Mode::Tunnel,
+    );
+    ca.ike_rekey = Duration::MAX;
+    ca.child_rekey = Duration::MAX;
+    ca.dpd_delay = Duration::MAX;
+    ca.retransmit.timeout = Duration::MAX;
+    let mut cb = ca.clone();
+    cb.name = "c".into();
+    std::mem::swap(&mut cb.local, &mut cb.remote);
+    std::mem::swap(&mut cb.local_id, &mut cb.remote_id);
+    std::mem::swap(&mut cb.local_ts, &mut cb.remote_ts);
+    cb.initiate = false;
+    let mut n = Net::new(ca, cb);
+    n.advance(Duration::from_secs(10));
+    assert_eq!(Net::children_up(&n.ev_a).len(), 1);
+}

@@ -353,3 +353,37 @@ fn both_sides_initiating_stay_up() {
             .any(|e| matches!(e, Event::IkeDown { .. } | Event::ChildDown { .. }))
     );
 }
+
+#[test]
+fn unsupported_critical_payload_is_refused() {
+    let mut n = up("aes128gcm16");
+    let before = n.b.status_at(n.now);
+    // An authenticated INFORMATIONAL request whose only payload is of unknown type 99
+    // with the critical bit.
+    let (peer_req, _) = n.b.fuzz_msg_ids();
+    let m =
+        n.b.fuzz_seal_from_peer(37, false, peer_req, 99, &[0, 0x80, 0, 4])
+            .unwrap();
+    n.b.handle(
+        n.now,
+        format!("{B}:500").parse().unwrap(),
+        format!("{A}:500").parse().unwrap(),
+        &m,
+    );
+    assert_eq!(n.b.counters().invalid_critical, 1);
+    let resp = n.b.poll_transmit().expect("an answer");
+    assert!(resp.payload.len() > 28);
+    assert_eq!(before, n.b.status_at(n.now));
+    // Not critical: ignored, the request answered normally.
+    let m =
+        n.b.fuzz_seal_from_peer(37, false, peer_req + 1, 99, &[0, 0, 0, 4])
+            .unwrap();
+    n.b.handle(
+        n.now,
+        format!("{B}:500").parse().unwrap(),
+        format!("{A}:500").parse().unwrap(),
+        &m,
+    );
+    assert_eq!(n.b.counters().invalid_critical, 1);
+    assert!(n.b.poll_transmit().is_some());
+}

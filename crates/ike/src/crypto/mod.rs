@@ -4,6 +4,8 @@
 
 pub(crate) mod dh;
 pub(crate) mod sk;
+#[cfg(test)]
+mod vectors;
 
 use crate::config::{EspTransform, IkeProposal, Secret};
 use hmac::{Hmac, KeyInit, Mac};

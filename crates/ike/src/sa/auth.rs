@@ -504,8 +504,7 @@ impl IkeSa {
         self.phase = Phase::Established;
         self.init_ours = Vec::new();
         self.init_theirs = Vec::new();
-        self.rekey_at =
-            (!ctx.cfg.ike_rekey.is_zero()).then(|| ctx.now + ctx.jitter(ctx.cfg.ike_rekey));
+        self.rekey_at = ctx.deadline(ctx.cfg.ike_rekey);
         ctx.c.ike_up += 1;
         self.announced = true;
         ctx.events.push_back(Event::IkeUp {

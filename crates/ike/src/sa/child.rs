@@ -320,8 +320,7 @@ impl IkeSa {
             replaces,
             outbound,
         }));
-        let rekey_at =
-            (!ctx.cfg.child_rekey.is_zero()).then(|| ctx.now + ctx.jitter(ctx.cfg.child_rekey));
+        let rekey_at = ctx.deadline(ctx.cfg.child_rekey);
         self.children.push(Child {
             spi_in: ch.spi_in,
             spi_out: ch.spi_out,

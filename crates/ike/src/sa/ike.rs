@@ -44,7 +44,15 @@ impl Ctx<'_> {
     /// `d` shortened by a random 0-10 %, so both peers do not rekey at the same moment.
     pub(crate) fn jitter(&mut self, d: Duration) -> Duration {
         let r = u32::from(u16::from_be_bytes(self.random::<2>()));
-        d.saturating_sub(d / 10 * r / 65535)
+        d.saturating_sub((d / 10 / 65535).saturating_mul(r))
+    }
+    /// A jittered lifetime from now: `None` for zero (never) or beyond the clock's range.
+    pub(crate) fn deadline(&mut self, d: Duration) -> Option<Instant> {
+        if d.is_zero() {
+            return None;
+        }
+        let j = self.jitter(d);
+        self.now.checked_add(j)
     }
 }
 
@@ -242,10 +250,10 @@ impl IkeSa {
     }
 
     fn retransmit_after(cfg: &ConnConfig, tries: u32) -> Duration {
+        // At most an hour between tries, whatever the configuration (and no float overflow).
         let r = cfg.retransmit;
-        r.timeout
-            .mul_f64(r.base.max(1.0).powi(tries.min(32) as i32))
-            .min(Duration::from_secs(3600))
+        let secs = r.timeout.as_secs_f64() * r.base.max(1.0).powi(tries.min(32) as i32);
+        Duration::try_from_secs_f64(secs.min(3600.0)).unwrap_or(Duration::from_secs(3600))
     }
 
     /// Sends a request: in clear for IKE_SA_INIT, else in an SK payload.
@@ -345,9 +353,8 @@ impl IkeSa {
                 ctx.c.invalid_msg_id += 1;
                 return;
             }
-            let payloads = match self.decrypt(ctx, msg, &m) {
-                Some(p) => p,
-                None => return,
+            let Ok(payloads) = self.decrypt(ctx, msg, &m) else {
+                return;
             };
             self.last_heard = ctx.now;
             self.update_addr(local, remote);
@@ -374,8 +381,15 @@ impl IkeSa {
             return;
         }
         let payloads = match self.decrypt(ctx, msg, &m) {
-            Some(p) => p,
-            None => return,
+            Ok(p) => p,
+            Err(Some(t)) => {
+                // RFC 7296 2.5: refuse the whole request, naming the payload type.
+                self.last_heard = ctx.now;
+                let n = Payload::notify(wire::notify::UNSUPPORTED_CRITICAL_PAYLOAD, vec![t]);
+                self.send_response(ctx, h.exchange, h.msg_id, msg, &[n]);
+                return;
+            }
+            Err(None) => return,
         };
         self.last_heard = ctx.now;
         self.update_addr(local, remote);
@@ -400,27 +414,34 @@ impl IkeSa {
         }
     }
 
-    fn decrypt(&self, ctx: &mut Ctx<'_>, msg: &[u8], m: &wire::Message) -> Option<Vec<Payload>> {
+    /// The payloads of `m` (decrypted unless IKE_SA_INIT), or `Err(Some(type))` for an
+    /// authenticated message with an unsupported critical payload, `Err(None)` if dropped.
+    fn decrypt(
+        &self,
+        ctx: &mut Ctx<'_>,
+        msg: &[u8],
+        m: &wire::Message,
+    ) -> Result<Vec<Payload>, Option<u8>> {
         if m.header.exchange == exchange::IKE_SA_INIT {
-            return Some(m.payloads.clone());
+            return Ok(m.payloads.clone());
         }
         let (Some(k), Some(Payload::Sk { offset, inner })) = (&self.keys, m.payloads.last()) else {
             ctx.c.invalid_malformed += 1;
-            return None;
+            return Err(None);
         };
         match k.open(!self.initiator, msg, *offset, *inner) {
-            Ok(p) => Some(p),
+            Ok(p) => Ok(p),
             Err(crate::crypto::sk::SkError::Integrity) => {
                 ctx.c.invalid_integrity += 1;
-                None
+                Err(None)
             }
-            Err(crate::crypto::sk::SkError::Wire(wire::WireError::Critical(_))) => {
+            Err(crate::crypto::sk::SkError::Wire(wire::WireError::Critical(t))) => {
                 ctx.c.invalid_critical += 1;
-                None
+                Err(Some(t))
             }
             Err(_) => {
                 ctx.c.invalid_malformed += 1;
-                None
+                Err(None)
             }
         }
     }
@@ -485,7 +506,7 @@ impl IkeSa {
                 min(ch.rekey_at);
             }
             if !cfg.dpd_delay.is_zero() && self.out.is_none() {
-                min(Some(self.last_heard + cfg.dpd_delay));
+                min(self.last_heard.checked_add(cfg.dpd_delay));
             }
         } else if self.out.is_none() {
             // A half-open or replaced SA that nobody finishes: give up on it in time.
@@ -539,7 +560,10 @@ impl IkeSa {
         }
         if !ctx.cfg.dpd_delay.is_zero()
             && self.out.is_none()
-            && self.last_heard + ctx.cfg.dpd_delay <= now
+            && self
+                .last_heard
+                .checked_add(ctx.cfg.dpd_delay)
+                .is_some_and(|t| t <= now)
         {
             // Counts as heard so the next check waits a whole delay after this one's answer.
             self.request(ctx, Req::Dpd);

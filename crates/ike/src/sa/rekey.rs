@@ -68,8 +68,7 @@ impl IkeSa {
         sa.nat = self.nat;
         sa.rekeys = self.rekeys + 1;
         sa.children = std::mem::take(&mut self.children);
-        sa.rekey_at =
-            (!ctx.cfg.ike_rekey.is_zero()).then(|| ctx.now + ctx.jitter(ctx.cfg.ike_rekey));
+        sa.rekey_at = ctx.deadline(ctx.cfg.ike_rekey);
         sa.announced = true;
         self.rekeyed = true;
         self.rekey_at = None;
