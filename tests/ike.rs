@@ -72,6 +72,23 @@ fn charon_to_charon_carries_traffic() {
         "the responder kept its SA after DELETE:\n{}",
         b.log()
     );
+    // Nothing of charon outlives it: no process, no TUN device.
+    let (mut a, mut b) = (a, b);
+    assert!(a.stop() && b.stop(), "charon did not stop on SIGTERM");
+    drop((a, b));
+    for n in [&l.comp, &l.decomp] {
+        assert!(
+            netns_pids(n).is_empty(),
+            "left in {}: {:?}",
+            n.name(),
+            netns_pids(n)
+        );
+        assert!(
+            !n.ip(&["link"]).contains("ipsec0"),
+            "ipsec0 left in {}",
+            n.name()
+        );
+    }
 }
 
 #[test]
@@ -443,6 +460,24 @@ fn relayd_to_relayd() {
         b.log()
     );
     let (sa, sb) = (a.status().ike.remove(0), b.status().ike.remove(0));
+    // `relayd status` shows the connection, its peer and its child SA.
+    let (code, text, err) = relayd_cmd(
+        &l.comp,
+        &["status", "--socket", &a.socket.display().to_string()],
+    );
+    assert_eq!(code, 0, "{err}");
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("peer "))
+        .unwrap_or_else(|| panic!("no IKE row in:\n{text}"));
+    assert!(
+        row.contains("established") && row.contains("10.0.2.2:500"),
+        "{row}"
+    );
+    assert!(
+        row.contains(&format!("{:08x}", sa.children[0].spi_in)),
+        "{row}"
+    );
     assert!(sa.initiator && !sb.initiator);
     assert!(!sa.nat && !sb.nat, "no NAT between two relayds: {sa:?}");
     assert_eq!(sa.peer.as_deref(), Some("10.0.2.2:500"));

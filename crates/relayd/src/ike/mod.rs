@@ -434,7 +434,7 @@ impl Driver {
 fn apply_event(sink: &mut dyn SaSink, c: &mut Conn, ev: Event) {
     match ev {
         Event::ChildUp(sa) => {
-            tracing::info!(connection = %sa.conn, spi_in = format_args!("{:08x}", sa.spi_in), spi_out = format_args!("{:08x}", sa.spi_out), rekey_of = ?sa.replaces.map(|s| format!("{s:08x}")), encap = ?sa.encap, "ike: child SA up");
+            tracing::info!(connection = %sa.conn, spi_in = format_args!("{:08x}", sa.spi_in), spi_out = format_args!("{:08x}", sa.spi_out), rekey_of = ?sa.replaces.map(|s| format!("{s:08x}")), outbound = sa.outbound, encap = ?sa.encap, "ike: child SA up");
             match sink.child_up(&sa) {
                 Ok(()) => {
                     c.installed.insert(sa.spi_out, sa.spi_in);
@@ -443,6 +443,17 @@ fn apply_event(sink: &mut dyn SaSink, c: &mut Conn, ev: Event) {
                     tracing::error!(connection = %sa.conn, "ike: child SA not installed: {e}");
                     *c.shell.entry("child_install_failed").or_default() += 1;
                 }
+            }
+        }
+        Event::ChildOutbound {
+            conn,
+            spi_in,
+            spi_out,
+        } => {
+            tracing::debug!(connection = %conn, spi_out = format_args!("{spi_out:08x}"), "ike: sending on the new child SA");
+            if let Err(e) = sink.child_outbound(&conn, spi_in, spi_out) {
+                tracing::error!(connection = %conn, "ike: outbound switch failed: {e}");
+                *c.shell.entry("child_install_failed").or_default() += 1;
             }
         }
         Event::ChildDown {

@@ -3,6 +3,7 @@
 
 use relay_ike::{ChildSa, EspTransform};
 use relay_svc_crypto::{Cipher, IkeSas};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// The datapath side of the IKE daemon: installs and removes child SAs and reports their
@@ -12,9 +13,12 @@ use std::sync::Arc;
 /// accepted before outbound traffic moves to the new SA (a rekey's `replaces`), and the
 /// old inbound SA stays until its `child_down`, so that no packet in flight is lost.
 pub trait SaSink: Send {
-    /// Installs the inbound SA and then makes the outbound SA the one the connection's
-    /// encrypting service uses.
+    /// Installs the inbound SA and then, if `sa.outbound`, makes the outbound SA the one
+    /// the connection's encrypting service uses; else keeps it for [`SaSink::child_outbound`]
+    /// (the responder of a rekey sends on the old SA until the peer has the new one).
     fn child_up(&mut self, sa: &ChildSa) -> Result<(), String>;
+    /// Starts sending on the child SA installed earlier with `outbound: false`.
+    fn child_outbound(&mut self, conn: &str, spi_in: u32, spi_out: u32) -> Result<(), String>;
     /// Removes the inbound SA `spi_in` (and the outbound `spi_out` if it is still the
     /// connection's current one).
     fn child_down(&mut self, conn: &str, spi_in: u32, spi_out: u32);
@@ -45,6 +49,10 @@ impl SaSink for NoDatapath {
         Ok(())
     }
 
+    fn child_outbound(&mut self, _conn: &str, _spi_in: u32, _spi_out: u32) -> Result<(), String> {
+        Ok(())
+    }
+
     fn child_down(&mut self, _conn: &str, _spi_in: u32, _spi_out: u32) {}
 
     fn ike_down(&mut self, _conn: &str) {}
@@ -61,7 +69,16 @@ pub struct EspTable {
     table: Arc<IkeSas>,
     /// Each connection's current outbound SPI: a child deleted without a successor
     /// leaves its connection with no outbound SA (fail closed), not with dead keys.
-    current_out: std::collections::HashMap<String, u32>,
+    current_out: HashMap<String, u32>,
+    /// Outbound halves waiting for `child_outbound`, by (connection, outbound SPI).
+    pending_out: HashMap<(String, u32), PendingOut>,
+}
+
+/// An outbound SA negotiated but not sent on yet.
+struct PendingOut {
+    cipher: Cipher,
+    esn: bool,
+    key: relay_ike::Secret,
 }
 
 impl EspTable {
@@ -69,7 +86,8 @@ impl EspTable {
     pub fn new(table: Arc<IkeSas>) -> EspTable {
         EspTable {
             table,
-            current_out: Default::default(),
+            current_out: HashMap::new(),
+            pending_out: HashMap::new(),
         }
     }
 }
@@ -99,6 +117,17 @@ impl SaSink for EspTable {
         self.table
             .install_inbound(&sa.conn, sa.spi_in, cipher, sa.esn, sa.key_in.bytes())
             .map_err(|e| e.to_string())?;
+        if !sa.outbound {
+            self.pending_out.insert(
+                (sa.conn.clone(), sa.spi_out),
+                PendingOut {
+                    cipher,
+                    esn: sa.esn,
+                    key: sa.key_out.clone(),
+                },
+            );
+            return Ok(());
+        }
         self.table
             .set_outbound(&sa.conn, sa.spi_out, cipher, sa.esn, sa.key_out.bytes())
             .map_err(|e| {
@@ -109,10 +138,23 @@ impl SaSink for EspTable {
         Ok(())
     }
 
+    fn child_outbound(&mut self, conn: &str, _spi_in: u32, spi_out: u32) -> Result<(), String> {
+        let p = self
+            .pending_out
+            .remove(&(conn.to_string(), spi_out))
+            .ok_or_else(|| format!("no pending outbound SA {spi_out:08x}"))?;
+        self.table
+            .set_outbound(conn, spi_out, p.cipher, p.esn, p.key.bytes())
+            .map_err(|e| e.to_string())?;
+        self.current_out.insert(conn.to_string(), spi_out);
+        Ok(())
+    }
+
     fn child_down(&mut self, conn: &str, spi_in: u32, spi_out: u32) {
         // The outbound SA of a rekeyed child was replaced at the new one's child_up; one
         // still current (a delete without a rekey) goes now.
         self.table.remove_inbound(conn, spi_in);
+        self.pending_out.remove(&(conn.to_string(), spi_out));
         if self.current_out.get(conn) == Some(&spi_out) {
             self.current_out.remove(conn);
             self.table.clear_outbound(conn);
@@ -121,6 +163,7 @@ impl SaSink for EspTable {
 
     fn ike_down(&mut self, conn: &str) {
         self.current_out.remove(conn);
+        self.pending_out.retain(|(c, _), _| c != conn);
         self.table.clear_outbound(conn);
     }
 
