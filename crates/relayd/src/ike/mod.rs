@@ -27,6 +27,10 @@ pub const IKE_PORT: u16 = 500;
 pub const NATT_PORT: u16 = 4500;
 /// How often the datapath's per-SA volume is read for rekeying by bytes and packets.
 const USAGE_EVERY: Duration = Duration::from_millis(500);
+/// How long an inbound SA stays after its child SA is deleted. The IKE messages overtake
+/// ESP: they skip relayd's queues, while ESP the peer sent on the old SA just before its
+/// DELETE may still wait in a queue (milliseconds under load) and must still decrypt.
+pub const INBOUND_GRACE: Duration = Duration::from_secs(2);
 /// The largest IKE message read (relay_ike's own limit is below; longer is truncated and
 /// refused by the parser).
 const MAX_DATAGRAM: usize = 65535;
@@ -146,6 +150,9 @@ struct Driver {
     esp_in_udp: u64,
     /// Datagrams no connection matched.
     unmatched: u64,
+    /// Inbound SAs of deleted child SAs, removed from the datapath at their time
+    /// ([`INBOUND_GRACE`]): (when, connection, inbound SPI, outbound SPI).
+    retiring: std::collections::VecDeque<(Instant, String, u32, u32)>,
 }
 
 impl Driver {
@@ -161,6 +168,7 @@ impl Driver {
             dgram_rx: Some(dgram_rx),
             esp_in_udp: 0,
             unmatched: 0,
+            retiring: std::collections::VecDeque::new(),
         }
     }
 
@@ -196,6 +204,7 @@ impl Driver {
                     }
                     Some(Cmd::Shutdown(done)) => {
                         self.shutdown_all().await;
+                        self.retire(Instant::now() + INBOUND_GRACE);
                         self.publish();
                         let _ = done.send(());
                         return;
@@ -208,6 +217,7 @@ impl Driver {
                 Some(d) = dgrams.recv() => self.receive(d).await,
                 _ = sleep => {
                     let now = Instant::now();
+                    self.retire(now);
                     let names: Vec<String> = self.conns.keys().cloned().collect();
                     for name in names {
                         if let Some(c) = self.conns.get_mut(&name)
@@ -289,7 +299,16 @@ impl Driver {
             }
         }
         while let Some(ev) = c.ep.poll_event() {
-            apply_event(self.sink.as_mut(), c, ev);
+            apply_event(self.sink.as_mut(), &mut self.retiring, c, ev);
+        }
+    }
+
+    /// Removes the inbound SAs whose grace is over (all of them with `now` far ahead).
+    fn retire(&mut self, now: Instant) {
+        while self.retiring.front().is_some_and(|r| r.0 <= now) {
+            if let Some((_, conn, spi_in, spi_out)) = self.retiring.pop_front() {
+                self.sink.child_down(&conn, spi_in, spi_out);
+            }
         }
     }
 
@@ -431,7 +450,12 @@ impl Driver {
 }
 
 /// Applies one event of connection `c` to the datapath.
-fn apply_event(sink: &mut dyn SaSink, c: &mut Conn, ev: Event) {
+fn apply_event(
+    sink: &mut dyn SaSink,
+    retiring: &mut std::collections::VecDeque<(Instant, String, u32, u32)>,
+    c: &mut Conn,
+    ev: Event,
+) {
     match ev {
         Event::ChildUp(sa) => {
             tracing::info!(connection = %sa.conn, spi_in = format_args!("{:08x}", sa.spi_in), spi_out = format_args!("{:08x}", sa.spi_out), rekey_of = ?sa.replaces.map(|s| format!("{s:08x}")), outbound = sa.outbound, encap = ?sa.encap, "ike: child SA up");
@@ -462,7 +486,8 @@ fn apply_event(sink: &mut dyn SaSink, c: &mut Conn, ev: Event) {
             spi_out,
         } => {
             tracing::info!(connection = %conn, spi_in = format_args!("{spi_in:08x}"), spi_out = format_args!("{spi_out:08x}"), "ike: child SA down");
-            sink.child_down(&conn, spi_in, spi_out);
+            sink.retire_outbound(&conn, spi_out);
+            retiring.push_back((Instant::now() + INBOUND_GRACE, conn, spi_in, spi_out));
             c.installed.remove(&spi_out);
         }
         Event::IkeUp { conn, remote } => {

@@ -19,8 +19,12 @@ pub trait SaSink: Send {
     fn child_up(&mut self, sa: &ChildSa) -> Result<(), String>;
     /// Starts sending on the child SA installed earlier with `outbound: false`.
     fn child_outbound(&mut self, conn: &str, spi_in: u32, spi_out: u32) -> Result<(), String>;
-    /// Removes the inbound SA `spi_in` (and the outbound `spi_out` if it is still the
-    /// connection's current one).
+    /// The child SA with outbound SPI `spi_out` is deleted: stop sending on it now (if it
+    /// is still the connection's current one). Its inbound half goes later
+    /// ([`SaSink::child_down`]).
+    fn retire_outbound(&mut self, conn: &str, spi_out: u32);
+    /// Removes the inbound SA `spi_in`; called a grace period after the child's delete, so
+    /// that packets the peer sent on it before and still waiting in the queues are taken.
     fn child_down(&mut self, conn: &str, spi_in: u32, spi_out: u32);
     /// The connection's IKE SA is gone: nothing may be sent under its keys any more.
     fn ike_down(&mut self, conn: &str);
@@ -52,6 +56,8 @@ impl SaSink for NoDatapath {
     fn child_outbound(&mut self, _conn: &str, _spi_in: u32, _spi_out: u32) -> Result<(), String> {
         Ok(())
     }
+
+    fn retire_outbound(&mut self, _conn: &str, _spi_out: u32) {}
 
     fn child_down(&mut self, _conn: &str, _spi_in: u32, _spi_out: u32) {}
 
@@ -150,15 +156,19 @@ impl SaSink for EspTable {
         Ok(())
     }
 
-    fn child_down(&mut self, conn: &str, spi_in: u32, spi_out: u32) {
-        // The outbound SA of a rekeyed child was replaced at the new one's child_up; one
-        // still current (a delete without a rekey) goes now.
-        self.table.remove_inbound(conn, spi_in);
+    fn retire_outbound(&mut self, conn: &str, spi_out: u32) {
+        // The outbound SA of a rekeyed child was replaced when the new one started
+        // sending; one still current (a delete without a rekey) goes now.
         self.pending_out.remove(&(conn.to_string(), spi_out));
         if self.current_out.get(conn) == Some(&spi_out) {
             self.current_out.remove(conn);
             self.table.clear_outbound(conn);
         }
+    }
+
+    fn child_down(&mut self, conn: &str, spi_in: u32, spi_out: u32) {
+        self.retire_outbound(conn, spi_out);
+        self.table.remove_inbound(conn, spi_in);
     }
 
     fn ike_down(&mut self, conn: &str) {
