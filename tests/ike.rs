@@ -501,78 +501,7 @@ fn relayd_pair_carries_traffic_across_child_rekeys() {
     };
     let keys = key_dir("ike-esp");
     let l = line4("ike-esp");
-    // The encrypting relay turns arriving packets into packets from itself, before routing
-    // (as tests/crypto.rs's tunnel tests).
-    for n in [&l.comp, &l.decomp] {
-        n.sysctl("net.ipv4.conf.all.accept_local", "1");
-    }
-    let (ike, esp) = ("aes128gcm16-prfsha256-x25519", "aes128gcm16");
-    let side = |local: &str, remote: &str, home: &str, to: &str, start: bool| {
-        let conn = relayd_ike(
-            &keys,
-            ike,
-            esp,
-            &format!("start = {start}\nchild_rekey_time = \"{rekey}s\"\n"),
-        )
-        .replace(
-            "local = \"10.0.2.1\"\nremote = \"10.0.2.2\"",
-            &format!("local = \"{local}\"\nremote = \"{remote}\""),
-        )
-        .replace(
-            "local_ts = [\"10.0.1.0/24\"]\nremote_ts = [\"10.0.3.0/24\"]",
-            &format!("local_ts = [\"{home}\"]\nremote_ts = [\"{to}\"]"),
-        );
-        format!(
-            r#"{conn}
-[[queue]]
-num = 0
-table = "raw"
-hook = "prerouting"
-match = "-s {home} -d {to}"
-services = ["enc"]
-
-[[queue]]
-num = 1
-table = "raw"
-hook = "prerouting"
-match = "-p esp -d {local}"
-services = ["dec"]
-
-[service.enc]
-kind = "encrypt"
-mode = "tunnel"
-local = "{local}"
-remote = "{remote}"
-ike = "peer"
-
-[service.dec]
-kind = "decrypt"
-ike = ["peer"]
-ike_mode = "tunnel"
-ike_peer = "{remote}"
-"#
-        )
-    };
-    let a = Relayd::start(
-        &l.comp,
-        &side("10.0.2.1", "10.0.2.2", "10.0.1.0/24", "10.0.3.0/24", true),
-    );
-    let b = Relayd::start(
-        &l.decomp,
-        &side("10.0.2.2", "10.0.2.1", "10.0.3.0/24", "10.0.1.0/24", false),
-    );
-    let up = |r: &Relayd| {
-        r.status()
-            .ike
-            .first()
-            .is_some_and(|i| i.state == "established" && i.children.iter().any(|c| c.installed))
-    };
-    assert!(
-        wait_for(Duration::from_secs(10), || up(&a) && up(&b)),
-        "--- a\n{}\n--- b\n{}",
-        a.log(),
-        b.log()
-    );
+    let (a, b) = start_pair(&l, &keys, &format!("child_rekey_time = \"{rekey}s\"\n"));
     count_arrivals_with("iptables", &l.decomp, "eth0", &["-s", "10.0.1.1"], "plain");
     count_arrivals_with("iptables", &l.decomp, "eth0", &["-p", "esp"], "esp");
     let pinged = l.src.ping("10.0.3.2") || l.src.ping("10.0.3.2");
@@ -637,6 +566,134 @@ ike_peer = "{remote}"
         (lost, dup),
         (0, 0),
         "{lost} lost ({at_full} at full queues), {dup} duplicated\nenc {enc:?}\ndec {dec:?}"
+    );
+    assert_eq!(read_count_with("iptables", &l.decomp, "plain"), 0);
+}
+
+/// Relays A (`l.comp`, initiating) and B (`l.decomp`) in tunnel mode between sites
+/// 10.0.1.0/24 and 10.0.3.0/24, their ESP services keyed by one IKE connection `peer`
+/// with `extra` keys; returns once both have an installed child SA.
+fn start_pair(l: &relay_testbed::Line4, keys: &TempDir, extra: &str) -> (Relayd, Relayd) {
+    // The encrypting relay turns arriving packets into packets from itself, before routing
+    // (as tests/crypto.rs's tunnel tests).
+    for n in [&l.comp, &l.decomp] {
+        n.sysctl("net.ipv4.conf.all.accept_local", "1");
+    }
+    let (ike, esp) = ("aes128gcm16-prfsha256-x25519", "aes128gcm16");
+    let side = |local: &str, remote: &str, home: &str, to: &str, start: bool| {
+        let conn = relayd_ike(keys, ike, esp, &format!("start = {start}\n{extra}"))
+            .replace(
+                "local = \"10.0.2.1\"\nremote = \"10.0.2.2\"",
+                &format!("local = \"{local}\"\nremote = \"{remote}\""),
+            )
+            .replace(
+                "local_ts = [\"10.0.1.0/24\"]\nremote_ts = [\"10.0.3.0/24\"]",
+                &format!("local_ts = [\"{home}\"]\nremote_ts = [\"{to}\"]"),
+            );
+        format!(
+            r#"{conn}
+[[queue]]
+num = 0
+table = "raw"
+hook = "prerouting"
+match = "-s {home} -d {to}"
+services = ["enc"]
+
+[[queue]]
+num = 1
+table = "raw"
+hook = "prerouting"
+match = "-p esp -d {local}"
+services = ["dec"]
+
+[service.enc]
+kind = "encrypt"
+mode = "tunnel"
+local = "{local}"
+remote = "{remote}"
+ike = "peer"
+
+[service.dec]
+kind = "decrypt"
+ike = ["peer"]
+ike_mode = "tunnel"
+ike_peer = "{remote}"
+"#
+        )
+    };
+    let a = Relayd::start(
+        &l.comp,
+        &side("10.0.2.1", "10.0.2.2", "10.0.1.0/24", "10.0.3.0/24", true),
+    );
+    let b = Relayd::start(
+        &l.decomp,
+        &side("10.0.2.2", "10.0.2.1", "10.0.3.0/24", "10.0.1.0/24", false),
+    );
+    let up = |r: &Relayd| {
+        r.status()
+            .ike
+            .first()
+            .is_some_and(|i| i.state == "established" && i.children.iter().any(|c| c.installed))
+    };
+    assert!(
+        wait_for(Duration::from_secs(10), || up(&a) && up(&b)),
+        "--- a\n{}\n--- b\n{}",
+        a.log(),
+        b.log()
+    );
+    (a, b)
+}
+
+/// Volume rekeying: with `child_rekey_packets = 4000`, the datapath's packet count (read
+/// by the IKE daemon from the ESP services' SA table) makes relay A rekey every 3,600
+/// packets of a 10,000-datagram flow; nothing is lost or duplicated.
+#[test]
+fn relayd_pair_rekeys_by_volume() {
+    let keys = key_dir("ike-vol");
+    let l = line4("ike-vol");
+    let (a, b) = start_pair(&l, &keys, "child_rekey_packets = 4000\n");
+    let before = a.status().ike[0].counters["child_rekeys"];
+    let (sent, got) =
+        UdpFlow::start(&l.src, &l.dst, addr("10.0.3.2:5003"), Some(2_000), 200, 5.0).finish();
+    let (lost, dup) = loss_and_duplicates(&sent, &got);
+    let st = a.status().ike.remove(0);
+    let rekeys = st.counters["child_rekeys"] - before;
+    eprintln!(
+        "{} sent, {lost} lost, {dup} duplicated, {rekeys} rekeys",
+        sent.packets
+    );
+    assert!(rekeys >= 2, "no rekey by volume: {st:?}\n{}", a.log());
+    assert_eq!(
+        (lost, dup),
+        (0, 0),
+        "enc {:?}\ndec {:?}",
+        a.counters("enc"),
+        b.counters("dec")
+    );
+}
+
+/// Fail closed: when relay B disappears (SIGKILL), A's dead peer detection takes down the
+/// IKE SA, and A's encrypting service then drops what it would have encrypted
+/// (`dropped_no_sa`) instead of sending it under keys nobody holds, or in clear.
+#[test]
+fn relayd_pair_fails_closed_when_the_peer_dies() {
+    let keys = key_dir("ike-dead");
+    let l = line4("ike-dead");
+    let extra = "dpd_delay = \"1s\"\nretransmit_timeout = \"300ms\"\nretransmit_tries = 2\n";
+    let (a, mut b) = start_pair(&l, &keys, extra);
+    assert!(l.src.ping("10.0.3.2"), "{}", a.log());
+    b.proc.kill();
+    let down = wait_for(Duration::from_secs(10), || {
+        a.status().ike[0].counters["ike_down"] >= 1
+    });
+    assert!(down, "the dead peer was not detected:\n{}", a.log());
+    count_arrivals_with("iptables", &l.decomp, "eth0", &["-s", "10.0.1.1"], "plain");
+    let before = a.counters("enc")["dropped_no_sa"];
+    assert!(!l.src.ping("10.0.3.2"));
+    assert!(
+        a.counters("enc")["dropped_no_sa"] > before,
+        "{:?}",
+        a.counters("enc")
     );
     assert_eq!(read_count_with("iptables", &l.decomp, "plain"), 0);
 }

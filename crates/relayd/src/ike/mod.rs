@@ -228,7 +228,14 @@ impl Driver {
                         self.flush(&name).await;
                     }
                 }
-                _ = usage.tick() => self.report_usage(),
+                _ = usage.tick() => {
+                    self.report_usage();
+                    // A volume rekey queued a request: send it now.
+                    let names: Vec<String> = self.conns.keys().cloned().collect();
+                    for name in names {
+                        self.flush(&name).await;
+                    }
+                }
             }
             self.publish();
         }
