@@ -697,3 +697,68 @@ fn relayd_pair_fails_closed_when_the_peer_dies() {
     );
     assert_eq!(read_count_with("iptables", &l.decomp, "plain"), 0);
 }
+
+/// The relays protect their own traffic (transport mode, selectors = their addresses)
+/// with an encrypting queue on OUTPUT that matches everything sent to the peer, IKE
+/// included by its match: relayd's rules let its own IKE through unqueued, so the SAs
+/// come up, and then a ping between the relays crosses the link as ESP only.
+#[test]
+fn own_ike_is_not_queued_into_encrypt() {
+    let keys = key_dir("ike-own");
+    let l = line4("ike-own");
+    let side = |local: &str, remote: &str, start: bool| {
+        let conn = relayd_ike(&keys, "aes128gcm16-prfsha256-x25519", "aes128gcm16", "")
+            .replace(
+                "local = \"10.0.2.1\"\nremote = \"10.0.2.2\"",
+                &format!("local = \"{local}\"\nremote = \"{remote}\""),
+            )
+            .replace(
+                "local_ts = [\"10.0.1.0/24\"]\nremote_ts = [\"10.0.3.0/24\"]",
+                &format!(
+                    "local_ts = [\"{local}\"]\nremote_ts = [\"{remote}\"]\nmode = \"transport\"\nstart = {start}"
+                ),
+            );
+        format!(
+            r#"{conn}
+[[queue]]
+num = 0
+hook = "output"
+match = "-d {remote}"
+services = ["enc"]
+
+[[queue]]
+num = 1
+hook = "prerouting"
+match = "-p esp -d {local}"
+services = ["dec"]
+
+[service.enc]
+kind = "encrypt"
+ike = "peer"
+
+[service.dec]
+kind = "decrypt"
+ike = ["peer"]
+"#
+        )
+    };
+    let a = Relayd::start(&l.comp, &side("10.0.2.1", "10.0.2.2", true));
+    let b = Relayd::start(&l.decomp, &side("10.0.2.2", "10.0.2.1", false));
+    let up = |r: &Relayd| {
+        r.status()
+            .ike
+            .first()
+            .is_some_and(|i| i.state == "established" && i.children.iter().any(|c| c.installed))
+    };
+    assert!(
+        wait_for(Duration::from_secs(10), || up(&a) && up(&b)),
+        "--- a\n{}\n--- b\n{}",
+        a.log(),
+        b.log()
+    );
+    count_arrivals_with("iptables", &l.decomp, "eth0", &["-p", "icmp"], "plain");
+    assert!(l.comp.ping("10.0.2.2"), "{:?}", a.counters("enc"));
+    assert!(a.counters("enc")["encrypted"] >= 1);
+    assert!(b.counters("dec")["decrypted"] >= 1);
+    assert_eq!(read_count_with("iptables", &l.decomp, "plain"), 0);
+}
