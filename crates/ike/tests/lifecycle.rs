@@ -387,3 +387,24 @@ fn unsupported_critical_payload_is_refused() {
     assert_eq!(n.b.counters().invalid_critical, 1);
     assert!(n.b.poll_transmit().is_some());
 }
+
+#[test]
+fn initiator_reestablishes_after_the_peer_deletes() {
+    let mut n = up("aes128gcm16");
+    n.b.shutdown(n.now);
+    n.run();
+    assert!(
+        n.ev_a.iter().any(
+            |e| matches!(e, Event::IkeDown { reason, .. } if reason.contains("deleted by peer"))
+        )
+    );
+    assert!(n.a.status_at(n.now).is_empty());
+    n.advance(Duration::from_secs(2));
+    assert_eq!(
+        Net::children_up(&n.ev_a).len(),
+        2,
+        "a new child SA after the restart"
+    );
+    assert_eq!(n.a.status_at(n.now).len(), 1);
+    assert_eq!(n.b.status_at(n.now).len(), 1);
+}
