@@ -309,7 +309,14 @@ impl Endpoint {
             if self.conns[ci].start_at.is_some_and(|t| t <= now) {
                 self.conns[ci].start_at = None;
                 if !self.sas.iter().any(|s| s.conn == ci && s.dead.is_none()) {
-                    let _ = self.start(now, ci);
+                    if let Err(e) = self.start(now, ci) {
+                        // Not retried: the configuration must change (a reload).
+                        let conn = self.conns[ci].cfg.name.clone();
+                        self.events.push_back(Event::IkeDown {
+                            conn,
+                            reason: e.to_string(),
+                        });
+                    }
                 }
             }
         }
@@ -353,10 +360,23 @@ impl Endpoint {
 
     fn start(&mut self, now: Instant, ci: usize) -> Result<(), Error> {
         let cfg = &self.conns[ci].cfg;
-        if cfg.ike_proposals.is_empty() || cfg.esp_proposals.is_empty() {
+        let problem = if cfg.ike_proposals.is_empty() || cfg.esp_proposals.is_empty() {
+            Some("no IKE or ESP proposal")
+        } else if cfg.local_ts.is_empty()
+            || cfg.remote_ts.is_empty()
+            || cfg.local_ts.len() > 32
+            || cfg.remote_ts.len() > 32
+        {
+            Some("local_ts and remote_ts need 1 to 32 traffic selectors each")
+        } else if cfg.ike_proposals.len() > 16 || cfg.esp_proposals.len() > 16 {
+            Some("at most 16 IKE and 16 ESP proposals")
+        } else {
+            None
+        };
+        if let Some(p) = problem {
             return Err(Error::BadConfig {
                 conn: cfg.name.clone(),
-                problem: "no IKE or ESP proposal".into(),
+                problem: p.into(),
             });
         }
         let local = SocketAddr::new(cfg.local, 500);

@@ -292,3 +292,44 @@ fn huge_lifetimes_do_not_overflow() {
     n.advance(Duration::from_secs(10));
     assert_eq!(Net::children_up(&n.ev_a).len(), 1);
 }
+
+#[test]
+fn unusable_configuration_is_refused_by_name() {
+    let mut ca = conn(
+        "c",
+        A,
+        B,
+        false,
+        "aes128gcm16-prfsha256-x25519",
+        "aes128gcm16",
+        Mode::Tunnel,
+    );
+    ca.remote_ts.clear();
+    let mut e = Endpoint::new(vec![ca], Box::new(SeededRng::new(1)));
+    let now = std::time::Instant::now();
+    match e.initiate(now, "c") {
+        Err(Error::BadConfig { conn, problem }) => {
+            assert!(conn == "c" && problem.contains("remote_ts"), "{problem}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(e.initiate(now, "d"), Err(Error::UnknownConn("d".into())));
+    assert!(e.poll_transmit().is_none());
+    // Started by the endpoint itself: an IkeDown event says why.
+    let mut ca = conn(
+        "c",
+        A,
+        B,
+        true,
+        "aes128gcm16-prfsha256-x25519",
+        "aes128gcm16",
+        Mode::Tunnel,
+    );
+    ca.local_ts.clear();
+    let mut e = Endpoint::new(vec![ca], Box::new(SeededRng::new(1)));
+    e.handle_timeout(now);
+    assert!(
+        matches!(e.poll_event(), Some(Event::IkeDown { reason, .. }) if reason.contains("local_ts"))
+    );
+    assert!(e.poll_transmit().is_none() && e.poll_timeout().is_none());
+}
