@@ -308,15 +308,15 @@ impl Endpoint {
         for ci in 0..self.conns.len() {
             if self.conns[ci].start_at.is_some_and(|t| t <= now) {
                 self.conns[ci].start_at = None;
-                if !self.sas.iter().any(|s| s.conn == ci && s.dead.is_none()) {
-                    if let Err(e) = self.start(now, ci) {
-                        // Not retried: the configuration must change (a reload).
-                        let conn = self.conns[ci].cfg.name.clone();
-                        self.events.push_back(Event::IkeDown {
-                            conn,
-                            reason: e.to_string(),
-                        });
-                    }
+                // A refused start is not retried: the configuration must change (a reload).
+                if !self.sas.iter().any(|s| s.conn == ci && s.dead.is_none())
+                    && let Err(e) = self.start(now, ci)
+                {
+                    let conn = self.conns[ci].cfg.name.clone();
+                    self.events.push_back(Event::IkeDown {
+                        conn,
+                        reason: e.to_string(),
+                    });
                 }
             }
         }
