@@ -408,3 +408,28 @@ fn initiator_reestablishes_after_the_peer_deletes() {
     assert_eq!(n.a.status_at(n.now).len(), 1);
     assert_eq!(n.b.status_at(n.now).len(), 1);
 }
+
+#[test]
+fn child_rekey_due_during_an_ike_rekey_happens_on_the_new_ike_sa() {
+    let mut ca = conn("c", A, B, true, IKE, "aes128gcm16", Mode::Transport);
+    ca.ike_rekey = Duration::from_secs(100);
+    ca.child_rekey_packets = Some(100);
+    let mut n = Net::new(
+        ca,
+        conn("c", B, A, false, IKE, "aes128gcm16", Mode::Transport),
+    );
+    n.advance(Duration::ZERO);
+    let c = Net::children_up(&n.ev_a)[0].clone();
+    // The IKE rekey request is in flight when the child's volume limit is reported.
+    n.now += Duration::from_secs(101);
+    n.a.handle_timeout(n.now);
+    n.a.report_usage(n.now, "c", c.spi_out, 0, 100);
+    n.run();
+    n.advance(Duration::from_secs(1));
+    assert_eq!(n.a.status_at(n.now)[0].rekeys, 1, "IKE SA rekeyed");
+    let up = Net::children_up(&n.ev_a);
+    assert_eq!(up.len(), 2, "the child SA rekeyed too");
+    assert_eq!(up[1].replaces, Some(c.spi_in));
+    assert_eq!(n.a.status_at(n.now)[0].children.len(), 1);
+    assert_eq!(n.b.status_at(n.now)[0].children.len(), 1);
+}
