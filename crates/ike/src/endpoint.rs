@@ -171,7 +171,7 @@ impl Endpoint {
                 if self.sas[i].phase == Phase::Established {
                     self.conns[conn].failures = 0;
                 }
-                self.adopt(new);
+                self.adopt(now, new);
             }
             None if h.exchange == exchange::IKE_SA_INIT
                 && !h.is_response()
@@ -263,8 +263,19 @@ impl Endpoint {
         }
     }
 
-    fn adopt(&mut self, new: Option<IkeSa>) {
-        if let Some(sa) = new {
+    /// Takes in the IKE SA a rekey made, and sends what was queued for it.
+    fn adopt(&mut self, now: Instant, new: Option<IkeSa>) {
+        if let Some(mut sa) = new {
+            let mut ctx = Self::ctx(
+                &self.conns,
+                sa.conn,
+                now,
+                &mut self.rng,
+                &mut self.transmits,
+                &mut self.events,
+                &mut self.counters,
+            );
+            sa.kick(&mut ctx);
             self.sas.push(sa);
         }
     }
@@ -333,7 +344,7 @@ impl Endpoint {
             );
             self.sas[i].on_timeout(&mut ctx);
             let new = ctx.new_sa.take();
-            self.adopt(new);
+            self.adopt(now, new);
         }
         self.reap(now);
     }

@@ -433,3 +433,41 @@ fn child_rekey_due_during_an_ike_rekey_happens_on_the_new_ike_sa() {
     assert_eq!(n.a.status_at(n.now)[0].children.len(), 1);
     assert_eq!(n.b.status_at(n.now)[0].children.len(), 1);
 }
+
+#[test]
+fn old_child_is_deleted_even_when_an_ike_rekey_comes_between() {
+    let mut ca = conn("c", A, B, true, IKE, "aes128gcm16", Mode::Transport);
+    ca.ike_rekey = Duration::from_secs(100);
+    ca.child_rekey_packets = Some(100);
+    let mut n = Net::new(
+        ca,
+        conn("c", B, A, false, IKE, "aes128gcm16", Mode::Transport),
+    );
+    n.advance(Duration::ZERO);
+    let c = Net::children_up(&n.ev_a)[0].clone();
+    // The child rekey goes out first, the IKE rekey queues behind it, then the old
+    // child's delete queues behind the IKE rekey.
+    n.now += Duration::from_secs(101);
+    n.a.report_usage(n.now, "c", c.spi_out, 0, 100);
+    n.a.handle_timeout(n.now);
+    n.run();
+    n.advance(Duration::from_secs(1));
+    let (sa, sb) = (n.a.status_at(n.now), n.b.status_at(n.now));
+    assert_eq!((sa.len(), sb.len()), (1, 1));
+    assert_eq!(sa[0].rekeys, 1);
+    assert_eq!(
+        (sa[0].children.len(), sb[0].children.len()),
+        (1, 1),
+        "{sa:?} {sb:?}"
+    );
+    assert!(
+        n.ev_a
+            .iter()
+            .any(|e| matches!(e, Event::ChildDown { spi_in, .. } if *spi_in == c.spi_in))
+    );
+    assert!(
+        n.ev_b
+            .iter()
+            .any(|e| matches!(e, Event::ChildDown { spi_out, .. } if *spi_out == c.spi_in))
+    );
+}

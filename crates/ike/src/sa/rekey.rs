@@ -76,6 +76,12 @@ impl IkeSa {
                         c.rekey_at = Some(ctx.now);
                     }
                 }
+                // Deletes of child SAs replaced just before: theirs too.
+                super::ike::Req::DeleteChild(spi)
+                    if sa.children.iter().any(|c| c.spi_in == spi) =>
+                {
+                    sa.queue.push_back(req);
+                }
                 other => self.queue.push_back(other),
             }
         }
