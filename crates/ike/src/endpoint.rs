@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 /// Half-open IKE SAs above which the responder demands cookies (RFC 7296 2.6).
 const COOKIE_THRESHOLD: usize = 64;
+/// Half-open IKE SAs above which new IKE_SA_INIT requests are dropped.
+const MAX_HALF_OPEN: usize = 1024;
 /// Packets after which a child SA without extended sequence numbers is rekeyed whatever
 /// the configured limits: 2^32 minus room for the rekey to finish at any packet rate.
 pub const SEQ_REKEY_PACKETS: u64 = (1 << 32) - (1 << 26);
@@ -199,6 +201,12 @@ impl Endpoint {
                     .iter()
                     .filter(|s| s.phase == Phase::InitDone)
                     .count();
+                if half_open >= MAX_HALF_OPEN {
+                    // Even with cookies, a flood from real addresses must not grow the
+                    // table without bound: refuse until half-open SAs expire.
+                    self.counters.dropped_half_open += 1;
+                    return;
+                }
                 let secret = (half_open >= COOKIE_THRESHOLD).then_some(self.cookie_secret);
                 let mut ctx = Self::ctx(
                     &self.conns,
