@@ -355,10 +355,11 @@ fn half_open_sas_are_bounded_even_with_cookies() {
         for _ in 0..2 {
             let Some(t) = e.poll_transmit() else { break };
             n.b.handle(n.now, t.remote, t.local, &t.payload);
-            if let Some(r) = n.b.poll_transmit() {
-                if r.payload.len() < 100 {
-                    e.handle(n.now, r.remote, r.local, &r.payload);
-                }
+            if let Some(r) = n.b.poll_transmit()
+                && r.payload.len() < 100
+            {
+                e.handle(n.now, r.remote, r.local, &r.payload);
+            }
             }
         }
     }
