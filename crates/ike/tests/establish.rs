@@ -360,7 +360,6 @@ fn half_open_sas_are_bounded_even_with_cookies() {
             {
                 e.handle(n.now, r.remote, r.local, &r.payload);
             }
-            }
         }
     }
     assert_eq!(
