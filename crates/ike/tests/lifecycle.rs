@@ -471,3 +471,31 @@ fn old_child_is_deleted_even_when_an_ike_rekey_comes_between() {
             .any(|e| matches!(e, Event::ChildDown { spi_out, .. } if *spi_out == c.spi_in))
     );
 }
+
+#[test]
+fn child_rekey_retries_with_the_pfs_group_the_peer_wants() {
+    let mut n = Net::new(
+        conn(
+            "c",
+            A,
+            B,
+            true,
+            IKE,
+            "aes128gcm16-x25519,aes128gcm16-ecp256",
+            Mode::Transport,
+        ),
+        conn("c", B, A, false, IKE, "aes128gcm16-ecp256", Mode::Transport),
+    );
+    n.advance(Duration::ZERO);
+    let c = Net::children_up(&n.ev_a)[0].clone();
+    n.a.report_usage(n.now, "c", c.spi_out, 0, SEQ_REKEY_PACKETS);
+    n.run();
+    let up = Net::children_up(&n.ev_a);
+    assert_eq!(
+        up.len(),
+        2,
+        "rekeyed after INVALID_KE_PAYLOAD, without waiting"
+    );
+    assert_eq!(up[1].replaces, Some(c.spi_in));
+    assert_paired(up[1], Net::children_up(&n.ev_b)[1]);
+}
