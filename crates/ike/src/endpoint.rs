@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 /// Half-open IKE SAs above which the responder demands cookies (RFC 7296 2.6).
 const COOKIE_THRESHOLD: usize = 64;
+/// Half-open IKE SAs above which new IKE_SA_INIT requests are dropped.
+const MAX_HALF_OPEN: usize = 1024;
 /// Packets after which a child SA without extended sequence numbers is rekeyed whatever
 /// the configured limits: 2^32 minus room for the rekey to finish at any packet rate.
 pub const SEQ_REKEY_PACKETS: u64 = (1 << 32) - (1 << 26);
@@ -171,7 +173,7 @@ impl Endpoint {
                 if self.sas[i].phase == Phase::Established {
                     self.conns[conn].failures = 0;
                 }
-                self.adopt(new);
+                self.adopt(now, new);
             }
             None if h.exchange == exchange::IKE_SA_INIT
                 && !h.is_response()
@@ -199,6 +201,12 @@ impl Endpoint {
                     .iter()
                     .filter(|s| s.phase == Phase::InitDone)
                     .count();
+                if half_open >= MAX_HALF_OPEN {
+                    // Even with cookies, a flood from real addresses must not grow the
+                    // table without bound: refuse until half-open SAs expire.
+                    self.counters.dropped_half_open += 1;
+                    return;
+                }
                 let secret = (half_open >= COOKIE_THRESHOLD).then_some(self.cookie_secret);
                 let mut ctx = Self::ctx(
                     &self.conns,
@@ -263,8 +271,19 @@ impl Endpoint {
         }
     }
 
-    fn adopt(&mut self, new: Option<IkeSa>) {
-        if let Some(sa) = new {
+    /// Takes in the IKE SA a rekey made, and sends what was queued for it.
+    fn adopt(&mut self, now: Instant, new: Option<IkeSa>) {
+        if let Some(mut sa) = new {
+            let mut ctx = Self::ctx(
+                &self.conns,
+                sa.conn,
+                now,
+                &mut self.rng,
+                &mut self.transmits,
+                &mut self.events,
+                &mut self.counters,
+            );
+            sa.kick(&mut ctx);
             self.sas.push(sa);
         }
     }
@@ -308,8 +327,15 @@ impl Endpoint {
         for ci in 0..self.conns.len() {
             if self.conns[ci].start_at.is_some_and(|t| t <= now) {
                 self.conns[ci].start_at = None;
-                if !self.sas.iter().any(|s| s.conn == ci && s.dead.is_none()) {
-                    let _ = self.start(now, ci);
+                // A refused start is not retried: the configuration must change (a reload).
+                if !self.sas.iter().any(|s| s.conn == ci && s.dead.is_none())
+                    && let Err(e) = self.start(now, ci)
+                {
+                    let conn = self.conns[ci].cfg.name.clone();
+                    self.events.push_back(Event::IkeDown {
+                        conn,
+                        reason: e.to_string(),
+                    });
                 }
             }
         }
@@ -326,7 +352,7 @@ impl Endpoint {
             );
             self.sas[i].on_timeout(&mut ctx);
             let new = ctx.new_sa.take();
-            self.adopt(new);
+            self.adopt(now, new);
         }
         self.reap(now);
     }
@@ -353,10 +379,23 @@ impl Endpoint {
 
     fn start(&mut self, now: Instant, ci: usize) -> Result<(), Error> {
         let cfg = &self.conns[ci].cfg;
-        if cfg.ike_proposals.is_empty() || cfg.esp_proposals.is_empty() {
+        let problem = if cfg.ike_proposals.is_empty() || cfg.esp_proposals.is_empty() {
+            Some("no IKE or ESP proposal")
+        } else if cfg.local_ts.is_empty()
+            || cfg.remote_ts.is_empty()
+            || cfg.local_ts.len() > 32
+            || cfg.remote_ts.len() > 32
+        {
+            Some("local_ts and remote_ts need 1 to 32 traffic selectors each")
+        } else if cfg.ike_proposals.len() > 16 || cfg.esp_proposals.len() > 16 {
+            Some("at most 16 IKE and 16 ESP proposals")
+        } else {
+            None
+        };
+        if let Some(p) = problem {
             return Err(Error::BadConfig {
                 conn: cfg.name.clone(),
-                problem: "no IKE or ESP proposal".into(),
+                problem: p.into(),
             });
         }
         let local = SocketAddr::new(cfg.local, 500);

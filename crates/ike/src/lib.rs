@@ -2,7 +2,8 @@
 //!
 //! # Design
 //!
-//! Like `quinn-proto`, this crate sends and receives nothing and reads no clock. An
+//! Like `quinn-proto`, this crate sends and receives nothing and reads no clock (but for
+//! the convenience [`Endpoint::status`]; [`Endpoint::status_at`] takes the time). An
 //! [`Endpoint`] holds the configured connections ([`ConnConfig`]) and their IKE SAs; its
 //! driver (relayd's IKE daemon: tokio UDP sockets on ports 500 and 4500)
 //!
@@ -29,7 +30,9 @@
 //! Everything is deterministic given the inputs and the [`RngSource`], so whole exchanges
 //! (initiator against responder, lost and reordered datagrams, rekeys, dead peers) are
 //! tested in memory with a fake clock (tests/), and the message parser and the endpoint are
-//! fuzzed (fuzz/fuzz_targets/ike_*.rs).
+//! fuzzed (fuzz/fuzz_targets/ike_*.rs). The key schedule, AUTH values, child key material
+//! (with and without PFS), IKE rekey keys and NAT-D hashes are checked against what two
+//! strongSwan 5.9.8 charons logged (tests/data, read by the `crypto` unit tests).
 //!
 //! # Layout
 //!
@@ -41,6 +44,8 @@
 //! - `sa`: one IKE SA's exchanges (IKE_SA_INIT, IKE_AUTH, CREATE_CHILD_SA,
 //!   INFORMATIONAL), its child SAs, retransmission and message IDs.
 //! - [`Endpoint`]: dispatch of messages to IKE SAs, timers, events.
+//! - `fuzzing` (hidden): prepared endpoint pairs, sealing with real keys, and the seeds
+//!   of the fuzz targets.
 //!
 //! Not supported (yet): certificates, EAP, IKE fragmentation (RFC 7383), MOBIKE, more
 //! than one child SA per IKE SA (beyond rekeys), configuration payloads, window sizes

@@ -193,6 +193,8 @@ pub struct Counters {
     pub timeouts: u64,
     /// COOKIE notifies sent (responder under load).
     pub cookies_sent: u64,
+    /// IKE_SA_INIT requests dropped because too many SAs were half-open.
+    pub dropped_half_open: u64,
 }
 
 /// Errors of [`Endpoint`](crate::Endpoint)'s commands.

@@ -292,3 +292,81 @@ fn huge_lifetimes_do_not_overflow() {
     n.advance(Duration::from_secs(10));
     assert_eq!(Net::children_up(&n.ev_a).len(), 1);
 }
+
+#[test]
+fn unusable_configuration_is_refused_by_name() {
+    let mut ca = conn(
+        "c",
+        A,
+        B,
+        false,
+        "aes128gcm16-prfsha256-x25519",
+        "aes128gcm16",
+        Mode::Tunnel,
+    );
+    ca.remote_ts.clear();
+    let mut e = Endpoint::new(vec![ca], Box::new(SeededRng::new(1)));
+    let now = std::time::Instant::now();
+    match e.initiate(now, "c") {
+        Err(Error::BadConfig { conn, problem }) => {
+            assert!(conn == "c" && problem.contains("remote_ts"), "{problem}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(e.initiate(now, "d"), Err(Error::UnknownConn("d".into())));
+    assert!(e.poll_transmit().is_none());
+    // Started by the endpoint itself: an IkeDown event says why.
+    let mut ca = conn(
+        "c",
+        A,
+        B,
+        true,
+        "aes128gcm16-prfsha256-x25519",
+        "aes128gcm16",
+        Mode::Tunnel,
+    );
+    ca.local_ts.clear();
+    let mut e = Endpoint::new(vec![ca], Box::new(SeededRng::new(1)));
+    e.handle_timeout(now);
+    assert!(
+        matches!(e.poll_event(), Some(Event::IkeDown { reason, .. }) if reason.contains("local_ts"))
+    );
+    assert!(e.poll_transmit().is_none() && e.poll_timeout().is_none());
+}
+
+#[test]
+fn half_open_sas_are_bounded_even_with_cookies() {
+    let mut n = pair("aes128gcm16-prfsha256-x25519", "aes128gcm16", Mode::Tunnel);
+    for seed in 1000..2100 {
+        let mut e = Endpoint::new(
+            vec![conn(
+                "c",
+                A,
+                B,
+                true,
+                "aes128gcm16-prfsha256-x25519",
+                "aes128gcm16",
+                Mode::Tunnel,
+            )],
+            Box::new(SeededRng::new(seed)),
+        );
+        e.handle_timeout(n.now);
+        // The initiator answers cookies but never sends IKE_AUTH.
+        for _ in 0..2 {
+            let Some(t) = e.poll_transmit() else { break };
+            n.b.handle(n.now, t.remote, t.local, &t.payload);
+            if let Some(r) = n.b.poll_transmit()
+                && r.payload.len() < 100
+            {
+                e.handle(n.now, r.remote, r.local, &r.payload);
+            }
+        }
+    }
+    assert_eq!(
+        n.b.counters().cookies_sent,
+        1024 - 64,
+        "a cookie for each beyond 64 half-open"
+    );
+    assert_eq!(n.b.status_at(n.now).len(), 1024);
+    assert_eq!(n.b.counters().dropped_half_open, 1100 - 1024);
+}

@@ -387,3 +387,115 @@ fn unsupported_critical_payload_is_refused() {
     assert_eq!(n.b.counters().invalid_critical, 1);
     assert!(n.b.poll_transmit().is_some());
 }
+
+#[test]
+fn initiator_reestablishes_after_the_peer_deletes() {
+    let mut n = up("aes128gcm16");
+    n.b.shutdown(n.now);
+    n.run();
+    assert!(
+        n.ev_a.iter().any(
+            |e| matches!(e, Event::IkeDown { reason, .. } if reason.contains("deleted by peer"))
+        )
+    );
+    assert!(n.a.status_at(n.now).is_empty());
+    n.advance(Duration::from_secs(2));
+    assert_eq!(
+        Net::children_up(&n.ev_a).len(),
+        2,
+        "a new child SA after the restart"
+    );
+    assert_eq!(n.a.status_at(n.now).len(), 1);
+    assert_eq!(n.b.status_at(n.now).len(), 1);
+}
+
+#[test]
+fn child_rekey_due_during_an_ike_rekey_happens_on_the_new_ike_sa() {
+    let mut ca = conn("c", A, B, true, IKE, "aes128gcm16", Mode::Transport);
+    ca.ike_rekey = Duration::from_secs(100);
+    ca.child_rekey_packets = Some(100);
+    let mut n = Net::new(
+        ca,
+        conn("c", B, A, false, IKE, "aes128gcm16", Mode::Transport),
+    );
+    n.advance(Duration::ZERO);
+    let c = Net::children_up(&n.ev_a)[0].clone();
+    // The IKE rekey request is in flight when the child's volume limit is reported.
+    n.now += Duration::from_secs(101);
+    n.a.handle_timeout(n.now);
+    n.a.report_usage(n.now, "c", c.spi_out, 0, 100);
+    n.run();
+    n.advance(Duration::from_secs(1));
+    assert_eq!(n.a.status_at(n.now)[0].rekeys, 1, "IKE SA rekeyed");
+    let up = Net::children_up(&n.ev_a);
+    assert_eq!(up.len(), 2, "the child SA rekeyed too");
+    assert_eq!(up[1].replaces, Some(c.spi_in));
+    assert_eq!(n.a.status_at(n.now)[0].children.len(), 1);
+    assert_eq!(n.b.status_at(n.now)[0].children.len(), 1);
+}
+
+#[test]
+fn old_child_is_deleted_even_when_an_ike_rekey_comes_between() {
+    let mut ca = conn("c", A, B, true, IKE, "aes128gcm16", Mode::Transport);
+    ca.ike_rekey = Duration::from_secs(100);
+    ca.child_rekey_packets = Some(100);
+    let mut n = Net::new(
+        ca,
+        conn("c", B, A, false, IKE, "aes128gcm16", Mode::Transport),
+    );
+    n.advance(Duration::ZERO);
+    let c = Net::children_up(&n.ev_a)[0].clone();
+    // The child rekey goes out first, the IKE rekey queues behind it, then the old
+    // child's delete queues behind the IKE rekey.
+    n.now += Duration::from_secs(101);
+    n.a.report_usage(n.now, "c", c.spi_out, 0, 100);
+    n.a.handle_timeout(n.now);
+    n.run();
+    n.advance(Duration::from_secs(1));
+    let (sa, sb) = (n.a.status_at(n.now), n.b.status_at(n.now));
+    assert_eq!((sa.len(), sb.len()), (1, 1));
+    assert_eq!(sa[0].rekeys, 1);
+    assert_eq!(
+        (sa[0].children.len(), sb[0].children.len()),
+        (1, 1),
+        "{sa:?} {sb:?}"
+    );
+    assert!(
+        n.ev_a
+            .iter()
+            .any(|e| matches!(e, Event::ChildDown { spi_in, .. } if *spi_in == c.spi_in))
+    );
+    assert!(
+        n.ev_b
+            .iter()
+            .any(|e| matches!(e, Event::ChildDown { spi_out, .. } if *spi_out == c.spi_in))
+    );
+}
+
+#[test]
+fn child_rekey_retries_with_the_pfs_group_the_peer_wants() {
+    let mut n = Net::new(
+        conn(
+            "c",
+            A,
+            B,
+            true,
+            IKE,
+            "aes128gcm16-x25519,aes128gcm16-ecp256",
+            Mode::Transport,
+        ),
+        conn("c", B, A, false, IKE, "aes128gcm16-ecp256", Mode::Transport),
+    );
+    n.advance(Duration::ZERO);
+    let c = Net::children_up(&n.ev_a)[0].clone();
+    n.a.report_usage(n.now, "c", c.spi_out, 0, SEQ_REKEY_PACKETS);
+    n.run();
+    let up = Net::children_up(&n.ev_a);
+    assert_eq!(
+        up.len(),
+        2,
+        "rekeyed after INVALID_KE_PAYLOAD, without waiting"
+    );
+    assert_eq!(up[1].replaces, Some(c.spi_in));
+    assert_paired(up[1], Net::children_up(&n.ev_b)[1]);
+}

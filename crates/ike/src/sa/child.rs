@@ -386,8 +386,31 @@ impl IkeSa {
         spi_in: u32,
         ni: Vec<u8>,
         dh: Option<DhSecret>,
-        _esp: EspProposal,
+        esp: EspProposal,
     ) {
+        // The peer wants another PFS group (RFC 7296 1.3): if we offer it too, retry with
+        // it at once, and keep it for later rekeys of this SA.
+        if let Some(n) = find_notify(p, notify::INVALID_KE_PAYLOAD) {
+            let g = n
+                .data
+                .get(..2)
+                .and_then(|b| DhGroup::from_id(u16::from_be_bytes([b[0], b[1]])));
+            let ours = ctx
+                .cfg
+                .esp_proposals
+                .iter()
+                .any(|e| e.encr == esp.encr && e.pfs == g);
+            match (g, ours) {
+                (Some(g), true) if esp.pfs != Some(g) => {
+                    if let Some(c) = self.children.iter_mut().find(|c| c.spi_in == old) {
+                        c.esp.pfs = Some(g);
+                    }
+                    self.request(ctx, super::ike::Req::RekeyChild(old));
+                }
+                _ => self.retry_rekey_later(ctx, old),
+            }
+            return;
+        }
         let nr = p.iter().find_map(|x| {
             if let Payload::Nonce(n) = x {
                 Some(n.clone())

@@ -68,6 +68,23 @@ impl IkeSa {
         sa.nat = self.nat;
         sa.rekeys = self.rekeys + 1;
         sa.children = std::mem::take(&mut self.children);
+        // Child rekeys still queued here are due on the new IKE SA at once.
+        for req in std::mem::take(&mut self.queue) {
+            match req {
+                super::ike::Req::RekeyChild(spi) => {
+                    if let Some(c) = sa.children.iter_mut().find(|c| c.spi_in == spi) {
+                        c.rekey_at = Some(ctx.now);
+                    }
+                }
+                // Deletes of child SAs replaced just before: theirs too.
+                super::ike::Req::DeleteChild(spi)
+                    if sa.children.iter().any(|c| c.spi_in == spi) =>
+                {
+                    sa.queue.push_back(req);
+                }
+                other => self.queue.push_back(other),
+            }
+        }
         sa.rekey_at = ctx.deadline(ctx.cfg.ike_rekey);
         sa.announced = true;
         self.rekeyed = true;
@@ -145,10 +162,11 @@ impl IkeSa {
         };
         if matches!(
             self.out.as_ref().map(|o| &o.kind),
-            Some(OutKind::RekeyIke { .. })
+            Some(OutKind::RekeyIke { .. } | OutKind::RekeyChild { .. })
         ) || self.rekeyed
         {
-            // A collision: ours goes on; the peer retries later (RFC 7296 2.25).
+            // A collision with our IKE rekey, or our child rekey whose answer must find its
+            // child SA here: ours goes on, the peer retries later (RFC 7296 2.25).
             return fail(self, ctx, notify::TEMPORARY_FAILURE, Vec::new());
         }
         let offered = p.iter().find_map(|x| {
