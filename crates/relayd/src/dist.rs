@@ -367,6 +367,12 @@ fn files() -> Vec<Item> {
             "The default status socket (daemon.socket), which relayd status queries.",
         ),
         tagged(
+            relay_svc_crypto::persist::DEFAULT_STATE_DIR,
+            "The ESP services' sequence state (state_dir; $STATE_DIRECTORY when systemd's \
+             StateDirectory= sets it, /var/lib/relayd/NAME for relayd@NAME.service). Never \
+             delete or restore it without rotating the ESP keys (encryption.md).",
+        ),
+        tagged(
             format!("{LOCK_DIR}/PREFIX-netINODE.lock"),
             "The instance lock: one relayd per chain prefix per network namespace (INODE \
              is that of /proc/self/ns/net).",

@@ -116,6 +116,8 @@ fn start(
     let r = Relayd {
         proc,
         dir,
+        // Not handed to this relayd (its command is built above): it runs no ESP service.
+        state: TempDir::new("priv-state"),
         config,
         socket,
         node: node.clone(),

@@ -177,8 +177,8 @@ pub(crate) struct Outbound {
     pub(crate) spi: u32,
     pub(crate) crypto: SaCrypto,
     pub(crate) seq: Arc<OutSeq>,
-    /// Bytes and packets sent (for IKE rekeying by volume).
-    pub(crate) usage: Usage,
+    /// Bytes and packets sent, counted for IKE SAs only (rekeying by volume).
+    pub(crate) usage: Option<Usage>,
 }
 
 /// An inbound SA: keys and the replay window, shared and kept the same way; the window's
@@ -188,8 +188,8 @@ pub(crate) struct Inbound {
     pub(crate) crypto: SaCrypto,
     pub(crate) window: Mutex<ReplayWindow>,
     pub(crate) edge: InEdge,
-    /// Bytes and packets accepted.
-    pub(crate) usage: Usage,
+    /// Bytes and packets accepted, counted for IKE SAs only.
+    pub(crate) usage: Option<Usage>,
 }
 
 impl Inbound {

@@ -194,7 +194,7 @@ impl IkeSas {
                 crypto: SaCrypto::new(cipher, key),
                 window: Mutex::new(ReplayWindow::new(c.window.load(Ordering::Relaxed))),
                 edge: InEdge::fresh(),
-                usage: Usage::default(),
+                usage: Some(Usage::default()),
             }),
             esn,
         });
@@ -223,7 +223,7 @@ impl IkeSas {
                 spi,
                 crypto: SaCrypto::new(cipher, key),
                 seq: Arc::new(OutSeq::fresh(self.persister.clone())),
-                usage: Usage::default(),
+                usage: Some(Usage::default()),
             }),
             esn,
         });
@@ -255,12 +255,12 @@ impl IkeSas {
     pub fn usage(&self, conn: &str, spi: u32) -> Option<(u64, u64)> {
         let c = self.conn(conn);
         if let Some(o) = lock(&c.out).as_ref().filter(|o| o.sa.spi == spi) {
-            return Some(o.sa.usage.get());
+            return o.sa.usage.as_ref().map(Usage::get);
         }
         let ins = lock(&c.ins).clone();
         ins.iter()
             .find(|s| s.sa.spi == spi)
-            .map(|s| s.sa.usage.get())
+            .and_then(|s| s.sa.usage.as_ref().map(Usage::get))
     }
 }
 

@@ -2,7 +2,7 @@
 //! module).
 
 use super::*;
-use crate::durable::InEdge;
+use crate::durable::{Gate, InEdge};
 use crate::keys::{Cipher, ICV_LEN, load_key};
 use crate::persist::{self, Dir, SaFile, fingerprint};
 use crate::sa::SaCrypto;
@@ -101,7 +101,7 @@ impl ServiceConfig for DecryptConfig {
                     crypto: SaCrypto::new(s.cipher, &key),
                     window: Mutex::new(ReplayWindow::new(self.replay_window).resumed(top)),
                     edge: InEdge::durable(file, top),
-                    usage: Default::default(),
+                    usage: None,
                 })
             })?;
             // A kept SA keeps what it has seen, in a window of the configured size.
@@ -164,7 +164,7 @@ impl ServiceFactory for DecryptFactory {
             dropped_auth: c("dropped_auth_failed"),
             dropped_malformed: c("dropped_malformed"),
             dropped_dummy: c("dropped_dummy"),
-            dropped_edge_unsaved: c("dropped_edge_unsaved"),
+            accepted_unsaved: c("accepted_unsaved"),
             log: RateLimit::new(10),
         })
     }
@@ -192,8 +192,9 @@ struct Decrypt {
     dropped_auth: Counter,
     dropped_malformed: Counter,
     dropped_dummy: Counter,
-    /// The window's edge could not be written to disk in time (state_dir failing).
-    dropped_edge_unsaved: Counter,
+    /// Accepted above the window's edge on disk: the disk did not keep up (state_dir
+    /// slow or failing); a crash just then could let these be replayed once.
+    accepted_unsaved: Counter,
     log: RateLimit,
 }
 
@@ -358,14 +359,10 @@ impl Service for Decrypt {
         if !opened {
             return self.drop(|d| &d.dropped_auth, "integrity check failed", spi, cx);
         }
-        // Accepted only once the edge on disk covers it: no replay after a crash.
-        if !sa.edge.gate(seq, &self.persister) {
-            return self.drop(
-                |d| &d.dropped_edge_unsaved,
-                "the window's edge could not be saved in state_dir",
-                spi,
-                cx,
-            );
+        // Accepted once the edge on disk covers it (no replay after a crash), unless the
+        // disk cannot keep up.
+        if sa.edge.gate(seq, &self.persister) == Gate::Unsaved {
+            self.accepted_unsaved.inc();
         }
         {
             // Another queue thread may have taken the same number meanwhile.
@@ -377,7 +374,9 @@ impl Service for Decrypt {
             w.update(seq);
         }
         sa.edge.count();
-        sa.usage.add(esp_len);
+        if let Some(u) = &sa.usage {
+            u.add(esp_len);
+        }
         // The lengths were checked above; `get` keeps a mistake from becoming a panic.
         let body = pkt
             .data()

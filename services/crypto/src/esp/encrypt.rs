@@ -177,7 +177,7 @@ impl EncryptConfig {
                     self.sequence_reserve,
                     states.persister.clone(),
                 )),
-                usage: Default::default(),
+                usage: None,
             })
         })?;
         Ok(sa)
@@ -428,7 +428,9 @@ impl Encrypt {
         }
         self.encrypted.inc();
         self.bytes_out.add(total as u64);
-        sa.usage.add(total - esp_at);
+        if let Some(u) = &sa.usage {
+            u.add(total - esp_at);
+        }
         if reinject {
             let _ = cx.emit_packet(pkt, &self.resend);
             return Action::Drop;

@@ -81,7 +81,7 @@ fn a_rekey_under_traffic_from_two_threads_loses_no_packet() {
             let stop = stop.clone();
             std::thread::spawn(move || {
                 let mut out = Vec::new();
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) && out.len() < 1500 {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && out.len() < 20_000 {
                     let mut p = Packet::from_bytes(&udp_packet(40));
                     assert_eq!(enc.process(&mut p, &mut cx()), Action::Continue);
                     out.push(p.data().to_vec());
@@ -98,10 +98,17 @@ fn a_rekey_under_traffic_from_two_threads_loses_no_packet() {
         t.set_outbound("c", spi, c, false, &key(c, n)).unwrap();
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let sent: Vec<Vec<u8>> = workers
+    let mut sent: Vec<Vec<u8>> = workers
         .into_iter()
         .flat_map(|w| w.join().unwrap())
         .collect();
+    // Each SA's packets in sequence order, as one link would deliver them.
+    sent.sort_by_key(|p| (esp_of(p).spi, esp_of(p).seq_no));
+    let spis: std::collections::BTreeSet<u32> = sent.iter().map(|p| esp_of(p).spi).collect();
+    assert!(
+        spis.len() >= 3,
+        "the switches happened under traffic: {spis:x?}"
+    );
     let mut seen = std::collections::HashSet::new();
     for p in &sent {
         let e = esp_of(p);

@@ -98,6 +98,20 @@ fn a_restarted_receiver_still_refuses_what_it_accepted() {
         );
     }
     drop(dec);
+    // A clean stop writes the exact edge (the background thread may be the last holder of
+    // the SA for a moment, and write it).
+    let key = load_key(&k, cipher).unwrap();
+    let file = crate::persist::SaFile::new(
+        &state_dir_of(&k),
+        crate::persist::Dir::In,
+        0x1001,
+        crate::persist::fingerprint(&key),
+    );
+    let deadline = Instant::now() + std::time::Duration::from_secs(2);
+    while file.load() != Ok(Some(5)) {
+        assert!(Instant::now() < deadline, "{:?}", file.load());
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
     // A new process: every packet accepted before is refused, the next one passes.
     let dc = Counters::new();
     let mut dec = dec_config(cipher, k, false)
