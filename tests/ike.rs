@@ -704,8 +704,19 @@ fn relayd_pair_fails_closed_when_the_peer_dies() {
 /// come up, and then a ping between the relays crosses the link as ESP only.
 #[test]
 fn own_ike_is_not_queued_into_encrypt() {
-    let keys = key_dir("ike-own");
-    let l = line4("ike-own");
+    own_ike_not_queued("ipv4", "10.0.2.1", "10.0.2.2");
+}
+
+/// [`own_ike_is_not_queued_into_encrypt`] over IPv6 (ip6tables, the non-ESP marker at its
+/// IPv6 offset).
+#[test]
+fn own_ike_is_not_queued_into_encrypt_ipv6() {
+    own_ike_not_queued("ipv6", "fd00:2::1", "fd00:2::2");
+}
+
+fn own_ike_not_queued(family: &str, a_addr: &str, b_addr: &str) {
+    let keys = key_dir(&format!("ike-own-{family}"));
+    let l = line4(&format!("ike-own-{family}"));
     let side = |local: &str, remote: &str, start: bool| {
         let conn = relayd_ike(&keys, "aes128gcm16-prfsha256-x25519", "aes128gcm16", "")
             .replace(
@@ -723,12 +734,14 @@ fn own_ike_is_not_queued_into_encrypt() {
 [[queue]]
 num = 0
 hook = "output"
+family = "{family}"
 match = "-d {remote}"
 services = ["enc"]
 
 [[queue]]
 num = 1
 hook = "prerouting"
+family = "{family}"
 match = "-p esp -d {local}"
 services = ["dec"]
 
@@ -742,8 +755,8 @@ ike = ["peer"]
 "#
         )
     };
-    let a = Relayd::start(&l.comp, &side("10.0.2.1", "10.0.2.2", true));
-    let b = Relayd::start(&l.decomp, &side("10.0.2.2", "10.0.2.1", false));
+    let a = Relayd::start(&l.comp, &side(a_addr, b_addr, true));
+    let b = Relayd::start(&l.decomp, &side(b_addr, a_addr, false));
     let up = |r: &Relayd| {
         r.status()
             .ike
@@ -756,11 +769,16 @@ ike = ["peer"]
         a.log(),
         b.log()
     );
-    count_arrivals_with("iptables", &l.decomp, "eth0", &["-p", "icmp"], "plain");
-    assert!(l.comp.ping("10.0.2.2"), "{:?}", a.counters("enc"));
+    let (tool, icmp) = if family == "ipv6" {
+        ("ip6tables", "ipv6-icmp")
+    } else {
+        ("iptables", "icmp")
+    };
+    count_arrivals_with(tool, &l.decomp, "eth0", &["-p", icmp], "plain");
+    assert!(l.comp.ping(b_addr), "{:?}\n{}", a.counters("enc"), a.log());
     assert!(a.counters("enc")["encrypted"] >= 1);
     assert!(b.counters("dec")["decrypted"] >= 1);
-    assert_eq!(read_count_with("iptables", &l.decomp, "plain"), 0);
+    assert_eq!(read_count_with(tool, &l.decomp, "plain"), 0);
 }
 
 /// relayd (comp) and charon (decomp) carry pings and a TCP transfer intact through the
