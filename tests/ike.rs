@@ -876,3 +876,28 @@ ike_peer = "10.0.2.2"
         r.counters("dec")
     );
 }
+
+/// A connection whose ports cannot be bound (another program holds UDP 500) is shown as
+/// `error` with the reason, and relayd runs on.
+#[test]
+fn a_taken_port_is_an_error_in_status() {
+    let keys = key_dir("ike-bind");
+    let l = line4("ike-bind");
+    let _squatter = l
+        .comp
+        .run(|| std::net::UdpSocket::bind("10.0.2.1:500").unwrap());
+    let r = Relayd::start(
+        &l.comp,
+        &relayd_ike(&keys, "aes128gcm16-prfsha256-x25519", "aes128gcm16", ""),
+    );
+    let mut st = r.status().ike.remove(0);
+    wait_for(Duration::from_secs(2), || {
+        st = r.status().ike.remove(0);
+        st.state != "down"
+    });
+    assert_eq!(st.state, "error", "{st:?}");
+    assert!(
+        st.error.as_deref().unwrap_or("").contains("port 500"),
+        "{st:?}"
+    );
+}

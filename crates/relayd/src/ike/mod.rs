@@ -64,7 +64,12 @@ impl Ike {
     /// child SAs to `sink`. Must be called inside the tokio runtime.
     pub fn start(specs: Vec<IkeSpec>, sink: Box<dyn SaSink>) -> Ike {
         let (cmds, rx) = mpsc::unbounded_channel();
-        let status = Arc::new(Mutex::new(Vec::new()));
+        // Every connection is in the status from the start (down until the task has run).
+        let initial = specs
+            .iter()
+            .map(|s| IkeConnStatus::new(s, &[], &relay_ike::Counters::default(), None))
+            .collect();
+        let status = Arc::new(Mutex::new(initial));
         let mut d = Driver::new(sink, status.clone());
         let task = tokio::spawn(async move {
             d.reconfigure(specs, Instant::now()).await;
