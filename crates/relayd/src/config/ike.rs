@@ -447,34 +447,14 @@ pub fn parse_time(s: &str) -> Result<Duration, String> {
 /// itself (surrounding white space removed), as swanctl.conf's `secret` takes it.
 ///
 /// Whoever can read the file can impersonate either peer, and whoever can replace it
-/// chooses the key: like key files (services/crypto), it must be owned by relayd's user
-/// or root and be neither readable nor writable by group or others.
-// TODO(issue 25): use services/crypto's key-file walk (every directory from `/`, no
-// symlink swaps) once it is public for secrets of any length; this checks the file only.
+/// chooses the key: it is opened under the key-file rules of services/crypto
+/// ([`relay_svc_crypto::open_secret`]: the file owned by relayd's user or root, mode 600 or
+/// 400, every directory from `/` to it safe, no symbolic-link swap between check and read).
 pub fn read_psk(path: &std::path::Path) -> Result<Secret, String> {
     use std::io::Read;
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let shown = path.display();
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(|e| format!("PSK file {shown}: {e}"))?;
-    let meta = f.metadata().map_err(|e| format!("PSK file {shown}: {e}"))?;
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::geteuid() };
-    if meta.uid() != uid && meta.uid() != 0 {
-        return Err(format!(
-            "PSK file {shown}: owned by uid {}, not by relayd's user or root: chown {uid} {shown}",
-            meta.uid()
-        ));
-    }
-    if meta.mode() & 0o077 != 0 {
-        return Err(format!(
-            "PSK file {shown}: open to group or others (mode {:o}): chmod 600 {shown}",
-            meta.mode() & 0o777
-        ));
-    }
+    let mut f = relay_svc_crypto::open_secret(path)
+        .map_err(|e| e.to_string().replacen("key file", "PSK file", 1))?;
     let mut text = String::new();
     (&mut f)
         .take(4096)
@@ -533,12 +513,21 @@ mod tests {
         assert!(parse_ts("host/24").is_err());
     }
 
-    /// A PSK file of mode 0600 (the PSK check looks at the file only, for now).
+    /// A PSK file of mode 0600 in a directory of mode 0700 beside the test binary: the
+    /// PSK check walks every directory from `/`, so a shared /tmp does not qualify.
     fn psk(name: &str, text: &str) -> PathBuf {
         use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let dir = std::env::temp_dir().join(format!("relayd-ike-psk-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        let exe = std::env::current_exe().unwrap();
+        let dir = exe
+            .parent()
+            .unwrap()
+            .join(format!("relayd-ike-psk-{}", std::process::id()));
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .unwrap();
         let p = dir.join(format!("{}-{name}", std::process::id()));
         let _ = std::fs::remove_file(&p);
         let mut f = std::fs::OpenOptions::new()
@@ -644,6 +633,15 @@ mod tests {
         std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
         let e = first_err(&conf(&open, ""), 4, "ike.b.psk_file");
         assert!(e[0].message.contains("chmod 600"), "{e:?}");
+        // Nor in a directory someone else can write (they could replace it).
+        let shared = p.parent().unwrap().join("shared");
+        std::fs::create_dir_all(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let in_shared = shared.join("b.psk");
+        std::fs::copy(&p, &in_shared).unwrap();
+        std::fs::set_permissions(&in_shared, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let e = first_err(&conf(&in_shared, ""), 4, "ike.b.psk_file");
+        assert!(e[0].message.contains("writable by anyone"), "{e:?}");
         // Two connections between the same addresses.
         let two = format!(
             "{}\n{}",
