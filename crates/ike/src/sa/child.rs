@@ -22,6 +22,8 @@ pub(crate) struct Child {
     pub(crate) created: Instant,
     pub(crate) rekey_at: Option<Instant>,
     pub(crate) rekeys: u32,
+    /// PFS group changes at the peer's request (INVALID_KE_PAYLOAD), bounded.
+    pub(crate) pfs_switches: u8,
     /// Replaced by a rekey; waiting for its delete.
     pub(crate) replaced: bool,
     /// As the responder of its rekey: the inbound SPI of the SA it replaces, whose
@@ -330,6 +332,7 @@ impl IkeSa {
             rekey_at,
             rekeys: ch.rekeys,
             replaced: false,
+            pfs_switches: 0,
             outbound_after: if outbound { None } else { replaces },
             peer_rekey: None,
         });
@@ -401,9 +404,17 @@ impl IkeSa {
                 .iter()
                 .any(|e| e.encr == esp.encr && e.pfs == g);
             match (g, ours) {
-                (Some(g), true) if esp.pfs != Some(g) => {
+                // A peer that keeps changing its mind gets two tries, then the usual wait.
+                (Some(g), true)
+                    if esp.pfs != Some(g)
+                        && self
+                            .children
+                            .iter()
+                            .any(|c| c.spi_in == old && c.pfs_switches < 2) =>
+                {
                     if let Some(c) = self.children.iter_mut().find(|c| c.spi_in == old) {
                         c.esp.pfs = Some(g);
+                        c.pfs_switches += 1;
                     }
                     self.request(ctx, super::ike::Req::RekeyChild(old));
                 }
