@@ -290,11 +290,17 @@ impl Driver {
         }
     }
 
-    /// Sends what connection `name` has to send and applies its events.
+    /// Applies connection `name`'s events, then sends what it has to send.
     async fn flush(&mut self, name: &str) {
         let Some(c) = self.conns.get_mut(name) else {
             return;
         };
+        // Events first: an answer that completes a child SA must not reach the peer
+        // before its inbound SA is installed here, or the peer's first ESP packets on it
+        // would be dropped (relay_ike's event-before-transmit contract).
+        while let Some(ev) = c.ep.poll_event() {
+            apply_event(self.sink.as_mut(), &mut self.retiring, c, ev);
+        }
         while let Some(t) = c.ep.poll_transmit() {
             let sent = match self.sockets.get(&t.local.ip()) {
                 Some(s) if t.local.port() == NATT_PORT => {
@@ -309,9 +315,6 @@ impl Driver {
             if !sent {
                 *c.shell.entry("send_errors").or_default() += 1;
             }
-        }
-        while let Some(ev) = c.ep.poll_event() {
-            apply_event(self.sink.as_mut(), &mut self.retiring, c, ev);
         }
     }
 
