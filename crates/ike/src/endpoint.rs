@@ -33,11 +33,18 @@ pub(crate) struct Conn {
 pub struct Endpoint {
     pub(crate) conns: Vec<Conn>,
     pub(crate) sas: Vec<IkeSa>,
+    pub(crate) io: Io,
+    pub(crate) cookie_secret: [u8; 32],
+}
+
+/// What every exchange draws from and writes to: randomness, and the queues and counters
+/// the driver drains. One field of [`Endpoint`], so that it can be lent to an SA beside
+/// the connections ([`Endpoint::ctx`]).
+pub(crate) struct Io {
     pub(crate) rng: Box<dyn RngSource>,
     pub(crate) transmits: VecDeque<Transmit>,
     pub(crate) events: VecDeque<Event>,
     pub(crate) counters: Counters,
-    pub(crate) cookie_secret: [u8; 32],
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -66,30 +73,24 @@ impl Endpoint {
         Endpoint {
             conns,
             sas: Vec::new(),
-            rng,
-            transmits: VecDeque::new(),
-            events: VecDeque::new(),
-            counters: Counters::default(),
+            io: Io {
+                rng,
+                transmits: VecDeque::new(),
+                events: VecDeque::new(),
+                counters: Counters::default(),
+            },
             cookie_secret,
         }
     }
 
-    fn ctx<'a>(
-        conns: &'a [Conn],
-        conn: usize,
-        now: Instant,
-        rng: &'a mut Box<dyn RngSource>,
-        out: &'a mut VecDeque<Transmit>,
-        events: &'a mut VecDeque<Event>,
-        c: &'a mut Counters,
-    ) -> Ctx<'a> {
+    fn ctx<'a>(conns: &'a [Conn], conn: usize, now: Instant, io: &'a mut Io) -> Ctx<'a> {
         Ctx {
             now,
             cfg: &conns[conn].cfg,
-            rng: rng.as_mut(),
-            out,
-            events,
-            c,
+            rng: io.rng.as_mut(),
+            out: &mut io.transmits,
+            events: &mut io.events,
+            c: &mut io.counters,
             new_sa: None,
             initial_contact: false,
         }
@@ -108,11 +109,11 @@ impl Endpoint {
     /// has removed the non-ESP marker).
     pub fn handle(&mut self, now: Instant, local: SocketAddr, remote: SocketAddr, msg: &[u8]) {
         self.start_pending(now);
-        self.counters.msgs_in += 1;
+        self.io.counters.msgs_in += 1;
         let m = match wire::parse_message(msg) {
             Ok(m) => m,
             Err(wire::WireError::Critical(t)) => {
-                self.counters.invalid_critical += 1;
+                self.io.counters.invalid_critical += 1;
                 // An IKE_SA_INIT request (in clear) is refused in clear (RFC 7296 2.5);
                 // other messages are answered by their IKE SA once authenticated.
                 if let Ok(h) = wire::Header::parse(msg)
@@ -129,8 +130,8 @@ impl Endpoint {
                     };
                     let n =
                         wire::Payload::notify(wire::notify::UNSUPPORTED_CRITICAL_PAYLOAD, vec![t]);
-                    self.counters.msgs_out += 1;
-                    self.transmits.push_back(Transmit {
+                    self.io.counters.msgs_out += 1;
+                    self.io.transmits.push_back(Transmit {
                         local,
                         remote,
                         payload: wire::emit_plain(hdr, &[n]),
@@ -139,7 +140,7 @@ impl Endpoint {
                 return;
             }
             Err(_) => {
-                self.counters.invalid_malformed += 1;
+                self.io.counters.invalid_malformed += 1;
                 return;
             }
         };
@@ -156,15 +157,7 @@ impl Endpoint {
         match idx {
             Some(i) => {
                 let conn = self.sas[i].conn;
-                let mut ctx = Self::ctx(
-                    &self.conns,
-                    conn,
-                    now,
-                    &mut self.rng,
-                    &mut self.transmits,
-                    &mut self.events,
-                    &mut self.counters,
-                );
+                let mut ctx = Self::ctx(&self.conns, conn, now, &mut self.io);
                 self.sas[i].handle(&mut ctx, local, remote, msg, m);
                 let new = ctx.new_sa.take();
                 if ctx.initial_contact {
@@ -193,7 +186,7 @@ impl Endpoint {
                             .position(|c| c.cfg.local == local.ip() && !c.cfg.initiate)
                     })
                 else {
-                    self.counters.invalid_unknown_spi += 1;
+                    self.io.counters.invalid_unknown_spi += 1;
                     return;
                 };
                 let half_open = self
@@ -204,19 +197,11 @@ impl Endpoint {
                 if half_open >= MAX_HALF_OPEN {
                     // Even with cookies, a flood from real addresses must not grow the
                     // table without bound: refuse until half-open SAs expire.
-                    self.counters.dropped_half_open += 1;
+                    self.io.counters.dropped_half_open += 1;
                     return;
                 }
                 let secret = (half_open >= COOKIE_THRESHOLD).then_some(self.cookie_secret);
-                let mut ctx = Self::ctx(
-                    &self.conns,
-                    conn,
-                    now,
-                    &mut self.rng,
-                    &mut self.transmits,
-                    &mut self.events,
-                    &mut self.counters,
-                );
+                let mut ctx = Self::ctx(&self.conns, conn, now, &mut self.io);
                 if let Some(sa) = IkeSa::respond_init(
                     &mut ctx,
                     conn,
@@ -229,7 +214,7 @@ impl Endpoint {
                     self.sas.push(sa);
                 }
             }
-            None => self.counters.invalid_unknown_spi += 1,
+            None => self.io.counters.invalid_unknown_spi += 1,
         }
         self.reap(now);
     }
@@ -254,15 +239,7 @@ impl Endpoint {
             {
                 continue;
             }
-            let mut ctx = Self::ctx(
-                &self.conns,
-                conn,
-                now,
-                &mut self.rng,
-                &mut self.transmits,
-                &mut self.events,
-                &mut self.counters,
-            );
+            let mut ctx = Self::ctx(&self.conns, conn, now, &mut self.io);
             self.sas[j].die(
                 &mut ctx,
                 "replaced: the peer restarted (INITIAL_CONTACT)",
@@ -274,15 +251,7 @@ impl Endpoint {
     /// Takes in the IKE SA a rekey made, and sends what was queued for it.
     fn adopt(&mut self, now: Instant, new: Option<IkeSa>) {
         if let Some(mut sa) = new {
-            let mut ctx = Self::ctx(
-                &self.conns,
-                sa.conn,
-                now,
-                &mut self.rng,
-                &mut self.transmits,
-                &mut self.events,
-                &mut self.counters,
-            );
+            let mut ctx = Self::ctx(&self.conns, sa.conn, now, &mut self.io);
             sa.kick(&mut ctx);
             self.sas.push(sa);
         }
@@ -306,7 +275,7 @@ impl Endpoint {
             }
             let c = &mut self.conns[sa.conn];
             if sa.announced || sa.initiator {
-                self.events.push_back(Event::IkeDown {
+                self.io.events.push_back(Event::IkeDown {
                     conn: sa.name.clone(),
                     reason: reason.clone(),
                 });
@@ -332,7 +301,7 @@ impl Endpoint {
                     && let Err(e) = self.start(now, ci)
                 {
                     let conn = self.conns[ci].cfg.name.clone();
-                    self.events.push_back(Event::IkeDown {
+                    self.io.events.push_back(Event::IkeDown {
                         conn,
                         reason: e.to_string(),
                     });
@@ -341,15 +310,7 @@ impl Endpoint {
         }
         for i in 0..self.sas.len() {
             let conn = self.sas[i].conn;
-            let mut ctx = Self::ctx(
-                &self.conns,
-                conn,
-                now,
-                &mut self.rng,
-                &mut self.transmits,
-                &mut self.events,
-                &mut self.counters,
-            );
+            let mut ctx = Self::ctx(&self.conns, conn, now, &mut self.io);
             self.sas[i].on_timeout(&mut ctx);
             let new = ctx.new_sa.take();
             self.adopt(now, new);
@@ -369,12 +330,12 @@ impl Endpoint {
 
     /// The next datagram to send.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
-        self.transmits.pop_front()
+        self.io.transmits.pop_front()
     }
 
     /// The next event.
     pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
+        self.io.events.pop_front()
     }
 
     fn start(&mut self, now: Instant, ci: usize) -> Result<(), Error> {
@@ -400,15 +361,7 @@ impl Endpoint {
         }
         let local = SocketAddr::new(cfg.local, 500);
         let remote = SocketAddr::new(cfg.remote, 500);
-        let mut ctx = Self::ctx(
-            &self.conns,
-            ci,
-            now,
-            &mut self.rng,
-            &mut self.transmits,
-            &mut self.events,
-            &mut self.counters,
-        );
+        let mut ctx = Self::ctx(&self.conns, ci, now, &mut self.io);
         if let Some(sa) = IkeSa::initiate(&mut ctx, ci, local, remote) {
             self.sas.push(sa);
         }
@@ -469,15 +422,7 @@ impl Endpoint {
             if !(over(lb, bytes) || over(lp, packets) || seq_limit.is_some_and(|l| packets >= l)) {
                 continue;
             }
-            let mut ctx = Self::ctx(
-                &self.conns,
-                ci,
-                now,
-                &mut self.rng,
-                &mut self.transmits,
-                &mut self.events,
-                &mut self.counters,
-            );
+            let mut ctx = Self::ctx(&self.conns, ci, now, &mut self.io);
             if let Some(c) = self.sas[i].children.iter_mut().find(|c| c.spi_in == spi_in) {
                 c.rekey_at = None;
             }
@@ -494,15 +439,7 @@ impl Endpoint {
         }
         for i in 0..self.sas.len() {
             let conn = self.sas[i].conn;
-            let mut ctx = Self::ctx(
-                &self.conns,
-                conn,
-                now,
-                &mut self.rng,
-                &mut self.transmits,
-                &mut self.events,
-                &mut self.counters,
-            );
+            let mut ctx = Self::ctx(&self.conns, conn, now, &mut self.io);
             let sa = &mut self.sas[i];
             if sa.phase == Phase::Established && sa.dead.is_none() {
                 sa.out = None;
@@ -553,6 +490,6 @@ impl Endpoint {
 
     /// The counters.
     pub fn counters(&self) -> &Counters {
-        &self.counters
+        &self.io.counters
     }
 }

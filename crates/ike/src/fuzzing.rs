@@ -95,10 +95,12 @@ impl Endpoint {
         Endpoint {
             conns: self.conns.clone(),
             sas: self.sas.clone(),
-            rng: Box::new(SeededRng::new(99)),
-            transmits: self.transmits.clone(),
-            events: self.events.clone(),
-            counters: self.counters.clone(),
+            io: crate::endpoint::Io {
+                rng: Box::new(SeededRng::new(99)),
+                transmits: self.io.transmits.clone(),
+                events: self.io.events.clone(),
+                counters: self.io.counters.clone(),
+            },
             cookie_secret: self.cookie_secret,
         }
     }
@@ -139,7 +141,7 @@ impl Endpoint {
             h,
             first,
             zeroize::Zeroizing::new(plain.to_vec()),
-            self.rng.as_mut(),
+            self.io.rng.as_mut(),
         ))
     }
 
