@@ -14,6 +14,10 @@ DEBIAN_PACKAGES += clang libbpf-dev
 # python3-scapy crafts the attacker's packets in the evasion suite (tests/evasion.rs); it is
 # run as /usr/bin/python3, Debian's interpreter, which has the package.
 DEBIAN_PACKAGES += python3-scapy
+# strongSwan's charon is the IKEv2 peer of the interoperability tests (tests/ike.rs);
+# libcharon-extra-plugins has kernel-libipsec (ESP in userspace: the tests' kernel may
+# have no ESP module), libstrongswan-extra-plugins the curve25519 plugin.
+DEBIAN_PACKAGES += strongswan-charon strongswan-swanctl libcharon-extra-plugins libstrongswan-extra-plugins
 # cargo-deb (crates.io) builds the Debian package (`make deb`, tests/package.rs).
 CARGO_DEB_VERSION := 3.8.0
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -115,11 +119,14 @@ bench-proxy: deps
 # under a 20,000 packets/s flow, 30 s floods; about 15 minutes. `make test` runs the short ones.
 # Then the evasion suite's (tests/evasion.rs): the fragment timeout with Linux's default 30 s,
 # the TCP fragment cases' timeout, more random orders, 2,000 connections per memory attack.
+# Then IKE (tests/ike.rs): 60 s at 20,000 packets/s through IKE-keyed ESP, child SA
+# rekeyed every 10 s, no loss and no duplicate.
 .PHONY: soak
 soak: deps
 	RELAYD_FAULT_CYCLES=1000 RELAYD_FAULT_RELOADS=300 RELAYD_FAULT_SECS=30 \
 	  $(CARGO) test -p relayd --locked --test faults -- --nocapture
 	RELAYD_EVASION_SOAK=1 $(CARGO) test -p relayd --locked --test evasion -- --nocapture
+	RELAYD_IKE_SOAK=1 $(CARGO) test -p relayd --locked --test ike relayd_pair_carries_traffic_across_child_rekeys -- --nocapture
 
 # Fuzzing (fuzz/, docs/reliability.md): every cargo-fuzz target, one at a time, for
 # FUZZ_SECONDS each, from the committed seeds; installs cargo-fuzz if missing and needs

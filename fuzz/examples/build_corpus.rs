@@ -533,6 +533,18 @@ fn netlink_seeds() {
     r.add("other-seq", &nlmsg(36, 9, &fq));
 }
 
+/// IKE messages of an in-memory exchange and endpoint scenarios (crates/ike `fuzzing`).
+fn ike_seeds() {
+    let mut msg = Seeds::new("ike_message");
+    let mut ep = Seeds::new("ike_endpoint");
+    for (target, name, bytes) in relay_ike::fuzzing::seeds() {
+        match target {
+            "ike_message" => msg.add(&name, &bytes),
+            _ => ep.add(&name, &bytes),
+        }
+    }
+}
+
 fn main() {
     packet_seeds();
     ipcomp_seeds();
@@ -543,6 +555,7 @@ fn main() {
     capture_seeds();
     config_seeds();
     netlink_seeds();
+    ike_seeds();
     let total: u64 = walk(&Path::new(FUZZ_DIR).join("seeds"));
     println!("seeds written to fuzz/seeds/: {total} bytes");
 }

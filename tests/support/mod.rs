@@ -3,6 +3,8 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod strongswan;
+
 use relay_testbed::{Node, Proc};
 use relayd::status::Status;
 use std::io::Write;

@@ -4,6 +4,7 @@
 use crate::config::{self, Config, ConfigErrors, DEFAULT_SOCKET};
 use crate::daemon::{self, Daemon};
 use crate::registry::Registry;
+use crate::status::Status;
 use crate::{rules, status};
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
@@ -579,24 +580,42 @@ async fn serve(cfg: Config, registry: Registry) -> anyhow::Result<()> {
             return Err(e);
         }
     };
+    // The IKE daemon: its SAs go to the ESP services' SA table.
+    let ike_specs = lock(&daemon)
+        .as_ref()
+        .map(|d| d.config().ike.clone())
+        .unwrap_or_default();
+    let ike = Arc::new(crate::ike::Ike::start(
+        ike_specs,
+        Box::new(crate::ike::EspTable::new(relay_svc_crypto::IkeSas::shared(
+            registry.kept(),
+        ))),
+    ));
     tracing::info!(socket = %socket_path.display(), "relayd running");
     // Only now, with the rules installed, is relayd ready (the status socket came first).
     notify.ready(&health(&daemon, notify.stuck_after()));
     let for_status = daemon.clone();
+    let ike_status = ike.clone();
     let server = tokio::spawn(status::serve(
         listener,
         status::ServerLimits::default(),
-        move || lock(&for_status).as_ref().map(Daemon::status),
+        move || with_ike(lock(&for_status).as_ref().map(Daemon::status), &ike_status),
     ));
     let metrics = metrics_listener.map(|l| {
         let for_metrics = daemon.clone();
+        let ike_metrics = ike.clone();
         if let Ok(a) = l.local_addr() {
             tracing::info!(address = %a, "serving /metrics");
         }
         tokio::spawn(crate::metrics::serve(
             l,
             crate::metrics::Limits::default(),
-            move || lock(&for_metrics).as_ref().map(Daemon::status),
+            move || {
+                with_ike(
+                    lock(&for_metrics).as_ref().map(Daemon::status),
+                    &ike_metrics,
+                )
+            },
         ))
     });
     let mut watchdog = tokio::time::interval(std::time::Duration::from_secs(1));
@@ -606,6 +625,9 @@ async fn serve(cfg: Config, registry: Registry) -> anyhow::Result<()> {
             _ = hup.recv() => {
                 notify.reloading();
                 let outcome = reload(&daemon, &registry).await;
+                if outcome.is_ok() && let Some(d) = lock(&daemon).as_ref() {
+                    ike.reload(d.config().ike.clone());
+                }
                 if outcome.is_err() && let Some(d) = lock(&daemon).as_mut() {
                     d.reload_failed();
                 }
@@ -630,6 +652,8 @@ async fn serve(cfg: Config, registry: Registry) -> anyhow::Result<()> {
         m.abort();
     }
     status::remove_socket(&socket_path);
+    // DELETE to every IKE peer while the rules and queues are still in place.
+    ike.shutdown(std::time::Duration::from_secs(2)).await;
     let d = lock(&daemon).take();
     match d {
         Some(mut d) => {
@@ -641,6 +665,14 @@ async fn serve(cfg: Config, registry: Registry) -> anyhow::Result<()> {
         }
         None => Ok(()),
     }
+}
+
+/// A status snapshot with the IKE daemon's connections added.
+fn with_ike(st: Option<Status>, ike: &crate::ike::Ike) -> Option<Status> {
+    st.map(|mut s| {
+        s.ike = ike.status();
+        s
+    })
 }
 
 /// Drops from root to `user` with exactly `keep` (see [`crate::privilege::drop_to`]);

@@ -698,6 +698,7 @@ impl Daemon {
             listeners: self.listeners.status(),
             qos: self.qos.stats(),
             xdp,
+            ike: Vec::new(),
         }
     }
 }

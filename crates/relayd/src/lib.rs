@@ -6,6 +6,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod dist;
+pub mod ike;
 pub mod listeners;
 pub mod lock;
 pub mod metrics;

@@ -36,6 +36,8 @@ type Counters = Family<Labels, Counter>;
 /// A gauge family (f64 values: times, and counts that may exceed i64).
 type Gauges = Family<Labels, Gauge<f64, AtomicU64>>;
 
+mod ike;
+
 /// A label value escaped as the text format wants it (`\`, `"` and newlines), since
 /// `prometheus-client` writes label values as given; service names come from the
 /// configuration file.
@@ -347,6 +349,8 @@ pub fn encode(s: &Status) -> String {
         }
     }
 
+    ike::encode(&mut b, &s.ike);
+
     let mut out = String::new();
     // Writing into a String cannot fail.
     let _ = prometheus_client::encoding::text::encode(&mut out, &b.0);
@@ -511,12 +515,12 @@ where
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::status::{KernelStatus, QueueStatus, ServiceStatus};
     use std::collections::BTreeMap;
 
-    fn sample() -> Status {
+    pub(crate) fn sample() -> Status {
         Status {
             version: "1.2.3".into(),
             uptime_s: 5.0,
@@ -585,6 +589,7 @@ mod tests {
                 mode: "native".into(),
                 program: Some([("redirected".to_string(), 13)].into_iter().collect()),
             }],
+            ike: Vec::new(),
         }
     }
 

@@ -120,6 +120,12 @@ pub fn needed(cfg: &Config) -> Vec<Need> {
             );
         }
     }
+    for c in &cfg.ike {
+        add(
+            Capability::CAP_NET_BIND_SERVICE,
+            format!("ike.{} on UDP ports 500 and 4500", c.name),
+        );
+    }
     // Bound before a drop to daemon.user, but a relayd started unprivileged with ambient
     // capabilities binds it itself.
     if let Some(port) = cfg

@@ -82,6 +82,12 @@ impl Registry {
         r
     }
 
+    /// State kept across reloads and shared by the services and the daemon (the ESP
+    /// services' SA table that the IKE daemon fills lives here).
+    pub fn kept(&self) -> &Arc<Kept> {
+        &self.kept
+    }
+
     /// Adds (or replaces) the kind `C::KIND`. This is how a custom service joins relayd.
     pub fn register<C: ServiceConfig + 'static>(&mut self) -> &mut Self {
         self.kinds.insert(C::KIND, build::<C>);

@@ -29,8 +29,71 @@ pub fn ruleset(cfg: &Config) -> RuleSet {
                 pre: pre_rules(q, ct),
             })
             .collect(),
-        owned: tproxy_rules(cfg),
+        owned: {
+            let mut owned = tproxy_rules(cfg);
+            owned.extend(ike_rules(cfg));
+            owned
+        },
     }
+}
+
+/// IKE and NAT-T traffic of relayd's own IKE daemon (`[ike.NAME]`) is never queued: an
+/// encrypting queue whose match covers the peer would otherwise turn the IKE messages that
+/// negotiate its SA into ESP under that SA, or drop them while it has none. In every
+/// chain that has queue rules, UDP to (PREROUTING, INPUT) or from (OUTPUT, POSTROUTING)
+/// port 500 of a local IKE address returns before them, and so does port 4500 when the
+/// datagram starts with the non-ESP marker (four zero bytes, RFC 3948 2.2): ESP in UDP
+/// on 4500 stays queueable for a decrypting service.
+fn ike_rules(cfg: &Config) -> Vec<OwnedRule> {
+    let mut hooks: Vec<(Table, Hook)> = cfg.queues.iter().map(|q| (q.table, q.hook)).collect();
+    hooks.sort_by_key(|(t, h)| (t.as_str(), h.as_str()));
+    hooks.dedup();
+    let mut locals: Vec<std::net::IpAddr> = cfg.ike.iter().map(|c| c.conn.local).collect();
+    locals.sort();
+    locals.dedup();
+    let mut out = Vec::new();
+    for (table, hook) in hooks {
+        let (addr, port) = match hook {
+            Hook::Prerouting | Hook::Input => ("-d", "--dport"),
+            Hook::Output | Hook::Postrouting => ("-s", "--sport"),
+            _ => continue,
+        };
+        for a in &locals {
+            let family = if a.is_ipv4() {
+                IpVersion::V4
+            } else {
+                IpVersion::V6
+            };
+            let a = a.to_string();
+            // The UDP payload's first word: after the IPv4 header (its length from IHL),
+            // or after the fixed 40-byte IPv6 header (extension headers are not expected
+            // on IKE).
+            let marker = if family == IpVersion::V4 {
+                "0>>22&0x3C@8=0"
+            } else {
+                "48=0"
+            };
+            let rules: [Vec<&str>; 2] = [
+                vec![addr, &a, "-p", "udp", port, "500"],
+                vec![
+                    addr, &a, "-p", "udp", port, "4500", "-m", "u32", "--u32", marker,
+                ],
+            ];
+            for r in rules {
+                out.push(OwnedRule {
+                    table,
+                    hook,
+                    family: Some(family),
+                    args: r
+                        .into_iter()
+                        .chain(["-m", "comment", "--comment", "relayd-ike", "-j", "RETURN"])
+                        .map(String::from)
+                        .collect(),
+                });
+            }
+        }
+    }
+    out
 }
 
 /// The rules left in place while the daemon drains its proxy on exit: the TPROXY rules
@@ -201,4 +264,49 @@ pub fn validate(cfg: &Config) -> Result<Option<String>, ConfigErrors> {
         }
     }
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ike_traffic_returns_before_the_queues() {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let psk = std::env::temp_dir().join(format!("relayd-rules-psk-{}", std::process::id()));
+        let _ = std::fs::remove_file(&psk);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&psk)
+            .unwrap();
+        writeln!(f, "0x5ce1e7a5ecf1c6d1d4e95d26b6c42c1b").unwrap();
+        let cfg = crate::config::test_util::parsed(&format!(
+            "[[queue]]\nnum = 0\ntable = \"raw\"\nhook = \"prerouting\"\nservices = [\"accept\"]\n\
+             [[queue]]\nnum = 1\nhook = \"output\"\nservices = [\"accept\"]\n\
+             [ike.b]\nlocal = \"192.0.2.1\"\nremote = \"198.51.100.7\"\npsk_file = \"{}\"\n",
+            psk.display()
+        ));
+        let _ = std::fs::remove_file(&psk);
+        let rs = ruleset(&cfg);
+        let lines: Vec<String> = rs
+            .owned
+            .iter()
+            .map(|r| format!("{:?} {:?} {}", r.table, r.hook, r.args.join(" ")))
+            .collect();
+        let comment = "-m comment --comment relayd-ike -j RETURN";
+        for want in [
+            format!("Raw Prerouting -d 192.0.2.1 -p udp --dport 500 {comment}"),
+            format!(
+                "Raw Prerouting -d 192.0.2.1 -p udp --dport 4500 -m u32 --u32 0>>22&0x3C@8=0 {comment}"
+            ),
+            format!("Mangle Output -s 192.0.2.1 -p udp --sport 500 {comment}"),
+        ] {
+            assert!(lines.contains(&want), "no {want:?} in {lines:#?}");
+        }
+        // Only in chains that queue: nothing in, say, mangle FORWARD.
+        assert_eq!(lines.len(), 4, "{lines:#?}");
+    }
 }

@@ -49,6 +49,9 @@ pub struct Status {
     /// Their queues are in `queues`, with hook `xdp`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub xdp: Vec<XdpStatus>,
+    /// The `[ike.NAME]` connections: IKE SA state, peer, age, rekeys, failures, child SAs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ike: Vec<crate::ike::IkeConnStatus>,
 }
 
 /// One XDP port: its interface and settings, and its program's counters.
@@ -656,6 +659,9 @@ impl Status {
                     s.refused_cap
                 ));
             }
+        }
+        if !self.ike.is_empty() {
+            o.push_str(&crate::ike::render(&self.ike));
         }
         if !self.qos.is_empty() {
             o.push_str(&format!(

@@ -170,6 +170,15 @@ pub(crate) fn load_key_as(path: &Path, cipher: Cipher, uid: u32) -> Result<Vec<u
     Ok(key)
 }
 
+/// Opens a secret file that is not an ESP key (an IKE pre-shared key) under the same rules
+/// as [`load_key`]: whoever can replace it chooses the secret, so the file and every
+/// directory on its way must be safe. The caller reads and parses the opened file.
+pub fn open_secret(path: &Path) -> Result<std::fs::File, KeyFileError> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    secure::open(path, uid)
+}
+
 /// Opens the directory `path` if it and every directory on its way are safe by the key
 /// file rules ([`load_key`]): owned by relayd's user, root, or the user relayd drops to
 /// ([`crate::persist::set_service_user`]), writable by no one else.

@@ -14,7 +14,7 @@ mod table;
 mod window;
 
 pub use esp::{DecryptConfig, Encap, EncryptConfig, EspMode, NATT_PORT, SaConfig, UdpEncap};
-pub use keys::{Cipher, ICV_LEN, KeyFileError, keygen, load_key};
+pub use keys::{Cipher, ICV_LEN, KeyFileError, keygen, load_key, open_secret};
 pub use relay_core::Prefix;
 pub use sa::{AuthFailed, BadLength, SaCrypto};
 pub use table::{IkeSaError, IkeSas};

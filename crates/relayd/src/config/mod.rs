@@ -9,6 +9,7 @@
 
 mod daemon;
 mod error;
+mod ike;
 mod listeners;
 mod queue;
 mod services;
@@ -20,6 +21,10 @@ pub use daemon::{
     ct_bits_from_mask,
 };
 pub use error::{ConfigError, ConfigErrors};
+pub use ike::{
+    DEFAULT_ESP_PROPOSAL, DEFAULT_PROPOSAL, IkeSpec, MIN_PSK_LEN, MIN_REKEY_SECS, identity,
+    parse_time, parse_ts, read_psk,
+};
 pub use listeners::{ListenerKind, ListenerSpec};
 pub use queue::QueueSpec;
 pub use services::LISTENER_KINDS;
@@ -29,6 +34,7 @@ pub use xdp::XdpSpec;
 use crate::registry::Registry;
 use daemon::{RawDaemon, check_daemon, warn_rereads_as_user};
 use error::{Ctx, toml_error};
+use ike::{RawIke, check_ike};
 use listeners::check_listeners;
 use queue::{RawQueue, check_queue};
 use serde::Deserialize;
@@ -53,6 +59,8 @@ pub struct Config {
     pub listeners: Vec<ListenerSpec>,
     /// The transparent diversion relayd installs for its split proxy, if any.
     pub tproxy: Option<TproxySetup>,
+    /// `[ike.NAME]` connections, in name order.
+    pub ike: Vec<IkeSpec>,
     /// What is valid but probably unwise (a SOCKS5 listener open to the network without
     /// authentication), in the errors' form; `relayd check` prints them, `run` logs them.
     pub warnings: Vec<ConfigError>,
@@ -67,6 +75,8 @@ struct RawFile {
     queue: Vec<RawQueue>,
     #[serde(default)]
     xdp: Vec<RawXdp>,
+    #[serde(default)]
+    ike: BTreeMap<String, toml::Spanned<RawIke>>,
     #[serde(default)]
     #[allow(dead_code)]
     service: Option<toml::Value>, // read separately, with positions
@@ -136,11 +146,17 @@ pub fn parse(text: &str, path: &Path, registry: &Registry) -> Result<Config, Con
     }
     let (listeners, tproxy) = check_listeners(&mut cx, &queues, &services, &daemon);
     warn_rereads_as_user(&mut cx, &daemon, &queues);
-    if queues.is_empty() && xdp.is_empty() && listeners.is_empty() && cx.errors.is_empty() {
+    let ike = check_ike(&mut cx, raw.ike);
+    if queues.is_empty()
+        && xdp.is_empty()
+        && listeners.is_empty()
+        && ike.is_empty()
+        && cx.errors.is_empty()
+    {
         cx.err(
             None,
             "queue",
-            "no [[queue]] or [[xdp]] entries and no listeners: nothing to do",
+            "no [[queue]] or [[xdp]] entries, no listeners and no [ike.NAME]: nothing to do",
         );
     }
     if !cx.errors.is_empty() {
@@ -153,6 +169,7 @@ pub fn parse(text: &str, path: &Path, registry: &Registry) -> Result<Config, Con
         xdp,
         listeners,
         tproxy,
+        ike,
         warnings: std::mem::take(&mut cx.warnings),
     };
     // The tc trees `run` installs: two services that want different trees on one

@@ -180,5 +180,6 @@ pub fn run(cfg: &Config, opts: &ReplayOptions, out: &mut dyn Write) -> anyhow::R
         listeners: Vec::new(),
         qos: Vec::new(),
         xdp: Vec::new(),
+        ike: Vec::new(),
     })
 }

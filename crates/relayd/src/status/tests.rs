@@ -48,6 +48,7 @@ fn sample(services: usize) -> Status {
         listeners: Vec::new(),
         qos: Vec::new(),
         xdp: Vec::new(),
+        ike: Vec::new(),
     }
 }
 
