@@ -785,12 +785,10 @@ ike = ["peer"]
 /// SAs they negotiated, relayd in tunnel mode through its ESP services, charon through
 /// kernel-libipsec, while relayd rekeys the child every 5 s.
 ///
-/// Ignored until the ESP services do ESP in UDP (RFC 3948): strongSwan 5.9's
-/// kernel-libipsec always encapsulates (it fakes a NAT), so charon neither reads
-/// relayd's plain ESP nor sends any. The second decrypt queue below is where ESP in UDP
-/// from charon would be taken (relayd's own rules leave only IKE on 4500 unqueued).
+/// strongSwan 5.9's kernel-libipsec always encapsulates (it fakes a NAT), so everything
+/// crosses as ESP in UDP 4500 (RFC 3948): the second decrypt queue below takes it
+/// (relayd's own rules leave only IKE, behind the zero marker, unqueued on 4500).
 #[test]
-#[ignore = "needs ESP in UDP (RFC 3948) in services/crypto"]
 fn relayd_and_charon_carry_traffic() {
     if !strongswan::require("relayd_and_charon_carry_traffic") {
         return;

@@ -2,7 +2,7 @@
 //! does not depend on how services/crypto keeps its SAs, and tests can record events.
 
 use relay_ike::{ChildSa, EspTransform};
-use relay_svc_crypto::{Cipher, IkeSas};
+use relay_svc_crypto::{Cipher, IkeSas, UdpEncap};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -85,6 +85,7 @@ struct PendingOut {
     cipher: Cipher,
     esn: bool,
     key: relay_ike::Secret,
+    encap: Option<UdpEncap>,
 }
 
 impl EspTable {
@@ -113,12 +114,12 @@ impl SaSink for EspTable {
     fn child_up(&mut self, sa: &ChildSa) -> Result<(), String> {
         let cipher = cipher_of(sa.transform)
             .ok_or_else(|| format!("ESP transform {:?} has no datapath suite", sa.transform))?;
-        if sa.encap.is_some() {
-            // TODO(issue 25): ESP in UDP (RFC 3948) is not in the datapath: the ESP
-            // services send and take IP protocol 50 only, which a peer behind a NAT (or
-            // strongSwan 5.9's kernel-libipsec, which always encapsulates) does not read.
-            tracing::warn!(connection = %sa.conn, "ike: the peer expects ESP in UDP (NAT-T), which relayd's ESP services do not do: it will not read relayd's ESP");
-        }
+        // NAT detected: ESP goes in UDP between the ports IKE moved to (RFC 3948); what
+        // arrives that way the decrypting service opens whatever the SA.
+        let encap = sa.encap.map(|(l, r)| UdpEncap {
+            src_port: l.port(),
+            dst_port: r.port(),
+        });
         // Inbound first: the peer may send under the new SA as soon as it has installed it.
         self.table
             .install_inbound(&sa.conn, sa.spi_in, cipher, sa.esn, sa.key_in.bytes())
@@ -130,12 +131,20 @@ impl SaSink for EspTable {
                     cipher,
                     esn: sa.esn,
                     key: sa.key_out.clone(),
+                    encap,
                 },
             );
             return Ok(());
         }
         self.table
-            .set_outbound(&sa.conn, sa.spi_out, cipher, sa.esn, sa.key_out.bytes())
+            .set_outbound_encap(
+                &sa.conn,
+                sa.spi_out,
+                cipher,
+                sa.esn,
+                sa.key_out.bytes(),
+                encap,
+            )
             .map_err(|e| {
                 self.table.remove_inbound(&sa.conn, sa.spi_in);
                 e.to_string()
@@ -150,7 +159,7 @@ impl SaSink for EspTable {
             .remove(&(conn.to_string(), spi_out))
             .ok_or_else(|| format!("no pending outbound SA {spi_out:08x}"))?;
         self.table
-            .set_outbound(conn, spi_out, p.cipher, p.esn, p.key.bytes())
+            .set_outbound_encap(conn, spi_out, p.cipher, p.esn, p.key.bytes(), p.encap)
             .map_err(|e| e.to_string())?;
         self.current_out.insert(conn.to_string(), spi_out);
         Ok(())
