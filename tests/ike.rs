@@ -783,18 +783,40 @@ ike = ["peer"]
 
 /// relayd (comp) and charon (decomp) carry pings and a TCP transfer intact through the
 /// SAs they negotiated, relayd in tunnel mode through its ESP services, charon through
-/// kernel-libipsec, while relayd rekeys the child every 5 s.
+/// kernel-libipsec, while relayd rekeys the child every 5 s; relayd initiating.
 ///
 /// strongSwan 5.9's kernel-libipsec always encapsulates (it fakes a NAT), so everything
 /// crosses as ESP in UDP 4500 (RFC 3948): the second decrypt queue below takes it
 /// (relayd's own rules leave only IKE, behind the zero marker, unqueued on 4500).
 #[test]
 fn relayd_and_charon_carry_traffic() {
-    if !strongswan::require("relayd_and_charon_carry_traffic") {
+    carry_traffic_with_charon("relayd_and_charon_carry_traffic", true);
+}
+
+/// The same with charon initiating: relayd, the responder, still rekeys the child.
+/// With `RELAYD_IKE_SOAK` (`make soak`): 60 s at 20,000 datagrams/s, a rekey every 10 s.
+#[test]
+fn charon_and_relayd_carry_traffic() {
+    carry_traffic_with_charon("charon_and_relayd_carry_traffic", false);
+}
+
+fn carry_traffic_with_charon(name: &str, relayd_starts: bool) {
+    if !strongswan::require(name) {
         return;
     }
-    let keys = key_dir("ike-swan-esp");
-    let l = line4("ike-swan-esp");
+    let soak = std::env::var("RELAYD_IKE_SOAK").is_ok() && !relayd_starts;
+    let (secs, pps, rekey) = if soak {
+        (60.0, 20_000, 10)
+    } else {
+        (12.0, 2_000, 5)
+    };
+    let tag = if relayd_starts {
+        "ike-swan-esp"
+    } else {
+        "ike-swan-esp-r"
+    };
+    let keys = key_dir(tag);
+    let l = line4(tag);
     l.comp.sysctl("net.ipv4.conf.all.accept_local", "1");
     let (ike, esp) = ("aes128gcm16-prfsha256-x25519", "aes128gcm16");
     let c = Charon::start(&l.decomp, &charon_conn(ike, esp));
@@ -835,9 +857,18 @@ ike = ["peer"]
 ike_mode = "tunnel"
 ike_peer = "10.0.2.2"
 "#,
-        relayd_ike(&keys, ike, esp, "start = true\nchild_rekey_time = \"5s\"\n")
+        relayd_ike(
+            &keys,
+            ike,
+            esp,
+            &format!("start = {relayd_starts}\nchild_rekey_time = \"{rekey}s\"\n")
+        )
     );
     let r = Relayd::start(&l.comp, &conf);
+    if !relayd_starts {
+        c.initiate(Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("charon initiate: {e}\n{}", r.log()));
+    }
     relayd_established(&r, &c, Duration::from_secs(10));
     c.wait_established(Duration::from_secs(5));
     let pinged = (0..3).all(|_| l.src.ping("10.0.3.2"));
@@ -855,16 +886,15 @@ ike_peer = "10.0.2.2"
         4 << 20,
         "relayd <-> charon",
     );
-    let (sent, got) = UdpFlow::start(
-        &l.src,
-        &l.dst,
-        addr("10.0.3.2:5005"),
-        Some(2_000),
-        200,
-        12.0,
-    )
-    .finish();
+    let (sent, got) =
+        UdpFlow::start(&l.src, &l.dst, addr("10.0.3.2:5005"), Some(pps), 200, secs).finish();
     let (lost, dup) = loss_and_duplicates(&sent, &got);
+    eprintln!(
+        "{name}: sent {} received {} lost {lost} duplicated {dup}, {} child SAs at charon",
+        sent.packets,
+        got.packets,
+        c.children_established()
+    );
     assert!(c.children_established() >= 3, "{}", c.log());
     assert_eq!(
         (lost, dup),
