@@ -889,19 +889,62 @@ ike_peer = "10.0.2.2"
     let (sent, got) =
         UdpFlow::start(&l.src, &l.dst, addr("10.0.3.2:5005"), Some(pps), 200, secs).finish();
     let (lost, dup) = loss_and_duplicates(&sent, &got);
+    // Where a loss happened, if any: charon's UDP socket (ESP in UDP arrives there for
+    // kernel-libipsec), its TUN device, and relayd's queues.
+    let charon_side = String::from_utf8_lossy(
+        &l.decomp
+            .sh("grep Udp: /proc/net/snmp; ip -s link show ipsec0")
+            .stdout,
+    )
+    .into_owned();
+    let queues: Vec<_> = r
+        .status()
+        .queues
+        .iter()
+        .filter_map(|q| q.kernel.as_ref())
+        .map(|k| (k.queue_dropped, k.user_dropped))
+        .collect();
     eprintln!(
-        "{name}: sent {} received {} lost {lost} duplicated {dup}, {} child SAs at charon",
+        "{name}: sent {} received {} lost {lost} duplicated {dup}, {} child SAs at charon\n\
+         relayd queue drops (kernel, user) {queues:?}\ncharon side:\n{charon_side}",
         sent.packets,
         got.packets,
         c.children_established()
     );
     assert!(c.children_established() >= 3, "{}", c.log());
-    assert_eq!(
-        (lost, dup),
-        (0, 0),
-        "enc {:?} dec {:?}",
+    let why = format!(
+        "{lost} lost, {dup} duplicated\nenc {:?} dec {:?}\nrelayd queue drops {queues:?}\n\
+         charon side:\n{charon_side}",
         r.counters("enc"),
         r.counters("dec")
+    );
+    // relayd's side loses nothing: no queue overflow, no packet without an SA, none
+    // refused by a decrypting SA.
+    assert!(queues.iter().all(|&(k, u)| k == 0 && u == 0), "{why}");
+    let (enc, dec) = (r.counters("enc"), r.counters("dec"));
+    assert_eq!(enc["dropped_no_sa"], 0, "{why}");
+    for k in [
+        "dropped_unknown_spi",
+        "dropped_auth_failed",
+        "dropped_replayed",
+        "dropped_too_old",
+    ] {
+        assert_eq!(dec[k], 0, "{k}: {why}");
+    }
+    // strongSwan's kernel-libipsec reads ESP in UDP on one userspace thread; at 20,000
+    // packets/s its socket buffer overflows now and then (RcvbufErrors in its namespace,
+    // which starts at 0). Those are the only losses allowed: each one counted there.
+    let rcvbuf_errors: u64 = charon_side
+        .lines()
+        .filter(|l| l.starts_with("Udp:"))
+        .nth(1)
+        .and_then(|l| l.split_whitespace().nth(5))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert_eq!(dup, 0, "{why}");
+    assert!(
+        lost <= rcvbuf_errors,
+        "more lost than charon's socket overflowed: {why}"
     );
 }
 
