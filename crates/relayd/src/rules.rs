@@ -272,17 +272,7 @@ mod tests {
 
     #[test]
     fn ike_traffic_returns_before_the_queues() {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let psk = std::env::temp_dir().join(format!("relayd-rules-psk-{}", std::process::id()));
-        let _ = std::fs::remove_file(&psk);
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&psk)
-            .unwrap();
-        writeln!(f, "0x5ce1e7a5ecf1c6d1d4e95d26b6c42c1b").unwrap();
+        let psk = crate::config::test_util::psk_file("rules", "0x5ce1e7a5ecf1c6d1d4e95d26b6c42c1b");
         let cfg = crate::config::test_util::parsed(&format!(
             "[[queue]]\nnum = 0\ntable = \"raw\"\nhook = \"prerouting\"\nservices = [\"accept\"]\n\
              [[queue]]\nnum = 1\nhook = \"output\"\nservices = [\"accept\"]\n\

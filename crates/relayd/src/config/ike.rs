@@ -513,31 +513,8 @@ mod tests {
         assert!(parse_ts("host/24").is_err());
     }
 
-    /// A PSK file of mode 0600 in a directory of mode 0700 beside the test binary: the
-    /// PSK check walks every directory from `/`, so a shared /tmp does not qualify.
     fn psk(name: &str, text: &str) -> PathBuf {
-        use std::io::Write;
-        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-        let exe = std::env::current_exe().unwrap();
-        let dir = exe
-            .parent()
-            .unwrap()
-            .join(format!("relayd-ike-psk-{}", std::process::id()));
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&dir)
-            .unwrap();
-        let p = dir.join(format!("{}-{name}", std::process::id()));
-        let _ = std::fs::remove_file(&p);
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&p)
-            .unwrap();
-        writeln!(f, "{text}").unwrap();
-        p
+        crate::config::test_util::psk_file(name, text)
     }
 
     fn conf(psk: &std::path::Path, extra: &str) -> String {

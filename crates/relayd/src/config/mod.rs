@@ -184,6 +184,41 @@ pub fn parse(text: &str, path: &Path, registry: &Registry) -> Result<Config, Con
 pub(crate) mod test_util {
     use super::*;
 
+    /// A PSK file (mode 0600) holding `text`, in a directory (mode 0700) on a path that
+    /// passes the key-file walk: beside the test binary, else under /run or /root (a
+    /// checkout under a shared /tmp does not qualify).
+    pub(crate) fn psk_file(name: &str, text: &str) -> std::path::PathBuf {
+        use std::io::Write;
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        let exe = std::env::current_exe().unwrap();
+        let beside = exe.parent().map(Path::to_path_buf);
+        let dir_name = format!("relayd-ike-psk-{}", std::process::id());
+        for base in [beside, Some("/run".into()), Some("/root".into())]
+            .into_iter()
+            .flatten()
+        {
+            let dir = base.join(&dir_name);
+            let made = std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir);
+            let p = dir.join(name);
+            let _ = std::fs::remove_file(&p);
+            let written = made.is_ok()
+                && std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(&p)
+                    .and_then(|mut f| writeln!(f, "{text}"))
+                    .is_ok();
+            if written && relay_svc_crypto::open_secret(&p).is_ok() {
+                return p;
+            }
+        }
+        panic!("no directory on a path only root can write, for a PSK file");
+    }
+
     /// Parses `text`, which must be a valid configuration.
     pub(crate) fn parsed(text: &str) -> Config {
         parse(text, Path::new("t.toml"), &Registry::with_builtins()).unwrap()
