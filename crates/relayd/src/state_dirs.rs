@@ -60,8 +60,15 @@ pub fn prepare(cfg: &Config, user: &DaemonUser) -> Result<(), String> {
 }
 
 fn prepare_one(dir: &Path, user: &DaemonUser) -> Result<(), String> {
+    prepare_in(dir, user, systemds(dir))
+}
+
+/// [`prepare_one`], told whether `dir` is systemd's (given to the user whole).
+fn prepare_in(dir: &Path, user: &DaemonUser, systemds: bool) -> Result<(), String> {
+    // lchown: the directory's entries were the unprivileged user's to make last time, and
+    // a link planted among them (to /etc/shadow, say) must not hand its target over.
     let give = |p: &Path| {
-        std::os::unix::fs::chown(p, Some(user.uid), Some(user.gid))
+        std::os::unix::fs::lchown(p, Some(user.uid), Some(user.gid))
             .map_err(|e| format!("cannot be given the state directory {}: {e}", p.display()))
     };
     let meta = match std::fs::metadata(dir) {
@@ -92,10 +99,13 @@ fn prepare_one(dir: &Path, user: &DaemonUser) -> Result<(), String> {
     let entries: Vec<(PathBuf, u32)> = std::fs::read_dir(dir)
         .map_err(|e| format!("cannot list {}: {e}", dir.display()))?
         .filter_map(Result::ok)
-        .filter_map(|e| Some((e.path(), e.metadata().ok()?.uid())))
+        .filter_map(|e| Some((e.path(), e.metadata().ok()?)))
+        .filter(|(_, m)| m.file_type().is_file())
+        .map(|(p, m)| (p, m.uid()))
         .collect();
-    if systemds(dir) {
+    if systemds {
         give(dir)?;
+        // Only regular files (state files, the ledger): never what a link points to.
         for (p, _) in &entries {
             give(p)?;
         }
@@ -116,4 +126,38 @@ fn prepare_one(dir: &Path, user: &DaemonUser) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    /// systemd's state directory is given to `daemon.user` entry by entry, as root: a
+    /// link the user planted there last time must not hand its target over.
+    #[test]
+    fn a_planted_link_in_systemds_directory_is_not_followed() {
+        let base = std::env::temp_dir().join(format!("relayd-state-dirs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let (dir, outside) = (base.join("state"), base.join("shadow"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(&outside, "root's").unwrap();
+        std::fs::write(dir.join("ledger"), "").unwrap();
+        std::os::unix::fs::symlink(&outside, dir.join("x")).unwrap();
+        let user = DaemonUser {
+            name: "nobody".into(),
+            uid: 65534,
+            gid: 65534,
+            line: 1,
+        };
+        prepare_in(&dir, &user, true).unwrap();
+        assert_eq!(std::fs::metadata(&dir).unwrap().uid(), 65534);
+        assert_eq!(std::fs::metadata(dir.join("ledger")).unwrap().uid(), 65534);
+        assert_eq!(
+            std::fs::metadata(&outside).unwrap().uid(),
+            0,
+            "the link's target was given away"
+        );
+        std::fs::remove_dir_all(&base).unwrap();
+    }
 }
