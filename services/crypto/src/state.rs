@@ -51,6 +51,16 @@ impl<T> Registry<T> {
         }
     }
 
+    /// The SPI of a live SA under the same key as `id` that is not `id` itself (another
+    /// SPI or suite). Two outbound SAs under one key would send the same IVs: GCM's nonce
+    /// is the key's salt and the sequence number, without the SPI.
+    pub(crate) fn other_sa_with_key(&self, id: &SaId) -> Option<u32> {
+        let list = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        list.iter()
+            .find(|(i, w)| i.key == id.key && i != id && w.strong_count() > 0)
+            .map(|(i, _)| i.spi)
+    }
+
     /// The live state of SA `id`, or a new one from `make` (which may fail: its state file
     /// is lost). A live SA is never made again, so its file is not read over it.
     pub(crate) fn get_or_try_make<E>(

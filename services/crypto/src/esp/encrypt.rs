@@ -212,6 +212,15 @@ impl EncryptConfig {
         let dir = persist::resolve(self.state_dir.as_deref());
         persist::check_dir(&dir)?;
         let states = kept.get_or_default::<SaStates>();
+        if let Some(other) = states.outbound.other_sa_with_key(&id) {
+            return Err(format!(
+                "key_file {}: the key is already used by the outbound SA with SPI {other:#x}; \
+                 two SAs under one key would send the same IVs (the nonce does not include the \
+                 SPI): give each SA its own key (relayd keygen)",
+                key_file.display()
+            )
+            .into());
+        }
         // A live SA keeps its counter; only a new one resumes from its file.
         let sa = states.outbound.get_or_try_make(id, || {
             let file = SaFile::new(&dir, Dir::Out, spi, fingerprint(&key));

@@ -79,6 +79,35 @@ fn lost_state_of_a_used_sa_refuses_the_configuration() {
     assert!(e.message().contains("replays"), "{e}");
 }
 
+/// One key under two outbound SPIs would send every IV twice (the GCM nonce is the key's
+/// salt and the sequence number): the second SA is refused while the first lives.
+#[test]
+fn one_key_is_never_used_by_two_outbound_sas() {
+    let cipher = Cipher::Aes128Gcm;
+    let k = key_file("one-key-two-spis", cipher);
+    let kept = Kept::new();
+    let first = enc_config(cipher, k.clone())
+        .into_factory_kept("e1", &kept)
+        .unwrap();
+    let mut second = enc_config(cipher, k.clone());
+    second.spi = Some(0x2002);
+    let Err(e) = second.into_factory_kept("e2", &kept) else {
+        panic!("a second SPI under the same key was accepted");
+    };
+    assert!(
+        e.to_string()
+            .contains("already used by the outbound SA with SPI 0x1001"),
+        "{e}"
+    );
+    // The same SA named by two services is one SA with one counter: allowed.
+    assert!(
+        enc_config(cipher, k.clone())
+            .into_factory_kept("e3", &kept)
+            .is_ok()
+    );
+    drop(first);
+}
+
 #[test]
 fn a_restarted_receiver_still_refuses_what_it_accepted() {
     let cipher = Cipher::Aes256Gcm;
