@@ -285,6 +285,35 @@ fn spoofed_informational_is_ignored() {
     assert!(!n.ev_b.iter().any(|e| matches!(e, Event::IkeDown { .. })));
 }
 
+/// A message in clear (IKE_SA_INIT) with an established SA's initiator SPI and the next message
+/// ID is unauthenticated: sent every 10 s from the peer's address, it must not keep a
+/// dead peer alive (liveness) for dead peer detection.
+#[test]
+fn clear_messages_do_not_keep_a_dead_peer_alive() {
+    let mut n = up("aes128gcm16");
+    let st = n.b.status_at(n.now)[0].clone();
+    n.drop_to_a = true;
+    n.drop_to_b = true;
+    for _ in 0..20 {
+        let mut h = vec![];
+        h.extend_from_slice(&st.spi_i.to_be_bytes());
+        h.extend_from_slice(&[0; 8]); // as a retransmitted IKE_SA_INIT request carries
+        h.extend_from_slice(&[0, 0x20, 34, 0x08, 0, 0, 0, 2, 0, 0, 0, 28]);
+        n.b.handle(
+            n.now,
+            format!("{B}:500").parse().unwrap(),
+            format!("{A}:500").parse().unwrap(),
+            &h,
+        );
+        n.advance(Duration::from_secs(10));
+    }
+    assert!(
+        n.ev_b.iter().any(|e| matches!(e, Event::IkeDown { .. })),
+        "the responder never noticed its peer was gone: {:?}",
+        n.ev_b
+    );
+}
+
 #[test]
 fn simultaneous_child_rekey_keeps_one_pair() {
     let mut ca = conn("c", A, B, true, IKE, "aes128gcm16", Mode::Transport);

@@ -423,7 +423,14 @@ impl IkeSa {
         m: &wire::Message,
     ) -> Result<Vec<Payload>, Option<u8>> {
         if m.header.exchange == exchange::IKE_SA_INIT {
-            return Ok(m.payloads.clone());
+            // Only the answer to our own IKE_SA_INIT comes in clear. Any other clear
+            // message is unauthenticated: it must not refresh liveness or move the SA's
+            // addresses, which callers do on success.
+            if m.header.is_response() && self.phase == Phase::InitSent {
+                return Ok(m.payloads.clone());
+            }
+            ctx.c.invalid_state += 1;
+            return Err(None);
         }
         let (Some(k), Some(Payload::Sk { offset, inner })) = (&self.keys, m.payloads.last()) else {
             ctx.c.invalid_malformed += 1;
