@@ -285,6 +285,28 @@ fn spoofed_informational_is_ignored() {
     assert!(!n.ev_b.iter().any(|e| matches!(e, Event::IkeDown { .. })));
 }
 
+/// A responder whose ESP proposal names a PFS group refuses a child rekey without a KE
+/// payload: accepting it would drop the forward secrecy its configuration asks for.
+#[test]
+fn a_rekey_without_ke_does_not_drop_configured_pfs() {
+    let ca = conn("c", A, B, true, IKE, "aes128gcm16", Mode::Transport);
+    let mut cb = conn("c", B, A, false, IKE, "aes128gcm16-x25519", Mode::Transport);
+    cb.child_rekey = Duration::from_secs(1 << 30);
+    let mut n = Net::new(ca, cb);
+    n.advance(Duration::ZERO);
+    assert_eq!(Net::children_up(&n.ev_b).len(), 1, "IKE_AUTH has no PFS");
+    n.ev_b.clear();
+    n.advance(Duration::from_secs(601));
+    assert!(n.b.counters().no_proposal >= 1, "{:?}", n.ev_b);
+    assert!(
+        !n.ev_b
+            .iter()
+            .any(|e| matches!(e, Event::ChildUp(c) if c.replaces.is_some())),
+        "a rekey without KE was taken: {:?}",
+        n.ev_b
+    );
+}
+
 /// A message in clear (IKE_SA_INIT) with an established SA's initiator SPI and the next message
 /// ID is unauthenticated: sent every 10 s from the peer's address, it must not keep a
 /// dead peer alive (liveness) for dead peer detection.

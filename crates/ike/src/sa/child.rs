@@ -190,7 +190,17 @@ impl IkeSa {
                 }
             })
             .ok_or(notify::INVALID_SYNTAX)?;
-        let Some((esp, prop)) = choose_esp(&ctx.cfg.esp_proposals, offered, gir.is_some()) else {
+        // A rekey without a KE payload matches only our proposals without PFS: taking it
+        // for one that names a group would quietly drop the PFS the configuration asks
+        // for. (The first child, in IKE_AUTH, never has its own KE: RFC 7296 1.2.)
+        let ours: Vec<_> = ctx
+            .cfg
+            .esp_proposals
+            .iter()
+            .filter(|o| rekeys.is_none() || gir.is_some() || o.pfs.is_none())
+            .copied()
+            .collect();
+        let Some((esp, prop)) = choose_esp(&ours, offered, gir.is_some()) else {
             ctx.c.no_proposal += 1;
             return Err(notify::NO_PROPOSAL_CHOSEN);
         };
