@@ -9,6 +9,7 @@ mod esp;
 mod keys;
 pub mod persist;
 mod sa;
+mod selectors;
 mod state;
 mod table;
 mod window;
@@ -17,6 +18,7 @@ pub use esp::{DecryptConfig, Encap, EncryptConfig, EspMode, NATT_PORT, SaConfig,
 pub use keys::{Cipher, ICV_LEN, KeyFileError, keygen, load_key, open_secret};
 pub use relay_core::Prefix;
 pub use sa::{AuthFailed, BadLength, SaCrypto};
+pub use selectors::{Selector, Selectors};
 pub use table::{IkeSaError, IkeSas};
 pub use window::{Replay, ReplayWindow};
 

@@ -14,6 +14,7 @@ use crate::durable::{InEdge, OutSeq, Persister};
 use crate::esp::{Inbound, Outbound, UdpEncap};
 use crate::keys::Cipher;
 use crate::sa::SaCrypto;
+use crate::selectors::Selectors;
 use crate::window::ReplayWindow;
 use relay_core::Kept;
 use std::collections::HashMap;
@@ -55,6 +56,8 @@ pub(crate) struct IkeOut {
 pub(crate) struct IkeIn {
     pub(crate) sa: Arc<Inbound>,
     pub(crate) esn: bool,
+    /// What the SA may carry (`None`: anything, for SAs installed without selectors).
+    pub(crate) ts: Option<Arc<Selectors>>,
 }
 
 /// One connection's SAs.
@@ -188,6 +191,21 @@ impl IkeSas {
         esn: bool,
         key: &[u8],
     ) -> Result<(), IkeSaError> {
+        self.install_inbound_with(conn, spi, cipher, esn, key, None)
+    }
+
+    /// [`install_inbound`](Self::install_inbound) for a child SA with its negotiated
+    /// traffic selectors (`Some`): a decrypted packet outside them is dropped
+    /// (`dropped_outside_ts`), as RFC 4301 5.2 has an IPsec implementation do.
+    pub fn install_inbound_with(
+        &self,
+        conn: &str,
+        spi: u32,
+        cipher: Cipher,
+        esn: bool,
+        key: &[u8],
+        ts: Option<Selectors>,
+    ) -> Result<(), IkeSaError> {
         Self::check(spi, cipher, key)?;
         let c = self.conn(conn);
         let sa = Arc::new(IkeIn {
@@ -199,6 +217,7 @@ impl IkeSas {
                 usage: Some(Usage::default()),
             }),
             esn,
+            ts: ts.map(Arc::new),
         });
         let mut ins = lock(&c.ins);
         let mut next: Vec<Arc<IkeIn>> = ins.iter().filter(|s| s.sa.spi != spi).cloned().collect();

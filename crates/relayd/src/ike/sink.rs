@@ -2,7 +2,7 @@
 //! does not depend on how services/crypto keeps its SAs, and tests can record events.
 
 use relay_ike::{ChildSa, EspTransform};
-use relay_svc_crypto::{Cipher, IkeSas, UdpEncap};
+use relay_svc_crypto::{Cipher, IkeSas, Selector, Selectors, UdpEncap};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -99,6 +99,25 @@ impl EspTable {
     }
 }
 
+/// The traffic selectors an inbound child SA enforces: from the peer's side to ours.
+fn selectors(sa: &ChildSa) -> Selectors {
+    let conv = |ts: &[relay_ike::TrafficSelector]| {
+        ts.iter()
+            .map(|t| Selector {
+                start: t.start,
+                end: t.end,
+                protocol: t.protocol,
+                start_port: t.start_port,
+                end_port: t.end_port,
+            })
+            .collect()
+    };
+    Selectors {
+        remote: conv(&sa.remote_ts),
+        local: conv(&sa.local_ts),
+    }
+}
+
 /// The datapath's suite for a negotiated ESP transform.
 pub fn cipher_of(t: EspTransform) -> Option<Cipher> {
     match t {
@@ -122,7 +141,14 @@ impl SaSink for EspTable {
         });
         // Inbound first: the peer may send under the new SA as soon as it has installed it.
         self.table
-            .install_inbound(&sa.conn, sa.spi_in, cipher, sa.esn, sa.key_in.bytes())
+            .install_inbound_with(
+                &sa.conn,
+                sa.spi_in,
+                cipher,
+                sa.esn,
+                sa.key_in.bytes(),
+                Some(selectors(sa)),
+            )
             .map_err(|e| e.to_string())?;
         if !sa.outbound {
             self.pending_out.insert(

@@ -7,6 +7,7 @@ use crate::durable::{Gate, InEdge};
 use crate::keys::{Cipher, ICV_LEN, load_key};
 use crate::persist::{self, Dir, SaFile, fingerprint};
 use crate::sa::SaCrypto;
+use crate::selectors;
 use crate::state::SaId;
 use crate::table::{Conn, IkeSas, InView};
 use crate::window::{Replay, ReplayWindow};
@@ -175,6 +176,7 @@ impl ServiceFactory for DecryptFactory {
             dropped_keepalive: c("dropped_keepalive"),
             dropped_unknown_spi: c("dropped_unknown_spi"),
             dropped_unknown_peer: c("dropped_unknown_peer"),
+            dropped_outside_ts: c("dropped_outside_ts"),
             dropped_wrong_mode: c("dropped_wrong_mode"),
             dropped_replayed: c("dropped_replayed"),
             dropped_too_old: c("dropped_too_old"),
@@ -208,6 +210,8 @@ struct Decrypt {
     dropped_unknown_spi: Counter,
     /// The outer source is not the SA's peer.
     dropped_unknown_peer: Counter,
+    /// Authenticated, but outside the IKE child SA's traffic selectors.
+    dropped_outside_ts: Counter,
     /// A tunnel packet on a transport SA, or the reverse.
     dropped_wrong_mode: Counter,
     dropped_replayed: Counter,
@@ -273,6 +277,19 @@ fn source(d: &[u8], version: IpVersion) -> Option<IpAddr> {
         }
         IpVersion::V6 if d.len() >= ipv6::HEADER_LEN => {
             Some(Ipv6Packet::new_unchecked(d).src_addr().into())
+        }
+        _ => None,
+    }
+}
+
+/// The destination address of an IP packet, if its fixed header is there.
+fn destination(d: &[u8], version: IpVersion) -> Option<IpAddr> {
+    match version {
+        IpVersion::V4 if d.len() >= ipv4::HEADER_LEN => {
+            Some(Ipv4Packet::new_unchecked(d).dst_addr().into())
+        }
+        IpVersion::V6 if d.len() >= ipv6::HEADER_LEN => {
+            Some(Ipv6Packet::new_unchecked(d).dst_addr().into())
         }
         _ => None,
     }
@@ -378,13 +395,20 @@ impl Service for Decrypt {
         let (spi, low) = (esp.spi(), esp.seq_no());
         let esp_len = esp.into_inner().len();
         let found = match self.sas.iter().find(|s| s.state.spi == spi) {
-            Some(s) => Some((s.state.clone(), s.esn, s.mode, s.peer)),
+            Some(s) => Some((s.state.clone(), s.esn, s.mode, s.peer, None)),
             None => self.ike.iter_mut().find_map(|v| {
-                v.find(spi)
-                    .map(|s| (s.sa.clone(), s.esn, self.ike_mode, self.ike_peer))
+                v.find(spi).map(|s| {
+                    (
+                        s.sa.clone(),
+                        s.esn,
+                        self.ike_mode,
+                        self.ike_peer,
+                        s.ts.clone(),
+                    )
+                })
             }),
         };
-        let Some((sa, esn, mode, peer)) = found else {
+        let Some((sa, esn, mode, peer, ts)) = found else {
             return self.drop(|d| &d.dropped_unknown_spi, "unknown SPI", spi, cx);
         };
         // Only the SA's peer may use it: checked before any cryptographic work.
@@ -455,6 +479,29 @@ impl Service for Decrypt {
                 "a transport-mode packet on a tunnel SA"
             };
             return self.drop(|d| &d.dropped_wrong_mode, why, spi, cx);
+        }
+        // An IKE child SA carries only what was negotiated (RFC 4301 5.2): checked on
+        // the authenticated plaintext, before it goes anywhere.
+        if let Some(ts) = &ts
+            && next != proto::NO_NEXT_HEADER
+        {
+            let inner = body.get(..plain).unwrap_or_default();
+            let flow = if tunnel {
+                selectors::inner_flow(inner)
+            } else {
+                let d = pkt.data();
+                source(d, l.version)
+                    .zip(destination(d, l.version))
+                    .map(|(s, t)| selectors::transport_flow(s, t, next, inner))
+            };
+            if !flow.is_some_and(|f| ts.allow(&f)) {
+                return self.drop(
+                    |d| &d.dropped_outside_ts,
+                    "outside the SA's traffic selectors",
+                    spi,
+                    cx,
+                );
+            }
         }
         match next {
             proto::IPV4 | proto::IPV6 => {

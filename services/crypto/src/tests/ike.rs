@@ -184,3 +184,49 @@ fn ike_and_manual_keys_exclude_each_other() {
     .unwrap_or_else(|e| panic!("{e}"));
     assert!(cfg.into_factory("d").is_ok());
 }
+
+/// An inbound IKE SA carries only what its traffic selectors allow: a packet the peer
+/// authenticated but addressed outside them is dropped after decryption (RFC 4301 5.2).
+#[test]
+fn packets_outside_the_child_sas_selectors_are_dropped() {
+    let kept = Kept::new();
+    let t = IkeSas::shared(&kept);
+    let c = Cipher::Aes128Gcm;
+    let dc = Counters::new();
+    let mut dec = ike_decrypt(&["c"])
+        .into_factory_kept("d", &kept)
+        .unwrap()
+        .build(&dc);
+    let mut enc = ike_encrypt("c")
+        .into_factory_kept("e", &kept)
+        .unwrap()
+        .build(&Counters::new());
+    let sel = |a: &str, b: &str, protocol: u8, ports: (u16, u16)| Selector {
+        start: a.parse().unwrap(),
+        end: b.parse().unwrap(),
+        protocol,
+        start_port: ports.0,
+        end_port: ports.1,
+    };
+    // udp_packet is 10.0.1.1:4000 -> 10.0.2.2:5000.
+    for (spi, local_port, delivered) in [(0x6001, 5000, true), (0x6002, 6000, false)] {
+        let ts = Selectors {
+            remote: vec![sel("10.0.1.0", "10.0.1.255", 0, (0, 65535))],
+            local: vec![sel("10.0.2.2", "10.0.2.2", 17, (local_port, local_port))],
+        };
+        t.install_inbound_with("c", spi, c, false, &key(c, 3), Some(ts))
+            .unwrap();
+        t.set_outbound("c", spi, c, false, &key(c, 3)).unwrap();
+        let mut p = Packet::from_bytes(&udp_packet(30));
+        assert_eq!(enc.process(&mut p, &mut cx()), Action::Continue);
+        let want = if delivered {
+            Action::Continue
+        } else {
+            Action::Drop
+        };
+        assert_eq!(dec.process(&mut p, &mut cx()), want, "SPI {spi:#x}");
+        t.remove_inbound("c", spi);
+    }
+    assert_eq!(count(&dc, "decrypted"), 1);
+    assert_eq!(count(&dc, "dropped_outside_ts"), 1);
+}
