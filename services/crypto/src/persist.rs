@@ -253,6 +253,11 @@ impl SaFile {
                 .recursive(true)
                 .mode(0o700)
                 .create(&self.dir)?;
+            // The new directory's entry must be on disk too, or a power loss could take
+            // the directory, ledger and all, and a used key would look new.
+            if let Some(parent) = self.dir.parent() {
+                std::fs::File::open(parent)?.sync_all()?;
+            }
         }
         let path = self.path();
         write_atomic(&self.dir, &path, self.text(value).as_bytes())?;
@@ -306,6 +311,8 @@ fn write_atomic(dir: &Path, path: &Path, data: &[u8]) -> std::io::Result<()> {
         .create(true)
         .truncate(true)
         .mode(0o600)
+        // Never through a link planted under the temporary name.
+        .custom_flags(libc::O_NOFOLLOW)
         .open(&tmp)?;
     f.write_all(data)?;
     f.sync_all()?;
@@ -327,6 +334,23 @@ mod tests {
 
     fn sa(dir: &Path, way: Dir, spi: u32, key: &[u8]) -> SaFile {
         SaFile::new(dir, way, spi, fingerprint(key))
+    }
+
+    /// A link planted under the temporary file's name is never written through.
+    #[test]
+    fn a_link_at_the_temporary_name_is_not_followed() {
+        let base = test_key_dir("state-link");
+        let dir = base.join("state");
+        let f = sa(&dir, Dir::Out, 0x1001, b"key link");
+        f.store(16).unwrap();
+        let victim = base.join("victim");
+        std::fs::write(&victim, "untouched").unwrap();
+        let mut tmp = f.path().into_os_string();
+        tmp.push(".tmp");
+        std::os::unix::fs::symlink(&victim, &tmp).unwrap();
+        assert!(f.store(32).is_err(), "wrote through a link");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched");
+        assert_eq!(f.load(), Ok(Some(16)));
     }
 
     #[test]
