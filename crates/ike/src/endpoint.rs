@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 const COOKIE_THRESHOLD: usize = 64;
 /// Half-open IKE SAs above which new IKE_SA_INIT requests are dropped.
 const MAX_HALF_OPEN: usize = 1024;
+/// Half-open IKE SAs from one address above which its new IKE_SA_INIT requests are
+/// dropped: one host on its real address, answering cookies, must not take every slot.
+const MAX_HALF_OPEN_PER_SOURCE: usize = 8;
 /// Packets after which a child SA without extended sequence numbers is rekeyed whatever
 /// the configured limits: 2^32 minus room for the rekey to finish at any packet rate.
 pub const SEQ_REKEY_PACKETS: u64 = (1 << 32) - (1 << 26);
@@ -194,7 +197,12 @@ impl Endpoint {
                     .iter()
                     .filter(|s| s.phase == Phase::InitDone)
                     .count();
-                if half_open >= MAX_HALF_OPEN {
+                let from_source = self
+                    .sas
+                    .iter()
+                    .filter(|s| s.phase == Phase::InitDone && s.remote.ip() == remote.ip())
+                    .count();
+                if half_open >= MAX_HALF_OPEN || from_source >= MAX_HALF_OPEN_PER_SOURCE {
                     // Even with cookies, a flood from real addresses must not grow the
                     // table without bound: refuse until half-open SAs expire.
                     self.io.counters.dropped_half_open += 1;

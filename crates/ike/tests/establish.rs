@@ -4,6 +4,7 @@
 mod common;
 use common::*;
 use relay_ike::*;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 fn pair(ike: &str, esp: &str, mode: Mode) -> Net {
@@ -251,7 +252,7 @@ fn responder_under_load_demands_cookies() {
         );
         e.handle_timeout(n.now);
         let t = e.poll_transmit().unwrap();
-        n.b.handle(n.now, t.remote, t.local, &t.payload);
+        n.b.handle(n.now, t.remote, source(seed), &t.payload);
         while n.b.poll_transmit().is_some() {}
     }
     assert_eq!(n.b.counters().cookies_sent, 0);
@@ -354,7 +355,7 @@ fn half_open_sas_are_bounded_even_with_cookies() {
         // The initiator answers cookies but never sends IKE_AUTH.
         for _ in 0..2 {
             let Some(t) = e.poll_transmit() else { break };
-            n.b.handle(n.now, t.remote, t.local, &t.payload);
+            n.b.handle(n.now, t.remote, source(seed), &t.payload);
             if let Some(r) = n.b.poll_transmit()
                 && r.payload.len() < 100
             {
@@ -369,4 +370,43 @@ fn half_open_sas_are_bounded_even_with_cookies() {
     );
     assert_eq!(n.b.status_at(n.now).len(), 1024);
     assert_eq!(n.b.counters().dropped_half_open, 1100 - 1024);
+}
+
+/// An initiator's address of its own (198.18.0.0/15, for tests), so that a crowd of
+/// half-open SAs is not refused as one source's.
+fn source(seed: u64) -> SocketAddr {
+    SocketAddr::new(
+        IpAddr::V4(Ipv4Addr::new(198, 18, (seed >> 8) as u8, seed as u8)),
+        500,
+    )
+}
+
+/// One host on its real address (answering cookies) cannot take every half-open slot:
+/// beyond a few, its new IKE_SA_INIT requests are dropped, and others still get in.
+#[test]
+fn one_source_cannot_fill_the_half_open_table() {
+    let mut n = pair("aes128gcm16-prfsha256-x25519", "aes128gcm16", Mode::Tunnel);
+    for seed in 200..300 {
+        let mut e = Endpoint::new(
+            vec![conn(
+                "c",
+                A,
+                B,
+                true,
+                "aes128gcm16-prfsha256-x25519",
+                "aes128gcm16",
+                Mode::Tunnel,
+            )],
+            Box::new(SeededRng::new(seed)),
+        );
+        e.handle_timeout(n.now);
+        let t = e.poll_transmit().unwrap();
+        n.b.handle(n.now, t.remote, source(7), &t.payload);
+        while n.b.poll_transmit().is_some() {}
+    }
+    assert_eq!(n.b.status_at(n.now).len(), 8, "half-open from one source");
+    assert_eq!(n.b.counters().dropped_half_open, 100 - 8);
+    // The real peer, from its own address, still establishes.
+    n.advance(Duration::ZERO);
+    assert_eq!(Net::children_up(&n.ev_a).len(), 1);
 }
