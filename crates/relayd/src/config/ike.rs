@@ -455,10 +455,12 @@ pub fn read_psk(path: &std::path::Path) -> Result<Secret, String> {
     let shown = path.display();
     let mut f = relay_svc_crypto::open_secret(path)
         .map_err(|e| e.to_string().replacen("key file", "PSK file", 1))?;
-    let mut text = String::new();
+    // Wiped when dropped: the file's text is the secret (or its hex).
+    // Room for all of it at once, so no reallocation leaves a copy behind.
+    let mut text = zeroize::Zeroizing::new(String::with_capacity(4097));
     (&mut f)
         .take(4096)
-        .read_to_string(&mut text)
+        .read_to_string(&mut *text)
         .map_err(|e| format!("PSK file {shown}: {e}"))?;
     let t = text.trim();
     let bytes = match t.strip_prefix("0x") {
@@ -475,7 +477,6 @@ pub fn read_psk(path: &std::path::Path) -> Result<Secret, String> {
         }
         None => t.as_bytes().to_vec(),
     };
-    text.clear();
     if bytes.len() < MIN_PSK_LEN {
         return Err(format!(
             "PSK file {shown}: {} bytes, at least {MIN_PSK_LEN} are needed (`relayd keygen` \
