@@ -179,6 +179,13 @@ impl SaFile {
     /// it), or the configuration error (naming the file and the fix) when state is lost or
     /// damaged. Reads only: nothing is created.
     pub(crate) fn load(&self) -> Result<Option<u64>, String> {
+        self.load_among(Path::new(DEFAULT_STATE_DIR))
+    }
+
+    /// [`load`](Self::load), looking for other state of the key under `default_base` (the
+    /// default state directory, and its subdirectories, systemd's for `relayd@` instances)
+    /// as well as under `$STATE_DIRECTORY`.
+    fn load_among(&self, default_base: &Path) -> Result<Option<u64>, String> {
         check_dir(&self.dir)?;
         let path = self.path();
         match std::fs::read_to_string(&path) {
@@ -202,6 +209,19 @@ impl SaFile {
                         }
                     ));
                 }
+                // A key never seen here may have state elsewhere: the state directory
+                // moved (another `state_dir`, relayd.service and relayd@NAME, a run by
+                // hand without $STATE_DIRECTORY). Starting at 1 would repeat its IVs.
+                if let Some(other) = self.used_in_another_dir(default_base) {
+                    return Err(format!(
+                        "state file {} is missing, but the state directory {} lists this key \
+                         (its ledger): the state directory moved; set state_dir = \"{}\" \
+                         to go on where it left off, or {ROTATE}",
+                        path.display(),
+                        other.display(),
+                        other.display()
+                    ));
+                }
                 Ok(None)
             }
             Err(e) => Err(format!(
@@ -215,7 +235,39 @@ impl SaFile {
     /// Whether the ledger lists this SA: an outbound key under any SPI (its IVs are the
     /// key's, whatever the SPI), an inbound SA by SPI and key. Names who used it.
     fn in_ledger(&self) -> Result<Option<String>, String> {
-        let ledger = self.dir.join("ledger");
+        self.in_ledger_of(&self.dir)
+    }
+
+    /// Another state directory relayd may have used whose ledger lists this SA: the
+    /// default one, its subdirectories, and `$STATE_DIRECTORY`'s. Unreadable ones are
+    /// passed over (this is a safety net, not the state).
+    fn used_in_another_dir(&self, default_base: &Path) -> Option<PathBuf> {
+        let mut dirs = vec![default_base.to_path_buf()];
+        if let Ok(entries) = std::fs::read_dir(default_base) {
+            dirs.extend(
+                entries
+                    .flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path()),
+            );
+        }
+        if let Some(v) = std::env::var_os("STATE_DIRECTORY") {
+            dirs.extend(
+                v.to_string_lossy()
+                    .split(':')
+                    .filter(|s| !s.is_empty())
+                    .map(PathBuf::from),
+            );
+        }
+        let here = std::fs::canonicalize(&self.dir).unwrap_or_else(|_| self.dir.clone());
+        dirs.into_iter().find(|d| {
+            std::fs::canonicalize(d).unwrap_or_else(|_| d.clone()) != here
+                && matches!(self.in_ledger_of(d), Ok(Some(_)))
+        })
+    }
+
+    fn in_ledger_of(&self, dir: &Path) -> Result<Option<String>, String> {
+        let ledger = dir.join("ledger");
         let text = match std::fs::read_to_string(&ledger) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -334,6 +386,29 @@ mod tests {
 
     fn sa(dir: &Path, way: Dir, spi: u32, key: &[u8]) -> SaFile {
         SaFile::new(dir, way, spi, fingerprint(key))
+    }
+
+    /// A key whose state lives in another state directory relayd may have used (the
+    /// default one or an instance's under it) is not a new SA: the directory moved.
+    #[test]
+    fn a_key_with_state_in_another_directory_is_not_new() {
+        let base = test_key_dir("state-moved");
+        let old = base.join("relayd").join("site-a");
+        sa(&old, Dir::Out, 0x1001, b"key moved")
+            .store(65536)
+            .unwrap();
+        let here = base.join("elsewhere");
+        let f = sa(&here, Dir::Out, 0x1001, b"key moved");
+        let e = f.load_among(&base.join("relayd")).unwrap_err();
+        assert!(e.contains("the state directory moved"), "{e}");
+        assert!(e.contains("site-a"), "{e}");
+        // Another key is new there, and the directory itself is not "another".
+        let g = sa(&here, Dir::Out, 0x1002, b"another key");
+        assert_eq!(g.load_among(&base.join("relayd")), Ok(None));
+        assert_eq!(
+            sa(&old, Dir::Out, 0x1001, b"key moved").load_among(&base.join("relayd")),
+            Ok(Some(65536))
+        );
     }
 
     /// A link planted under the temporary file's name is never written through.
