@@ -227,8 +227,9 @@ impl Drop for OutSeq {
     /// A clean stop records exactly what was used, so a restart skips nothing.
     fn drop(&mut self) {
         if let (Some(file), true) = (&self.file, *self.active.get_mut()) {
-            let used = (*self.seq.get_mut()).min(*self.limit.get_mut());
-            if let Err(e) = file.store(used) {
+            let limit = *self.limit.get_mut();
+            let used = (*self.seq.get_mut()).min(limit);
+            if let Err(e) = file.store_if(limit, used) {
                 tracing::warn!(file = %file.path().display(), "ESP state at stop: {e} (the last reservation stands)");
             }
         }

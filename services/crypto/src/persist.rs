@@ -109,6 +109,10 @@ pub(crate) struct SaFile {
     fp: String,
 }
 
+/// One state file write at a time in this process, so that a conditional write
+/// ([`SaFile::store_if`]) sees no other write between its read and its own.
+static FILES: Mutex<()> = Mutex::new(());
+
 /// Only one ledger update at a time in this process (the ledger is rewritten whole).
 static LEDGER: Mutex<()> = Mutex::new(());
 
@@ -300,6 +304,22 @@ impl SaFile {
     /// Only once this returns may the value be relied on. Creates the directory (mode
     /// 0700) if it is missing.
     pub(crate) fn store(&self, value: u64) -> std::io::Result<()> {
+        let _files = FILES.lock().unwrap_or_else(|e| e.into_inner());
+        self.store_locked(value)
+    }
+
+    /// Records `value` only if the file still holds `expected` (this SA's own last
+    /// write): a stopping SA must not roll back a reservation a newer instance of the same
+    /// SA (a reload that removed it and one that brought it back) has made since.
+    pub(crate) fn store_if(&self, expected: u64, value: u64) -> std::io::Result<()> {
+        let _files = FILES.lock().unwrap_or_else(|e| e.into_inner());
+        match std::fs::read_to_string(self.path()) {
+            Ok(text) if self.parse(&text) == Ok(expected) => self.store_locked(value),
+            _ => Ok(()),
+        }
+    }
+
+    fn store_locked(&self, value: u64) -> std::io::Result<()> {
         if !self.dir.exists() {
             std::fs::DirBuilder::new()
                 .recursive(true)
@@ -409,6 +429,20 @@ mod tests {
             sa(&old, Dir::Out, 0x1001, b"key moved").load_among(&base.join("relayd")),
             Ok(Some(65536))
         );
+    }
+
+    /// A stopping SA writes what it used only over its own last write: never over a
+    /// newer reservation of the same SA.
+    #[test]
+    fn a_stop_never_rolls_back_a_newer_reservation() {
+        let dir = test_key_dir("state-rollback").join("state");
+        let f = sa(&dir, Dir::Out, 0x1001, b"key rollback");
+        f.store(65536).unwrap();
+        f.store(131072).unwrap(); // a newer instance reserved further
+        f.store_if(65536, 100).unwrap();
+        assert_eq!(f.load(), Ok(Some(131072)));
+        f.store_if(131072, 70000).unwrap();
+        assert_eq!(f.load(), Ok(Some(70000)));
     }
 
     /// A link planted under the temporary file's name is never written through.
