@@ -460,7 +460,7 @@ pub fn read_psk(path: &std::path::Path) -> Result<Secret, String> {
     let mut text = zeroize::Zeroizing::new(String::with_capacity(4097));
     (&mut f)
         .take(4096)
-        .read_to_string(&mut *text)
+        .read_to_string(&mut text)
         .map_err(|e| format!("PSK file {shown}: {e}"))?;
     let t = text.trim();
     let bytes = match t.strip_prefix("0x") {
