@@ -11,7 +11,7 @@ use relay_svc_crypto::Cipher;
 use relay_testbed::{Line4, line4};
 use std::collections::{BTreeMap, HashSet};
 use std::net::UdpSocket;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -72,38 +72,7 @@ struct Capture {
 
 impl Capture {
     fn start(l: &Line4) -> Capture {
-        let ifname = l.links[1].b_if.clone();
-        let fd = l.decomp.run(move || {
-            let proto = (libc::ETH_P_IP as u16).to_be();
-            // SAFETY: plain socket calls; the descriptor is owned from here on.
-            unsafe {
-                let fd = libc::socket(libc::AF_PACKET, libc::SOCK_DGRAM, proto as i32);
-                assert!(fd >= 0, "AF_PACKET: {}", std::io::Error::last_os_error());
-                let name = std::ffi::CString::new(ifname).unwrap();
-                let mut sll: libc::sockaddr_ll = std::mem::zeroed();
-                sll.sll_family = libc::AF_PACKET as u16;
-                sll.sll_protocol = proto;
-                sll.sll_ifindex = libc::if_nametoindex(name.as_ptr()) as i32;
-                let r = libc::bind(
-                    fd,
-                    &sll as *const libc::sockaddr_ll as *const libc::sockaddr,
-                    std::mem::size_of::<libc::sockaddr_ll>() as u32,
-                );
-                assert_eq!(r, 0, "bind: {}", std::io::Error::last_os_error());
-                let tv = libc::timeval {
-                    tv_sec: 0,
-                    tv_usec: 50_000,
-                };
-                libc::setsockopt(
-                    fd,
-                    libc::SOL_SOCKET,
-                    libc::SO_RCVTIMEO,
-                    &tv as *const libc::timeval as *const libc::c_void,
-                    std::mem::size_of::<libc::timeval>() as u32,
-                );
-                OwnedFd::from_raw_fd(fd)
-            }
-        });
+        let fd = ipv4_capture_socket(&l.decomp, &l.links[1].b_if);
         let packets = Arc::new(Mutex::new(Vec::new()));
         let recording = Arc::new(AtomicBool::new(true));
         let stop = Arc::new(AtomicBool::new(false));

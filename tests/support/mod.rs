@@ -832,3 +832,42 @@ pub fn thread_named(pid: u32, name: &str) -> i32 {
     }
     panic!("relayd (pid {pid}) has no thread named {name}");
 }
+
+/// An AF_PACKET socket in `node` that reads every IPv4 packet crossing `ifname` (without
+/// its link header), with a 50 ms receive timeout so that a reader thread can check for
+/// its stop: how the ESP tests decode the wire.
+pub fn ipv4_capture_socket(node: &Node, ifname: &str) -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd;
+    let ifname = ifname.to_string();
+    node.run(move || {
+        let proto = (libc::ETH_P_IP as u16).to_be();
+        // SAFETY: plain socket calls; the descriptor is owned from here on.
+        unsafe {
+            let fd = libc::socket(libc::AF_PACKET, libc::SOCK_DGRAM, proto as i32);
+            assert!(fd >= 0, "AF_PACKET: {}", std::io::Error::last_os_error());
+            let name = std::ffi::CString::new(ifname).unwrap();
+            let mut sll: libc::sockaddr_ll = std::mem::zeroed();
+            sll.sll_family = libc::AF_PACKET as u16;
+            sll.sll_protocol = proto;
+            sll.sll_ifindex = libc::if_nametoindex(name.as_ptr()) as i32;
+            let r = libc::bind(
+                fd,
+                &sll as *const libc::sockaddr_ll as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            );
+            assert_eq!(r, 0, "bind: {}", std::io::Error::last_os_error());
+            let tv = libc::timeval {
+                tv_sec: 0,
+                tv_usec: 50_000,
+            };
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                &tv as *const libc::timeval as *const libc::c_void,
+                std::mem::size_of::<libc::timeval>() as u32,
+            );
+            std::os::fd::OwnedFd::from_raw_fd(fd)
+        }
+    })
+}
