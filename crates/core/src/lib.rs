@@ -19,7 +19,7 @@ pub mod qos;
 pub mod ratelimit;
 pub mod service;
 pub mod units;
-pub mod wire;
+pub use relay_wire as wire;
 
 pub use chain::{Chain, ChainSettings, Decision, Verdict};
 pub use counters::{Counter, CounterKind, Counters, QueueCounters};

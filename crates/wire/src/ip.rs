@@ -8,7 +8,6 @@
 //! [`Malformed::Truncated`] on an empty buffer).
 
 use super::{Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr, Malformed};
-use crate::IpVersion;
 use std::net::IpAddr;
 
 /// The high-level form of an IPv4 or IPv6 header.
@@ -187,3 +186,67 @@ mod tests {
         assert_eq!(IpRepr::parse(&V4_TCP_RST[..39]), Err(Malformed::Truncated));
     }
 }
+
+/// An IP version, or address family: of a parsed packet on the hot path, and of a queue's
+/// rules (`family = "ipv4"`), of `iptables` / `ip6tables`, of a listener. One type for all
+/// of them, so a family has one name in configuration, rules, status and code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum IpVersion {
+    /// IPv4
+    V4,
+    /// IPv6
+    V6,
+}
+
+impl IpVersion {
+    /// Both versions, IPv4 first.
+    pub const ALL: [IpVersion; 2] = [IpVersion::V4, IpVersion::V6];
+
+    /// The configuration name: `ipv4` or `ipv6`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IpVersion::V4 => "ipv4",
+            IpVersion::V6 => "ipv6",
+        }
+    }
+
+    /// The version a packet's first byte announces, if it is 4 or 6 (nothing else checked).
+    pub fn of(data: &[u8]) -> Option<IpVersion> {
+        match data.first()? >> 4 {
+            4 => Some(IpVersion::V4),
+            6 => Some(IpVersion::V6),
+            _ => None,
+        }
+    }
+
+    /// The version of an address.
+    pub fn of_addr(addr: std::net::IpAddr) -> IpVersion {
+        if addr.is_ipv4() {
+            IpVersion::V4
+        } else {
+            IpVersion::V6
+        }
+    }
+}
+
+impl std::fmt::Display for IpVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for IpVersion {
+    type Err = String;
+
+    /// Accepts the configuration names, `ipv4` and `ipv6`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "ipv4" => Ok(IpVersion::V4),
+            "ipv6" => Ok(IpVersion::V6),
+            _ => Err(format!(
+                "unknown address family `{s}` (expected ipv4 or ipv6)"
+            )),
+        }
+    }
+}
+

@@ -41,7 +41,7 @@ pub use esp::{EspPacket, EspRepr};
 pub use icmp::IcmpPacket;
 pub use icmpv4::Icmpv4Repr;
 pub use icmpv6::Icmpv6Repr;
-pub use ip::IpRepr;
+pub use ip::{IpRepr, IpVersion};
 pub use ipcomp::IpcompPacket;
 pub use ipv4::{Ipv4Packet, Ipv4Repr};
 pub use ipv6::{Ipv6Packet, Ipv6Repr};
@@ -80,15 +80,15 @@ pub mod proto {
 ///
 /// # Panics
 /// If `data` is shorter than the IP header; `total` must fit the header's length field.
-pub fn fix_ip_header(data: &mut [u8], version: crate::IpVersion, total: usize, protocol: u8) {
+pub fn fix_ip_header(data: &mut [u8], version: IpVersion, total: usize, protocol: u8) {
     match version {
-        crate::IpVersion::V4 => {
+        IpVersion::V4 => {
             let mut ip = Ipv4Packet::new_unchecked(data);
             ip.set_total_len(total as u16);
             ip.set_protocol(protocol);
             ip.fill_checksum();
         }
-        crate::IpVersion::V6 => {
+        IpVersion::V6 => {
             let mut ip = Ipv6Packet::new_unchecked(data);
             ip.set_payload_len((total - ipv6::HEADER_LEN) as u16);
             ip.set_next_header(protocol);
