@@ -121,6 +121,86 @@ impl EspRepr {
     }
 }
 
+/// The ESP trailer's fixed part: the pad length and next header bytes.
+pub const TRAILER_LEN: usize = 2;
+
+/// The ESP trailer (RFC 4303 section 2.4) at the end of the plaintext: padding 1, 2, 3,
+/// ..., its length, and the protocol of the payload in front of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EspTrailer {
+    /// Bytes of padding.
+    pub pad_len: u8,
+    /// The protocol of the protected payload (a transport, or 4 / 41 in tunnel mode).
+    pub next_header: u8,
+}
+
+impl EspTrailer {
+    /// The trailer for `payload_len` bytes of `next_header` padded to a multiple of
+    /// `block` bytes (the cipher's block, 4 at least for alignment).
+    ///
+    /// # Panics
+    /// If `block` is 0 or above 256 (no cipher has such a block).
+    pub fn for_payload(payload_len: usize, block: usize, next_header: u8) -> EspTrailer {
+        let padded = (payload_len + TRAILER_LEN).next_multiple_of(block);
+        EspTrailer {
+            pad_len: (padded - payload_len - TRAILER_LEN) as u8,
+            next_header,
+        }
+    }
+
+    /// Bytes the trailer takes: its padding and the two fixed bytes.
+    pub const fn len(&self) -> usize {
+        self.pad_len as usize + TRAILER_LEN
+    }
+
+    /// Always false: a trailer is never empty (for clippy's `len_without_is_empty`).
+    pub const fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Reads the trailer at the end of a decrypted `body`: the length of the payload in
+    /// front of the padding, and the trailer. [`Malformed::Truncated`] if the body is
+    /// shorter than the trailer or its padding; [`Malformed::BadHeaderLen`] if the
+    /// padding is not 1, 2, 3, ...
+    pub fn parse(body: &[u8]) -> Result<(usize, EspTrailer), Malformed> {
+        let [rest @ .., pad, next] = body else {
+            return Err(Malformed::Truncated);
+        };
+        let plain = rest
+            .len()
+            .checked_sub(*pad as usize)
+            .ok_or(Malformed::Truncated)?;
+        let padding = rest.get(plain..).ok_or(Malformed::Truncated)?;
+        if !padding
+            .iter()
+            .enumerate()
+            .all(|(k, &b)| b == (k as u8).wrapping_add(1))
+        {
+            return Err(Malformed::BadHeaderLen);
+        }
+        Ok((
+            plain,
+            EspTrailer {
+                pad_len: *pad,
+                next_header: *next,
+            },
+        ))
+    }
+
+    /// Writes the trailer into `buf` (the bytes right after the payload).
+    ///
+    /// # Panics
+    /// If `buf` is shorter than [`EspTrailer::len`].
+    pub fn emit(&self, buf: &mut [u8]) {
+        let pad = self.pad_len as usize;
+        for (i, b) in buf[..pad].iter_mut().enumerate() {
+            *b = i as u8 + 1;
+        }
+        buf[pad] = self.pad_len;
+        buf[pad + 1] = self.next_header;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,5 +255,18 @@ mod tests {
                 .payload()
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn trailer_round_trip() {
+        let t = EspTrailer::for_payload(13, 16, 4);
+        assert_eq!((t.pad_len, t.len()), (1, 3));
+        let mut b = vec![0xaa; 13 + t.len()];
+        t.emit(&mut b[13..]);
+        assert_eq!(EspTrailer::parse(&b), Ok((13, t)));
+        b[13] = 2;
+        assert_eq!(EspTrailer::parse(&b), Err(Malformed::BadHeaderLen));
+        assert_eq!(EspTrailer::parse(&[5, 4]), Err(Malformed::Truncated));
+        assert_eq!(EspTrailer::parse(&[4]), Err(Malformed::Truncated));
     }
 }

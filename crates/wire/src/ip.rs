@@ -249,4 +249,3 @@ impl std::str::FromStr for IpVersion {
         }
     }
 }
-

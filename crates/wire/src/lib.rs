@@ -23,31 +23,43 @@
 
 pub mod checksum;
 pub mod esp;
+pub mod ethernet;
+pub mod geneve;
+pub mod gre;
 pub mod icmp;
 pub mod icmpv4;
 pub mod icmpv6;
 pub mod ip;
+mod ip_packet;
 pub mod ipcomp;
 pub mod ipv4;
 pub mod ipv6;
 pub mod mpls;
 pub mod tcp;
+pub mod tuple;
 pub mod udp;
+pub mod vxlan;
 
 #[cfg(test)]
 mod captures;
 
-pub use esp::{EspPacket, EspRepr};
+pub use esp::{EspPacket, EspRepr, EspTrailer};
+pub use ethernet::{EthernetFrame, EthernetRepr, NshHeader};
+pub use geneve::GenevePacket;
+pub use gre::{GrePacket, GreRepr};
 pub use icmp::IcmpPacket;
 pub use icmpv4::Icmpv4Repr;
 pub use icmpv6::Icmpv6Repr;
 pub use ip::{IpRepr, IpVersion};
+pub use ip_packet::IpPacket;
 pub use ipcomp::IpcompPacket;
 pub use ipv4::{Ipv4Packet, Ipv4Repr};
 pub use ipv6::{Ipv6Packet, Ipv6Repr};
 pub use mpls::{Lse, LseRepr};
 pub use tcp::{TcpPacket, TcpRepr};
+pub use tuple::FiveTuple;
 pub use udp::{UdpPacket, UdpRepr};
+pub use vxlan::VxlanPacket;
 
 /// IP protocol numbers relayd knows by name.
 pub mod proto {
@@ -81,19 +93,7 @@ pub mod proto {
 /// # Panics
 /// If `data` is shorter than the IP header; `total` must fit the header's length field.
 pub fn fix_ip_header(data: &mut [u8], version: IpVersion, total: usize, protocol: u8) {
-    match version {
-        IpVersion::V4 => {
-            let mut ip = Ipv4Packet::new_unchecked(data);
-            ip.set_total_len(total as u16);
-            ip.set_protocol(protocol);
-            ip.fill_checksum();
-        }
-        IpVersion::V6 => {
-            let mut ip = Ipv6Packet::new_unchecked(data);
-            ip.set_payload_len((total - ipv6::HEADER_LEN) as u16);
-            ip.set_next_header(protocol);
-        }
-    }
+    IpPacket::new_unchecked(data, version).set_len_and_protocol(total, protocol);
 }
 
 /// Why a packet could not be parsed. Counted per queue and handled by the queue's policy.
