@@ -294,7 +294,7 @@ mod tests {
 
     #[test]
     fn untagged_and_tagged_frames() {
-        let mut f = vec![0u8; 14 + 28];
+        let mut f = [0u8; 14 + 28];
         let mut e = EthernetFrame::new_checked(&mut f[..]).unwrap();
         EthernetRepr {
             dst_addr: [2, 0, 0, 0, 0, 2],
