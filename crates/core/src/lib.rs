@@ -25,7 +25,9 @@ pub use chain::{Chain, ChainSettings, Decision, Verdict};
 pub use counters::{Counter, CounterKind, Counters, QueueCounters};
 pub use hook::{Hook, StageMark};
 pub use outbox::{EmitError, Emitted, Outbox, Route, Tally};
-pub use packet::{Checksum, CtInfo, CtMarkBits, CtState, IpVersion, Layout, Packet, PacketMeta};
+pub use packet::{
+    Checksum, CtInfo, CtMarkBits, CtState, HeadersMut, IpVersion, Layout, Packet, PacketMeta,
+};
 pub use prefix::Prefix;
 pub use qos::{QosClass, QosPlan};
 pub use service::{

@@ -6,8 +6,11 @@
 //! service that grows the packet (encapsulation, decompression) usually finds room in place.
 
 use crate::hook::Hook;
-pub use relay_wire::IpVersion;
-use relay_wire::{self as wire, Ipv4Packet, Ipv6Packet, Malformed, TcpPacket, UdpPacket, proto};
+use relay_wire::{
+    self as wire, FiveTuple, Headers, IpPacket, Ipv4Packet, Ipv6Packet, Malformed, TcpPacket,
+    UdpPacket, proto,
+};
+pub use relay_wire::{IpVersion, Layout};
 
 /// What the kernel told us about a queued packet.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -183,19 +186,50 @@ impl CtMarkBits {
     }
 }
 
-/// Where the headers of a packet are, found once and cached until the packet changes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Layout {
-    /// IP version.
-    pub version: IpVersion,
-    /// The packet's length per its IP header (at most the buffer length).
-    pub len: usize,
-    /// The upper-layer protocol (after IPv6 extension headers).
-    pub proto: u8,
-    /// Offset of the upper-layer header, or `None` for a non-first fragment.
-    pub l4: Option<usize>,
-    /// True if the packet is a fragment (first or later).
-    pub fragment: bool,
+/// The writable headers of a [`Packet`] ([`Packet::headers_mut`]): dereferences to
+/// [`Headers`] over the packet's bytes, and keeps the packet's parsed layout unless the
+/// IP header fields it depends on changed.
+#[derive(Debug)]
+pub struct HeadersMut<'a> {
+    headers: Headers<&'a mut [u8]>,
+    cache: &'a mut Option<Result<Layout, Malformed>>,
+    shape: [u8; 6],
+}
+
+/// The IP header bytes a layout depends on, compared before and after a rewrite: for IPv4
+/// the version and header length, total length, flags and fragment offset, protocol; for
+/// IPv6 the version, payload length and next header (extension headers are reached only
+/// through the payload, which [`Headers`] does not hand out writable before the
+/// transport).
+fn shape(d: &[u8], version: IpVersion) -> [u8; 6] {
+    let at = |i: usize| d.get(i).copied().unwrap_or(0);
+    match version {
+        IpVersion::V4 => [at(0), at(2), at(3), at(6), at(7), at(9)],
+        IpVersion::V6 => [at(0), at(4), at(5), at(6), 0, 0],
+    }
+}
+
+impl<'a> std::ops::Deref for HeadersMut<'a> {
+    type Target = Headers<&'a mut [u8]>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.headers
+    }
+}
+
+impl std::ops::DerefMut for HeadersMut<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.headers
+    }
+}
+
+impl Drop for HeadersMut<'_> {
+    fn drop(&mut self) {
+        let l = self.headers.layout();
+        if shape(self.headers.bytes(), l.version) != self.shape {
+            *self.cache = None;
+        }
+    }
 }
 
 /// Room kept in front of a packet built with [`Packet::from_bytes`], for encapsulation.
@@ -376,9 +410,60 @@ impl Packet {
         if let Some(l) = self.layout {
             return l;
         }
-        let l = parse_layout(self.data(), self.is_partial());
+        let l = Layout::parse(self.data(), self.is_partial());
         self.layout = Some(l);
         l
+    }
+
+    /// The packet's headers as typed views (the IP header of either version, the
+    /// transport header, the 5-tuple: see [`Headers`]), if it is well-formed (also on a
+    /// partial copy, whose views stop at the copy).
+    pub fn headers(&mut self) -> Option<Headers<&[u8]>> {
+        let l = self.layout().ok()?;
+        Some(Headers::new_unchecked(self.data(), l))
+    }
+
+    /// The headers, writable. Rewriting fields (addresses, ports, TTL, traffic class,
+    /// checksums) keeps the parsed layout; a change of what the layout depends on (the
+    /// version, header length, lengths, protocol or fragment fields of the IP header) is
+    /// noticed when the view is dropped, and the layout parsed again on next use. Marks
+    /// the packet modified.
+    pub fn headers_mut(&mut self) -> Option<HeadersMut<'_>> {
+        let l = self.layout().ok()?;
+        self.modified = true;
+        let data = &mut self.buf[self.start..self.end];
+        let shape = shape(data, l.version);
+        Some(HeadersMut {
+            headers: Headers::new_unchecked(data, l),
+            cache: &mut self.layout,
+            shape,
+        })
+    }
+
+    /// The IP header of either version, if the packet is well-formed.
+    pub fn ip(&mut self) -> Option<IpPacket<&[u8]>> {
+        let l = self.layout().ok()?;
+        Some(IpPacket::new_unchecked(self.data(), l.version))
+    }
+
+    /// The packet's addresses, protocol and ports, if it is well-formed.
+    pub fn five_tuple(&mut self) -> Option<FiveTuple> {
+        self.headers().map(|h| h.five_tuple())
+    }
+
+    /// Replaces the transport (everything from the transport offset of `was`, the
+    /// packet's layout before the bytes there changed) with `len` bytes carrying
+    /// `protocol`: the packet ends there, and the IP header's lengths, protocol (IPv6: the
+    /// fixed header's next header) and checksum say so. Returns the `len` bytes to fill
+    /// (new bytes are zero), or `None` for a layout without a transport offset (a later
+    /// fragment). How IPComp and ESP transport mode insert and remove themselves.
+    pub fn set_transport(&mut self, was: Layout, len: usize, protocol: u8) -> Option<&mut [u8]> {
+        let l4 = was.l4?;
+        let total = l4 + len;
+        self.resize(total);
+        let d = self.data_mut();
+        IpPacket::new_unchecked(&mut *d, was.version).set_len_and_protocol(total, protocol);
+        d.get_mut(l4..)
     }
 
     /// The IPv4 header view, if this is a well-formed IPv4 packet. Also on a partial
@@ -423,80 +508,6 @@ impl Packet {
         }
         UdpPacket::new_checked(b).ok()
     }
-}
-
-/// Finds the L3/L4 layout and checks the transport header of a first fragment or whole
-/// packet fits. A partial copy (copy range) is checked only as far as it goes.
-fn parse_layout(data: &[u8], partial: bool) -> Result<Layout, Malformed> {
-    let first = *data.first().ok_or(Malformed::Truncated)?;
-    let layout = match first >> 4 {
-        4 => {
-            let p = if partial {
-                // Only the header can be checked against a partial copy.
-                let p = Ipv4Packet::new_unchecked(data);
-                if data.len() < wire::ipv4::HEADER_LEN || p.header_len() < wire::ipv4::HEADER_LEN {
-                    return Err(Malformed::BadHeaderLen);
-                }
-                if p.header_len() > data.len() {
-                    return Err(Malformed::Truncated);
-                }
-                // A total length shorter than the header (0 is GSO's "see the buffer")
-                // would put the payload's end before its start.
-                if p.total_len() != 0 && (p.total_len() as usize) < p.header_len() {
-                    return Err(Malformed::BadHeaderLen);
-                }
-                p
-            } else {
-                Ipv4Packet::new_checked(data)?
-            };
-            let len = p.packet_len().min(data.len());
-            Layout {
-                version: IpVersion::V4,
-                len,
-                proto: p.protocol(),
-                l4: (p.frag_offset() == 0).then_some(p.header_len()),
-                fragment: p.is_fragment(),
-            }
-        }
-        6 => {
-            let p = Ipv6Packet::new_unchecked(data);
-            if data.len() < wire::ipv6::HEADER_LEN {
-                return Err(Malformed::Truncated);
-            }
-            if !partial {
-                Ipv6Packet::new_checked(data)?;
-            }
-            let len = p.packet_len().min(data.len());
-            let (proto, off, frag) = p.upper_layer()?;
-            Layout {
-                version: IpVersion::V6,
-                len,
-                proto,
-                l4: (frag != Some(false)).then_some(off),
-                fragment: frag.is_some(),
-            }
-        }
-        _ => return Err(Malformed::BadVersion),
-    };
-    if let (Some(off), false) = (layout.l4, partial) {
-        let l4 = data.get(off..layout.len).ok_or(Malformed::Truncated)?;
-        // A first fragment may legitimately carry less than a whole transport header only
-        // in attacks (RFC 1858): treat it as malformed too.
-        match layout.proto {
-            proto::TCP => {
-                TcpPacket::new_checked(l4)?;
-            }
-            proto::UDP if !layout.fragment => {
-                UdpPacket::new_checked(l4)?;
-            }
-            proto::UDP if l4.len() < wire::udp::HEADER_LEN => return Err(Malformed::Truncated),
-            proto::ICMP | proto::ICMPV6 if l4.len() < wire::icmp::HEADER_LEN => {
-                return Err(Malformed::Truncated);
-            }
-            _ => {}
-        }
-    }
-    Ok(layout)
 }
 
 #[cfg(test)]
@@ -623,6 +634,41 @@ pub(crate) mod tests {
         p.meta.orig_len = Some(b.len() as u32);
         assert_eq!(p.layout().unwrap_err(), Malformed::BadHeaderLen);
         assert!(p.ipv4().is_none() && p.udp().is_none() && p.l4().is_none());
+    }
+
+    #[test]
+    fn headers_mut_keeps_the_layout_unless_it_changes() {
+        let mut p = Packet::from_bytes(&udp4(b"hello"));
+        let before = p.layout().unwrap();
+        {
+            let mut h = p.headers_mut().unwrap();
+            h.udp_mut().unwrap().set_dst_port(6000);
+            h.ip_mut().set_hop_limit(9);
+            h.fill_l4_checksum();
+            h.ip_mut().fill_checksum();
+        }
+        assert!(p.is_modified());
+        assert_eq!(p.layout, Some(Ok(before)), "a field rewrite keeps the layout");
+        assert_eq!(p.udp().unwrap().dst_port(), 6000);
+        let h = p.headers().unwrap();
+        assert!(h.udp().unwrap().verify_checksum(h.l4_pseudo_sum().unwrap()));
+        if let IpPacket::V4(ip) = p.ip().unwrap() {
+            assert!(ip.verify_checksum());
+        }
+        p.headers_mut().unwrap().ip_mut().set_len_and_protocol(33, 99);
+        assert_eq!(p.layout, None, "a protocol change forgets the layout");
+        assert_eq!(p.layout().unwrap().proto, 99);
+    }
+
+    #[test]
+    fn set_transport_rewrites_the_ip_header() {
+        let mut p = Packet::from_bytes(&udp4(b"hello"));
+        let l = p.layout().unwrap();
+        p.set_transport(l, 4, 108).unwrap().copy_from_slice(&[17, 0, 0, 2]);
+        let l = p.layout().unwrap();
+        assert_eq!((l.proto, l.len, l.l4), (108, 24, Some(20)));
+        assert!(p.ipv4().unwrap().verify_checksum());
+        assert_eq!(p.five_tuple().unwrap().ports, None);
     }
 
     #[test]
