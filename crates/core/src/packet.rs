@@ -648,14 +648,21 @@ pub(crate) mod tests {
             h.ip_mut().fill_checksum();
         }
         assert!(p.is_modified());
-        assert_eq!(p.layout, Some(Ok(before)), "a field rewrite keeps the layout");
+        assert_eq!(
+            p.layout,
+            Some(Ok(before)),
+            "a field rewrite keeps the layout"
+        );
         assert_eq!(p.udp().unwrap().dst_port(), 6000);
         let h = p.headers().unwrap();
         assert!(h.udp().unwrap().verify_checksum(h.l4_pseudo_sum().unwrap()));
         if let IpPacket::V4(ip) = p.ip().unwrap() {
             assert!(ip.verify_checksum());
         }
-        p.headers_mut().unwrap().ip_mut().set_len_and_protocol(33, 99);
+        p.headers_mut()
+            .unwrap()
+            .ip_mut()
+            .set_len_and_protocol(33, 99);
         assert_eq!(p.layout, None, "a protocol change forgets the layout");
         assert_eq!(p.layout().unwrap().proto, 99);
     }
@@ -664,7 +671,9 @@ pub(crate) mod tests {
     fn set_transport_rewrites_the_ip_header() {
         let mut p = Packet::from_bytes(&udp4(b"hello"));
         let l = p.layout().unwrap();
-        p.set_transport(l, 4, 108).unwrap().copy_from_slice(&[17, 0, 0, 2]);
+        p.set_transport(l, 4, 108)
+            .unwrap()
+            .copy_from_slice(&[17, 0, 0, 2]);
         let l = p.layout().unwrap();
         assert_eq!((l.proto, l.len, l.l4), (108, 24, Some(20)));
         assert!(p.ipv4().unwrap().verify_checksum());

@@ -112,14 +112,15 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
             return Some((ty, off + 2));
         }
     }
+}
 
-    /// The IP packet of an IPv4 or IPv6 frame (after any VLAN tags), cut to the length its
-    /// header gives (a short frame's padding is not the packet's); `None` for any other
-    /// EtherType or an IP header that claims more than the frame has.
-    pub fn ip_packet(&self) -> Option<(IpVersion, &[u8])> {
-        let (ty, off) = self.network()?;
-        let version = ethertype::ip_version(ty)?;
-        let ip = self.buffer.as_ref().get(off..)?;
+impl<'a> EthernetFrame<&'a [u8]> {
+    /// The IP packet of an untagged IPv4 or IPv6 frame, cut to the length its header
+    /// gives (a short frame's padding is not the packet's); `None` for any other
+    /// EtherType (a VLAN tag's too) or an IP header that claims more than the frame has.
+    pub fn into_ip_packet(self) -> Option<(IpVersion, &'a [u8])> {
+        let version = ethertype::ip_version(self.ethertype())?;
+        let ip = self.buffer.get(HEADER_LEN..)?;
         let len = match version {
             IpVersion::V4 => usize::from(u16::from_be_bytes([*ip.get(2)?, *ip.get(3)?])),
             IpVersion::V6 => {
@@ -307,15 +308,17 @@ mod tests {
         let e = EthernetFrame::new_checked(&f[..]).unwrap();
         assert_eq!(e.dst_addr(), [2, 0, 0, 0, 0, 2]);
         assert_eq!(e.network(), Some((0x0800, 14)));
-        assert_eq!(e.ip_packet(), Some((IpVersion::V4, &f[14..34])));
+        assert_eq!(e.into_ip_packet(), Some((IpVersion::V4, &f[14..34])));
         let mut tagged = f[..12].to_vec();
         tagged.extend_from_slice(&[0x88, 0xa8, 0, 1, 0x81, 0, 0, 2]);
         tagged.extend_from_slice(&f[12..]);
         let t = EthernetFrame::new_checked(&tagged[..]).unwrap();
         assert_eq!(t.network(), Some((0x0800, 22)));
+        assert_eq!(t.into_ip_packet(), None, "tagged: not an untagged IP frame");
         for n in 0..tagged.len() {
             if let Ok(t) = EthernetFrame::new_checked(&tagged[..n]) {
-                let _ = t.ip_packet();
+                let _ = t.network();
+                let _ = t.into_ip_packet();
             }
         }
         assert!(EthernetFrame::new_checked(&f[..13]).is_err());

@@ -85,6 +85,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> IpcompPacket<T> {
         b[1] = 0;
         b[2..4].copy_from_slice(&cpi.to_be_bytes());
     }
+
+    /// The compressed data, writable.
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        &mut self.buffer.as_mut()[HEADER_LEN..]
+    }
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@
 //! `IpRepr::pseudo_sum` (0 for ICMPv4). No `parse` verifies a checksum: the views'
 //! `verify_checksum` do.
 
+pub mod build;
 pub mod checksum;
 pub mod esp;
 pub mod ethernet;

@@ -6,17 +6,15 @@
 
 use crate::program::FrameMeta;
 use relay_core::IpVersion;
+use relay_core::wire::ethernet::{self, EthernetFrame, EthernetRepr};
 use relay_core::wire::{Ipv4Packet, Ipv6Packet};
 
 /// An Ethernet header's length (untagged: the program steers nothing else).
-pub const ETH_LEN: usize = 14;
+pub const ETH_LEN: usize = ethernet::HEADER_LEN;
 
 /// The EtherType of an IP packet of `version`.
 pub fn ethertype(version: IpVersion) -> u16 {
-    match version {
-        IpVersion::V4 => 0x0800,
-        IpVersion::V6 => 0x86dd,
-    }
+    ethernet::ethertype::of(version)
 }
 
 /// What [`frame`] found.
@@ -66,11 +64,18 @@ pub fn frame(out: &mut [u8], meta: &FrameMeta, packet: &[u8]) -> Framed {
     if len > out.len() {
         return Framed::TooBig;
     }
-    out[..6].copy_from_slice(&meta.dmac);
-    out[6..12].copy_from_slice(&meta.smac);
-    out[12..14].copy_from_slice(&ethertype(version).to_be_bytes());
-    out[ETH_LEN..len].copy_from_slice(packet);
-    if !relay_core::outbox::decrement_hop(&mut out[ETH_LEN..len]) {
+    let Ok(mut f) = EthernetFrame::new_checked(&mut out[..len]) else {
+        return Framed::TooBig;
+    };
+    EthernetRepr {
+        dst_addr: meta.dmac,
+        src_addr: meta.smac,
+        ethertype: ethertype(version),
+    }
+    .emit(&mut f);
+    let ip = f.payload_mut();
+    ip.copy_from_slice(packet);
+    if !relay_core::outbox::decrement_hop(ip) {
         return Framed::HopLimit;
     }
     Framed::Ready(len)
@@ -80,14 +85,8 @@ pub fn frame(out: &mut [u8], meta: &FrameMeta, packet: &[u8]) -> Framed {
 /// the length its header gives (a short frame's Ethernet padding is not the packet's);
 /// `None` for anything else, or a header that claims more bytes than the frame has.
 pub fn ip_payload(frame: &[u8]) -> Option<(u16, &[u8])> {
-    let ty = u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]);
-    let ip = frame.get(ETH_LEN..)?;
-    let len = match ty {
-        0x0800 => usize::from(u16::from_be_bytes([*ip.get(2)?, *ip.get(3)?])),
-        0x86dd => 40 + usize::from(u16::from_be_bytes([*ip.get(4)?, *ip.get(5)?])),
-        _ => return None,
-    };
-    Some((ty, ip.get(..len)?))
+    let (version, ip) = EthernetFrame::new_checked(frame).ok()?.into_ip_packet()?;
+    Some((ethertype(version), ip))
 }
 
 #[cfg(test)]

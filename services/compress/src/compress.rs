@@ -5,7 +5,7 @@
 use crate::codec::{Algorithm, Codecs};
 use crate::decision::{Estimate, should_compress};
 use relay_core::units::parse_rate;
-use relay_core::wire::{IpcompPacket, fix_ip_header, ipcomp, proto};
+use relay_core::wire::{IpcompPacket, ipcomp, proto};
 use relay_core::{
     Action, Context, Counter, Counters, Packet, Service, ServiceConfig, ServiceFactory,
 };
@@ -250,7 +250,7 @@ impl Compress {
             Some(&n.skip_compressed)
         } else if l.len < self.min_size {
             Some(&n.skip_small)
-        } else if pkt.ipv6().is_some_and(|ip| ip.next_header() != l.proto) {
+        } else if pkt.headers().is_some_and(|h| !h.direct()) {
             // IPComp goes right after the fixed header; extension headers are left alone.
             Some(&n.skip_ipv6_ext)
         } else {
@@ -326,11 +326,12 @@ impl Service for Compress {
         let total = off + ipcomp::HEADER_LEN + n;
         self.n.bytes_in.add(l.len as u64);
         self.n.bytes_out.add(total as u64);
-        pkt.resize(total);
-        let d = pkt.data_mut();
-        IpcompPacket::new_unchecked(&mut d[off..]).set_header(l.proto, self.alg.cpi());
-        d[off + ipcomp::HEADER_LEN..total].copy_from_slice(&self.scratch[..n]);
-        fix_ip_header(d, l.version, total, proto::IPCOMP);
+        let Some(t) = pkt.set_transport(l, ipcomp::HEADER_LEN + n, proto::IPCOMP) else {
+            return Action::Continue;
+        };
+        let mut h = IpcompPacket::new_unchecked(t);
+        h.set_header(l.proto, self.alg.cpi());
+        h.payload_mut().copy_from_slice(&self.scratch[..n]);
         self.n.compressed.inc();
         Action::Continue
     }

@@ -3,9 +3,9 @@
 
 use crate::codec::{Algorithm, CodecError, Codecs};
 use relay_core::ratelimit::RateLimit;
-use relay_core::wire::{IpcompPacket, fix_ip_header, ipcomp, proto};
+use relay_core::wire::{IpcompPacket, ipcomp, proto};
 use relay_core::{
-    Action, Context, Counter, Counters, IpVersion, Packet, Service, ServiceConfig, ServiceFactory,
+    Action, Context, Counter, Counters, Packet, Service, ServiceConfig, ServiceFactory,
 };
 use serde::Deserialize;
 use std::sync::Arc;
@@ -126,13 +126,8 @@ impl Service for Decompress {
         let Ok(l) = pkt.layout() else {
             return Action::Continue;
         };
-        let direct = match l.version {
-            IpVersion::V4 => true,
-            // Only directly after the fixed header, as `compress` puts it.
-            IpVersion::V6 => pkt
-                .ipv6()
-                .is_some_and(|ip| ip.next_header() == proto::IPCOMP),
-        };
+        // Only directly after the fixed header, as `compress` puts it.
+        let direct = pkt.headers().is_some_and(|h| h.direct());
         if l.proto != proto::IPCOMP || !direct || l.fragment || pkt.is_partial() {
             self.passed.inc();
             return Action::Continue;
@@ -160,10 +155,10 @@ impl Service for Decompress {
         let total = off + n;
         self.bytes_in.add(l.len as u64);
         self.bytes_out.add(total as u64);
-        pkt.resize(total);
-        let d = pkt.data_mut();
-        d[off..total].copy_from_slice(&self.scratch[..n]);
-        fix_ip_header(d, l.version, total, next);
+        let Some(t) = pkt.set_transport(l, n, next) else {
+            return Action::Continue;
+        };
+        t.copy_from_slice(&self.scratch[..n]);
         self.decompressed.inc();
         Action::Continue
     }

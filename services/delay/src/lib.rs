@@ -24,12 +24,13 @@
 pub use relay_core::units::parse_duration;
 
 use relay_core::builtin::HEADER_BYTES;
-use relay_core::wire::{Ipv4Packet, Ipv6Packet, UdpPacket, proto};
+use relay_core::wire::proto;
 use relay_core::{
-    Action, Context, Counter, Counters, IpVersion, Packet, Service, ServiceConfig, ServiceFactory,
+    Action, Context, Counter, Counters, Packet, Service, ServiceConfig, ServiceFactory,
 };
 use serde::Deserialize;
 use serde::de::IgnoredAny;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -236,8 +237,7 @@ impl Service for Delay {
 /// A hash of the packet's addresses, protocol and ports (FNV-1a); 0 for what cannot be
 /// parsed (all such packets then share one flow).
 fn flow_hash(pkt: &mut Packet) -> u64 {
-    let Ok(l) = pkt.layout() else { return 0 };
-    let d = pkt.data();
+    let Some(t) = pkt.five_tuple() else { return 0 };
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut mix = |bytes: &[u8]| {
         for &b in bytes {
@@ -245,28 +245,17 @@ fn flow_hash(pkt: &mut Packet) -> u64 {
             h = h.wrapping_mul(0x100_0000_01b3);
         }
     };
-    // The layout parsed: the fixed header is whole.
-    match l.version {
-        IpVersion::V4 => {
-            let ip = Ipv4Packet::new_unchecked(d);
-            mix(&ip.src_addr().octets());
-            mix(&ip.dst_addr().octets());
-        }
-        IpVersion::V6 => {
-            let ip = Ipv6Packet::new_unchecked(d);
-            mix(&ip.src_addr().octets());
-            mix(&ip.dst_addr().octets());
+    for a in [t.src, t.dst] {
+        match a {
+            IpAddr::V4(a) => mix(&a.octets()),
+            IpAddr::V6(a) => mix(&a.octets()),
         }
     }
-    mix(&[l.proto]);
-    // TCP and UDP both start with the two ports (the view reads only those four bytes).
-    if let Some(off) = l.l4
-        && matches!(l.proto, proto::TCP | proto::UDP)
-        && let Some(ports) = d.get(off..off + 4)
-    {
-        let u = UdpPacket::new_unchecked(ports);
-        mix(&u.src_port().to_be_bytes());
-        mix(&u.dst_port().to_be_bytes());
+    mix(&[t.proto]);
+    // Only TCP and UDP ports, as before SCTP and UDP-Lite had theirs in the tuple.
+    if let Some((s, d)) = t.ports.filter(|_| matches!(t.proto, proto::TCP | proto::UDP)) {
+        mix(&s.to_be_bytes());
+        mix(&d.to_be_bytes());
     }
     h
 }

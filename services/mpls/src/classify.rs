@@ -110,6 +110,16 @@ pub enum Addr {
     V6(u128),
 }
 
+impl From<std::net::IpAddr> for Addr {
+    #[inline]
+    fn from(a: std::net::IpAddr) -> Addr {
+        match a {
+            std::net::IpAddr::V4(a) => Addr::V4(a.into()),
+            std::net::IpAddr::V6(a) => Addr::V6(a.into()),
+        }
+    }
+}
+
 /// What the classifier looks at in a packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FlowKey {

@@ -22,9 +22,7 @@
 use crate::classify::{Addr, FlowKey};
 use crate::config::{Checked, Encap, EncapConfig, Unclassified, VcanPath};
 use crate::lse::{self, LseRepr, UDP_PORT};
-use relay_core::wire::{
-    Ipv4Packet, Ipv4Repr, Ipv6Packet, UdpPacket, UdpRepr, checksum, ipv4, proto, udp,
-};
+use relay_core::wire::{Ipv4Packet, Ipv4Repr, UdpPacket, UdpRepr, checksum, ipv4, proto, udp};
 use relay_core::{
     Action, Context, Counter, Counters, IpVersion, MssClamp, Packet, Service, ServiceConfig,
     ServiceFactory, Tally,
@@ -59,48 +57,21 @@ pub fn flow_port(k: &FlowKey) -> u16 {
     0xc000 | (h as u16 & 0x3fff)
 }
 
-/// Reads the classification key of a well-formed packet.
-pub(crate) fn flow_key(pkt: &mut Packet) -> Option<(FlowKey, IpVersion, usize, u8)> {
-    let l = pkt.layout().ok()?;
-    let d = pkt.data();
-    // The layout parsed: the fixed header is whole.
-    let (dscp_ecn, src, dst, ttl) = match l.version {
-        IpVersion::V4 => {
-            let ip = Ipv4Packet::new_unchecked(d);
-            (
-                ip.tos(),
-                Addr::V4(ip.src_addr().into()),
-                Addr::V4(ip.dst_addr().into()),
-                ip.ttl(),
-            )
-        }
-        IpVersion::V6 => {
-            let ip = Ipv6Packet::new_unchecked(d);
-            (
-                ip.traffic_class(),
-                Addr::V6(ip.src_addr().into()),
-                Addr::V6(ip.dst_addr().into()),
-                ip.hop_limit(),
-            )
-        }
-    };
-    // TCP, UDP, SCTP and UDP-Lite all start with the two ports, as UDP does (the view
-    // reads only those four bytes).
-    let ports = match (l.l4, l.proto) {
-        (Some(off), proto::TCP | proto::UDP | 132 | 136) => d.get(off..off + 4).map(|p| {
-            let u = UdpPacket::new_unchecked(p);
-            (u.src_port(), u.dst_port())
-        }),
-        _ => None,
-    };
+/// Reads the classification key of a well-formed packet: its 5-tuple (ports of TCP, UDP,
+/// SCTP and UDP-Lite, not of a later fragment) and DSCP; also its length and TTL or hop
+/// limit.
+pub(crate) fn flow_key(pkt: &mut Packet) -> Option<(FlowKey, usize, u8)> {
+    let h = pkt.headers()?;
+    let ip = h.ip();
+    let t = h.five_tuple();
     let k = FlowKey {
-        dscp: dscp_ecn >> 2,
-        src,
-        dst,
-        proto: l.proto,
-        ports,
+        dscp: ip.traffic_class() >> 2,
+        src: Addr::from(t.src),
+        dst: Addr::from(t.dst),
+        proto: t.proto,
+        ports: t.ports,
     };
-    Some((k, l.version, l.len, ttl))
+    Some((k, h.layout().len, ip.hop_limit()))
 }
 
 struct Shared {
@@ -132,7 +103,6 @@ struct EncapService {
 /// What the encapsulation needs to know about the inner packet.
 struct Inner<'a> {
     key: &'a FlowKey,
-    version: IpVersion,
     len: usize,
     ttl: u8,
 }
@@ -140,14 +110,11 @@ struct Inner<'a> {
 impl Shared {
     /// Writes the outer headers in front of the inner packet.
     fn encapsulate(&self, pkt: &mut Packet, inner: Inner<'_>, ident: u16, path: VcanPath) {
-        let (s, k, v, inner_len, ttl) = (self, inner.key, inner.version, inner.len, inner.ttl);
-        let (tos, df) = match v {
-            IpVersion::V4 => {
-                let ip = Ipv4Packet::new_unchecked(pkt.data());
-                (ip.tos(), ip.dont_frag())
-            }
-            IpVersion::V6 => (Ipv6Packet::new_unchecked(pkt.data()).traffic_class(), false),
-        };
+        let (s, k, inner_len, ttl) = (self, inner.key, inner.len, inner.ttl);
+        // DF copied from IPv4, clear for IPv6 (see the module's docs).
+        let (tos, df) = pkt.ip().map_or((0, false), |ip| {
+            (ip.traffic_class(), ip.dont_frag().unwrap_or(false))
+        });
         if pkt.len() > inner_len {
             pkt.resize(inner_len);
         }
@@ -198,7 +165,7 @@ impl Service for EncapService {
             self.c.skipped.inc();
             return Action::Continue;
         }
-        let Some((k, v, inner_len, ttl)) = flow_key(pkt) else {
+        let Some((k, inner_len, ttl)) = flow_key(pkt) else {
             // The chain has already handled malformed packets by policy.
             self.c.skipped.inc();
             return Action::Continue;
@@ -219,8 +186,7 @@ impl Service for EncapService {
         // An IPv6 hook cannot hand back an IPv4 packet: the encapsulation is sent anew.
         let reinject = !pkt.meta.verdict_carries(IpVersion::V4);
         // The kernel fragments neither a raw socket's packet nor one with DF.
-        let df =
-            reinject || (v == IpVersion::V4 && Ipv4Packet::new_unchecked(pkt.data()).dont_frag());
+        let df = reinject || pkt.ip().and_then(|ip| ip.dont_frag()).unwrap_or(false);
         let new_len = inner_len + overhead(s.encap);
         if df && new_len > s.mtu {
             // A router would not fragment it either: tell the sender what fits.
@@ -238,7 +204,6 @@ impl Service for EncapService {
         self.ident = self.ident.wrapping_add(1);
         let inner = Inner {
             key: &k,
-            version: v,
             len: inner_len,
             ttl,
         };

@@ -35,13 +35,12 @@ pub use relay_core::Prefix;
 
 use relay_core::builtin::{HEADER_BYTES, de_u32};
 use relay_core::service::ProxyDiversion;
-use relay_core::wire::{Ipv4Packet, Ipv6Packet, proto, tcp};
+use relay_core::wire::{proto, tcp};
 use relay_core::{
-    Action, Context, Counter, Counters, IpVersion, Packet, Service, ServiceConfig, ServiceFactory,
+    Action, Context, Counter, Counters, Packet, Service, ServiceConfig, ServiceFactory,
 };
 use relay_netlink::QueueMonitor;
 use serde::Deserialize;
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -281,13 +280,8 @@ impl TcpSplit {
             return Outcome::Pass(&n.passed_port);
         }
         if !self.policy.prefixes.is_empty() {
-            let d = pkt.data();
-            // The layout parsed: the fixed header is whole.
-            let dst: IpAddr = match l.version {
-                IpVersion::V4 => Ipv4Packet::new_unchecked(d).dst_addr().into(),
-                IpVersion::V6 => Ipv6Packet::new_unchecked(d).dst_addr().into(),
-            };
-            if !self.policy.prefixes.iter().any(|p| p.contains(dst)) {
+            let dst = pkt.ip().map(|ip| ip.dst_addr());
+            if !dst.is_some_and(|dst| self.policy.prefixes.iter().any(|p| p.contains(dst))) {
                 return Outcome::Pass(&n.passed_prefix);
             }
         }

@@ -5,7 +5,7 @@ use crate::counters::{Counter, Counters};
 use crate::packet::{IpVersion, Packet};
 use crate::ratelimit::RateLimit;
 use crate::service::{Action, Context, Service, ServiceConfig, ServiceFactory};
-use crate::wire::{IcmpPacket, Ipv4Packet, Ipv6Packet, TcpPacket, UdpPacket, proto, tcp::flags};
+use crate::wire::{IcmpPacket, TcpPacket, UdpPacket, proto, tcp::flags};
 use serde::Deserialize;
 use std::fmt::Write;
 use std::sync::Arc;
@@ -92,22 +92,16 @@ pub fn format_packet(out: &mut String, pkt: &mut Packet) {
             return;
         }
     };
-    let data = pkt.data();
-    // The packet's real length from its IP header: with a copy range, `data` may hold only
-    // its first bytes, so lengths are read from header fields, never from slices.
-    let (src, dst, full_len): (std::net::IpAddr, std::net::IpAddr, usize) = match layout.version {
-        IpVersion::V4 => {
-            let p = Ipv4Packet::new_unchecked(data);
-            out.push_str("IP ");
-            (p.src_addr().into(), p.dst_addr().into(), p.packet_len())
-        }
-        IpVersion::V6 => {
-            let p = Ipv6Packet::new_unchecked(data);
-            out.push_str("IP6 ");
-            (p.src_addr().into(), p.dst_addr().into(), p.packet_len())
-        }
-    };
-    let l4 = layout.l4.and_then(|o| Some((o, data.get(o..layout.len)?)));
+    let Some(h) = pkt.headers() else { return };
+    let ip = h.ip();
+    out.push_str(match ip.version() {
+        IpVersion::V4 => "IP ",
+        IpVersion::V6 => "IP6 ",
+    });
+    // The packet's real length from its IP header: with a copy range, the bytes may hold
+    // only its first part, so lengths are read from header fields, never from slices.
+    let (src, dst, full_len) = (ip.src_addr(), ip.dst_addr(), ip.packet_len());
+    let l4 = layout.l4.zip(h.l4());
     match (layout.proto, l4) {
         (proto::TCP, Some((off, b))) if b.len() >= 20 => {
             let t = TcpPacket::new_unchecked(b);

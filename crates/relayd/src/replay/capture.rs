@@ -6,6 +6,7 @@ use pcap_file::pcap::PcapReader;
 use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionOption;
 use pcap_file::pcapng::{Block, PcapNgReader};
 use pcap_file::{DataLink, TsResolution};
+use relay_core::wire::ethernet::{EthernetFrame, NshHeader, ethertype, nsh_next, sll};
 use std::io::Read;
 use std::time::Duration;
 
@@ -234,59 +235,36 @@ const MAX_NESTED_FRAMES: u8 = 4;
 /// another Ethernet frame (followed at most [`MAX_NESTED_FRAMES`] deep). As Suricata's
 /// DecodeNSH: version 0, MD type 1 (fixed 24-byte header) or 2 (variable), no more.
 fn ethernet(frame: &[u8], depth: u8) -> Option<&[u8]> {
-    let mut off = 12;
-    loop {
-        let et = u16::from_be_bytes([*frame.get(off)?, *frame.get(off + 1)?]);
-        if et == 0x8100 || et == 0x88a8 {
-            off += 4; // VLAN tag
-            continue;
-        }
-        let rest = frame.get(off + 2..)?;
-        return match et {
-            0x0800 | 0x86dd => Some(rest),
-            0x894f => nsh(rest, depth),
-            _ => None,
-        };
+    let (ty, off) = EthernetFrame::new_checked(frame).ok()?.network()?;
+    let rest = frame.get(off..)?;
+    match ty {
+        ethertype::IPV4 | ethertype::IPV6 => Some(rest),
+        ethertype::NSH => nsh(rest, depth),
+        _ => None,
     }
 }
 
 /// The IP packet behind a Network Service Header (see [`ethernet`]).
 fn nsh(h: &[u8], depth: u8) -> Option<&[u8]> {
-    let vfl = u16::from_be_bytes([*h.first()?, *h.get(1)?]);
-    let (md_type, next) = (*h.get(2)? & 0x0f, *h.get(3)?);
-    let len = usize::from(vfl & 0x3f) * 4;
-    if vfl >> 14 != 0 || len < 8 || len >= h.len() || (md_type == 1 && len != 24) {
-        return None;
-    }
-    if md_type != 1 && md_type != 2 {
-        return None;
-    }
-    let rest = h.get(len..)?;
-    match next {
-        1 | 2 => Some(rest),
-        3 if depth < MAX_NESTED_FRAMES => ethernet(rest, depth + 1),
+    let n = NshHeader::new_checked(h).ok()?;
+    let rest = h.get(n.header_len()..)?;
+    match n.next_protocol() {
+        nsh_next::IPV4 | nsh_next::IPV6 => Some(rest),
+        nsh_next::ETHERNET if depth < MAX_NESTED_FRAMES => ethernet(rest, depth + 1),
         _ => None,
     }
 }
 
 /// The IP packet inside a frame of link type `link`, or `None` if it carries something else.
 pub fn strip_link(link: DataLink, frame: &[u8]) -> Option<&[u8]> {
-    fn ip(ethertype: u16, rest: &[u8]) -> Option<&[u8]> {
-        matches!(ethertype, 0x0800 | 0x86dd).then_some(rest)
+    fn ip((ty, rest): (u16, &[u8])) -> Option<&[u8]> {
+        ethertype::ip_version(ty).map(|_| rest)
     }
     match link {
         DataLink::RAW | DataLink::IPV4 | DataLink::IPV6 => Some(frame),
         DataLink::ETHERNET => ethernet(frame, 0),
-        // SLL: 16-byte header, protocol in the last two bytes.
-        DataLink::LINUX_SLL => ip(
-            u16::from_be_bytes([*frame.get(14)?, *frame.get(15)?]),
-            frame.get(16..)?,
-        ),
-        // SLL2: 20-byte header, protocol first.
-        DataLink::LINUX_SLL2 => ip(
-            u16::from_be_bytes([*frame.first()?, *frame.get(1)?]),
-            frame.get(20..)?,
-        ),
+        DataLink::LINUX_SLL => ip(sll::payload(frame)?),
+        DataLink::LINUX_SLL2 => ip(sll::sll2_payload(frame)?),
         // BSD loopback: a 4-byte address family, host order (NULL) or network order
         // (LOOP); AF_INET is 2 everywhere, AF_INET6 24, 28 or 30 depending on the BSD.
         DataLink::NULL | DataLink::LOOP => {
@@ -321,10 +299,10 @@ pub fn strip_link(link: DataLink, frame: &[u8]) -> Option<&[u8]> {
                 .flatten()
         }
         // Cisco HDLC: address, control, then an ethertype.
-        DataLink::C_HDLC => ip(
+        DataLink::C_HDLC => ip((
             u16::from_be_bytes([*frame.get(2)?, *frame.get(3)?]),
             frame.get(4..)?,
-        ),
+        )),
         _ => None,
     }
 }

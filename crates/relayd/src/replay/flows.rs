@@ -2,36 +2,14 @@
 //! related; original or reply direction), so that services see during replay what the
 //! kernel would have told them live.
 
-use relay_core::wire::{IcmpPacket, Ipv4Packet, Ipv6Packet, TcpPacket, UdpPacket, proto};
+use relay_core::wire::{FiveTuple, IcmpPacket, proto};
 use relay_core::{CtInfo, CtState, Packet};
 use std::collections::HashMap;
-use std::net::IpAddr;
 use std::time::Duration;
 
 /// A flow idle this long starts over as new (conntrack's timeouts vary by protocol and
 /// state; one generous value keeps replay predictable).
 const IDLE: Duration = Duration::from_secs(600);
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct Key {
-    proto: u8,
-    src: IpAddr,
-    sport: u16,
-    dst: IpAddr,
-    dport: u16,
-}
-
-impl Key {
-    fn reversed(self) -> Key {
-        Key {
-            proto: self.proto,
-            src: self.dst,
-            sport: self.dport,
-            dst: self.src,
-            dport: self.sport,
-        }
-    }
-}
 
 #[derive(Debug)]
 struct Entry {
@@ -42,61 +20,23 @@ struct Entry {
 /// Flows seen so far, keyed by their original direction.
 #[derive(Debug, Default)]
 pub struct FlowTracker {
-    flows: HashMap<Key, Entry>,
+    flows: HashMap<FiveTuple, Entry>,
 }
 
-/// The addresses, protocol and ports (ICMP echo id for both) of an IP packet in `data`;
+/// The addresses, protocol and ports of an IP packet in `data` as conntrack keys a flow:
+/// TCP and UDP ports, the ICMP echo identifier for both ports, `None` for anything else;
 /// also the offset of its transport header.
-fn key_of(data: &[u8]) -> Option<(Key, usize)> {
-    let (src, dst, p, off): (IpAddr, IpAddr, u8, usize) = match data.first()? >> 4 {
-        4 => {
-            let ip = Ipv4Packet::new_unchecked(data);
-            if data.len() < 20 || ip.header_len() < 20 || data.len() < ip.header_len() {
-                return None;
-            }
-            (
-                ip.src_addr().into(),
-                ip.dst_addr().into(),
-                ip.protocol(),
-                ip.header_len(),
-            )
-        }
-        6 => {
-            if data.len() < 40 {
-                return None;
-            }
-            let ip = Ipv6Packet::new_unchecked(data);
-            let (p, off, _) = ip.upper_layer().ok()?;
-            (ip.src_addr().into(), ip.dst_addr().into(), p, off)
-        }
-        _ => return None,
-    };
+fn key_of(data: &[u8]) -> Option<(FiveTuple, usize)> {
+    let (mut key, off) = FiveTuple::parse(data)?;
     let l4 = data.get(off..).unwrap_or(&[]);
-    let (sport, dport) = match p {
-        proto::TCP if l4.len() >= 4 => {
-            let t = TcpPacket::new_unchecked(l4);
-            (t.src_port(), t.dst_port())
-        }
-        proto::UDP if l4.len() >= 4 => {
-            let u = UdpPacket::new_unchecked(l4);
-            (u.src_port(), u.dst_port())
-        }
-        proto::ICMP | proto::ICMPV6 if l4.len() >= 8 => {
-            let id = IcmpPacket::new_unchecked(l4).echo_ident();
-            (id, id)
-        }
-        _ => (0, 0),
+    key.ports = match key.proto {
+        proto::TCP | proto::UDP => key.ports,
+        proto::ICMP | proto::ICMPV6 => IcmpPacket::new_checked(l4)
+            .ok()
+            .map(|m| (m.echo_ident(), m.echo_ident())),
+        _ => None,
     };
-    Some((
-        Key {
-            proto: p,
-            src,
-            sport,
-            dst,
-            dport,
-        },
-        off,
-    ))
+    Some((key, off))
 }
 
 /// True for ICMP / ICMPv6 error types, which quote the packet they are about.
@@ -115,12 +55,13 @@ impl FlowTracker {
         pkt.layout().ok()?.l4?;
         let data = pkt.data();
         let (key, off) = key_of(data)?;
-        if let Some(l4) = data.get(off..)
-            && l4.len() >= 8
-            && is_icmp_error(key.proto, l4[0])
+        if let Some(m) = data
+            .get(off..)
+            .and_then(|l4| IcmpPacket::new_checked(l4).ok())
+            && is_icmp_error(key.proto, m.msg_type())
         {
             // Related if the quoted packet belongs to a known flow.
-            let (inner, _) = key_of(&l4[8..])?;
+            let (inner, _) = key_of(m.data())?;
             return if self.flows.contains_key(&inner) {
                 Some(CtInfo {
                     state: CtState::Related,

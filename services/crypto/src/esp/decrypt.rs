@@ -1,7 +1,7 @@
 //! `decrypt`: checks and opens the ESP packets of the configured SAs (see the parent
 //! module).
 
-use super::natt::{NattDatagram, classify, fix_inner_checksum};
+use super::natt::{NattDatagram, classify};
 use super::*;
 use crate::durable::{Gate, InEdge};
 use crate::keys::{Cipher, ICV_LEN, load_key};
@@ -13,7 +13,7 @@ use crate::table::{Conn, IkeSas, InView};
 use crate::window::{Replay, ReplayWindow};
 use relay_core::Prefix;
 use relay_core::ratelimit::RateLimit;
-use relay_core::wire::{EspPacket, Ipv4Packet, Ipv6Packet, esp, fix_ip_header, ipv4, ipv6, proto};
+use relay_core::wire::{EspPacket, EspTrailer, IpPacket, esp, proto};
 use relay_core::{
     Action, Context, Counter, Counters, FailPolicy, InvalidConfig, IpVersion, Kept, Packet,
     Service, ServiceConfig, ServiceFactory, Tally,
@@ -257,42 +257,29 @@ impl Decrypt {
 
 /// Whether `inner` is a whole IP packet of version `next` (4 or 41) and exactly its length.
 fn is_whole_packet(inner: &[u8], next: u8) -> bool {
-    match (next, inner.first().map(|b| b >> 4)) {
-        (proto::IPV4, Some(4)) if inner.len() >= ipv4::HEADER_LEN => {
-            Ipv4Packet::new_unchecked(inner).total_len() as usize == inner.len()
-        }
-        (proto::IPV6, Some(6)) if inner.len() >= ipv6::HEADER_LEN => {
-            ipv6::HEADER_LEN + Ipv6Packet::new_unchecked(inner).payload_len() as usize
-                == inner.len()
-        }
-        _ => false,
-    }
+    let want = match next {
+        proto::IPV4 => IpVersion::V4,
+        proto::IPV6 => IpVersion::V6,
+        _ => return false,
+    };
+    IpPacket::new_checked(inner)
+        .is_ok_and(|ip| ip.version() == want && ip.packet_len() == inner.len())
 }
 
 /// The outer source address of an IP packet whose layout parsed (so its header is whole).
 fn source(d: &[u8], version: IpVersion) -> Option<IpAddr> {
-    match version {
-        IpVersion::V4 if d.len() >= ipv4::HEADER_LEN => {
-            Some(Ipv4Packet::new_unchecked(d).src_addr().into())
-        }
-        IpVersion::V6 if d.len() >= ipv6::HEADER_LEN => {
-            Some(Ipv6Packet::new_unchecked(d).src_addr().into())
-        }
-        _ => None,
-    }
+    IpPacket::new_checked(d)
+        .ok()
+        .filter(|ip| ip.version() == version)
+        .map(|ip| ip.src_addr())
 }
 
 /// The destination address of an IP packet, if its fixed header is there.
 fn destination(d: &[u8], version: IpVersion) -> Option<IpAddr> {
-    match version {
-        IpVersion::V4 if d.len() >= ipv4::HEADER_LEN => {
-            Some(Ipv4Packet::new_unchecked(d).dst_addr().into())
-        }
-        IpVersion::V6 if d.len() >= ipv6::HEADER_LEN => {
-            Some(Ipv6Packet::new_unchecked(d).dst_addr().into())
-        }
-        _ => None,
-    }
+    IpPacket::new_checked(d)
+        .ok()
+        .filter(|ip| ip.version() == version)
+        .map(|ip| ip.dst_addr())
 }
 
 /// Why the length of an ESP packet (SPI to ICV, `len` bytes) cannot be one of `cipher`'s,
@@ -315,16 +302,9 @@ fn bad_length(cipher: Cipher, len: usize) -> Option<&'static str> {
 /// the next header, or `None` if the pad length does not fit the body or the padding is
 /// not 1, 2, 3, ... (RFC 4303 2.4).
 fn trailer(body: &[u8]) -> Option<(usize, u8)> {
-    let [rest @ .., pad, next] = body else {
-        return None;
-    };
-    let plain = rest.len().checked_sub(*pad as usize)?;
-    let padding = rest.get(plain..)?;
-    padding
-        .iter()
-        .enumerate()
-        .all(|(k, &b)| b == (k as u8).wrapping_add(1))
-        .then_some((plain, *next))
+    EspTrailer::parse(body)
+        .ok()
+        .map(|(plain, t)| (plain, t.next_header))
 }
 
 impl Service for Decrypt {
@@ -332,8 +312,7 @@ impl Service for Decrypt {
         let Ok(l) = pkt.layout() else {
             return self.drop(|d| &d.dropped_malformed, "not an IP packet", 0, cx);
         };
-        let direct = l.version == IpVersion::V4
-            || Ipv6Packet::new_unchecked(pkt.data()).next_header() == l.proto;
+        let direct = pkt.headers().is_some_and(|h| h.direct());
         let carried = match l.proto {
             proto::ESP => false,
             proto::UDP => true,
@@ -524,10 +503,13 @@ impl Service for Decrypt {
             _ => {
                 // The UDP header of ESP in UDP goes with the ESP header.
                 pkt.remove(l4, off - l4 + hdr);
-                pkt.resize(l4 + plain);
-                fix_ip_header(pkt.data_mut(), l.version, l4 + plain, next);
-                if carried {
-                    fix_inner_checksum(pkt.data_mut(), l.version, l4, next);
+                pkt.set_transport(l, plain, next);
+                if carried && let Some(mut h) = pkt.headers_mut() {
+                    // RFC 3948 3.1.2: the checksum still covers the addresses the sender
+                    // used, which a NAT changed; recomputed over the packet's addresses
+                    // (the NAT-OA addresses are not known for manual SAs), so the host
+                    // accepts it; the ICV has vouched for every byte of it.
+                    h.fill_l4_checksum();
                 }
             }
         }

@@ -10,8 +10,7 @@ use crate::state::SaId;
 use crate::table::{Conn, IkeSas, OutView};
 use relay_core::ratelimit::RateLimit;
 use relay_core::wire::{
-    EspPacket, EspRepr, IpRepr, Ipv4Packet, Ipv6Packet, esp, fix_ip_header, ipv4, ipv6, proto, tcp,
-    udp,
+    EspPacket, EspRepr, EspTrailer, IpRepr, esp, fix_ip_header, ipv4, ipv6, proto, tcp, udp,
 };
 use relay_core::{
     Action, Context, Counter, Counters, FailPolicy, InvalidConfig, IpVersion, Kept, MssClamp,
@@ -401,8 +400,7 @@ impl Encrypt {
         // What is protected starts at `start`: the upper layer (transport) or the packet.
         let (start, next) = match self.wrap {
             Wrap::Transport => {
-                let direct = l.version == IpVersion::V4
-                    || Ipv6Packet::new_unchecked(pkt.data()).next_header() == l.proto;
+                let direct = pkt.headers().is_some_and(|h| h.direct());
                 match l.l4.filter(|_| !l.fragment && direct) {
                     Some(off) => (off, l.proto),
                     // Fail closed: what cannot be protected does not leave.
@@ -422,7 +420,8 @@ impl Encrypt {
             return Action::Drop;
         }
         let plen = l.len - start;
-        let padded = (plen + 2).next_multiple_of(cipher.block());
+        let trailer = EspTrailer::for_payload(plen, cipher.block(), next);
+        let padded = plen + trailer.len();
         let hdr = esp::HEADER_LEN + cipher.iv_len();
         let outer = self.wrap.outer_len();
         // RFC 3948 2.1: the UDP header sits right before the ESP header.
@@ -435,12 +434,12 @@ impl Encrypt {
             Wrap::Tunnel { local, .. } => !pkt.meta.verdict_carries(IpVersion::of_addr(local)),
             Wrap::Transport => false,
         };
+        // Traffic class and DF of the inner packet, for the outer header (IPv6: as DF).
+        let (tos, inner_df) = pkt.ip().map_or((0, true), |ip| {
+            (ip.traffic_class(), ip.dont_frag().unwrap_or(true))
+        });
+        let df = reinject || inner_df;
         let d = pkt.data();
-        let df = reinject
-            || match l.version {
-                IpVersion::V4 => Ipv4Packet::new_unchecked(d).dont_frag(),
-                IpVersion::V6 => true,
-            };
         if total > self.factory_mtu as usize && df {
             // A router would not fragment it either: tell the sender what fits.
             let fits = self.max_for(l.version, start.max(ipv4::HEADER_LEN));
@@ -452,11 +451,6 @@ impl Encrypt {
             self.dropped_unfit.inc();
             return Action::Drop;
         }
-        // Traffic class and DF of the inner packet, for the outer header.
-        let tos = match l.version {
-            IpVersion::V4 => Ipv4Packet::new_unchecked(d).tos(),
-            IpVersion::V6 => Ipv6Packet::new_unchecked(d).traffic_class(),
-        };
         let Some(seq) = self.next_seq(sa, esn, cx) else {
             return Action::Drop;
         };
@@ -471,13 +465,7 @@ impl Encrypt {
         }
         .emit(&mut EspPacket::new_unchecked(&mut d[esp_at..]));
         // RFC 4303 2.4: padding bytes 1, 2, 3, ...; then pad length and next header.
-        let trailer = esp_at + hdr + plen;
-        let pad = padded - plen - 2;
-        for (i, b) in d[trailer..trailer + pad].iter_mut().enumerate() {
-            *b = i as u8 + 1;
-        }
-        d[trailer + pad] = pad as u8;
-        d[trailer + pad + 1] = next;
+        trailer.emit(&mut d[esp_at + hdr + plen..]);
         if sa.crypto.seal(seq, esn, &mut d[esp_at..total]).is_err() {
             // Cannot happen (the lengths are the suite's); never send what is not sealed.
             self.dropped_unfit.inc();

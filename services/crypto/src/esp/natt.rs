@@ -1,12 +1,10 @@
 //! NAT traversal (RFC 3948): ESP inside UDP, usually port 4500, so that a NAT between the
 //! relays can rewrite ports as it does for any UDP flow. Here: the encapsulation's ports,
 //! how a datagram to the NAT-T port is told apart (ESP, IKE, keepalive), the UDP header of
-//! an encapsulated packet, and the inner checksum fix-up of transport mode.
+//! an encapsulated packet (the inner checksum fix-up of transport mode is
+//! `Headers::fill_l4_checksum` of the wire crate).
 
-use relay_core::IpVersion;
-use relay_core::wire::{
-    IcmpPacket, Ipv4Packet, Ipv6Packet, TcpPacket, UdpPacket, checksum, ipv4, ipv6, proto, tcp, udp,
-};
+use relay_core::wire::{Ipv6Packet, UdpPacket, checksum, ipv6, proto, udp};
 use serde::Deserialize;
 
 /// The NAT-T port (RFC 3948 2.1), the default of both ends.
@@ -86,44 +84,4 @@ pub(crate) fn fill_udp_v6(d: &mut [u8], at: usize, end: usize) {
     let ip = Ipv6Packet::new_unchecked(&d[..ipv6::HEADER_LEN]);
     let pseudo = checksum::pseudo_v6(ip.src_addr(), ip.dst_addr(), proto::UDP, (end - at) as u32);
     UdpPacket::new_unchecked(&mut d[at..end]).fill_checksum(pseudo);
-}
-
-/// RFC 3948 3.1.2: after transport-mode decapsulation of a packet that crossed a NAT, the
-/// TCP or UDP checksum (and ICMPv6's) still covers the addresses the sender used, which
-/// the NAT changed. Recomputed over the packet's addresses now (as the NAT-OA addresses
-/// are not known for manual SAs), so the host accepts it; the ESP ICV has already
-/// vouched for every byte of it. A UDP/IPv4 checksum of 0 (none) stays 0. `d` is the
-/// whole packet, `l4` where the upper layer starts, `len` the packet's length.
-pub(crate) fn fix_inner_checksum(d: &mut [u8], version: IpVersion, l4: usize, next: u8) {
-    let len = d.len();
-    let Some(seg_len) = len.checked_sub(l4) else {
-        return;
-    };
-    let pseudo = match version {
-        IpVersion::V4 if len >= ipv4::HEADER_LEN => {
-            let ip = Ipv4Packet::new_unchecked(&d[..ipv4::HEADER_LEN]);
-            checksum::pseudo_v4(ip.src_addr(), ip.dst_addr(), next, seg_len as u32)
-        }
-        IpVersion::V6 if len >= ipv6::HEADER_LEN => {
-            let ip = Ipv6Packet::new_unchecked(&d[..ipv6::HEADER_LEN]);
-            checksum::pseudo_v6(ip.src_addr(), ip.dst_addr(), next, seg_len as u32)
-        }
-        _ => return,
-    };
-    let seg = &mut d[l4..];
-    match next {
-        proto::TCP if seg_len >= tcp::HEADER_LEN => {
-            TcpPacket::new_unchecked(seg).fill_checksum(pseudo);
-        }
-        proto::UDP if seg_len >= udp::HEADER_LEN => {
-            let mut u = UdpPacket::new_unchecked(seg);
-            if !(version == IpVersion::V4 && u.checksum() == 0) {
-                u.fill_checksum(pseudo);
-            }
-        }
-        proto::ICMPV6 if version == IpVersion::V6 && seg_len >= 4 => {
-            IcmpPacket::new_unchecked(seg).fill_checksum(pseudo);
-        }
-        _ => {}
-    }
 }

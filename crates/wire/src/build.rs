@@ -1,5 +1,7 @@
 //! Builders for whole packets a service answers with: an IP header, a bare TCP segment,
-//! the two resets that end a TCP connection, and an ICMP / ICMPv6 port unreachable.
+//! the two resets that end a TCP connection, an ICMP / ICMPv6 port unreachable, and the
+//! "too big" errors (ICMP "fragmentation needed", ICMPv6 "packet too big") with the rule
+//! of who may get one ([`answerable_source`]).
 //!
 //! Each writes into a buffer the caller owns (no allocation) and returns the length
 //! written, or `None` if the buffer is too short or the two addresses are of different
@@ -10,11 +12,12 @@
 //! as exact; the one to the receiver, in the sender's name, carries the segment's own
 //! sequence number, which the receiver expects next.
 
-use relay_core::wire::{
-    IcmpPacket, Icmpv4Repr, Icmpv6Repr, IpRepr, TcpPacket, TcpRepr, checksum, icmp, icmpv4, icmpv6,
-    proto, tcp, tcp::flags,
+use crate::ipv6::{FragmentHeader, next_header};
+use crate::{
+    IcmpPacket, Icmpv4Repr, Icmpv6Repr, IpRepr, Ipv4Packet, Ipv4Repr, Ipv6Packet, TcpPacket,
+    TcpRepr, checksum, icmp, icmpv4, icmpv6, ipv4, ipv6, proto, tcp, tcp::flags,
 };
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 
 /// The largest answer worth building: the IPv6 minimum MTU (RFC 8200 5), which every path
 /// carries; an ICMPv6 error fills at most this much (RFC 4443 2.4).
@@ -179,11 +182,88 @@ pub fn rst_to_receiver(s: &Segment, out: &mut [u8]) -> Option<usize> {
     )
 }
 
+/// Original bytes quoted in an ICMPv4 error: the message stays within 576 bytes (RFC 1812 4.3.2.3).
+pub const QUOTE_V4: usize = 576 - 20 - 8;
+/// Original bytes quoted in an ICMPv6 error: within the minimum MTU of 1280 (RFC 4443 2.4).
+pub const QUOTE_V6: usize = 1280 - 40 - 8;
+
+/// The source of `pkt` if an ICMP error may be sent to it about `pkt`: not about an ICMP
+/// error or a later fragment, not to an unspecified, multicast or broadcast source.
+pub fn answerable_source(pkt: &[u8]) -> Option<IpAddr> {
+    let src = match pkt.first()? >> 4 {
+        4 if pkt.len() >= ipv4::HEADER_LEN => {
+            // Only the fixed header is read: lengths are the caller's (it hands over the
+            // packet as the layout parsed it).
+            let ip = Ipv4Packet::new_unchecked(pkt);
+            let icmp_type = (ip.protocol() == proto::ICMP)
+                .then(|| pkt.get(ip.header_len()).copied())
+                .flatten();
+            let error = icmp_type.is_some_and(icmpv4::is_error);
+            if error || ip.frag_offset() != 0 {
+                return None;
+            }
+            IpAddr::from(ip.src_addr())
+        }
+        6 if pkt.len() >= ipv6::HEADER_LEN => {
+            let ip = Ipv6Packet::new_unchecked(pkt);
+            // Directly after the fixed header only: a packet with other extension headers
+            // is answered even if it is an error or a later fragment, which RFC 4443 2.4
+            // allows to be missed by a router that does not parse them either.
+            let after = &pkt[ipv6::HEADER_LEN..];
+            let error = ip.next_header() == proto::ICMPV6
+                && after.first().is_some_and(|&t| icmpv6::is_error(t));
+            let later_fragment = ip.next_header() == next_header::FRAGMENT
+                && FragmentHeader::new_checked(after).is_ok_and(|f| f.frag_offset() != 0);
+            if error || later_fragment {
+                return None;
+            }
+            IpAddr::from(ip.src_addr())
+        }
+        _ => return None,
+    };
+    let broadcast = matches!(src, IpAddr::V4(v) if v.is_broadcast());
+    (!src.is_unspecified() && !src.is_multicast() && !broadcast).then_some(src)
+}
+
+/// Writes ICMP "fragmentation needed" to `dst` about `pkt` into `b`, with an IP header
+/// whose source and identification the kernel fills in (raw(7); it fills the checksum
+/// again too).
+pub fn frag_needed(b: &mut Vec<u8>, dst: Ipv4Addr, pkt: &[u8], mtu: u16) {
+    let quote = &pkt[..pkt.len().min(QUOTE_V4)];
+    let mut ip = Ipv4Repr::new(
+        Ipv4Addr::UNSPECIFIED,
+        dst,
+        proto::ICMP,
+        icmp::HEADER_LEN + quote.len(),
+    );
+    // TOS 0xc0: internetwork control, as the kernel's own ICMP errors.
+    ip.tos = 0xc0;
+    ip.dont_frag = false;
+    b.clear();
+    b.resize(ip.buffer_len(), 0);
+    ip.emit(&mut Ipv4Packet::new_unchecked(&mut b[..]));
+    // Destination unreachable, fragmentation needed, next-hop MTU (RFC 1191 4).
+    let mut m = IcmpPacket::new_unchecked(&mut b[ip.header_len()..]);
+    Icmpv4Repr::FragNeeded { mtu }.emit(&mut m);
+    m.data_mut().copy_from_slice(quote);
+    m.fill_checksum(0);
+}
+
+/// Writes ICMPv6 "packet too big" about `pkt` into `b`, without IPv6 header: the kernel
+/// adds it and the checksum.
+pub fn packet_too_big(b: &mut Vec<u8>, pkt: &[u8], mtu: u16) {
+    let quote = &pkt[..pkt.len().min(QUOTE_V6)];
+    b.clear();
+    b.resize(icmp::HEADER_LEN + quote.len(), 0);
+    let mut m = IcmpPacket::new_unchecked(&mut b[..]);
+    Icmpv6Repr::PacketTooBig { mtu: mtu.into() }.emit(&mut m);
+    m.data_mut().copy_from_slice(quote);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use relay_core::Packet;
-    use relay_core::wire::Ipv6Packet;
+    use crate::{Headers, Ipv4Packet, Ipv6Packet};
 
     fn seg(flags: u8) -> Segment {
         Segment {
@@ -202,8 +282,8 @@ mod tests {
     fn resets_are_valid_and_aimed() {
         let mut buf = vec![0; MAX_ANSWER];
         let n = rst_to_sender(&seg(flags::ACK | flags::PSH), &mut buf).unwrap();
-        let mut p = Packet::from_bytes(&buf[..n]);
-        let ip = p.ipv4().unwrap();
+        let p = Headers::new_checked(&buf[..n]).unwrap();
+        let ip = Ipv4Packet::new_checked(&buf[..n]).unwrap();
         assert!(ip.verify_checksum());
         assert_eq!(ip.dst_addr().to_string(), "10.0.0.1");
         let t = p.tcp().unwrap();
@@ -215,7 +295,7 @@ mod tests {
         assert!(t.verify_checksum(ps));
 
         let n = rst_to_receiver(&seg(flags::ACK), &mut buf).unwrap();
-        let mut p = Packet::from_bytes(&buf[..n]);
+        let p = Headers::new_checked(&buf[..n]).unwrap();
         let t = p.tcp().unwrap();
         assert_eq!(
             (t.dst_port(), t.seq(), t.flags()),
@@ -224,7 +304,7 @@ mod tests {
 
         // A SYN: reset+ack to the sender acknowledging the SYN, nothing to the receiver.
         let n = rst_to_sender(&seg(flags::SYN), &mut buf).unwrap();
-        let mut p = Packet::from_bytes(&buf[..n]);
+        let p = Headers::new_checked(&buf[..n]).unwrap();
         let t = p.tcp().unwrap();
         assert_eq!((t.ack(), t.flags()), (1101, flags::RST | flags::ACK));
         assert!(rst_to_receiver(&seg(flags::SYN), &mut buf).is_none());
@@ -241,7 +321,7 @@ mod tests {
             &orig,
         )
         .unwrap();
-        let mut p = Packet::from_bytes(&buf[..n]);
+        let p = Headers::new_checked(&buf[..n]).unwrap();
         let l4 = p.l4().unwrap().to_vec();
         let icmp = IcmpPacket::new_checked(&l4[..]).unwrap();
         assert_eq!((icmp.msg_type(), icmp.code()), (3, 3));
@@ -268,5 +348,71 @@ mod tests {
         assert_eq!(emit_tcp(&mut buf, v4, v6, 1, 2, 0, 0, flags::RST), None);
         assert_eq!(emit_port_unreachable(&mut buf, v6, v4, &[0; 8]), None);
         assert_eq!(emit_ip(&mut buf, v4, v4, 6, 70_000), None);
+    }
+
+    /// An IPv4 ICMP echo request (or, with `ty`, another ICMP message) from `src`.
+    fn icmp4(src: [u8; 4], ty: u8, len: usize) -> Vec<u8> {
+        let ip = Ipv4Repr::new(src.into(), [127, 0, 0, 2].into(), proto::ICMP, len - 20);
+        let mut p = vec![0u8; len];
+        ip.emit(&mut Ipv4Packet::new_unchecked(&mut p[..]));
+        IcmpPacket::new_unchecked(&mut p[20..]).set_msg_type(ty);
+        p
+    }
+
+    /// An IPv6 packet from `src` with 8 bytes of `next`, the first of them `first`.
+    fn v6(src: std::net::Ipv6Addr, next: u8, first: u8) -> Vec<u8> {
+        let ip = crate::Ipv6Repr::new(src, std::net::Ipv6Addr::LOCALHOST, next, 8);
+        let mut p = vec![0u8; ip.buffer_len()];
+        let mut v = Ipv6Packet::new_unchecked(&mut p[..]);
+        ip.emit(&mut v);
+        v.payload_mut()[0] = first;
+        p
+    }
+
+    #[test]
+    fn never_answers_errors_or_unanswerable_sources() {
+        let lo = [127, 0, 0, 1];
+        assert_eq!(answerable_source(&icmp4(lo, 8, 28)), Some(IpAddr::from(lo)));
+        assert_eq!(answerable_source(&icmp4(lo, 3, 28)), None, "an error");
+        assert_eq!(answerable_source(&icmp4(lo, 8, 28)[..10]), None);
+        for src in [[0, 0, 0, 0], [224, 0, 0, 1], [255, 255, 255, 255]] {
+            assert_eq!(answerable_source(&icmp4(src, 8, 28)), None, "{src:?}");
+        }
+        let mut later = icmp4(lo, 8, 28);
+        Ipv4Packet::new_unchecked(&mut later[..]).set_frag_offset(8);
+        assert_eq!(answerable_source(&later), None, "a later fragment");
+
+        let lo6 = std::net::Ipv6Addr::LOCALHOST;
+        assert_eq!(answerable_source(&v6(lo6, 58, 128)), Some(IpAddr::V6(lo6)));
+        assert_eq!(answerable_source(&v6(lo6, 58, 2)), None, "an error");
+        assert_eq!(
+            answerable_source(&v6("ff02::1".parse().unwrap(), 17, 0)),
+            None
+        );
+        assert_eq!(answerable_source(&v6("::".parse().unwrap(), 17, 0)), None);
+        let mut frag = v6(lo6, 44, 17);
+        assert_eq!(answerable_source(&frag), Some(IpAddr::V6(lo6)), "first");
+        FragmentHeader::new_unchecked(&mut frag[40..]).set_frag_offset(8);
+        assert_eq!(answerable_source(&frag), None, "a later fragment");
+    }
+
+    #[test]
+    fn frag_needed_is_rfc_1191_and_quotes_at_most_548_bytes() {
+        let orig = icmp4([127, 0, 0, 1], 8, 1500);
+        let mut b = Vec::new();
+        frag_needed(&mut b, Ipv4Addr::LOCALHOST, &orig, 1476);
+        assert_eq!(b.len(), 576);
+        let ip = Ipv4Packet::new_checked(&b[..]).unwrap();
+        assert_eq!(ip.total_len(), 576);
+        assert_eq!((ip.protocol(), ip.dst_addr()), (1, Ipv4Addr::LOCALHOST));
+        let m = IcmpPacket::new_checked(ip.payload()).unwrap();
+        assert_eq!((m.msg_type(), m.code()), (3, 4), "type 3 code 4");
+        assert_eq!(m.next_hop_mtu(), 1476, "next-hop MTU");
+        assert_eq!(checksum::checksum(ip.payload()), 0);
+        assert_eq!(m.data(), &orig[..548]);
+
+        packet_too_big(&mut b, &[0x60; 2000], 1280);
+        assert_eq!(b.len(), 1280 - 40);
+        assert_eq!(&b[..8], &[2, 0, 0, 0, 0, 0, 5, 0]);
     }
 }
