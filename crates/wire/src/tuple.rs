@@ -58,29 +58,31 @@ impl FiveTuple {
     }
 
     /// The tuple of the IP packet at the start of `data` and the offset of its transport
-    /// header, reading only the headers (not the total length): also a quoted packet.
+    /// header, reading only the headers (not the total length): also a quoted packet. A
+    /// later fragment has no ports.
     pub fn parse(data: &[u8]) -> Option<(FiveTuple, usize)> {
-        let (ip, p, off) = match IpVersion::of(data)? {
+        let (ip, p, off, later) = match IpVersion::of(data)? {
             IpVersion::V4 => {
                 let ip = Ipv4Packet::new_unchecked(data);
                 let hl = ip.header_len();
                 if data.len() < ipv4::HEADER_LEN || hl < ipv4::HEADER_LEN || data.len() < hl {
                     return None;
                 }
-                let p = ip.protocol();
-                (IpPacket::V4(ip), p, hl)
+                let (p, later) = (ip.protocol(), ip.frag_offset() != 0);
+                (IpPacket::V4(ip), p, hl, later)
             }
             IpVersion::V6 => {
                 if data.len() < ipv6::HEADER_LEN {
                     return None;
                 }
                 let ip = Ipv6Packet::new_unchecked(data);
-                let (p, off, _) = ip.upper_layer().ok()?;
-                (IpPacket::V6(ip), p, off)
+                let (p, off, frag) = ip.upper_layer().ok()?;
+                (IpPacket::V6(ip), p, off, frag == Some(false))
             }
         };
-        let l4 = data.get(off..).unwrap_or(&[]);
-        Some((FiveTuple::new(&ip, p, Some(l4)), off))
+        // A later fragment has no transport header: no ports.
+        let l4 = (!later).then(|| data.get(off..).unwrap_or(&[]));
+        Some((FiveTuple::new(&ip, p, l4), off))
     }
 
     /// The tuple of the other direction.

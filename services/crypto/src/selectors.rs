@@ -3,7 +3,8 @@
 //! dropped after decryption, so a peer narrowed to one host or port cannot inject
 //! packets for any other address through it.
 
-use relay_core::wire::proto;
+use relay_core::IpVersion;
+use relay_core::wire::{IpPacket, Ipv4Packet, Ipv6Packet, ipv4, ipv6, proto};
 use std::net::IpAddr;
 
 /// SCTP's protocol number: it has ports where TCP and UDP have them.
@@ -92,39 +93,29 @@ fn ports(protocol: u8, l4: &[u8]) -> Option<(u16, u16)> {
 
 /// The flow of a whole inner IP packet (tunnel mode). `None` if it is not one.
 pub(crate) fn inner_flow(packet: &[u8]) -> Option<Flow> {
-    match packet.first()? >> 4 {
-        4 => {
-            let ihl = usize::from(packet.first()? & 0x0f) * 4;
-            let src: [u8; 4] = packet.get(12..16)?.try_into().ok()?;
-            let dst: [u8; 4] = packet.get(16..20)?.try_into().ok()?;
-            let protocol = *packet.get(9)?;
+    // Only the fixed header is read (its length checked): the caller judges the rest.
+    let (ip, l4) = match IpVersion::of(packet)? {
+        IpVersion::V4 if packet.len() >= ipv4::HEADER_LEN => {
+            let v4 = Ipv4Packet::new_unchecked(packet);
             // A later fragment carries no upper-layer header.
-            let frag_off = u16::from_be_bytes([*packet.get(6)?, *packet.get(7)?]) & 0x1fff;
-            let l4 = if frag_off == 0 {
-                packet.get(ihl..)
-            } else {
-                None
-            };
-            Some(Flow {
-                src: IpAddr::from(src),
-                dst: IpAddr::from(dst),
-                protocol,
-                ports: l4.and_then(|l| ports(protocol, l)),
-            })
+            let l4 = (v4.frag_offset() == 0)
+                .then(|| packet.get(v4.header_len()..))
+                .flatten();
+            (IpPacket::V4(v4), l4)
         }
-        6 => {
-            let src: [u8; 16] = packet.get(8..24)?.try_into().ok()?;
-            let dst: [u8; 16] = packet.get(24..40)?.try_into().ok()?;
-            let protocol = *packet.get(6)?;
-            Some(Flow {
-                src: IpAddr::from(src),
-                dst: IpAddr::from(dst),
-                protocol,
-                ports: packet.get(40..).and_then(|l| ports(protocol, l)),
-            })
-        }
-        _ => None,
-    }
+        IpVersion::V6 if packet.len() >= ipv6::HEADER_LEN => (
+            IpPacket::V6(Ipv6Packet::new_unchecked(packet)),
+            packet.get(ipv6::HEADER_LEN..),
+        ),
+        _ => return None,
+    };
+    let protocol = ip.next_header();
+    Some(Flow {
+        src: ip.src_addr(),
+        dst: ip.dst_addr(),
+        protocol,
+        ports: l4.and_then(|l| ports(protocol, l)),
+    })
 }
 
 /// The flow of a transport-mode packet: the outer addresses, the protocol the ESP trailer
