@@ -252,8 +252,12 @@ fn flow_hash(pkt: &mut Packet) -> u64 {
         }
     }
     mix(&[t.proto]);
-    // Only TCP and UDP ports, as before SCTP and UDP-Lite had theirs in the tuple.
-    if let Some((s, d)) = t.ports.filter(|_| matches!(t.proto, proto::TCP | proto::UDP)) {
+    // TCP and UDP ports only, as the hash always had (SCTP and UDP-Lite flows of one
+    // address pair keep sharing a hash).
+    if let Some((s, d)) = t
+        .ports
+        .filter(|_| matches!(t.proto, proto::TCP | proto::UDP))
+    {
         mix(&s.to_be_bytes());
         mix(&d.to_be_bytes());
     }
