@@ -406,6 +406,7 @@ impl Packet {
     }
 
     /// The packet's header layout, parsed on first use and cached until it changes.
+    #[inline]
     pub fn layout(&mut self) -> Result<Layout, Malformed> {
         if let Some(l) = self.layout {
             return l;
@@ -418,6 +419,7 @@ impl Packet {
     /// The packet's headers as typed views (the IP header of either version, the
     /// transport header, the 5-tuple: see [`Headers`]), if it is well-formed (also on a
     /// partial copy, whose views stop at the copy).
+    #[inline]
     pub fn headers(&mut self) -> Option<Headers<&[u8]>> {
         let l = self.layout().ok()?;
         Some(Headers::new_unchecked(self.data(), l))
@@ -428,6 +430,7 @@ impl Packet {
     /// version, header length, lengths, protocol or fragment fields of the IP header) is
     /// noticed when the view is dropped, and the layout parsed again on next use. Marks
     /// the packet modified.
+    #[inline]
     pub fn headers_mut(&mut self) -> Option<HeadersMut<'_>> {
         let l = self.layout().ok()?;
         self.modified = true;
@@ -441,12 +444,14 @@ impl Packet {
     }
 
     /// The IP header of either version, if the packet is well-formed.
+    #[inline]
     pub fn ip(&mut self) -> Option<IpPacket<&[u8]>> {
         let l = self.layout().ok()?;
         Some(IpPacket::new_unchecked(self.data(), l.version))
     }
 
     /// The packet's addresses, protocol and ports, if it is well-formed.
+    #[inline]
     pub fn five_tuple(&mut self) -> Option<FiveTuple> {
         self.headers().map(|h| h.five_tuple())
     }

@@ -21,37 +21,44 @@ pub struct Headers<T: AsRef<[u8]>> {
 impl<T: AsRef<[u8]>> Headers<T> {
     /// Wraps a buffer whose layout is `layout` (as [`Layout::parse`] found it for these
     /// bytes; another layout may make the getters panic).
+    #[inline]
     pub const fn new_unchecked(buffer: T, layout: Layout) -> Self {
         Headers { buffer, layout }
     }
 
     /// Parses the layout of a whole packet and wraps it.
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self, Malformed> {
         let layout = Layout::parse(buffer.as_ref(), false)?;
         Ok(Headers { buffer, layout })
     }
 
     /// Returns the underlying buffer.
+    #[inline]
     pub fn into_inner(self) -> T {
         self.buffer
     }
 
     /// The packet's bytes.
+    #[inline]
     pub fn bytes(&self) -> &[u8] {
         self.buffer.as_ref()
     }
 
     /// The packet's layout.
+    #[inline]
     pub const fn layout(&self) -> Layout {
         self.layout
     }
 
     /// The IP version.
+    #[inline]
     pub const fn version(&self) -> IpVersion {
         self.layout.version
     }
 
     /// The IP header.
+    #[inline]
     pub fn ip(&self) -> IpPacket<&[u8]> {
         IpPacket::new_unchecked(self.buffer.as_ref(), self.layout.version)
     }
@@ -59,17 +66,20 @@ impl<T: AsRef<[u8]>> Headers<T> {
     /// True if the transport header follows the fixed IP header directly: always for
     /// IPv4, for IPv6 when there is no extension header (what ESP transport mode and
     /// IPComp insert and remove goes there, so extension headers are left alone).
+    #[inline]
     pub fn direct(&self) -> bool {
         self.layout.version == IpVersion::V4 || self.ip().next_header() == self.layout.proto
     }
 
     /// The transport header and data (from the transport offset to the packet's end),
     /// `None` for a later fragment.
+    #[inline]
     pub fn l4(&self) -> Option<&[u8]> {
         self.buffer.as_ref().get(self.layout.l4?..self.layout.len)
     }
 
     /// The TCP segment, if this is TCP with a whole header.
+    #[inline]
     pub fn tcp(&self) -> Option<TcpPacket<&[u8]>> {
         (self.layout.proto == proto::TCP)
             .then(|| TcpPacket::new_checked(self.l4()?).ok())
@@ -77,6 +87,7 @@ impl<T: AsRef<[u8]>> Headers<T> {
     }
 
     /// The UDP datagram, if this is UDP with a whole header and a valid length.
+    #[inline]
     pub fn udp(&self) -> Option<UdpPacket<&[u8]>> {
         (self.layout.proto == proto::UDP)
             .then(|| UdpPacket::new_checked(self.l4()?).ok())
@@ -84,6 +95,7 @@ impl<T: AsRef<[u8]>> Headers<T> {
     }
 
     /// The ICMP or ICMPv6 message, if this is one with a whole header.
+    #[inline]
     pub fn icmp(&self) -> Option<IcmpPacket<&[u8]>> {
         matches!(self.layout.proto, proto::ICMP | proto::ICMPV6)
             .then(|| IcmpPacket::new_checked(self.l4()?).ok())
@@ -91,11 +103,13 @@ impl<T: AsRef<[u8]>> Headers<T> {
     }
 
     /// The packet's addresses, protocol and ports.
+    #[inline]
     pub fn five_tuple(&self) -> FiveTuple {
         FiveTuple::new(&self.ip(), self.layout.proto, self.l4())
     }
 
     /// The pseudo-header sum of the transport checksum (0 for ICMPv4, which has none).
+    #[inline]
     pub fn l4_pseudo_sum(&self) -> Option<u64> {
         let l4 = self.layout.l4?;
         Some(match self.layout.proto {
@@ -108,17 +122,20 @@ impl<T: AsRef<[u8]>> Headers<T> {
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Headers<T> {
     /// The IP header, writable. A change to its lengths, protocol or fragment fields
     /// changes the layout: `Packet::headers_mut` notices and parses it again.
+    #[inline]
     pub fn ip_mut(&mut self) -> IpPacket<&mut [u8]> {
         IpPacket::new_unchecked(self.buffer.as_mut(), self.layout.version)
     }
 
     /// The transport header and data, writable (`None` for a later fragment).
+    #[inline]
     pub fn l4_mut(&mut self) -> Option<&mut [u8]> {
         let (l4, len) = (self.layout.l4?, self.layout.len);
         self.buffer.as_mut().get_mut(l4..len)
     }
 
     /// The TCP segment, writable, if this is TCP with a whole header.
+    #[inline]
     pub fn tcp_mut(&mut self) -> Option<TcpPacket<&mut [u8]>> {
         if self.layout.proto != proto::TCP {
             return None;
@@ -127,6 +144,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Headers<T> {
     }
 
     /// The UDP datagram, writable, if this is UDP with a whole header.
+    #[inline]
     pub fn udp_mut(&mut self) -> Option<UdpPacket<&mut [u8]>> {
         if self.layout.proto != proto::UDP {
             return None;
@@ -137,6 +155,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Headers<T> {
     /// Recomputes the transport checksum over the packet's addresses as they are now:
     /// TCP, UDP (a UDP/IPv4 checksum of 0, "none", stays 0) and ICMPv6; what has no
     /// whole transport header, or another protocol, is left as it is.
+    #[inline]
     pub fn fill_l4_checksum(&mut self) {
         let Some(pseudo) = self.l4_pseudo_sum() else {
             return;

@@ -21,6 +21,7 @@ pub enum IpPacket<T: AsRef<[u8]>> {
 impl<T: AsRef<[u8]>> IpPacket<T> {
     /// Wraps a buffer whose header was checked as `version` (by a packet's layout), or is
     /// about to be written.
+    #[inline]
     pub fn new_unchecked(buffer: T, version: IpVersion) -> Self {
         match version {
             IpVersion::V4 => IpPacket::V4(Ipv4Packet::new_unchecked(buffer)),
@@ -29,6 +30,7 @@ impl<T: AsRef<[u8]>> IpPacket<T> {
     }
 
     /// Wraps a buffer after checking it by its version nibble.
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self, Malformed> {
         match IpVersion::of(buffer.as_ref()) {
             Some(IpVersion::V4) => Ipv4Packet::new_checked(buffer).map(IpPacket::V4),
@@ -39,6 +41,7 @@ impl<T: AsRef<[u8]>> IpPacket<T> {
     }
 
     /// The IP version.
+    #[inline]
     pub fn version(&self) -> IpVersion {
         match self {
             IpPacket::V4(_) => IpVersion::V4,
@@ -47,6 +50,7 @@ impl<T: AsRef<[u8]>> IpPacket<T> {
     }
 
     /// Source address.
+    #[inline]
     pub fn src_addr(&self) -> IpAddr {
         match self {
             IpPacket::V4(p) => p.src_addr().into(),
@@ -55,6 +59,7 @@ impl<T: AsRef<[u8]>> IpPacket<T> {
     }
 
     /// Destination address.
+    #[inline]
     pub fn dst_addr(&self) -> IpAddr {
         match self {
             IpPacket::V4(p) => p.dst_addr().into(),
@@ -63,6 +68,7 @@ impl<T: AsRef<[u8]>> IpPacket<T> {
     }
 
     /// The IPv4 TOS byte or IPv6 traffic class: DSCP in the top six bits, ECN below.
+    #[inline]
     pub fn traffic_class(&self) -> u8 {
         match self {
             IpPacket::V4(p) => p.tos(),
@@ -71,6 +77,7 @@ impl<T: AsRef<[u8]>> IpPacket<T> {
     }
 
     /// The TTL or hop limit.
+    #[inline]
     pub fn hop_limit(&self) -> u8 {
         match self {
             IpPacket::V4(p) => p.ttl(),
@@ -80,6 +87,7 @@ impl<T: AsRef<[u8]>> IpPacket<T> {
 
     /// The IPv4 DF bit; `None` for IPv6, which has none (what it means there is the
     /// caller's policy: routers never fragment IPv6, a tunnel's outer IPv4 may).
+    #[inline]
     pub fn dont_frag(&self) -> Option<bool> {
         match self {
             IpPacket::V4(p) => Some(p.dont_frag()),
@@ -89,6 +97,7 @@ impl<T: AsRef<[u8]>> IpPacket<T> {
 
     /// The length of the fixed header: the IPv4 header with options, or IPv6's 40 bytes
     /// (extension headers are payload here).
+    #[inline]
     pub fn header_len(&self) -> usize {
         match self {
             IpPacket::V4(p) => p.header_len(),
@@ -98,6 +107,7 @@ impl<T: AsRef<[u8]>> IpPacket<T> {
 
     /// The IPv4 protocol, or the IPv6 fixed header's next header (which may name an
     /// extension header).
+    #[inline]
     pub fn next_header(&self) -> u8 {
         match self {
             IpPacket::V4(p) => p.protocol(),
@@ -106,6 +116,7 @@ impl<T: AsRef<[u8]>> IpPacket<T> {
     }
 
     /// The packet's length per its header.
+    #[inline]
     pub fn packet_len(&self) -> usize {
         match self {
             IpPacket::V4(p) => p.packet_len(),
@@ -115,6 +126,7 @@ impl<T: AsRef<[u8]>> IpPacket<T> {
 
     /// The pseudo-header sum of an upper-layer checksum (TCP, UDP, ICMPv6) over `len`
     /// bytes of protocol `proto` carried by this packet.
+    #[inline]
     pub fn pseudo_sum(&self, proto: u8, len: usize) -> u64 {
         match self {
             IpPacket::V4(p) => checksum::pseudo_v4(p.src_addr(), p.dst_addr(), proto, len as u32),
@@ -125,6 +137,7 @@ impl<T: AsRef<[u8]>> IpPacket<T> {
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> IpPacket<T> {
     /// Sets the TTL or hop limit (the IPv4 header checksum is the caller's to fill).
+    #[inline]
     pub fn set_hop_limit(&mut self, v: u8) {
         match self {
             IpPacket::V4(p) => p.set_ttl(v),
@@ -133,6 +146,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> IpPacket<T> {
     }
 
     /// Sets the IPv4 TOS byte or IPv6 traffic class.
+    #[inline]
     pub fn set_traffic_class(&mut self, v: u8) {
         match self {
             IpPacket::V4(p) => p.set_tos(v),
@@ -141,6 +155,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> IpPacket<T> {
     }
 
     /// Fills the IPv4 header checksum (IPv6 has none).
+    #[inline]
     pub fn fill_checksum(&mut self) {
         if let IpPacket::V4(p) = self {
             p.fill_checksum();
@@ -155,6 +170,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> IpPacket<T> {
     /// # Panics
     /// If an IPv6 `total` is below the fixed header's length (the caller's arithmetic);
     /// `total` must fit the length field (it is truncated to 16 bits).
+    #[inline]
     pub fn set_len_and_protocol(&mut self, total: usize, protocol: u8) {
         match self {
             IpPacket::V4(ip) => {
@@ -172,6 +188,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> IpPacket<T> {
     /// Decreases the TTL or hop limit as a router forwarding the packet does (and fills
     /// the IPv4 header checksum), or returns false, leaving it as it was, if it would
     /// reach 0.
+    #[inline]
     pub fn decrement_hop_limit(&mut self) -> bool {
         match self.hop_limit().checked_sub(1).filter(|h| *h > 0) {
             Some(h) => {
@@ -184,6 +201,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> IpPacket<T> {
     }
 
     /// The bytes after the fixed header, writable.
+    #[inline]
     pub fn payload_mut(&mut self) -> &mut [u8] {
         match self {
             IpPacket::V4(p) => p.payload_mut(),

@@ -23,6 +23,7 @@ impl Layout {
     /// Finds the L3/L4 layout of the IP packet in `data` and checks the transport header
     /// of a first fragment or whole packet fits. A partial copy (`partial`: copy range) is
     /// checked only as far as it goes.
+    #[inline]
     pub fn parse(data: &[u8], partial: bool) -> Result<Layout, Malformed> {
         let first = *data.first().ok_or(Malformed::Truncated)?;
         let layout = match first >> 4 {

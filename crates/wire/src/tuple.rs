@@ -29,11 +29,13 @@ pub struct FiveTuple {
 }
 
 /// True for the protocols whose header starts with the source and destination ports.
+#[inline]
 pub const fn has_ports(p: u8) -> bool {
     matches!(p, proto::TCP | proto::UDP | SCTP | UDPLITE)
 }
 
 /// The ports at the start of `l4` if `p` has ports and they are there.
+#[inline]
 pub fn ports(p: u8, l4: &[u8]) -> Option<(u16, u16)> {
     if !has_ports(p) {
         return None;
@@ -48,6 +50,7 @@ pub fn ports(p: u8, l4: &[u8]) -> Option<(u16, u16)> {
 impl FiveTuple {
     /// The tuple of a packet whose IP header is `ip`, upper-layer protocol `proto` and
     /// transport bytes `l4` (`None` for a later fragment, which has no ports).
+    #[inline]
     pub fn new<T: AsRef<[u8]>>(ip: &IpPacket<T>, proto: u8, l4: Option<&[u8]>) -> FiveTuple {
         FiveTuple {
             src: ip.src_addr(),
@@ -86,6 +89,7 @@ impl FiveTuple {
     }
 
     /// The tuple of the other direction.
+    #[inline]
     pub fn reversed(self) -> FiveTuple {
         FiveTuple {
             src: self.dst,

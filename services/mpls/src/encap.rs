@@ -57,21 +57,29 @@ pub fn flow_port(k: &FlowKey) -> u16 {
     0xc000 | (h as u16 & 0x3fff)
 }
 
-/// Reads the classification key of a well-formed packet: its 5-tuple (ports of TCP, UDP,
-/// SCTP and UDP-Lite, not of a later fragment) and DSCP; also its length and TTL or hop
-/// limit.
-pub(crate) fn flow_key(pkt: &mut Packet) -> Option<(FlowKey, usize, u8)> {
+/// Reads the classification key of a well-formed packet (its 5-tuple: ports of TCP, UDP,
+/// SCTP and UDP-Lite, not of a later fragment; and its DSCP) and what the encapsulation
+/// copies from it, all from one parse.
+pub(crate) fn flow_key(pkt: &mut Packet) -> Option<(FlowKey, Inner)> {
     let h = pkt.headers()?;
     let ip = h.ip();
     let t = h.five_tuple();
+    let tos = ip.traffic_class();
     let k = FlowKey {
-        dscp: ip.traffic_class() >> 2,
+        dscp: tos >> 2,
         src: Addr::from(t.src),
         dst: Addr::from(t.dst),
         proto: t.proto,
         ports: t.ports,
     };
-    Some((k, h.layout().len, ip.hop_limit()))
+    let inner = Inner {
+        len: h.layout().len,
+        ttl: ip.hop_limit(),
+        tos,
+        // DF copied from IPv4, clear for IPv6 (see the module's docs).
+        df: ip.dont_frag().unwrap_or(false),
+    };
+    Some((k, inner))
 }
 
 struct Shared {
@@ -101,20 +109,21 @@ struct EncapService {
 }
 
 /// What the encapsulation needs to know about the inner packet.
-struct Inner<'a> {
-    key: &'a FlowKey,
+pub(crate) struct Inner {
+    /// Its length per its IP header.
     len: usize,
+    /// Its TTL or hop limit.
     ttl: u8,
+    /// Its TOS byte or traffic class.
+    tos: u8,
+    /// Its DF bit (IPv4), false for IPv6.
+    df: bool,
 }
 
 impl Shared {
     /// Writes the outer headers in front of the inner packet.
-    fn encapsulate(&self, pkt: &mut Packet, inner: Inner<'_>, ident: u16, path: VcanPath) {
-        let (s, k, inner_len, ttl) = (self, inner.key, inner.len, inner.ttl);
-        // DF copied from IPv4, clear for IPv6 (see the module's docs).
-        let (tos, df) = pkt.ip().map_or((0, false), |ip| {
-            (ip.traffic_class(), ip.dont_frag().unwrap_or(false))
-        });
+    fn encapsulate(&self, pkt: &mut Packet, k: &FlowKey, inner: Inner, ident: u16, path: VcanPath) {
+        let (s, inner_len, ttl, tos, df) = (self, inner.len, inner.ttl, inner.tos, inner.df);
         if pkt.len() > inner_len {
             pkt.resize(inner_len);
         }
@@ -165,7 +174,7 @@ impl Service for EncapService {
             self.c.skipped.inc();
             return Action::Continue;
         }
-        let Some((k, inner_len, ttl)) = flow_key(pkt) else {
+        let Some((k, inner)) = flow_key(pkt) else {
             // The chain has already handled malformed packets by policy.
             self.c.skipped.inc();
             return Action::Continue;
@@ -186,7 +195,8 @@ impl Service for EncapService {
         // An IPv6 hook cannot hand back an IPv4 packet: the encapsulation is sent anew.
         let reinject = !pkt.meta.verdict_carries(IpVersion::V4);
         // The kernel fragments neither a raw socket's packet nor one with DF.
-        let df = reinject || pkt.ip().and_then(|ip| ip.dont_frag()).unwrap_or(false);
+        let df = reinject || inner.df;
+        let inner_len = inner.len;
         let new_len = inner_len + overhead(s.encap);
         if df && new_len > s.mtu {
             // A router would not fragment it either: tell the sender what fits.
@@ -202,12 +212,7 @@ impl Service for EncapService {
             return Action::Drop;
         }
         self.ident = self.ident.wrapping_add(1);
-        let inner = Inner {
-            key: &k,
-            len: inner_len,
-            ttl,
-        };
-        s.encapsulate(pkt, inner, self.ident, s.checked.paths[i]);
+        s.encapsulate(pkt, &k, inner, self.ident, s.checked.paths[i]);
         self.c.encapsulated.inc();
         if reinject {
             let _ = cx.emit_packet(pkt, &self.resend);
