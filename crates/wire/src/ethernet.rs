@@ -1,6 +1,6 @@
-//! Link-layer headers: the Ethernet II header (IEEE 802.3), its 802.1Q / 802.1ad VLAN
-//! tags, the Network Service Header that may follow them (RFC 8300), and the Linux cooked
-//! capture headers (SLL, SLL2) that captures carry instead of Ethernet.
+//! Ethernet: the Ethernet II header (IEEE 802.3), its 802.1Q / 802.1ad VLAN tags, and
+//! the Network Service Header that may follow them (RFC 8300). The other link layers of
+//! captures are in [`super::link`].
 //!
 //! [`EthernetFrame::new_checked`] fails ([`Malformed::Truncated`]) only on a buffer
 //! shorter than 14 bytes; [`EthernetFrame::network`] walks the VLAN tags with `get` and
@@ -265,27 +265,6 @@ impl<T: AsRef<[u8]>> NshHeader<T> {
     /// What follows the header (in a checked view).
     pub fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[self.header_len()..]
-    }
-}
-
-/// Linux cooked capture headers (`LINKTYPE_LINUX_SLL`, `LINKTYPE_LINUX_SLL2`): the
-/// EtherType of what they carry and its offset.
-pub mod sll {
-    /// The SLL header's length.
-    pub const HEADER_LEN: usize = 16;
-    /// The SLL2 header's length.
-    pub const SLL2_HEADER_LEN: usize = 20;
-
-    /// The protocol (EtherType) of an SLL frame and what it carries, if the header is whole.
-    pub fn payload(frame: &[u8]) -> Option<(u16, &[u8])> {
-        let ty = u16::from_be_bytes([*frame.get(14)?, *frame.get(15)?]);
-        Some((ty, frame.get(HEADER_LEN..)?))
-    }
-
-    /// The protocol (EtherType) of an SLL2 frame and what it carries, if the header is whole.
-    pub fn sll2_payload(frame: &[u8]) -> Option<(u16, &[u8])> {
-        let ty = u16::from_be_bytes([*frame.first()?, *frame.get(1)?]);
-        Some((ty, frame.get(SLL2_HEADER_LEN..)?))
     }
 }
 

@@ -37,6 +37,7 @@ pub mod ipcomp;
 pub mod ipv4;
 pub mod ipv6;
 mod layout;
+pub mod link;
 pub mod mpls;
 pub mod tcp;
 pub mod tuple;

@@ -6,7 +6,8 @@ use pcap_file::pcap::PcapReader;
 use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionOption;
 use pcap_file::pcapng::{Block, PcapNgReader};
 use pcap_file::{DataLink, TsResolution};
-use relay_core::wire::ethernet::{EthernetFrame, NshHeader, ethertype, nsh_next, sll};
+use relay_core::wire::ethernet::{EthernetFrame, NshHeader, ethertype, nsh_next};
+use relay_core::wire::link;
 use std::io::Read;
 use std::time::Duration;
 
@@ -257,52 +258,15 @@ fn nsh(h: &[u8], depth: u8) -> Option<&[u8]> {
 
 /// The IP packet inside a frame of link type `link`, or `None` if it carries something else.
 pub fn strip_link(link: DataLink, frame: &[u8]) -> Option<&[u8]> {
-    fn ip((ty, rest): (u16, &[u8])) -> Option<&[u8]> {
-        ethertype::ip_version(ty).map(|_| rest)
-    }
     match link {
         DataLink::RAW | DataLink::IPV4 | DataLink::IPV6 => Some(frame),
         DataLink::ETHERNET => ethernet(frame, 0),
-        DataLink::LINUX_SLL => ip(sll::payload(frame)?),
-        DataLink::LINUX_SLL2 => ip(sll::sll2_payload(frame)?),
-        // BSD loopback: a 4-byte address family, host order (NULL) or network order
-        // (LOOP); AF_INET is 2 everywhere, AF_INET6 24, 28 or 30 depending on the BSD.
-        DataLink::NULL | DataLink::LOOP => {
-            let h: [u8; 4] = frame.get(..4)?.try_into().ok()?;
-            let af = if link == DataLink::LOOP {
-                u32::from_be_bytes(h)
-            } else if h[0] != 0 {
-                u32::from_le_bytes(h)
-            } else {
-                u32::from_be_bytes(h)
-            };
-            matches!(af, 2 | 24 | 28 | 30)
-                .then(|| frame.get(4..))
-                .flatten()
-        }
-        // PPP: an optional address/control pair (ff 03), then the protocol: one byte when
-        // compressed (RFC 1661 section 6.5: the low bit of its first byte set), else two.
-        // Van Jacobson uncompressed TCP/IP (0x2f) carries an IPv4 header as it was.
-        DataLink::PPP => {
-            let rest = match frame {
-                [0xff, 0x03, rest @ ..] => rest,
-                _ => frame,
-            };
-            let first = *rest.first()?;
-            let (proto, n) = if first & 1 == 1 {
-                (u16::from(first), 1)
-            } else {
-                (u16::from_be_bytes([first, *rest.get(1)?]), 2)
-            };
-            matches!(proto, 0x0021 | 0x0057 | 0x002f)
-                .then(|| rest.get(n..))
-                .flatten()
-        }
-        // Cisco HDLC: address, control, then an ethertype.
-        DataLink::C_HDLC => ip((
-            u16::from_be_bytes([*frame.get(2)?, *frame.get(3)?]),
-            frame.get(4..)?,
-        )),
+        DataLink::LINUX_SLL => link::sll(frame),
+        DataLink::LINUX_SLL2 => link::sll2(frame),
+        DataLink::NULL => link::bsd_loopback(frame, false),
+        DataLink::LOOP => link::bsd_loopback(frame, true),
+        DataLink::PPP => link::ppp(frame),
+        DataLink::C_HDLC => link::c_hdlc(frame),
         _ => None,
     }
 }
