@@ -239,7 +239,7 @@ impl Compress {
     /// Why a packet is not a candidate, as the counter to bump; `None` if it is one.
     fn unfit(&self, pkt: &mut Packet) -> Option<&Counter> {
         let n = &self.n;
-        let Ok(l) = pkt.layout() else {
+        let Some((l, direct)) = pkt.headers().map(|h| (h.layout(), h.direct())) else {
             return Some(&n.skip_unfit);
         };
         if pkt.is_partial() || pkt.meta.gso || l.len > 0xffff {
@@ -250,7 +250,7 @@ impl Compress {
             Some(&n.skip_compressed)
         } else if l.len < self.min_size {
             Some(&n.skip_small)
-        } else if pkt.headers().is_some_and(|h| !h.direct()) {
+        } else if !direct {
             // IPComp goes right after the fixed header; extension headers are left alone.
             Some(&n.skip_ipv6_ext)
         } else {

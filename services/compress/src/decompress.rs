@@ -123,11 +123,10 @@ impl Decompress {
 impl Service for Decompress {
     fn process(&mut self, pkt: &mut Packet, cx: &mut Context) -> Action {
         self.seen.inc();
-        let Ok(l) = pkt.layout() else {
+        // Only directly after the fixed header, as `compress` puts it.
+        let Some((l, direct)) = pkt.headers().map(|h| (h.layout(), h.direct())) else {
             return Action::Continue;
         };
-        // Only directly after the fixed header, as `compress` puts it.
-        let direct = pkt.headers().is_some_and(|h| h.direct());
         if l.proto != proto::IPCOMP || !direct || l.fragment || pkt.is_partial() {
             self.passed.inc();
             return Action::Continue;

@@ -309,10 +309,9 @@ fn trailer(body: &[u8]) -> Option<(usize, u8)> {
 
 impl Service for Decrypt {
     fn process(&mut self, pkt: &mut Packet, cx: &mut Context) -> Action {
-        let Ok(l) = pkt.layout() else {
+        let Some((l, direct)) = pkt.headers().map(|h| (h.layout(), h.direct())) else {
             return self.drop(|d| &d.dropped_malformed, "not an IP packet", 0, cx);
         };
-        let direct = pkt.headers().is_some_and(|h| h.direct());
         let carried = match l.proto {
             proto::ESP => false,
             proto::UDP => true,

@@ -392,7 +392,13 @@ impl Encrypt {
         pkt: &mut Packet,
         cx: &mut Context,
     ) -> Action {
-        let Ok(l) = pkt.layout() else {
+        // The traffic class and DF of the inner packet go to the outer header (IPv6 counts
+        // as DF: routers never fragment it).
+        let Some((l, direct, tos, inner_df)) = pkt.headers().map(|h| {
+            let ip = h.ip();
+            let df = ip.dont_frag().unwrap_or(true);
+            (h.layout(), h.direct(), ip.traffic_class(), df)
+        }) else {
             self.dropped_unfit.inc();
             return Action::Drop;
         };
@@ -400,7 +406,6 @@ impl Encrypt {
         // What is protected starts at `start`: the upper layer (transport) or the packet.
         let (start, next) = match self.wrap {
             Wrap::Transport => {
-                let direct = pkt.headers().is_some_and(|h| h.direct());
                 match l.l4.filter(|_| !l.fragment && direct) {
                     Some(off) => (off, l.proto),
                     // Fail closed: what cannot be protected does not leave.
@@ -434,10 +439,6 @@ impl Encrypt {
             Wrap::Tunnel { local, .. } => !pkt.meta.verdict_carries(IpVersion::of_addr(local)),
             Wrap::Transport => false,
         };
-        // Traffic class and DF of the inner packet, for the outer header (IPv6: as DF).
-        let (tos, inner_df) = pkt.ip().map_or((0, true), |ip| {
-            (ip.traffic_class(), ip.dont_frag().unwrap_or(true))
-        });
         let df = reinject || inner_df;
         let d = pkt.data();
         if total > self.factory_mtu as usize && df {
