@@ -462,11 +462,13 @@ impl Packet {
     /// fixed header's next header) and checksum say so. Returns the `len` bytes to fill
     /// (new bytes are zero), or `None` for a layout without a transport offset (a later
     /// fragment). How IPComp and ESP transport mode insert and remove themselves.
+    #[inline]
     pub fn set_transport(&mut self, was: Layout, len: usize, protocol: u8) -> Option<&mut [u8]> {
         let l4 = was.l4?;
         let total = l4 + len;
+        // `resize` marks the packet modified and forgets the layout.
         self.resize(total);
-        let d = self.data_mut();
+        let d = &mut self.buf[self.start..self.end];
         IpPacket::new_unchecked(&mut *d, was.version).set_len_and_protocol(total, protocol);
         d.get_mut(l4..)
     }
