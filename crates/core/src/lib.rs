@@ -1,7 +1,8 @@
-//! relayd core: the packet a service sees, the [`Service`] contract, chains of services,
-//! the outbox for packets services send, counters, typed header views and the built-in
-//! services. No I/O: everything here can be
-//! driven from tests by feeding bytes and checking bytes and verdicts.
+//! relayd core: the packet a service sees (with typed views of its headers from the
+//! relay-wire crate, re-exported as [`wire`]), the [`Service`] contract, chains of
+//! services, the outbox for packets services send, counters and the built-in services.
+//! No I/O: everything here can be driven from tests by feeding bytes and checking bytes
+//! and verdicts.
 //!
 //! Writing a service takes one small file: a serde config implementing [`ServiceConfig`],
 //! a [`ServiceFactory`] that builds one instance per queue thread, and the per-packet

@@ -1,8 +1,15 @@
 //! Typed views of the headers relayd reads and rewrites, and their high-level forms, in
 //! the smoltcp style. Every header offset of relayd lives here: services read and write
-//! packets through these types, never by hand.
+//! packets through these types, never by hand. No I/O and no dependency: relay-core
+//! re-exports this crate as `relay_core::wire`.
 //!
-//! Each view (`Ipv4Packet`, `Ipv6Packet`, `UdpPacket`, `TcpPacket`, `IcmpPacket`,
+//! Above the headers: [`Layout`] (where a packet's headers are, parsed once), [`Headers`]
+//! (a parsed packet's typed views, which `relay_core::Packet::headers` and `headers_mut`
+//! hand out), [`IpPacket`] (either IP version), [`FiveTuple`], the capture link layers
+//! ([`link`]) and the builders of the packets relayd answers with ([`build`]).
+//!
+//! Each view (`EthernetFrame`, `NshHeader`, `Ipv4Packet`, `Ipv6Packet`, `ipv6::FragmentHeader`,
+//! `UdpPacket`, `TcpPacket`, `IcmpPacket`, `GrePacket`, `VxlanPacket`, `GenevePacket`,
 //! `EspPacket`, `IpcompPacket`, `mpls::Lse`) wraps a byte buffer (`T: AsRef<[u8]>`,
 //! writable with `AsMut<[u8]>`) and reads and writes its fields in place.
 //! `new_checked` validates the lengths once and returns [`Malformed`] on bad input (each
@@ -11,8 +18,8 @@
 //! buffer: use it only on a buffer already checked, or one about to be written by a
 //! `Repr`.
 //!
-//! Each `Repr` (`Ipv4Repr`, `Ipv6Repr`, `IpRepr`, `UdpRepr`, `TcpRepr`, `Icmpv4Repr`,
-//! `Icmpv6Repr`, `EspRepr`, `mpls::LseRepr`) is a header's fields as plain values:
+//! Each `Repr` (`EthernetRepr`, `Ipv4Repr`, `Ipv6Repr`, `IpRepr`, `UdpRepr`, `TcpRepr`,
+//! `Icmpv4Repr`, `Icmpv6Repr`, `GreRepr`, `EspRepr`, `EspTrailer`, `mpls::LseRepr`) is a header's fields as plain values:
 //! `parse(&view)` checks the view as `new_checked` would and fails the same way;
 //! `emit(&self, &mut view)` writes the header, and panics only if the buffer is shorter
 //! than the header (`header_len()`; `buffer_len()` where the header carries a length).
