@@ -99,7 +99,8 @@ impl EspTable {
     }
 }
 
-/// The traffic selectors an inbound child SA enforces: from the peer's side to ours.
+/// The traffic selectors an inbound child SA enforces: from the peer's side to ours. In
+/// transport mode through a NAT, the peer's packets come from the address IKE sees it at.
 fn selectors(sa: &ChildSa) -> Selectors {
     let conv = |ts: &[relay_ike::TrafficSelector]| {
         ts.iter()
@@ -115,6 +116,10 @@ fn selectors(sa: &ChildSa) -> Selectors {
     Selectors {
         remote: conv(&sa.remote_ts),
         local: conv(&sa.local_ts),
+        nat_peer: sa
+            .encap
+            .filter(|_| sa.mode == relay_ike::Mode::Transport)
+            .map(|(_, remote)| remote.ip()),
     }
 }
 

@@ -213,6 +213,7 @@ fn packets_outside_the_child_sas_selectors_are_dropped() {
         let ts = Selectors {
             remote: vec![sel("10.0.1.0", "10.0.1.255", 0, (0, 65535))],
             local: vec![sel("10.0.2.2", "10.0.2.2", 17, (local_port, local_port))],
+            nat_peer: None,
         };
         t.install_inbound_with("c", spi, c, false, &key(c, 3), Some(ts))
             .unwrap();
