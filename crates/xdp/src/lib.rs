@@ -12,6 +12,7 @@
 //! the queue's chain on each packet, decrements the TTL or hop limit, writes the Ethernet
 //! header from the metadata and transmits on an AF_XDP socket of the egress interface.
 
+mod abi;
 pub mod attach;
 mod error;
 pub mod forward;

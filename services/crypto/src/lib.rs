@@ -7,6 +7,7 @@
 mod durable;
 mod esp;
 mod keys;
+mod live;
 pub mod persist;
 mod sa;
 mod selectors;
