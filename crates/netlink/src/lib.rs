@@ -10,11 +10,13 @@
 //! this crate's rtnetlink dump and relay-nfq's NFQUEUE layer share.
 
 pub mod frame;
+mod netns;
 mod rtnl;
 
+pub use netns::{ifindex, in_netns};
 #[doc(hidden)]
 pub use rtnl::fuzz_parse_dump;
-pub use rtnl::{QdiscStats, RtnlSocket};
+pub use rtnl::{ClassStats, QdiscStats, RtnlSocket};
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
