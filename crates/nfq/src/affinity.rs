@@ -76,6 +76,14 @@ impl CpuMask {
     }
 }
 
+/// Pins `thread` (not yet joined) to `cpu`: what every datapath's queue threads use. A
+/// `cpu` past [`MAX_CPU`] is refused with `EINVAL`.
+pub fn pin_thread(thread: &JoinHandle<()>, cpu: usize) -> io::Result<()> {
+    CpuMask::one(cpu)
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?
+        .apply(thread)
+}
+
 /// The CPUs relayd may run on: the calling thread's affinity mask (`sched_getaffinity`),
 /// which is what cpusets, `taskset` and systemd's `CPUAffinity=` leave it. A queue can be
 /// pinned only to one of these; `relayd check` refuses others.

@@ -20,7 +20,6 @@ mod affinity;
 mod config;
 mod emit;
 mod engine;
-mod hold;
 mod netlink;
 mod priority;
 pub mod procfs;
@@ -29,7 +28,7 @@ mod raw;
 mod socket;
 mod worker;
 
-pub use affinity::{MAX_CPU, available_cpus, format_cpu_list};
+pub use affinity::{MAX_CPU, available_cpus, format_cpu_list, pin_thread};
 pub use config::{HoldConfig, QueueConfig, QueueConfigError, QueueConfigErrors};
 pub use emit::{Emitter, Flushed};
 #[doc(hidden)]
