@@ -32,7 +32,7 @@ const HOLD_PAST: u32 = 0xc;
 struct Script {
     tally: Tally,
     /// What `cx.bypass_mark` was on the last packet.
-    seen: Arc<std::sync::Mutex<Vec<(u16, u32, Option<CtInfo>)>>>,
+    seen: Seen,
 }
 
 impl Service for Script {

@@ -13,12 +13,14 @@
 //! header from the metadata and transmits on an AF_XDP socket of the egress interface.
 
 pub mod attach;
+mod egress;
 mod error;
 pub mod forward;
 pub mod port;
 pub mod program;
 pub mod queue;
 pub mod rules;
+mod worker;
 pub mod xsk;
 pub use error::XdpError;
 pub use port::{PortConfig, PortError, XdpPort, ZeroCopy};
