@@ -22,8 +22,8 @@ use crate::netlink::{
 };
 use relay_core::ratelimit::RateLimit;
 use relay_core::{Chain, Decision, Outbox, QueueCounters, Verdict};
-use relay_pipeline::{HeldBytes, Outcome, Pipeline, Settings};
 use relay_netlink::frame::os_error;
+use relay_pipeline::{HeldBytes, Outcome, Pipeline, Settings};
 use std::io;
 use std::time::Instant;
 
@@ -425,8 +425,7 @@ impl Engine {
 
     /// Adds the verdict of released packet `k` to `send_iov`.
     fn push_held_verdict(&mut self, k: usize) {
-        let (Some(h), Some(hdr)) = (self.pipeline.released(k), self.release_hdrs.get_mut(k))
-        else {
+        let (Some(h), Some(hdr)) = (self.pipeline.released(k), self.release_hdrs.get_mut(k)) else {
             return;
         };
         let data = h.payload.then_some(&h.data[..]);

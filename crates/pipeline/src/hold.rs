@@ -175,9 +175,15 @@ mod tests {
         let t = Instant::now();
         let mut s = HoldStore::<u32>::new(2, 1000);
         assert!(s.insert(t, 1, Some(7), 600, Some(&[1, 2, 3]), true));
-        assert!(!s.insert(t, 2, None, 500, None, false), "over the byte limit");
+        assert!(
+            !s.insert(t, 2, None, 500, None, false),
+            "over the byte limit"
+        );
         assert!(s.insert(t, 3, None, 400, None, false));
-        assert!(!s.insert(t, 4, None, 1, None, false), "over the packet limit");
+        assert!(
+            !s.insert(t, 4, None, 1, None, false),
+            "over the packet limit"
+        );
         let slot = s.peek_due(None).unwrap();
         s.pop();
         let h = s.get(slot);

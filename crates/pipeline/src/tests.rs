@@ -209,7 +209,11 @@ fn verdicts_and_their_counters() {
     };
     assert_eq!(d, verdict(Verdict::Accept, None, true));
     assert!(modified);
-    assert_eq!(h.buf.get(start + 8), Some(&63), "the changed bytes in the buffer");
+    assert_eq!(
+        h.buf.get(start + 8),
+        Some(&63),
+        "the changed bytes in the buffer"
+    );
     let q = &h.q;
     assert_eq!(
         (
@@ -369,7 +373,11 @@ fn release_is_bounded_by_the_callers_budget() {
     let later = Some(h.at(50));
     assert_eq!(h.p.release_due(later, 2, |_| true), 2);
     h.p.finish_release();
-    assert_eq!(h.p.release_due(later, 8, |_| false), 1, "the first is taken");
+    assert_eq!(
+        h.p.release_due(later, 8, |_| false),
+        1,
+        "the first is taken"
+    );
     assert_eq!(h.p.released(0).map(|r| r.handle), Some(3));
     h.p.finish_release();
     assert_eq!(h.p.release_due(later, 8, |_| true), 2);

@@ -64,7 +64,6 @@ impl XdpCounters {
     }
 }
 
-
 /// Errors starting an XDP queue.
 #[derive(Debug, thiserror::Error)]
 pub enum QueueError {
@@ -159,13 +158,7 @@ impl XdpQueue {
                 num: q.num,
                 ingress: q.ifindex,
                 pipeline,
-                egress: EgressTable::new(
-                    q.num,
-                    q.ifindex,
-                    q.rx_queue,
-                    port.frames,
-                    port.zero_copy,
-                ),
+                egress: EgressTable::new(q.num, q.ifindex, q.rx_queue, port.frames, port.zero_copy),
                 xdp: xdp.clone(),
                 tally: Tally::new(
                     &xdp.set,
@@ -259,4 +252,3 @@ impl XdpQueue {
         self.join();
     }
 }
-

@@ -298,9 +298,6 @@ impl PacketPath {
         };
         copy.copy_from_slice(packet);
         // `forward` decreases the TTL and refuses what no router forwards (counted).
-        let _ = self
-            .pipeline
-            .context_mut()
-            .forward(copy, mark, &self.tally);
+        let _ = self.pipeline.context_mut().forward(copy, mark, &self.tally);
     }
 }
