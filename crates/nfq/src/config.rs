@@ -2,10 +2,10 @@
 //! kernel sees them, and the buffer sizes they imply.
 
 use crate::NfqError;
-use crate::affinity::format_cpu_list;
 use crate::netlink::{QueueParams, VERDICT_HDR_MAX};
 use crate::priority::NICE_RANGE;
 use relay_core::{CtMarkBits, Verdict};
+use relay_dataio::format_cpu_list;
 use std::ops::RangeInclusive;
 
 /// How a queue is set up in the kernel and served.

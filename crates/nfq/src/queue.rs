@@ -11,12 +11,12 @@
 //! allocates nothing.
 
 use crate::NfqError;
-use crate::affinity::CpuMask;
 use crate::config::{QueueConfig, QueueConfigError, QueueConfigErrors, check_config, sndbuf_for};
 use crate::priority::{self, NICE_RANGE};
 use crate::socket::Socket;
 use crate::worker::{RECV_TIMEOUT_MS, Shared, Worker};
 use relay_core::{Chain, QueueCounters};
+use relay_dataio::CpuMask;
 use std::io;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;

@@ -24,7 +24,7 @@ use crate::port::PortConfig;
 use crate::worker::{PACKET_BUF, PacketPath, Shared, WAIT_MS, Worker};
 use crate::xsk::{Socket, SocketConfig};
 use relay_core::{Chain, Counter, Counters, QueueCounters, Tally};
-use relay_nfq::Emitter;
+use relay_dataio::Emitter;
 use relay_pipeline::{Pipeline, Settings};
 use std::io;
 use std::sync::Arc;
@@ -178,7 +178,7 @@ impl XdpQueue {
         // Pinned before the caller binds the socket into the XSKMAP, so before any packet
         // (the same call as an NFQUEUE queue's pin).
         if let Some(cpu) = q.cpu
-            && let Err(e) = relay_nfq::pin_thread(&thread, cpu)
+            && let Err(e) = relay_dataio::pin_thread(&thread, cpu)
         {
             tracing::warn!(cpu, queue = num, "pinning an XDP queue thread: {e}");
         }

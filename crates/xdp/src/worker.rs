@@ -17,7 +17,7 @@ use crate::program::{FrameMeta, META_LEN};
 use crate::queue::XdpCounters;
 use crate::xsk::Socket;
 use relay_core::{Chain, PacketMeta, Tally, Verdict};
-use relay_nfq::Emitter;
+use relay_dataio::Emitter;
 use relay_pipeline::{Control, Outcome, Pipeline};
 use std::io;
 use std::sync::Arc;
