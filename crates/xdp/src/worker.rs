@@ -68,7 +68,9 @@ impl Worker {
             self.path.pipeline.set_local_addresses(local);
             let n = self.round(now);
             self.path.release(Some(now));
-            self.after_round(now);
+            self.flush(now);
+            // New egress interfaces' sockets: between rounds, never for a packet.
+            self.path.egress.prepare(now);
             if now.duration_since(stats_at) >= Duration::from_secs(1) {
                 stats_at = now;
                 self.path.egress.refresh_mtus();
@@ -82,7 +84,7 @@ impl Worker {
         }
         // What is still held leaves now, as a stopping NFQUEUE queue answers its own.
         self.path.release(None);
-        self.after_round(Instant::now());
+        self.flush(Instant::now());
         self.publish_stats();
         tracing::debug!(queue = num, "XDP queue thread stopped");
     }
@@ -94,9 +96,8 @@ impl Worker {
             .recv(self.batch, |frame, head| path.packet(frame, head, now))
     }
 
-    /// Sends what the round queued on the egress sockets and in the outbox, and opens the
-    /// egress sockets the round found missing.
-    fn after_round(&mut self, now: Instant) {
+    /// Sends what the round queued on the egress sockets and in the outbox.
+    fn flush(&mut self, now: Instant) {
         let path = &mut self.path;
         for s in path.egress.sockets() {
             if s.pending_tx() > 0
@@ -111,7 +112,6 @@ impl Worker {
         if !outbox.is_empty() {
             self.emitter.flush(outbox, path.num, now);
         }
-        path.egress.prepare(now);
     }
 
     /// Waits for packets, or for the next held packet's deadline.
@@ -299,5 +299,146 @@ impl PacketPath {
         copy.copy_from_slice(packet);
         // `forward` decreases the TTL and refuses what no router forwards (counted).
         let _ = self.pipeline.context_mut().forward(copy, mark, &self.tally);
+    }
+}
+
+/// The AF_XDP shell's per-packet path in memory: frames in (with the program's metadata in
+/// front), outcomes out. No egress socket is open, so what the chain accepts goes to the
+/// kernel's forwarding through the outbox, where it can be read.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::port::ZeroCopy;
+    use relay_core::wire::Ipv4Packet;
+    use relay_core::{Action, ChainSettings, Context, Counters, Hook, Packet, Service, StageMark};
+    use relay_pipeline::Settings;
+
+    /// Drops packets to port 9, panics on port 66, holds those to port 5, accepts the rest.
+    struct Script;
+
+    impl Service for Script {
+        fn process(&mut self, pkt: &mut Packet, cx: &mut Context) -> Action {
+            match pkt.data().get(22..24) {
+                Some([0, 9]) => Action::Drop,
+                Some([0, 66]) => panic!("a service bug"),
+                Some([0, 5]) => Action::Hold {
+                    until: cx.now + Duration::from_millis(10),
+                },
+                _ => Action::Continue,
+            }
+        }
+    }
+
+    fn path(malformed: Verdict) -> PacketPath {
+        let mut chain = Chain::new(ChainSettings {
+            malformed,
+            hook: Hook::Prerouting,
+            stages: StageMark::DEFAULT,
+        });
+        chain.push("script", Box::new(Script), Default::default());
+        let set = Counters::new();
+        let xdp = XdpCounters::new(&set);
+        let q = relay_core::QueueCounters::default();
+        PacketPath {
+            num: 1,
+            ingress: 2,
+            pipeline: Pipeline::new(Settings::new(1), chain, q, Instant::now()),
+            egress: EgressTable::new(1, 2, 0, 64, ZeroCopy::Auto),
+            tally: Tally::new(&set, "sent", "full", "failed"),
+            xdp,
+            buf: vec![0u8; PACKET_BUF],
+            scratch: vec![0u8; PACKET_BUF],
+        }
+    }
+
+    /// A UDP packet to `port` in an Ethernet frame, and the headroom with the program's
+    /// metadata (next hop on interface 7).
+    fn frame(port: u8) -> (Vec<u8>, Vec<u8>) {
+        let mut p = vec![
+            0x45, 0, 0, 28, 0, 1, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 1, 2, 0, 1, 0, port, 0,
+            8, 0, 0,
+        ];
+        Ipv4Packet::new_unchecked(&mut p[..]).fill_checksum();
+        let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x08, 0x00];
+        f.extend_from_slice(&p);
+        let mut head = vec![0u8; 8];
+        head.extend_from_slice(&7u32.to_ne_bytes());
+        head.extend_from_slice(&[2, 0, 0, 0, 0, 3, 2, 0, 0, 0, 0, 4]);
+        (f, head)
+    }
+
+    fn run(p: &mut PacketPath, port: u8) {
+        let (f, head) = frame(port);
+        p.packet(&f, &head, Instant::now());
+    }
+
+    /// TTLs of what waits in the outbox (for the kernel's forwarding), emptied.
+    fn to_kernel(p: &mut PacketPath) -> Vec<u8> {
+        let out = p.pipeline.outbox_mut();
+        let ttls = out
+            .iter()
+            .map(|e| e.bytes.get(8).copied().unwrap_or(0))
+            .collect();
+        out.clear();
+        ttls
+    }
+
+    #[test]
+    fn accepted_packets_are_forwarded_and_drops_are_not() {
+        let mut p = path(Verdict::Drop);
+        run(&mut p, 1);
+        assert_eq!(to_kernel(&mut p), [63], "forwarded, TTL decreased");
+        assert_eq!(p.xdp.to_kernel.get(), 1);
+        run(&mut p, 9);
+        assert!(to_kernel(&mut p).is_empty());
+        let q = p.pipeline.counters();
+        assert_eq!(
+            (q.packets.get(), q.accepted.get(), q.dropped.get()),
+            (2, 1, 1)
+        );
+        // The egress interface was noted, not opened, on the packet's path.
+        assert!(p.egress.sockets_ref().next().is_none());
+    }
+
+    #[test]
+    fn a_panicking_service_gets_the_malformed_policy() {
+        let mut p = path(Verdict::Accept);
+        run(&mut p, 66);
+        assert_eq!(to_kernel(&mut p), [63], "the original, forwarded");
+        assert_eq!(p.pipeline.counters().errors.get(), 1);
+        assert_eq!(p.buf.len(), PACKET_BUF, "a new buffer");
+        let mut p = path(Verdict::Drop);
+        run(&mut p, 66);
+        assert!(to_kernel(&mut p).is_empty());
+        run(&mut p, 1);
+        assert_eq!(to_kernel(&mut p), [63], "and goes on");
+    }
+
+    /// With no hold limits (a port's services cannot hold), a hold is an overflow:
+    /// forwarded at once and counted accepted, which the queue did not count before.
+    #[test]
+    fn a_hold_without_room_is_forwarded_and_counted() {
+        let mut p = path(Verdict::Accept);
+        run(&mut p, 5);
+        assert_eq!(to_kernel(&mut p), [63]);
+        let q = p.pipeline.counters();
+        assert_eq!(
+            (q.held.get(), q.hold_overflow.get(), q.accepted.get()),
+            (1, 1, 1)
+        );
+    }
+
+    #[test]
+    fn frames_without_metadata_or_ip_are_counted_and_dropped() {
+        let mut p = path(Verdict::Accept);
+        let (f, _) = frame(1);
+        p.packet(&f, &[0u8; 4], Instant::now());
+        let mut arp = f.clone();
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        p.packet(&arp, &frame(1).1, Instant::now());
+        assert_eq!(p.xdp.bad_frames.get(), 2);
+        let q = p.pipeline.counters();
+        assert_eq!((q.packets.get(), q.dropped.get()), (2, 2));
+        assert!(to_kernel(&mut p).is_empty());
     }
 }
