@@ -9,7 +9,8 @@
 //! itself, so the failure policy holds while relayd is down.
 //!
 //! relayd runs one thread per rx queue: it receives batches from the socket's rings, runs
-//! the queue's chain on each packet, decrements the TTL or hop limit, writes the Ethernet
+//! the queue's chain on each packet through the pipeline every datapath shares
+//! (`relay-pipeline`: panic guard, holds, counters), decrements the TTL or hop limit, writes the Ethernet
 //! header from the metadata and transmits on an AF_XDP socket of the egress interface.
 
 pub mod attach;
