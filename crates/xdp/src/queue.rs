@@ -31,7 +31,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// The longest a healthy thread goes without starting a new round ([`WAIT_MS`]).
+/// The longest a healthy thread goes without starting a new round (its wait for packets,
+/// 100 ms).
 pub const IDLE_WAKE: Duration = Duration::from_millis(WAIT_MS as u64);
 
 /// What the XDP datapath counts per queue beyond the [`QueueCounters`], by name (shown in
