@@ -14,6 +14,7 @@
 //! header from the metadata and transmits on an AF_XDP socket of the egress interface.
 
 pub mod attach;
+mod counters;
 mod egress;
 mod error;
 pub mod forward;

@@ -19,11 +19,12 @@
 //! verdict (its original bytes, from the rx frame, if that is accept) and the panic is
 //! counted.
 
+pub use crate::counters::XdpCounters;
 use crate::egress::{EgressTable, bind_mode, ring_size};
 use crate::port::PortConfig;
 use crate::worker::{PACKET_BUF, PacketPath, Shared, WAIT_MS, Worker};
 use crate::xsk::{Socket, SocketConfig};
-use relay_core::{Chain, Counter, Counters, QueueCounters, Tally};
+use relay_core::{Chain, QueueCounters, Tally};
 use relay_dataio::Emitter;
 use relay_pipeline::{Pipeline, Settings};
 use std::io;
@@ -34,36 +35,6 @@ use std::time::{Duration, Instant};
 /// The longest a healthy thread goes without starting a new round (its wait for packets,
 /// 100 ms).
 pub const IDLE_WAKE: Duration = Duration::from_millis(WAIT_MS as u64);
-
-/// What the XDP datapath counts per queue beyond the [`QueueCounters`], by name (shown in
-/// `relayd status` and the metrics).
-#[derive(Clone)]
-pub struct XdpCounters {
-    /// Frames transmitted on an egress socket.
-    pub transmitted: Counter,
-    /// Packets dropped because the egress socket had no free frame or tx ring slot.
-    pub tx_full: Counter,
-    /// Packets handed to the kernel's forwarding instead (see the module docs).
-    pub to_kernel: Counter,
-    /// Frames without the program's metadata, or not IP (counted, dropped).
-    pub bad_frames: Counter,
-    /// The named set the counters above are in, with the sockets' own statistics as
-    /// gauges (`rx_dropped`, `rx_ring_full`, `fill_ring_empty`, `tx_invalid`, ...).
-    pub set: Counters,
-}
-
-impl XdpCounters {
-    /// Counters registered in `set`.
-    pub fn new(set: &Counters) -> XdpCounters {
-        XdpCounters {
-            transmitted: set.counter("transmitted"),
-            tx_full: set.counter("tx_full"),
-            to_kernel: set.counter("to_kernel"),
-            bad_frames: set.counter("bad_frames"),
-            set: set.clone(),
-        }
-    }
-}
 
 /// Errors starting an XDP queue.
 #[derive(Debug, thiserror::Error)]

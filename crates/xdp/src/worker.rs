@@ -11,10 +11,10 @@
 //! with its Ethernet header, into a frame of the egress socket; the rx frame goes straight
 //! back to the fill ring. Nothing is allocated, locked or asked of the kernel per packet.
 
+use crate::counters::XdpCounters;
 use crate::egress::EgressTable;
 use crate::forward::{self, Framed};
 use crate::program::{FrameMeta, META_LEN};
-use crate::queue::XdpCounters;
 use crate::xsk::Socket;
 use relay_core::{Chain, PacketMeta, Tally, Verdict};
 use relay_dataio::Emitter;
