@@ -8,7 +8,7 @@
 //! [`EGRESS_RETRY`], and re-reads every MTU about once a second
 //! ([`EgressTable::refresh_mtus`]), so an MTU change is seen without a packet paying for it.
 
-use crate::port::{PortConfig, ZeroCopy};
+use crate::settings::{PortConfig, ZeroCopy};
 use crate::xsk::{BindMode, Socket, SocketConfig};
 use std::time::{Duration, Instant};
 

@@ -22,6 +22,7 @@ pub mod port;
 pub mod program;
 pub mod queue;
 pub mod rules;
+mod settings;
 mod worker;
 pub mod xsk;
 pub use error::XdpError;

@@ -21,7 +21,7 @@
 
 pub use crate::counters::XdpCounters;
 use crate::egress::{EgressTable, bind_mode, ring_size};
-use crate::port::PortConfig;
+use crate::settings::PortConfig;
 use crate::worker::{PACKET_BUF, PacketPath, Shared, WAIT_MS, Worker};
 use crate::xsk::{Socket, SocketConfig};
 use relay_core::{Chain, QueueCounters, Tally};

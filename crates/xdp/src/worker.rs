@@ -308,7 +308,7 @@ impl PacketPath {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::port::ZeroCopy;
+    use crate::settings::ZeroCopy;
     use relay_core::wire::Ipv4Packet;
     use relay_core::{Action, ChainSettings, Context, Counters, Hook, Packet, Service, StageMark};
     use relay_pipeline::Settings;
