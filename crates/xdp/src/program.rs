@@ -170,7 +170,7 @@ fn addr_bytes(addr: IpAddr) -> [u8; 16] {
 
 /// What the program wrote before a redirected packet (`struct relay_meta`): the FIB's
 /// answer for it, for userland to write the Ethernet header and pick the egress socket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FrameMeta {
     /// The egress interface.
     pub ifindex: u32,

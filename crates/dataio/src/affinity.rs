@@ -9,9 +9,9 @@ use std::thread::JoinHandle;
 /// The largest CPU number a mask can name (`CPU_SETSIZE` - 1).
 pub const MAX_CPU: usize = 1023;
 
-/// A CPU mask as the kernel takes it.
+/// A CPU mask as the kernel takes it (`cpu_set_t`).
 #[derive(Clone, Copy)]
-pub(crate) struct CpuMask(libc::cpu_set_t);
+pub struct CpuMask(libc::cpu_set_t);
 
 impl std::fmt::Debug for CpuMask {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -26,7 +26,7 @@ impl CpuMask {
     }
 
     /// The mask of just `cpu`, or `None` past [`MAX_CPU`].
-    pub(crate) fn one(cpu: usize) -> Option<CpuMask> {
+    pub fn one(cpu: usize) -> Option<CpuMask> {
         if cpu > MAX_CPU {
             return None;
         }
@@ -37,7 +37,7 @@ impl CpuMask {
     }
 
     /// The calling thread's mask.
-    pub(crate) fn current() -> io::Result<CpuMask> {
+    pub fn current() -> io::Result<CpuMask> {
         let mut m = CpuMask::empty();
         // SAFETY: the pointer and size describe one writable cpu_set_t.
         let rc = unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut m.0) };
@@ -49,7 +49,7 @@ impl CpuMask {
     }
 
     /// The CPUs in the mask, in order.
-    pub(crate) fn cpus(&self) -> Vec<usize> {
+    pub fn cpus(&self) -> Vec<usize> {
         // SAFETY: CPU_ISSET only reads the set; every index is below CPU_SETSIZE.
         (0..=MAX_CPU)
             .filter(|&c| unsafe { libc::CPU_ISSET(c, &self.0) })
@@ -57,7 +57,7 @@ impl CpuMask {
     }
 
     /// Applies the mask to `thread` (which must not have been joined: the handle is held).
-    pub(crate) fn apply(&self, thread: &JoinHandle<()>) -> io::Result<()> {
+    pub fn apply(&self, thread: &JoinHandle<()>) -> io::Result<()> {
         // SAFETY: the pthread_t comes from a live JoinHandle (not yet joined or detached,
         // so the id stays valid even if the thread has finished); the mask is one valid
         // cpu_set_t of the size given.
@@ -74,6 +74,14 @@ impl CpuMask {
             Err(io::Error::from_raw_os_error(rc))
         }
     }
+}
+
+/// Pins `thread` (not yet joined) to `cpu`: what every datapath's queue threads use. A
+/// `cpu` past [`MAX_CPU`] is refused with `EINVAL`.
+pub fn pin_thread(thread: &JoinHandle<()>, cpu: usize) -> io::Result<()> {
+    CpuMask::one(cpu)
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?
+        .apply(thread)
 }
 
 /// The CPUs relayd may run on: the calling thread's affinity mask (`sched_getaffinity`),

@@ -1,11 +1,13 @@
 //! The packets a queue holds for a later verdict ([`relay_core::Action::Hold`]), in
-//! deadline order.
+//! deadline order, each with the datapath's handle for it (NFQUEUE: the packet id; AF_XDP:
+//! the next hop; replay: the capture record).
 //!
 //! A binary heap of (deadline, arrival number) orders them: equal deadlines leave in
 //! arrival order. Entries live in slots reused through a free list, and each slot keeps its
-//! byte buffer across uses, so holding allocates nothing once the store has warmed up. Only
-//! a packet whose bytes a service changed is copied: the kernel still has the original of
-//! every other one, and its verdict needs only the packet id.
+//! byte buffer across uses, so holding allocates nothing once the store has warmed up.
+//! Which bytes are copied is the caller's choice ([`crate::HeldBytes`]): on NFQUEUE only a
+//! packet whose bytes a service changed (the kernel keeps the original of every other
+//! one), on datapaths that keep nothing, every packet.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -13,15 +15,15 @@ use std::time::Instant;
 
 /// One held packet.
 #[derive(Debug, Default)]
-pub(crate) struct Held {
-    /// The kernel's packet id.
-    pub(crate) id: u32,
+pub struct Held<H> {
+    /// The datapath's handle for the packet (what it needs to answer or send it later).
+    pub handle: H,
     /// The mark the verdict sets, if any.
-    pub(crate) mark: Option<u32>,
-    /// The packet's bytes when the verdict carries them (a service changed them), else empty.
-    pub(crate) data: Vec<u8>,
-    /// True if the verdict carries `data`.
-    pub(crate) payload: bool,
+    pub mark: Option<u32>,
+    /// The packet's bytes as copied when it was held (see [`crate::HeldBytes`]), else empty.
+    pub data: Vec<u8>,
+    /// True if a service changed the packet and its verdict carries `data`.
+    pub payload: bool,
     /// The packet's length (counted against the byte limit whether copied or not: the
     /// kernel keeps the original in memory meanwhile).
     len: usize,
@@ -29,8 +31,8 @@ pub(crate) struct Held {
 
 /// Held packets, bounded in number and bytes.
 #[derive(Debug)]
-pub(crate) struct HoldStore {
-    slots: Vec<Held>,
+pub(crate) struct HoldStore<H> {
+    slots: Vec<Held<H>>,
     free: Vec<u32>,
     heap: BinaryHeap<Reverse<(Instant, u64, u32)>>,
     seq: u64,
@@ -39,10 +41,10 @@ pub(crate) struct HoldStore {
     max_bytes: usize,
 }
 
-impl HoldStore {
+impl<H: Copy + Default> HoldStore<H> {
     /// An empty store for at most `max_packets` packets and `max_bytes` bytes; the index
     /// structures are allocated here, once.
-    pub(crate) fn new(max_packets: usize, max_bytes: usize) -> HoldStore {
+    pub(crate) fn new(max_packets: usize, max_bytes: usize) -> HoldStore<H> {
         HoldStore {
             slots: Vec::with_capacity(max_packets),
             free: Vec::with_capacity(max_packets),
@@ -55,7 +57,6 @@ impl HoldStore {
     }
 
     /// Packets held.
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.heap.len()
     }
@@ -66,20 +67,21 @@ impl HoldStore {
     }
 
     /// Bytes held (packet lengths).
-    #[cfg(test)]
     pub(crate) fn bytes(&self) -> usize {
         self.bytes
     }
 
-    /// Holds packet `id` until `until`; `data` are its bytes when the verdict must carry
-    /// them. False (nothing held) if the store is full.
+    /// Holds the packet `handle` until `until`; `data` are the bytes to keep of it,
+    /// `payload` whether its verdict carries them. False (nothing held) if the store is
+    /// full.
     pub(crate) fn insert(
         &mut self,
         until: Instant,
-        id: u32,
+        handle: H,
         mark: Option<u32>,
         len: usize,
         data: Option<&[u8]>,
+        payload: bool,
     ) -> bool {
         if self.heap.len() >= self.max_packets || self.bytes + len > self.max_bytes {
             return false;
@@ -92,11 +94,11 @@ impl HoldStore {
             }
         };
         let h = &mut self.slots[slot as usize];
-        h.id = id;
+        h.handle = handle;
         h.mark = mark;
         h.len = len;
         h.data.clear();
-        h.payload = data.is_some();
+        h.payload = payload;
         if let Some(d) = data {
             h.data.extend_from_slice(d);
         }
@@ -127,7 +129,7 @@ impl HoldStore {
     }
 
     /// The packet in `slot`.
-    pub(crate) fn get(&self, slot: u32) -> &Held {
+    pub(crate) fn get(&self, slot: u32) -> &Held<H> {
         &self.slots[slot as usize]
     }
 
@@ -142,11 +144,11 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    fn drain(s: &mut HoldStore, now: Option<Instant>) -> Vec<u32> {
+    fn drain(s: &mut HoldStore<u32>, now: Option<Instant>) -> Vec<u32> {
         let mut ids = Vec::new();
         while let Some(slot) = s.peek_due(now) {
             assert_eq!(s.pop(), Some(slot));
-            ids.push(s.get(slot).id);
+            ids.push(s.get(slot).handle);
             s.free(slot);
         }
         ids
@@ -156,9 +158,9 @@ mod tests {
     fn releases_in_deadline_then_arrival_order() {
         let t0 = Instant::now();
         let ms = |n| t0 + Duration::from_millis(n);
-        let mut s = HoldStore::new(10, 1 << 20);
+        let mut s = HoldStore::<u32>::new(10, 1 << 20);
         for (id, at) in [(1, 30), (2, 10), (3, 20), (4, 10), (5, 50)] {
-            assert!(s.insert(ms(at), id, None, 100, None));
+            assert!(s.insert(ms(at), id, None, 100, None, false));
         }
         assert_eq!((s.len(), s.bytes(), s.next_due()), (5, 500, Some(ms(10))));
         assert_eq!(drain(&mut s, Some(ms(5))), Vec::<u32>::new());
@@ -171,24 +173,30 @@ mod tests {
     #[test]
     fn bounded_by_packets_and_bytes_and_reuses_slots() {
         let t = Instant::now();
-        let mut s = HoldStore::new(2, 1000);
-        assert!(s.insert(t, 1, Some(7), 600, Some(&[1, 2, 3])));
-        assert!(!s.insert(t, 2, None, 500, None), "over the byte limit");
-        assert!(s.insert(t, 3, None, 400, None));
-        assert!(!s.insert(t, 4, None, 1, None), "over the packet limit");
+        let mut s = HoldStore::<u32>::new(2, 1000);
+        assert!(s.insert(t, 1, Some(7), 600, Some(&[1, 2, 3]), true));
+        assert!(
+            !s.insert(t, 2, None, 500, None, false),
+            "over the byte limit"
+        );
+        assert!(s.insert(t, 3, None, 400, None, false));
+        assert!(
+            !s.insert(t, 4, None, 1, None, false),
+            "over the packet limit"
+        );
         let slot = s.peek_due(None).unwrap();
         s.pop();
         let h = s.get(slot);
         assert_eq!(
-            (h.id, h.mark, h.payload, &h.data[..]),
+            (h.handle, h.mark, h.payload, &h.data[..]),
             (1, Some(7), true, &[1, 2, 3][..])
         );
         s.free(slot);
         // The freed slot (and its buffer) is reused; no new slot is made.
-        assert!(s.insert(t, 5, None, 600, None));
+        assert!(s.insert(t, 5, None, 600, None, false));
         assert_eq!(s.slots.len(), 2);
         let h = s.get(slot);
-        assert_eq!((h.id, h.payload, h.data.len()), (5, false, 0));
+        assert_eq!((h.handle, h.payload, h.data.len()), (5, false, 0));
         assert!(h.data.capacity() >= 3);
     }
 }

@@ -6,7 +6,7 @@
 
 use relay_core::wire::checksum;
 use relay_core::{Context, Counters, Tally};
-use relay_nfq::{Emitter, Flushed};
+use relay_dataio::{Emitter, Flushed};
 use relay_testbed::{Node, Testbed};
 use std::net::{Ipv4Addr, Ipv6Addr, UdpSocket};
 use std::time::{Duration, Instant};
