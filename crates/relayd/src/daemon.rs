@@ -122,7 +122,7 @@ impl CounterStore {
                 .entry((num, name.clone(), factory.kind()))
                 .or_default()
                 .clone();
-            chain.push(name, factory.build(&counters), packets);
+            chain.push(name, factory.build(&counters, &relay_core::Resources::new()), packets);
         }
         chain
     }

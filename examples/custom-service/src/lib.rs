@@ -90,7 +90,7 @@ mod tests {
     fn drops_below_the_floor_and_counts() {
         let f = TtlGuardConfig { min_ttl: 5 }.into_factory("g").unwrap();
         let counters = Counters::new();
-        let mut svc = f.build(&counters);
+        let mut svc = f.build(&counters, &relay_core::Resources::new());
         let mut cx = Context::new(0, Instant::now());
         assert_eq!(
             svc.process(&mut Packet::from_bytes(&ipv4_with_ttl(4)), &mut cx),

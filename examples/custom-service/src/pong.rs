@@ -132,7 +132,7 @@ mod tests {
         let addr = Ipv4Addr::new(198, 51, 100, 7);
         let f = PongConfig { address: addr }.into_factory("p").unwrap();
         let counters = Counters::new();
-        let mut svc = f.build(&counters);
+        let mut svc = f.build(&counters, &relay_core::Resources::new());
         let mut cx = Context::new(0, Instant::now());
 
         let request = ping(addr);

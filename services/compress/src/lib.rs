@@ -52,7 +52,7 @@ mod tests {
     fn compressor(alg: &str, mode: &str) -> Box<dyn relay_core::Service> {
         let cfg: CompressConfig =
             toml::from_str(&format!("algorithm = \"{alg}\"\nmode = \"{mode}\"")).unwrap();
-        cfg.into_factory("c").unwrap().build(&Counters::new())
+        cfg.into_factory("c").unwrap().build(&Counters::new(), &relay_core::Resources::new())
     }
 
     fn cx() -> Context {
@@ -70,7 +70,7 @@ mod tests {
             let mut d = DecompressConfig::default()
                 .into_factory("d")
                 .unwrap()
-                .build(&Counters::new());
+                .build(&Counters::new(), &relay_core::Resources::new());
             let mut p = Packet::from_bytes(&orig);
             assert_eq!(c.process(&mut p, &mut cx()), Action::Continue);
             assert!(
@@ -146,7 +146,7 @@ mod tests {
         let compressed = p.data().to_vec();
         let counters = Counters::new();
         let cfg = DecompressConfig { max_size: 1000 };
-        let mut d = cfg.into_factory("d").unwrap().build(&counters);
+        let mut d = cfg.into_factory("d").unwrap().build(&counters, &relay_core::Resources::new());
         assert_eq!(
             d.process(&mut Packet::from_bytes(&compressed), &mut cx()),
             Action::Drop
@@ -177,7 +177,7 @@ mod tests {
         let mut d = DecompressConfig::default()
             .into_factory("d")
             .unwrap()
-            .build(&counters);
+            .build(&counters, &relay_core::Resources::new());
         // Every truncation (with the IP length fixed up to match) and every byte flip.
         for cut in 24..good.len() {
             let mut b = good[..cut].to_vec();
