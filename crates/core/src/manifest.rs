@@ -55,9 +55,10 @@ pub struct ProxyDiversion {
     pub transparent_source: bool,
 }
 
-/// A capability a service needs relayd to keep when it drops to `daemon.user`.
+/// A capability a service needs relayd to keep when it drops to `daemon.user`. Not
+/// `non_exhaustive` on purpose: a new one must fail to compile in relayd's privilege code
+/// until relayd knows what to keep for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[non_exhaustive]
 pub enum Capability {
     /// CAP_NET_RAW: the datapath sends the packets the service emits from raw sockets.
     NetRaw,

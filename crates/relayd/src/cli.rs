@@ -332,11 +332,6 @@ pub fn main_with(registry: Registry) -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            // Offline: adaptive services read this fixed queue instead of the kernel's.
-            relay_netlink::QueueMonitor::set_shared(relay_netlink::QueueMonitor::fixed(
-                backlog_bytes,
-                rate,
-            ));
             let cfg = match load(&config, &registry) {
                 Ok(c) => c,
                 Err(code) => return code,
@@ -346,6 +341,8 @@ pub fn main_with(registry: Registry) -> ExitCode {
                 queue,
                 write,
                 json,
+                // Offline: adaptive services read this fixed queue instead of the kernel's.
+                egress: (backlog_bytes, rate),
             };
             let stdout = std::io::stdout();
             match crate::replay::run(&cfg, &opts, &mut stdout.lock()) {
@@ -567,10 +564,13 @@ async fn serve(cfg: Config, registry: Registry) -> anyhow::Result<()> {
                 if unsafe { libc::geteuid() } == 0 {
                     crate::state_dirs::prepare(&cfg, user).map_err(anyhow::Error::msg)?;
                 }
+                // The services' log files, opened as root as the state directories are
+                // made; their writers start after the drop, as the user.
+                let logs = crate::resources::open_logs(&cfg)?;
                 drop_privileges(user, &crate::privilege::needed_set(&cfg))?;
-                Ok(lock)
+                Ok((lock, logs))
             })
-            .and_then(|lock| Daemon::start_locked(cfg, lock)),
+            .and_then(|(lock, logs)| Daemon::start_opened(cfg, lock, logs)),
     };
     let daemon = match started {
         Ok(d) => Arc::new(Mutex::new(Some(d))),

@@ -6,6 +6,7 @@
 use crate::config::{Config, ListenerSpec, QueueSpec};
 use crate::listeners::{self, Listeners};
 use crate::qos::{self, QosSet};
+use crate::resources::{self, OpenLogs, Provider, ServiceResources};
 use crate::rules;
 use crate::status::{KernelStatus, QueueStatus, ServiceStatus, Status};
 use crate::xdp::XdpPorts;
@@ -51,6 +52,10 @@ pub struct Daemon {
     qos: QosSet,
     /// The XDP ports (`[[xdp]]`), running.
     xdp: XdpPorts,
+    /// Makes the services' resources from their manifests (keeps the queue monitor).
+    provider: Provider,
+    /// The resources of the configuration in force's services.
+    resources: ServiceResources,
 }
 
 /// What a reload leaves to the caller, which runs the tokio side: listeners to drain
@@ -98,14 +103,23 @@ impl std::fmt::Debug for Daemon {
 impl CounterStore {
     /// The chain of `spec` for queue `num`, its services counting into this store.
     /// `stage_mask` is `daemon.bypass_mark`, checked to hold two bits.
-    pub(crate) fn chain(&mut self, spec: &QueueSpec, num: u16, stage_mask: u32) -> Chain {
-        self.chain_of(&spec.services, spec.malformed, spec.hook, num, stage_mask)
+    /// `res` holds what relayd made for the services from their manifests.
+    pub(crate) fn chain(
+        &mut self,
+        spec: &QueueSpec,
+        res: &ServiceResources,
+        num: u16,
+        stage_mask: u32,
+    ) -> Chain {
+        self.chain_of(&spec.services, res, spec.malformed, spec.hook, num, stage_mask)
     }
 
-    /// The chain of `services` for queue `num` (NFQUEUE or XDP), counting into this store.
+    /// The chain of `services` for queue `num` (NFQUEUE or XDP), counting into this store,
+    /// each service built with its resources in `res`.
     pub(crate) fn chain_of(
         &mut self,
         services: &[(String, std::sync::Arc<dyn relay_core::ServiceFactory>)],
+        res: &ServiceResources,
         malformed: relay_core::Verdict,
         hook: relay_core::Hook,
         num: u16,
@@ -122,7 +136,7 @@ impl CounterStore {
                 .entry((num, name.clone(), factory.kind()))
                 .or_default()
                 .clone();
-            chain.push(name, factory.build(&counters, &relay_core::Resources::new()), packets);
+            chain.push(name, factory.build(&counters, res.of(name)), packets);
         }
         chain
     }
@@ -226,6 +240,17 @@ impl Daemon {
     /// [`Daemon::start`] with the instance lock already taken (relayd takes it as root,
     /// before it drops to `daemon.user`).
     pub fn start_locked(config: Config, lock: crate::lock::InstanceLock) -> anyhow::Result<Daemon> {
+        let logs = resources::open_logs(&config)?;
+        Daemon::start_opened(config, lock, logs)
+    }
+
+    /// [`Daemon::start_locked`] with the services' log files already opened (relayd
+    /// opens them as root, before it drops to `daemon.user`: [`resources::open_logs`]).
+    pub fn start_opened(
+        config: Config,
+        lock: crate::lock::InstanceLock,
+        logs: OpenLogs,
+    ) -> anyhow::Result<Daemon> {
         let stale = cleanup_all(&config.daemon.chain_prefix, config.daemon.iptables)?
             + cleanup_routing(&config)?;
         if stale > 0 {
@@ -247,17 +272,25 @@ impl Daemon {
             routing: None,
             qos: QosSet::new(Tc::system()),
             xdp: XdpPorts::default(),
+            provider: Provider::live(),
+            resources: ServiceResources::default(),
         };
+        // What the services need started (the queue monitor, their log writers), before
+        // anything is installed.
+        d.resources = d.provider.resources(&config, logs)?;
         // The classes before the queues that mark packets for them.
         d.qos
             .apply(qos::plans(&config).map_err(anyhow::Error::msg)?)
             .context("installing the services' tc trees")?;
-        let new = d.start_queues(&config)?;
+        let res = d.resources.clone();
+        let new = d.start_queues(&config, &res)?;
         d.queues.extend(new);
-        if let Err(e) = d
-            .xdp
-            .start(&config.xdp, &mut d.counters, config.daemon.bypass_mark)
-        {
+        if let Err(e) = d.xdp.start(
+            &config.xdp,
+            &mut d.counters,
+            &d.resources,
+            config.daemon.bypass_mark,
+        ) {
             d.stop_queues();
             return Err(e);
         }
@@ -291,7 +324,11 @@ impl Daemon {
     }
 
     /// Binds the queues of `config` that are not running yet. All or nothing.
-    fn start_queues(&mut self, config: &Config) -> anyhow::Result<BTreeMap<u16, Running>> {
+    fn start_queues(
+        &mut self,
+        config: &Config,
+        res: &ServiceResources,
+    ) -> anyhow::Result<BTreeMap<u16, Running>> {
         let mut started = BTreeMap::new();
         for spec in &config.queues {
             for num in spec.nums() {
@@ -299,7 +336,9 @@ impl Daemon {
                     continue;
                 }
                 let cfg = spec.queue_config(num);
-                let chain = self.counters.chain(spec, num, config.daemon.bypass_mark);
+                let chain = self
+                    .counters
+                    .chain(spec, res, num, config.daemon.bypass_mark);
                 let counters = self.counters.queue(num);
                 match Queue::start(&cfg, chain, counters) {
                     Ok(queue) => {
@@ -422,6 +461,11 @@ impl Daemon {
         if let Err(e) = rules::validate(&new) {
             bail!("{e}");
         }
+        // The new services' resources (log writers; the monitor if newly needed) before
+        // anything changes: if one cannot be made, nothing has.
+        let res = resources::open_logs(&new)
+            .and_then(|logs| self.provider.resources(&new, logs))
+            .context("the old configuration stays in force")?;
         let trees = qos::plans(&new).map_err(anyhow::Error::msg)?;
         if let Err(e) = self.qos.apply(trees) {
             // Put the old classes back: the old configuration's marks select them.
@@ -432,15 +476,15 @@ impl Daemon {
         }
         // The XDP ports first: if one cannot start, the old ones are put back and nothing
         // else has changed.
-        if let Err(e) = self
-            .xdp
-            .reload(&new.xdp, &mut self.counters, new.daemon.bypass_mark)
+        if let Err(e) =
+            self.xdp
+                .reload(&new.xdp, &mut self.counters, &res, new.daemon.bypass_mark)
         {
             self.restore_xdp();
             return Err(e.context("the old configuration stays in force"));
         }
         // From here on, an error puts the old XDP ports back too.
-        let started = match self.start_queues(&new) {
+        let started = match self.start_queues(&new, &res) {
             Ok(s) => s,
             Err(e) => {
                 self.restore_xdp();
@@ -478,7 +522,7 @@ impl Daemon {
         for (num, r) in self.queues.iter_mut() {
             if let Some(spec) = wanted.get(num) {
                 let cfg = spec.queue_config(*num);
-                let chain = self.counters.chain(spec, *num, bypass);
+                let chain = self.counters.chain(spec, &res, *num, bypass);
                 // Checked by the configuration already; what is left is the kernel refusing
                 // a CPU pin or a nice value (no CAP_SYS_NICE, say).
                 if let Err(e) = r.queue.update(chain, &cfg) {
@@ -510,6 +554,7 @@ impl Daemon {
         }
         let (stop, start) = self.listeners.take_changed(&new.listeners);
         self.config = new;
+        self.resources = res;
         self.reloads += 1;
         Ok(ListenerChanges { stop, start })
     }
@@ -517,10 +562,12 @@ impl Daemon {
     /// Puts the XDP ports of the configuration in force back, after a refused reload.
     fn restore_xdp(&mut self) {
         let old = self.config.xdp.clone();
-        if let Err(e) = self
-            .xdp
-            .reload(&old, &mut self.counters, self.config.daemon.bypass_mark)
-        {
+        if let Err(e) = self.xdp.reload(
+            &old,
+            &mut self.counters,
+            &self.resources,
+            self.config.daemon.bypass_mark,
+        ) {
             tracing::error!("restoring the previous XDP ports failed too: {e:#}");
         }
     }

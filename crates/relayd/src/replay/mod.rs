@@ -33,6 +33,9 @@ pub struct ReplayOptions {
     pub write: Option<PathBuf>,
     /// One JSON object per packet verdict on standard output.
     pub json: bool,
+    /// The egress queue adaptive services see, for every interface: bytes waiting and
+    /// rate in bytes/s (0: none). Offline, so a fixed one instead of the kernel's.
+    pub egress: (u32, u64),
 }
 
 /// Runs the replay; per-packet JSON (if asked) goes to `out`. Returns the counters.
@@ -50,7 +53,11 @@ pub fn run(cfg: &Config, opts: &ReplayOptions, out: &mut dyn Write) -> anyhow::R
     };
     let num = opts.queue.unwrap_or(spec.first);
     let mut store = CounterStore::default();
-    let mut chain = store.chain(spec, num, cfg.daemon.bypass_mark);
+    let (backlog, rate) = opts.egress;
+    let monitor = relay_netlink::QueueMonitor::fixed(backlog, rate);
+    let res = crate::resources::Provider::fixed(monitor)
+        .resources(cfg, crate::resources::open_logs(cfg)?)?;
+    let mut chain = store.chain(spec, &res, num, cfg.daemon.bypass_mark);
     let q = store.queue(num);
     let mut capture = Capture::open(&opts.pcap)?;
     let mut writer = match &opts.write {

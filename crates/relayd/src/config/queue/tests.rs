@@ -228,11 +228,19 @@ impl relay_core::ServiceFactory for CtFactory {
         "ct-test"
     }
 
-    fn needs_conntrack(&self) -> bool {
-        true
+    fn manifest(&self) -> &relay_core::Manifest {
+        static M: relay_core::Manifest = relay_core::Manifest {
+            conntrack: true,
+            ..relay_core::Manifest::new()
+        };
+        &M
     }
 
-    fn build(&self, _: &relay_core::Counters) -> Box<dyn relay_core::Service> {
+    fn build(
+        &self,
+        _: &relay_core::Counters,
+        _: &relay_core::Resources,
+    ) -> Box<dyn relay_core::Service> {
         Box::new(Pass)
     }
 }
