@@ -228,41 +228,7 @@ pub fn main_with(registry: Registry) -> ExitCode {
                 }
             }
         }
-        Command::Check { config } => {
-            let cfg = match load(&config, &registry) {
-                Ok(c) => c,
-                Err(code) => return code,
-            };
-            cfg.warnings.iter().for_each(|w| eprintln!("warning: {w}"));
-            match rules::validate(&cfg) {
-                Err(e) => {
-                    eprintln!("{e}");
-                    ExitCode::from(2)
-                }
-                Ok(warning) => {
-                    if let Some(w) = warning {
-                        eprintln!("warning: iptables matches not checked: {w}");
-                    }
-                    println!(
-                        "{}",
-                        crate::privilege::describe(&crate::privilege::needed(&cfg))
-                    );
-                    let n: usize = cfg.queues.iter().map(|q| q.nums().count()).sum();
-                    let xdp = if cfg.xdp.is_empty() {
-                        String::new()
-                    } else {
-                        let x: usize = cfg.xdp.iter().map(|x| x.nums().count()).sum();
-                        format!(", {} xdp entries, {x} XDP queues", cfg.xdp.len())
-                    };
-                    println!(
-                        "{}: ok ({} queue entries, {n} queues{xdp})",
-                        config.display(),
-                        cfg.queues.len()
-                    );
-                    ExitCode::SUCCESS
-                }
-            }
-        }
+        Command::Check { config } => check(&config, &registry),
         Command::Rules { config } => {
             let cfg = match load(&config, &registry) {
                 Ok(c) => c,
@@ -479,6 +445,46 @@ pub fn main_with(registry: Registry) -> ExitCode {
                     ExitCode::from(1)
                 }
             }
+        }
+    }
+}
+
+/// `relayd check`: loads and checks `config` as `relayd run` would, says which
+/// capabilities it needs, and does nothing else: building the services' factories opens
+/// no file for writing and starts no thread (what they need is made by a running relayd,
+/// from their manifests).
+pub fn check(config: &Path, registry: &Registry) -> ExitCode {
+    let cfg = match load(config, registry) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    cfg.warnings.iter().for_each(|w| eprintln!("warning: {w}"));
+    match rules::validate(&cfg) {
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::from(2)
+        }
+        Ok(warning) => {
+            if let Some(w) = warning {
+                eprintln!("warning: iptables matches not checked: {w}");
+            }
+            println!(
+                "{}",
+                crate::privilege::describe(&crate::privilege::needed(&cfg))
+            );
+            let n: usize = cfg.queues.iter().map(|q| q.nums().count()).sum();
+            let xdp = if cfg.xdp.is_empty() {
+                String::new()
+            } else {
+                let x: usize = cfg.xdp.iter().map(|x| x.nums().count()).sum();
+                format!(", {} xdp entries, {x} XDP queues", cfg.xdp.len())
+            };
+            println!(
+                "{}: ok ({} queue entries, {n} queues{xdp})",
+                config.display(),
+                cfg.queues.len()
+            );
+            ExitCode::SUCCESS
         }
     }
 }

@@ -560,7 +560,7 @@ mark = 0x4",
             ),
         ] {
             let cfg: TcpSplitConfig = toml::from_str(text).unwrap();
-            let e = cfg.factory(None).err().unwrap_or_default();
+            let e = cfg.factory().err().unwrap_or_default();
             assert!(e.contains(want), "{text}: {e}");
         }
         assert!(toml::from_str::<TcpSplitConfig>("port = [80]").is_err());
@@ -568,6 +568,6 @@ mark = 0x4",
             "ports = [80]\ninterface = \"lo\"\nupstream = \"mptcp\"\ntransparent_source = true",
         )
         .unwrap();
-        assert!(ok.factory(None).is_ok());
+        assert!(ok.factory().is_ok());
     }
 }

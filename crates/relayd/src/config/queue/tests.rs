@@ -221,7 +221,8 @@ fn kernel_limits_name_their_key() {
 #[derive(serde::Deserialize)]
 struct CtConfig {}
 
-struct CtFactory;
+/// Its manifest asks for conntrack.
+struct CtFactory(relay_core::Manifest);
 
 impl relay_core::ServiceFactory for CtFactory {
     fn kind(&self) -> &'static str {
@@ -229,11 +230,7 @@ impl relay_core::ServiceFactory for CtFactory {
     }
 
     fn manifest(&self) -> &relay_core::Manifest {
-        static M: relay_core::Manifest = relay_core::Manifest {
-            conntrack: true,
-            ..relay_core::Manifest::new()
-        };
-        &M
+        &self.0
     }
 
     fn build(
@@ -264,7 +261,10 @@ impl relay_core::ServiceConfig for CtConfig {
         self,
         _name: &str,
     ) -> Result<std::sync::Arc<dyn relay_core::ServiceFactory>, relay_core::InvalidConfig> {
-        Ok(std::sync::Arc::new(CtFactory))
+        Ok(std::sync::Arc::new(CtFactory(relay_core::Manifest {
+            conntrack: true,
+            ..relay_core::Manifest::new()
+        })))
     }
 }
 
