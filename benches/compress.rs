@@ -37,7 +37,10 @@ fn benches(c: &mut Criterion) {
             }
             let cfg: CompressConfig =
                 toml::from_str(&format!("algorithm = \"{alg}\"\nmode = \"always\"")).unwrap();
-            let mut comp = cfg.into_factory("c").unwrap().build(&Counters::new(), &relay_core::Resources::new());
+            let mut comp = cfg
+                .into_factory("c")
+                .unwrap()
+                .build(&Counters::new(), &relay_core::Resources::new());
             let mut decomp = DecompressConfig::default()
                 .into_factory("d")
                 .unwrap()

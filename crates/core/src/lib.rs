@@ -27,12 +27,10 @@ pub mod wire;
 pub use chain::{Chain, ChainSettings, Decision, Verdict};
 pub use counters::{Counter, CounterKind, Counters, QueueCounters};
 pub use hook::{Hook, StageMark};
+pub use manifest::{Capability, FailPolicy, LogFile, Manifest, MssClamp, ProxyDiversion};
 pub use outbox::{EmitError, Emitted, Outbox, Route, Tally};
 pub use packet::{Checksum, CtInfo, CtMarkBits, CtState, IpVersion, Layout, Packet, PacketMeta};
 pub use prefix::Prefix;
 pub use qos::{QosClass, QosPlan};
-pub use manifest::{Capability, FailPolicy, LogFile, Manifest, MssClamp, ProxyDiversion};
 pub use resources::{Clock, Resources};
-pub use service::{
-    Action, Context, InvalidConfig, Kept, Service, ServiceConfig, ServiceFactory,
-};
+pub use service::{Action, Context, InvalidConfig, Kept, Service, ServiceConfig, ServiceFactory};

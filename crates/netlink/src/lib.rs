@@ -18,8 +18,8 @@ mod rtnl;
 pub use rtnl::fuzz_parse_dump;
 pub use rtnl::{QdiscStats, RtnlSocket};
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 /// Interfaces are found by `ifindex % SLOTS`; two interfaces that collide take turns

@@ -111,7 +111,14 @@ impl CounterStore {
         num: u16,
         stage_mask: u32,
     ) -> Chain {
-        self.chain_of(&spec.services, res, spec.malformed, spec.hook, num, stage_mask)
+        self.chain_of(
+            &spec.services,
+            res,
+            spec.malformed,
+            spec.hook,
+            num,
+            stage_mask,
+        )
     }
 
     /// The chain of `services` for queue `num` (NFQUEUE or XDP), counting into this store,
@@ -476,9 +483,9 @@ impl Daemon {
         }
         // The XDP ports first: if one cannot start, the old ones are put back and nothing
         // else has changed.
-        if let Err(e) =
-            self.xdp
-                .reload(&new.xdp, &mut self.counters, &res, new.daemon.bypass_mark)
+        if let Err(e) = self
+            .xdp
+            .reload(&new.xdp, &mut self.counters, &res, new.daemon.bypass_mark)
         {
             self.restore_xdp();
             return Err(e.context("the old configuration stays in force"));

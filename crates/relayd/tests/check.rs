@@ -36,7 +36,11 @@ fn check_writes_no_file_and_starts_no_thread() {
     std::fs::create_dir_all(&base).unwrap();
     std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o700)).unwrap();
     let rules = base.join("local.rules");
-    std::fs::write(&rules, "drop tcp any any -> any 80 (content:\"x\"; sid:1;)\n").unwrap();
+    std::fs::write(
+        &rules,
+        "drop tcp any any -> any 80 (content:\"x\"; sid:1;)\n",
+    )
+    .unwrap();
     let key = base.join("esp.key");
     relay_svc_crypto::keygen(relay_svc_crypto::Cipher::Aes128Gcm, &key).unwrap();
     let eve = base.join("log").join("eve.json");
@@ -60,7 +64,10 @@ fn check_writes_no_file_and_starts_no_thread() {
     let code = relayd::cli::check(&config, &relayd::Registry::with_builtins());
     assert_eq!(code, ExitCode::SUCCESS);
     assert_eq!(threads(), before, "relayd check started a thread");
-    assert!(!eve.exists() && !eve.parent().unwrap().exists(), "the EVE log was made");
+    assert!(
+        !eve.exists() && !eve.parent().unwrap().exists(),
+        "the EVE log was made"
+    );
     assert!(!state.exists(), "the ESP state directory was made");
     assert_eq!(tree(&base), files, "relayd check wrote a file");
     std::fs::remove_dir_all(&base).unwrap();

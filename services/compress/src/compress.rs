@@ -7,8 +7,8 @@ use crate::decision::{Estimate, should_compress};
 use relay_core::units::parse_rate;
 use relay_core::wire::{IpcompPacket, fix_ip_header, ipcomp, proto};
 use relay_core::{
-    Action, Clock, Context, Counter, Counters, Manifest, Packet, Resources, Service,
-    ServiceConfig, ServiceFactory,
+    Action, Clock, Context, Counter, Counters, Manifest, Packet, Resources, Service, ServiceConfig,
+    ServiceFactory,
 };
 use relay_netlink::QueueMonitor;
 use serde::Deserialize;

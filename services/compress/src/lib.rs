@@ -52,7 +52,9 @@ mod tests {
     fn compressor(alg: &str, mode: &str) -> Box<dyn relay_core::Service> {
         let cfg: CompressConfig =
             toml::from_str(&format!("algorithm = \"{alg}\"\nmode = \"{mode}\"")).unwrap();
-        cfg.into_factory("c").unwrap().build(&Counters::new(), &relay_core::Resources::new())
+        cfg.into_factory("c")
+            .unwrap()
+            .build(&Counters::new(), &relay_core::Resources::new())
     }
 
     fn cx() -> Context {
@@ -146,7 +148,10 @@ mod tests {
         let compressed = p.data().to_vec();
         let counters = Counters::new();
         let cfg = DecompressConfig { max_size: 1000 };
-        let mut d = cfg.into_factory("d").unwrap().build(&counters, &relay_core::Resources::new());
+        let mut d = cfg
+            .into_factory("d")
+            .unwrap()
+            .build(&counters, &relay_core::Resources::new());
         assert_eq!(
             d.process(&mut Packet::from_bytes(&compressed), &mut cx()),
             Action::Drop

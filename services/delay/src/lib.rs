@@ -298,7 +298,11 @@ mod tests {
         let cfg: DelayConfig = toml::from_str(toml_text).unwrap();
         let f = cfg.into_factory("d").unwrap();
         let counters = Counters::new();
-        (f.build(&counters, &relay_core::Resources::new()), counters, f)
+        (
+            f.build(&counters, &relay_core::Resources::new()),
+            counters,
+            f,
+        )
     }
 
     fn count(c: &Counters, name: &str) -> u64 {
@@ -326,7 +330,10 @@ mod tests {
     #[test]
     fn holds_for_the_delay_and_rewrites_nothing() {
         let (mut s, c, f) = build("delay = \"40ms\"\nlimit = 10");
-        assert_eq!((f.manifest().max_held, f.manifest().rewrites_payload), (10, false));
+        assert_eq!(
+            (f.manifest().max_held, f.manifest().rewrites_payload),
+            (10, false)
+        );
         assert_eq!(f.manifest().needs_bytes, Some(HEADER_BYTES));
         let now = Instant::now();
         let mut p = udp(1);

@@ -13,8 +13,8 @@ pub use mark::MarkConfig;
 pub const HEADER_BYTES: u32 = 192;
 
 use crate::counters::Counters;
-use crate::packet::Packet;
 use crate::manifest::{FailPolicy, Manifest};
+use crate::packet::Packet;
 use crate::resources::Resources;
 use crate::service::{Action, Context, Service, ServiceConfig, ServiceFactory};
 use serde::Deserialize;
@@ -67,7 +67,11 @@ impl ServiceFactory for Fixed {
 impl ServiceConfig for AcceptConfig {
     const KIND: &'static str = "accept";
     fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, crate::InvalidConfig> {
-        Ok(Arc::new(Fixed::new("accept", Action::Accept, FailPolicy::Open)))
+        Ok(Arc::new(Fixed::new(
+            "accept",
+            Action::Accept,
+            FailPolicy::Open,
+        )))
     }
 }
 
@@ -75,7 +79,11 @@ impl ServiceConfig for DropConfig {
     const KIND: &'static str = "drop";
     fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, crate::InvalidConfig> {
         // Its point is to stop traffic: with relayd down, the traffic stays stopped.
-        Ok(Arc::new(Fixed::new("drop", Action::Drop, FailPolicy::Closed)))
+        Ok(Arc::new(Fixed::new(
+            "drop",
+            Action::Drop,
+            FailPolicy::Closed,
+        )))
     }
 }
 

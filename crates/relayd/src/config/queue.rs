@@ -361,9 +361,9 @@ fn set_kernel(q: &RawQueue, chain: &[(String, Arc<dyn ServiceFactory>)], queue: 
         queue.batch = *b.get_ref();
     }
     queue.conntrack = chain.iter().any(|(_, s)| s.manifest().conntrack);
-    let held = chain
-        .iter()
-        .fold(0u32, |sum, (_, s)| sum.saturating_add(s.manifest().max_held));
+    let held = chain.iter().fold(0u32, |sum, (_, s)| {
+        sum.saturating_add(s.manifest().max_held)
+    });
     if held == 0 {
         return;
     }

@@ -173,7 +173,8 @@ impl ServiceConfig for EncryptConfig {
             manifest: Manifest::new(),
         };
         // Transport mode keeps the IP header, so the room depends on its length.
-        let mss = |ip: usize| (f.max_inner(ip).saturating_sub(ip + tcp::HEADER_LEN)).min(65535) as u16;
+        let mss =
+            |ip: usize| (f.max_inner(ip).saturating_sub(ip + tcp::HEADER_LEN)).min(65535) as u16;
         f.manifest = Manifest {
             // Hiding traffic is its point: with relayd down it stays stopped.
             fail_policy: FailPolicy::Closed,

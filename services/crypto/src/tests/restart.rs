@@ -49,7 +49,10 @@ fn a_restarted_sender_resumes_past_every_number_it_used() {
     // The same SPI with a new key is a new SA: it starts at 1.
     let k2 = key_file("restart-out2", cipher);
     std::fs::copy(&k2, &k).unwrap();
-    let mut enc = cfg().into_factory("e").unwrap().build(&Counters::new(), &relay_core::Resources::new());
+    let mut enc = cfg()
+        .into_factory("e")
+        .unwrap()
+        .build(&Counters::new(), &relay_core::Resources::new());
     assert_eq!(seq_of(&mut enc), Some(1), "a new key");
 }
 
