@@ -4,11 +4,14 @@
 //!
 //! Why the types live here, in the service contract crate, and not in relayd: services
 //! must not depend on the daemon (DESIGN.md), so the words they describe their needs with
-//! sit below both. They are vocabulary only, with no behaviour: relayd alone turns a
-//! manifest into iptables rules, qdiscs, state directories, opened files, started
-//! resources and a capability set, and reads nothing else of a service (see
-//! `crates/relayd/src/setup.rs`). A new need is one field here and its setup there; a new
-//! service that only combines existing needs changes nothing in relayd.
+//! sit below both. They are vocabulary only, plain data with no behaviour and no I/O:
+//! relayd alone turns a manifest into queue settings (`config/queue.rs`: fail policy,
+//! copy range, GSO, conntrack, hold capacity), iptables rules (`rules.rs`, `config/tproxy.rs`:
+//! MSS clamp, TPROXY diversion, mark checks), tc trees (`qos.rs`), state directories
+//! (`state_dirs.rs`), a capability set (`privilege.rs`) and the resources handed to
+//! `build` (`resources.rs`: the queue monitor, opened log files), and it reads nothing else
+//! of a service. A new need is one field here and its setup there; a new service that only
+//! combines existing needs changes nothing in relayd.
 
 use crate::qos::QosPlan;
 use std::any::Any;

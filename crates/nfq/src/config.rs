@@ -31,7 +31,7 @@ pub struct QueueConfig {
     /// Answer a batch of identical plain verdicts with one NFQNL_MSG_VERDICT_BATCH.
     pub batch_verdicts: bool,
     /// Ask the kernel for each packet's conntrack state (NFQA_CFG_F_CONNTRACK, set when a
-    /// service [needs it](relay_core::ServiceFactory::needs_conntrack)). A kernel without
+    /// service [needs it](relay_core::Manifest::conntrack)). A kernel without
     /// CONFIG_NETFILTER_NETLINK_GLUE_CT refuses the flag: the queue then runs without it
     /// (see [`Queue::kernel_conntrack`](crate::Queue::kernel_conntrack)) and only `ct_mark_bits` can tell the state.
     pub conntrack: bool,
@@ -60,7 +60,7 @@ pub struct QueueConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HoldConfig {
     /// The most packets held at once (0: a hold is always an overflow). Set it to the sum
-    /// of the queue's services' [`max_held`](relay_core::ServiceFactory::max_held).
+    /// of the queue's services' [`max_held`](relay_core::Manifest::max_held).
     pub max_packets: u32,
     /// The most bytes held at once (packet lengths, copied or not).
     pub max_bytes: usize,
