@@ -43,13 +43,13 @@ struct Pending {
     started: BTreeMap<u16, Running>,
 }
 
-/// The steps that bring the daemon to `new`.
-fn plan(d: &Daemon, new: &Config) -> Vec<Step> {
+/// The steps that bring a daemon whose split proxy routing is `routing` to `new`.
+fn plan(routing: Option<(u32, u32)>, new: &Config) -> Vec<Step> {
     let mut steps = vec![Step::Trees, Step::Xdp, Step::NewQueues];
     // Removing the routing of a configuration without a split proxy waits for the
     // commit: connections split until then still need it.
     if new.tproxy.is_some() {
-        steps.push(Step::Routing { before: d.routing });
+        steps.push(Step::Routing { before: routing });
     }
     steps.push(Step::Rules);
     steps
@@ -133,7 +133,7 @@ impl Daemon {
             res,
             started: BTreeMap::new(),
         };
-        let steps = plan(self, &new);
+        let steps = plan(self.routing, &new);
         for (i, step) in steps.iter().enumerate() {
             if let Err(e) = step.apply(self, &new, &mut p) {
                 for s in steps[..=i].iter().rev() {
@@ -249,5 +249,42 @@ impl Daemon {
         ) {
             tracing::error!("restoring the previous XDP ports failed too: {e:#}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::Registry;
+    use std::path::Path;
+
+    fn config(text: &str) -> Config {
+        crate::config::parse(text, Path::new("t.toml"), &Registry::with_builtins()).unwrap()
+    }
+
+    /// Classes before the queues that mark for them, queues before the rules that feed
+    /// them; the split proxy's routing only where the new configuration has one.
+    #[test]
+    fn the_plan_orders_the_steps_and_routes_only_for_a_split_proxy() {
+        let plain = config("[[queue]]\nnum = 0\nhook = \"forward\"\nservices = [\"accept\"]\n");
+        assert_eq!(
+            plan(Some((100, 200)), &plain),
+            [Step::Trees, Step::Xdp, Step::NewQueues, Step::Rules]
+        );
+        let split = config(
+            "[[queue]]\nnum = 0\nhook = \"prerouting\"\ntable = \"raw\"\n\
+             match = \"-p tcp --syn\"\nservices = [\"split\"]\n\n\
+             [service.split]\nkind = \"tcpsplit\"\nports = [5201]\n",
+        );
+        assert_eq!(
+            plan(None, &split),
+            [
+                Step::Trees,
+                Step::Xdp,
+                Step::NewQueues,
+                Step::Routing { before: None },
+                Step::Rules
+            ]
+        );
     }
 }
