@@ -11,8 +11,6 @@ use crate::rules;
 use crate::status::{KernelStatus, QueueStatus, ServiceStatus, Status};
 use crate::xdp::XdpPorts;
 use anyhow::{Context as _, bail};
-
-mod reload;
 use relay_control::IpVersion;
 use relay_control::tc::Tc;
 use relay_core::StageMark;
@@ -20,6 +18,8 @@ use relay_core::{Chain, ChainSettings, Counter, CounterKind, Counters, QueueCoun
 use relay_nfq::{Queue, QueueConfig};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
+
+mod reload;
 
 struct Running {
     queue: Queue,
