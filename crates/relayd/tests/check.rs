@@ -69,6 +69,22 @@ fn check_writes_no_file_and_starts_no_thread() {
         "the EVE log was made"
     );
     assert!(!state.exists(), "the ESP state directory was made");
+    // What the manifests say the services will write (queue order: ids, enc), none of it
+    // there yet.
+    let cfg = relayd::config::load(&config, &relayd::Registry::with_builtins()).unwrap();
+    let writes: Vec<PathBuf> = cfg
+        .queues
+        .iter()
+        .flat_map(|q| q.services.iter())
+        .flat_map(|(_, f)| {
+            f.manifest()
+                .writes()
+                .map(Path::to_path_buf)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(writes, [eve.clone(), state.clone()]);
+    assert!(writes.iter().all(|p| !p.exists()), "{writes:?}");
     assert_eq!(tree(&base), files, "relayd check wrote a file");
     std::fs::remove_dir_all(&base).unwrap();
 }
