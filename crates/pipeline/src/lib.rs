@@ -51,7 +51,7 @@ use std::time::Instant;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HoldConfig {
     /// The most packets held at once (0: a hold is always an overflow). Set it to the sum
-    /// of the queue's services' [`max_held`](relay_core::ServiceFactory::max_held).
+    /// of the queue's services' [`max_held`](relay_core::Manifest::max_held).
     pub max_packets: u32,
     /// The most bytes held at once (packet lengths, copied or not).
     pub max_bytes: usize,

@@ -228,41 +228,7 @@ pub fn main_with(registry: Registry) -> ExitCode {
                 }
             }
         }
-        Command::Check { config } => {
-            let cfg = match load(&config, &registry) {
-                Ok(c) => c,
-                Err(code) => return code,
-            };
-            cfg.warnings.iter().for_each(|w| eprintln!("warning: {w}"));
-            match rules::validate(&cfg) {
-                Err(e) => {
-                    eprintln!("{e}");
-                    ExitCode::from(2)
-                }
-                Ok(warning) => {
-                    if let Some(w) = warning {
-                        eprintln!("warning: iptables matches not checked: {w}");
-                    }
-                    println!(
-                        "{}",
-                        crate::privilege::describe(&crate::privilege::needed(&cfg))
-                    );
-                    let n: usize = cfg.queues.iter().map(|q| q.nums().count()).sum();
-                    let xdp = if cfg.xdp.is_empty() {
-                        String::new()
-                    } else {
-                        let x: usize = cfg.xdp.iter().map(|x| x.nums().count()).sum();
-                        format!(", {} xdp entries, {x} XDP queues", cfg.xdp.len())
-                    };
-                    println!(
-                        "{}: ok ({} queue entries, {n} queues{xdp})",
-                        config.display(),
-                        cfg.queues.len()
-                    );
-                    ExitCode::SUCCESS
-                }
-            }
-        }
+        Command::Check { config } => check(&config, &registry),
         Command::Rules { config } => {
             let cfg = match load(&config, &registry) {
                 Ok(c) => c,
@@ -332,11 +298,6 @@ pub fn main_with(registry: Registry) -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            // Offline: adaptive services read this fixed queue instead of the kernel's.
-            relay_netlink::QueueMonitor::set_shared(relay_netlink::QueueMonitor::fixed(
-                backlog_bytes,
-                rate,
-            ));
             let cfg = match load(&config, &registry) {
                 Ok(c) => c,
                 Err(code) => return code,
@@ -346,6 +307,8 @@ pub fn main_with(registry: Registry) -> ExitCode {
                 queue,
                 write,
                 json,
+                // Offline: adaptive services read this fixed queue instead of the kernel's.
+                egress: (backlog_bytes, rate),
             };
             let stdout = std::io::stdout();
             match crate::replay::run(&cfg, &opts, &mut stdout.lock()) {
@@ -486,6 +449,46 @@ pub fn main_with(registry: Registry) -> ExitCode {
     }
 }
 
+/// `relayd check`: loads and checks `config` as `relayd run` would, says which
+/// capabilities it needs, and does nothing else: building the services' factories opens
+/// no file for writing and starts no thread (what they need is made by a running relayd,
+/// from their manifests).
+pub fn check(config: &Path, registry: &Registry) -> ExitCode {
+    let cfg = match load(config, registry) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    cfg.warnings.iter().for_each(|w| eprintln!("warning: {w}"));
+    match rules::validate(&cfg) {
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::from(2)
+        }
+        Ok(warning) => {
+            if let Some(w) = warning {
+                eprintln!("warning: iptables matches not checked: {w}");
+            }
+            println!(
+                "{}",
+                crate::privilege::describe(&crate::privilege::needed(&cfg))
+            );
+            let n: usize = cfg.queues.iter().map(|q| q.nums().count()).sum();
+            let xdp = if cfg.xdp.is_empty() {
+                String::new()
+            } else {
+                let x: usize = cfg.xdp.iter().map(|x| x.nums().count()).sum();
+                format!(", {} xdp entries, {x} XDP queues", cfg.xdp.len())
+            };
+            println!(
+                "{}: ok ({} queue entries, {n} queues{xdp})",
+                config.display(),
+                cfg.queues.len()
+            );
+            ExitCode::SUCCESS
+        }
+    }
+}
+
 fn load(path: &Path, registry: &Registry) -> Result<Config, ExitCode> {
     config::load(path, registry).map_err(|e: ConfigErrors| {
         eprintln!("{e}");
@@ -567,10 +570,13 @@ async fn serve(cfg: Config, registry: Registry) -> anyhow::Result<()> {
                 if unsafe { libc::geteuid() } == 0 {
                     crate::state_dirs::prepare(&cfg, user).map_err(anyhow::Error::msg)?;
                 }
+                // The services' log files, opened as root as the state directories are
+                // made; their writers start after the drop, as the user.
+                let logs = crate::resources::open_logs(&cfg)?;
                 drop_privileges(user, &crate::privilege::needed_set(&cfg))?;
-                Ok(lock)
+                Ok((lock, logs))
             })
-            .and_then(|lock| Daemon::start_locked(cfg, lock)),
+            .and_then(|(lock, logs)| Daemon::start_opened(cfg, lock, logs)),
     };
     let daemon = match started {
         Ok(d) => Arc::new(Mutex::new(Some(d))),

@@ -6,6 +6,7 @@
 use crate::config::{Config, ListenerSpec, QueueSpec};
 use crate::listeners::{self, Listeners};
 use crate::qos::{self, QosSet};
+use crate::resources::{self, OpenLogs, Provider, ServiceResources};
 use crate::rules;
 use crate::status::{KernelStatus, QueueStatus, ServiceStatus, Status};
 use crate::xdp::XdpPorts;
@@ -17,6 +18,8 @@ use relay_core::{Chain, ChainSettings, Counter, CounterKind, Counters, QueueCoun
 use relay_nfq::{Queue, QueueConfig};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
+
+mod reload;
 
 struct Running {
     queue: Queue,
@@ -51,6 +54,10 @@ pub struct Daemon {
     qos: QosSet,
     /// The XDP ports (`[[xdp]]`), running.
     xdp: XdpPorts,
+    /// Makes the services' resources from their manifests (keeps the queue monitor).
+    provider: Provider,
+    /// The resources of the configuration in force's services.
+    resources: ServiceResources,
 }
 
 /// What a reload leaves to the caller, which runs the tokio side: listeners to drain
@@ -98,14 +105,30 @@ impl std::fmt::Debug for Daemon {
 impl CounterStore {
     /// The chain of `spec` for queue `num`, its services counting into this store.
     /// `stage_mask` is `daemon.bypass_mark`, checked to hold two bits.
-    pub(crate) fn chain(&mut self, spec: &QueueSpec, num: u16, stage_mask: u32) -> Chain {
-        self.chain_of(&spec.services, spec.malformed, spec.hook, num, stage_mask)
+    /// `res` holds what relayd made for the services from their manifests.
+    pub(crate) fn chain(
+        &mut self,
+        spec: &QueueSpec,
+        res: &ServiceResources,
+        num: u16,
+        stage_mask: u32,
+    ) -> Chain {
+        self.chain_of(
+            &spec.services,
+            res,
+            spec.malformed,
+            spec.hook,
+            num,
+            stage_mask,
+        )
     }
 
-    /// The chain of `services` for queue `num` (NFQUEUE or XDP), counting into this store.
+    /// The chain of `services` for queue `num` (NFQUEUE or XDP), counting into this store,
+    /// each service built with its resources in `res`.
     pub(crate) fn chain_of(
         &mut self,
         services: &[(String, std::sync::Arc<dyn relay_core::ServiceFactory>)],
+        res: &ServiceResources,
         malformed: relay_core::Verdict,
         hook: relay_core::Hook,
         num: u16,
@@ -122,7 +145,7 @@ impl CounterStore {
                 .entry((num, name.clone(), factory.kind()))
                 .or_default()
                 .clone();
-            chain.push(name, factory.build(&counters), packets);
+            chain.push(name, factory.build(&counters, res.of(name)), packets);
         }
         chain
     }
@@ -226,6 +249,17 @@ impl Daemon {
     /// [`Daemon::start`] with the instance lock already taken (relayd takes it as root,
     /// before it drops to `daemon.user`).
     pub fn start_locked(config: Config, lock: crate::lock::InstanceLock) -> anyhow::Result<Daemon> {
+        let logs = resources::open_logs(&config)?;
+        Daemon::start_opened(config, lock, logs)
+    }
+
+    /// [`Daemon::start_locked`] with the services' log files already opened (relayd
+    /// opens them as root, before it drops to `daemon.user`: [`resources::open_logs`]).
+    pub fn start_opened(
+        config: Config,
+        lock: crate::lock::InstanceLock,
+        logs: OpenLogs,
+    ) -> anyhow::Result<Daemon> {
         let stale = cleanup_all(&config.daemon.chain_prefix, config.daemon.iptables)?
             + cleanup_routing(&config)?;
         if stale > 0 {
@@ -247,17 +281,25 @@ impl Daemon {
             routing: None,
             qos: QosSet::new(Tc::system()),
             xdp: XdpPorts::default(),
+            provider: Provider::live(),
+            resources: ServiceResources::default(),
         };
+        // What the services need started (the queue monitor, their log writers), before
+        // anything is installed.
+        d.resources = d.provider.resources(&config, logs)?;
         // The classes before the queues that mark packets for them.
         d.qos
             .apply(qos::plans(&config).map_err(anyhow::Error::msg)?)
             .context("installing the services' tc trees")?;
-        let new = d.start_queues(&config)?;
+        let res = d.resources.clone();
+        let new = d.start_queues(&config, &res)?;
         d.queues.extend(new);
-        if let Err(e) = d
-            .xdp
-            .start(&config.xdp, &mut d.counters, config.daemon.bypass_mark)
-        {
+        if let Err(e) = d.xdp.start(
+            &config.xdp,
+            &mut d.counters,
+            &d.resources,
+            config.daemon.bypass_mark,
+        ) {
             d.stop_queues();
             return Err(e);
         }
@@ -291,7 +333,11 @@ impl Daemon {
     }
 
     /// Binds the queues of `config` that are not running yet. All or nothing.
-    fn start_queues(&mut self, config: &Config) -> anyhow::Result<BTreeMap<u16, Running>> {
+    fn start_queues(
+        &mut self,
+        config: &Config,
+        res: &ServiceResources,
+    ) -> anyhow::Result<BTreeMap<u16, Running>> {
         let mut started = BTreeMap::new();
         for spec in &config.queues {
             for num in spec.nums() {
@@ -299,7 +345,9 @@ impl Daemon {
                     continue;
                 }
                 let cfg = spec.queue_config(num);
-                let chain = self.counters.chain(spec, num, config.daemon.bypass_mark);
+                let chain = self
+                    .counters
+                    .chain(spec, res, num, config.daemon.bypass_mark);
                 let counters = self.counters.queue(num);
                 match Queue::start(&cfg, chain, counters) {
                     Ok(queue) => {
@@ -373,156 +421,6 @@ impl Daemon {
             }
         }
         Ok(())
-    }
-
-    /// Applies a new configuration without losing a packet: new queues are bound first,
-    /// the rules are swapped atomically, running queues switch chains between two batches,
-    /// and queues no longer configured are drained before they are unbound. On error the
-    /// old configuration stays in force.
-    ///
-    /// Proxy listeners whose options changed, or that are gone, are handed back to the
-    /// caller to drain, with those to start ([`ListenerChanges`]); unchanged ones keep
-    /// running.
-    pub fn reload(&mut self, new: Config) -> anyhow::Result<ListenerChanges> {
-        if new.daemon.chain_prefix != self.config.daemon.chain_prefix
-            || new.daemon.iptables != self.config.daemon.iptables
-            || new.daemon.socket != self.config.daemon.socket
-            || new.daemon.metrics != self.config.daemon.metrics
-            || new.daemon.user != self.config.daemon.user
-            || new.daemon.socket_group != self.config.daemon.socket_group
-        {
-            bail!(
-                "daemon.chain_prefix, daemon.iptables, daemon.socket, daemon.metrics, daemon.user and daemon.socket_group can only change with a restart"
-            );
-        }
-        // A queue thread's nice value can be lowered only with CAP_SYS_NICE (which a relayd
-        // running as daemon.user, or unprivileged, may lack): refuse such a reload before
-        // anything changes, rather than leave that queue on its old chain.
-        for spec in &new.queues {
-            for num in spec.nums() {
-                let Some(r) = self.queues.get(&num) else {
-                    continue;
-                };
-                let now = r.queue.effective_nice();
-                let want = spec.queue.nice.unwrap_or(r.queue.inherited_nice());
-                if want < now
-                    && !caps::has_cap(
-                        None,
-                        caps::CapSet::Effective,
-                        caps::Capability::CAP_SYS_NICE,
-                    )
-                    .unwrap_or(false)
-                {
-                    bail!(
-                        "queue {num}: lowering its nice value from {now} to {want} needs CAP_SYS_NICE, which relayd does not have; restart relayd to apply it"
-                    );
-                }
-            }
-        }
-        if let Err(e) = rules::validate(&new) {
-            bail!("{e}");
-        }
-        let trees = qos::plans(&new).map_err(anyhow::Error::msg)?;
-        if let Err(e) = self.qos.apply(trees) {
-            // Put the old classes back: the old configuration's marks select them.
-            if let Err(e2) = self.qos.apply(qos::plans(&self.config).unwrap_or_default()) {
-                tracing::error!("restoring the previous tc trees failed too: {e2:#}");
-            }
-            return Err(e.context("the old configuration stays in force"));
-        }
-        // The XDP ports first: if one cannot start, the old ones are put back and nothing
-        // else has changed.
-        if let Err(e) = self
-            .xdp
-            .reload(&new.xdp, &mut self.counters, new.daemon.bypass_mark)
-        {
-            self.restore_xdp();
-            return Err(e.context("the old configuration stays in force"));
-        }
-        // From here on, an error puts the old XDP ports back too.
-        let started = match self.start_queues(&new) {
-            Ok(s) => s,
-            Err(e) => {
-                self.restore_xdp();
-                return Err(e);
-            }
-        };
-        let old_routing = self.routing;
-        if new.tproxy.is_some()
-            && let Err(e) = self.install_routing(&new)
-        {
-            stop_all(started.into_values().map(|r| r.queue));
-            if old_routing.is_some()
-                && let Err(e2) = self.install_routing(&self.config.clone())
-            {
-                tracing::error!("restoring the previous ip rule failed too: {e2:#}");
-            }
-            self.restore_xdp();
-            return Err(e.context("the old configuration stays in force"));
-        }
-        if let Err(e) = self.install(&new) {
-            // Put the old rules back before the new queues go, so no rule points at them.
-            if let Err(e2) = self.install(&self.config) {
-                tracing::error!("restoring the previous rules failed too: {e2:#}");
-            }
-            stop_all(started.into_values().map(|r| r.queue));
-            self.restore_xdp();
-            return Err(e.context("new rules refused; the old configuration stays in force"));
-        }
-        let wanted: BTreeMap<u16, &QueueSpec> = new
-            .queues
-            .iter()
-            .flat_map(|s| s.nums().map(move |n| (n, s)))
-            .collect();
-        let bypass = new.daemon.bypass_mark;
-        for (num, r) in self.queues.iter_mut() {
-            if let Some(spec) = wanted.get(num) {
-                let cfg = spec.queue_config(*num);
-                let chain = self.counters.chain(spec, *num, bypass);
-                // Checked by the configuration already; what is left is the kernel refusing
-                // a CPU pin or a nice value (no CAP_SYS_NICE, say).
-                if let Err(e) = r.queue.update(chain, &cfg) {
-                    tracing::error!(queue = num, "queue keeps its old settings: {e}");
-                    continue;
-                }
-                r.cfg = cfg;
-                r.spec = (*spec).clone();
-            }
-        }
-        let gone: Vec<u16> = self
-            .queues
-            .keys()
-            .filter(|n| !wanted.contains_key(n))
-            .copied()
-            .collect();
-        let removed: Vec<Queue> = gone
-            .iter()
-            .filter_map(|n| self.queues.remove(n))
-            .map(|r| r.queue)
-            .collect();
-        stop_all(removed);
-        for num in gone {
-            tracing::info!(queue = num, "queue removed");
-        }
-        self.queues.extend(started);
-        if new.tproxy.is_none() {
-            self.remove_routing();
-        }
-        let (stop, start) = self.listeners.take_changed(&new.listeners);
-        self.config = new;
-        self.reloads += 1;
-        Ok(ListenerChanges { stop, start })
-    }
-
-    /// Puts the XDP ports of the configuration in force back, after a refused reload.
-    fn restore_xdp(&mut self) {
-        let old = self.config.xdp.clone();
-        if let Err(e) = self
-            .xdp
-            .reload(&old, &mut self.counters, self.config.daemon.bypass_mark)
-        {
-            tracing::error!("restoring the previous XDP ports failed too: {e:#}");
-        }
     }
 
     /// Drains a listener a reload took out of service, in the background.

@@ -15,6 +15,7 @@ pub mod privilege;
 pub mod qos;
 pub mod registry;
 pub mod replay;
+pub mod resources;
 pub mod rules;
 pub mod state_dirs;
 pub mod status;

@@ -40,6 +40,14 @@ pub enum PrivilegeError {
     Lookup(String),
 }
 
+/// The capability relayd keeps for a service's manifest's `need`, and why (after the
+/// service's name in messages).
+fn for_service(need: relay_core::Capability) -> (Capability, &'static str) {
+    match need {
+        relay_core::Capability::NetRaw => (Capability::CAP_NET_RAW, "sends packets"),
+    }
+}
+
 /// The capabilities `cfg` needs, CAP_NET_ADMIN first, each with its reasons.
 pub fn needed(cfg: &Config) -> Vec<Need> {
     let mut out = vec![Need {
@@ -62,13 +70,11 @@ pub fn needed(cfg: &Config) -> Vec<Need> {
     }
     for q in &cfg.queues {
         for (name, f) in &q.services {
-            // Services that emit packets of their own, which the datapath sends on raw
-            // sockets (ServiceFactory::emits).
-            if f.emits() {
-                add(
-                    Capability::CAP_NET_RAW,
-                    format!("service {name} sends packets"),
-                );
+            // What the services' manifests ask for (a service that emits packets of its
+            // own, which the datapath sends on raw sockets: CAP_NET_RAW).
+            for need in f.manifest().capabilities() {
+                let (cap, why) = for_service(need);
+                add(cap, format!("service {name} {why}"));
             }
         }
     }
@@ -93,11 +99,9 @@ pub fn needed(cfg: &Config) -> Vec<Need> {
             format!("xdp on {on} locks its sockets' memory"),
         );
         for (name, f) in &x.services {
-            if f.emits() {
-                add(
-                    Capability::CAP_NET_RAW,
-                    format!("service {name} sends packets"),
-                );
+            for need in f.manifest().capabilities() {
+                let (cap, why) = for_service(need);
+                add(cap, format!("service {name} {why}"));
             }
         }
     }

@@ -1,6 +1,7 @@
-//! The tc trees the configured services declare ([`ServiceFactory::qos`]): installed when
-//! relayd starts, brought in line on reload (only the differing classes change), removed on
-//! exit and by `relayd cleanup`, and their per-class counters shown by `relayd status`.
+//! The tc trees the configured services declare in their manifests
+//! ([`Manifest::qos`](relay_core::Manifest::qos)): installed when relayd starts, brought in
+//! line on reload (only the differing classes change), removed on exit and by `relayd
+//! cleanup`, and their per-class counters shown by `relayd status`.
 
 use crate::config::Config;
 use relay_control::tc::{self, HtbClass, HtbPlan, Tc};
@@ -61,10 +62,10 @@ pub fn plans(config: &Config) -> Result<Vec<HtbPlan>, String> {
         .iter()
         .flat_map(|q| q.services.iter())
         .filter_map(|(name, f): &(String, std::sync::Arc<dyn ServiceFactory>)| {
-            f.qos().map(|p| (name, p))
+            f.manifest().qos.as_ref().map(|p| (name, p))
         });
     for (name, plan) in services {
-        let plan = htb(&plan);
+        let plan = htb(plan);
         plan.validate()
             .map_err(|e| format!("service `{name}`: {e}"))?;
         match out.iter().find(|(_, p)| p.dev == plan.dev) {

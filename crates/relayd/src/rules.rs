@@ -162,7 +162,7 @@ fn pre_rules(q: &QueueSpec, ct: CtMarkBits) -> Vec<PreRule> {
     let clamps: Vec<MssClamp> = q
         .services
         .iter()
-        .filter_map(|(_, s)| s.clamp_mss())
+        .filter_map(|(_, s)| s.manifest().clamp_mss)
         .collect();
     for (family, mss) in [
         (IpVersion::V4, clamps.iter().map(|c| c.ipv4).min()),

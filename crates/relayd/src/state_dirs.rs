@@ -14,7 +14,7 @@ pub fn of(cfg: &Config) -> Vec<PathBuf> {
         .iter()
         .flat_map(|q| q.services.iter())
         .chain(cfg.xdp.iter().flat_map(|x| x.services.iter()))
-        .flat_map(|(_, f)| f.state_dirs())
+        .flat_map(|(_, f)| f.manifest().state_dirs.iter().cloned())
         .collect();
     dirs.sort();
     dirs.dedup();

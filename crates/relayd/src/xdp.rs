@@ -10,6 +10,7 @@
 
 use crate::config::XdpSpec;
 use crate::daemon::CounterStore;
+use crate::resources::ServiceResources;
 use crate::status::{QueueStatus, XdpStatus};
 use anyhow::Context as _;
 use relay_core::{Chain, QueueCounters};
@@ -33,12 +34,14 @@ impl std::fmt::Debug for XdpPorts {
 /// The chain, counters and XDP counters of queue `num` of `spec`.
 fn parts(
     counters: &mut CounterStore,
+    res: &ServiceResources,
     spec: &XdpSpec,
     num: u16,
     stage_mask: u32,
 ) -> (Chain, QueueCounters, XdpCounters) {
     let chain = counters.chain_of(
         &spec.services,
+        res,
         spec.malformed,
         relay_core::Hook::Prerouting,
         num,
@@ -55,6 +58,7 @@ impl XdpPorts {
         &mut self,
         specs: &[XdpSpec],
         counters: &mut CounterStore,
+        res: &ServiceResources,
         stage_mask: u32,
     ) -> anyhow::Result<()> {
         let mut started = Vec::new();
@@ -62,7 +66,7 @@ impl XdpPorts {
             if self.ports.contains_key(&spec.port.interface) {
                 continue;
             }
-            let mut chains = |num| parts(counters, spec, num, stage_mask);
+            let mut chains = |num| parts(counters, res, spec, num, stage_mask);
             match XdpPort::start(&spec.port, &mut chains) {
                 Ok(port) => {
                     let names: Vec<&str> = spec.services.iter().map(|(n, _)| n.as_str()).collect();
@@ -94,6 +98,7 @@ impl XdpPorts {
         &mut self,
         new: &[XdpSpec],
         counters: &mut CounterStore,
+        res: &ServiceResources,
         stage_mask: u32,
     ) -> anyhow::Result<()> {
         let wanted: BTreeMap<&str, &XdpSpec> =
@@ -103,7 +108,7 @@ impl XdpPorts {
             match wanted.get(interface.as_str()) {
                 Some(spec) if self.ports[&interface].1.port == spec.port => {
                     let (port, old) = self.ports.get_mut(&interface).expect("running");
-                    let mut chains = |num| parts(counters, spec, num, stage_mask);
+                    let mut chains = |num| parts(counters, res, spec, num, stage_mask);
                     port.update(&mut chains);
                     *old = (*spec).clone();
                 }
@@ -113,7 +118,7 @@ impl XdpPorts {
                 None => self.stop_one(&interface, false),
             }
         }
-        self.start(new, counters, stage_mask)
+        self.start(new, counters, res, stage_mask)
     }
 
     /// Stops the port on `interface`; `restart`: leave its program attached

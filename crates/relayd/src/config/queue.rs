@@ -286,11 +286,11 @@ fn check_policy(
 ) -> Verdict {
     let wants_closed = chain
         .iter()
-        .any(|(_, s)| s.fail_policy() == FailPolicy::Closed);
+        .any(|(_, s)| s.manifest().fail_policy == FailPolicy::Closed);
     let fail_open = q.fail_open.unwrap_or(!wants_closed);
     let rewriter = chain
         .iter()
-        .find(|(_, s)| s.rewrites_payload())
+        .find(|(_, s)| s.manifest().rewrites_payload)
         .map(|(n, _)| n.clone());
     let gso = match (&q.gso, &rewriter) {
         (Some(g), Some(r)) if *g.get_ref() => {
@@ -360,10 +360,10 @@ fn set_kernel(q: &RawQueue, chain: &[(String, Arc<dyn ServiceFactory>)], queue: 
     if let Some(b) = &q.batch {
         queue.batch = *b.get_ref();
     }
-    queue.conntrack = chain.iter().any(|(_, s)| s.needs_conntrack());
-    let held = chain
-        .iter()
-        .fold(0u32, |sum, (_, s)| sum.saturating_add(s.max_held()));
+    queue.conntrack = chain.iter().any(|(_, s)| s.manifest().conntrack);
+    let held = chain.iter().fold(0u32, |sum, (_, s)| {
+        sum.saturating_add(s.manifest().max_held)
+    });
     if held == 0 {
         return;
     }
@@ -384,7 +384,7 @@ fn default_copy_range(chain: &[(String, Arc<dyn ServiceFactory>)]) -> Option<u32
     chain
         .iter()
         .try_fold(relay_core::builtin::HEADER_BYTES, |acc, (_, s)| {
-            s.needs_bytes().map(|n| acc.max(n))
+            s.manifest().needs_bytes.map(|n| acc.max(n))
         })
 }
 
@@ -462,7 +462,7 @@ fn report_kernel(
     } else if let Some(c) = copy_range
         && let Some((name, _)) = chain
             .iter()
-            .find(|(_, s)| s.needs_bytes().is_none_or(|n| n > *c.get_ref()))
+            .find(|(_, s)| s.manifest().needs_bytes.is_none_or(|n| n > *c.get_ref()))
     {
         cx.err(
             Some(c.span()),
@@ -516,7 +516,7 @@ fn check_conntrack(
     chain: &[(String, Arc<dyn ServiceFactory>)],
     table: Table,
 ) {
-    let reader = chain.iter().find(|(_, s)| s.needs_conntrack());
+    let reader = chain.iter().find(|(_, s)| s.manifest().conntrack);
     if let (Some((name, _)), Table::Raw) = (reader, table) {
         cx.err(
             q.table.as_ref().map(|t| t.span()),

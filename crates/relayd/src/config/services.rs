@@ -107,7 +107,7 @@ fn read_service<'a>(
         Some(Err(BuildError::Options(e))) => section_error(cx, &field, &e, body.span()),
         Some(Err(BuildError::Invalid(msg))) => cx.err(Some(body.span()), field, msg),
         Some(Ok(factory)) => {
-            let bits = factory.mark_bits() & stage_mask;
+            let bits = factory.manifest().mark_bits & stage_mask;
             if bits != 0 {
                 cx.err(
                     Some(body.span()),

@@ -1,5 +1,5 @@
 //! The split proxy's transparent diversion: the services in the queues that ask for one
-//! ([`relay_core::ServiceFactory::proxy_diversion`]; `tcpsplit` does), the TPROXY rules
+//! ([`relay_core::Manifest::proxy`]; `tcpsplit` does), the TPROXY rules
 //! and policy route that divert the connections they mark, and the transparent listener
 //! those connections reach (a `tproxy` section's, or one implied). Nothing here knows a
 //! service kind: what a diverting service needs comes from its factory.
@@ -10,7 +10,7 @@ use super::listeners::{ListenerKind, ListenerSpec};
 use super::queue::QueueSpec;
 use super::services::{ListenerSection, ServiceEntry};
 use relay_control::{Hook, IpVersion, Table};
-use relay_core::service::ProxyDiversion;
+use relay_core::ProxyDiversion;
 use relay_proxy::TransparentConfig;
 use relay_proxy::tproxy::{Divert, TproxySpec};
 use std::collections::BTreeMap;
@@ -62,7 +62,7 @@ pub(super) fn diverters(
     let mut families: Vec<IpVersion> = Vec::new();
     for q in queues {
         for (name, f) in &q.services {
-            let Some(div) = f.proxy_diversion() else {
+            let Some(div) = f.manifest().proxy else {
                 continue;
             };
             let kind = f.kind();
@@ -415,8 +415,10 @@ fn check_listen(
 mod tests {
     use crate::config::{ConfigError, ListenerKind, parse};
     use crate::registry::Registry;
-    use relay_core::service::ProxyDiversion;
-    use relay_core::{Action, Context, Counters, Packet, Service, ServiceConfig, ServiceFactory};
+    use relay_core::{
+        Action, Context, Counters, Manifest, Packet, ProxyDiversion, Resources, Service,
+        ServiceConfig, ServiceFactory,
+    };
     use std::path::Path;
     use std::sync::Arc;
 
@@ -430,7 +432,7 @@ mod tests {
         repeat: bool,
     }
 
-    struct DivertFactory(ProxyDiversion);
+    struct DivertFactory(Manifest);
 
     struct Pass;
 
@@ -445,11 +447,11 @@ mod tests {
             "divert-test"
         }
 
-        fn proxy_diversion(&self) -> Option<ProxyDiversion> {
-            Some(self.0)
+        fn manifest(&self) -> &Manifest {
+            &self.0
         }
 
-        fn build(&self, _: &Counters) -> Box<dyn Service> {
+        fn build(&self, _: &Counters, _: &Resources) -> Box<dyn Service> {
             Box::new(Pass)
         }
     }
@@ -461,11 +463,14 @@ mod tests {
             self,
             _name: &str,
         ) -> Result<Arc<dyn ServiceFactory>, relay_core::InvalidConfig> {
-            Ok(Arc::new(DivertFactory(ProxyDiversion {
-                mark: self.mark,
-                repeat: self.repeat,
-                mptcp: true,
-                transparent_source: false,
+            Ok(Arc::new(DivertFactory(Manifest {
+                proxy: Some(ProxyDiversion {
+                    mark: self.mark,
+                    repeat: self.repeat,
+                    mptcp: true,
+                    transparent_source: false,
+                }),
+                ..Manifest::new()
             })))
         }
     }

@@ -99,11 +99,11 @@ struct RawMatch {
 
 /// Why a service cannot run on an XDP queue, if it cannot: what it needs of netfilter.
 pub(crate) fn needs_netfilter(f: &dyn ServiceFactory) -> Option<&'static str> {
-    if f.needs_conntrack() {
+    if f.manifest().conntrack {
         Some("it reads conntrack state (the IDS `flow` keyword), which only a netfilter queue has")
-    } else if f.max_held() > 0 {
+    } else if f.manifest().max_held > 0 {
         Some("it holds packets for a later verdict, which only NFQUEUE gives")
-    } else if f.proxy_diversion().is_some() {
+    } else if f.manifest().proxy.is_some() {
         Some("it diverts connections with TPROXY, a netfilter target")
     } else {
         None
@@ -216,7 +216,7 @@ pub(super) fn check_xdp(
     }
     let wants_closed = chain
         .iter()
-        .any(|(_, s)| s.fail_policy() == FailPolicy::Closed);
+        .any(|(_, s)| s.manifest().fail_policy == FailPolicy::Closed);
     let fail_open = x.fail_open.unwrap_or(!wants_closed);
     let malformed =
         super::queue::malformed_policy(cx, field("malformed"), x.malformed.as_ref(), fail_open);

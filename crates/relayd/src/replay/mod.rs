@@ -39,6 +39,9 @@ pub struct ReplayOptions {
     pub write: Option<PathBuf>,
     /// One JSON object per packet verdict on standard output.
     pub json: bool,
+    /// The egress queue adaptive services see, for every interface: bytes waiting and
+    /// rate in bytes/s (0: none). Offline, so a fixed one instead of the kernel's.
+    pub egress: (u32, u64),
 }
 
 /// Headroom in front of a packet in the replay's buffer, and room behind it (services
@@ -194,7 +197,11 @@ pub fn run(cfg: &Config, opts: &ReplayOptions, out: &mut dyn Write) -> anyhow::R
     };
     let num = opts.queue.unwrap_or(spec.first);
     let mut store = CounterStore::default();
-    let chain = store.chain(spec, num, cfg.daemon.bypass_mark);
+    let (backlog, rate) = opts.egress;
+    let monitor = relay_netlink::QueueMonitor::fixed(backlog, rate);
+    let res = crate::resources::Provider::fixed(monitor)
+        .resources(cfg, crate::resources::open_logs(cfg)?)?;
+    let chain = store.chain(spec, &res, num, cfg.daemon.bypass_mark);
     let q = store.queue(num);
     let mut capture = Capture::open(&opts.pcap)?;
     let writer = match &opts.write {

@@ -221,18 +221,23 @@ fn kernel_limits_name_their_key() {
 #[derive(serde::Deserialize)]
 struct CtConfig {}
 
-struct CtFactory;
+/// Its manifest asks for conntrack.
+struct CtFactory(relay_core::Manifest);
 
 impl relay_core::ServiceFactory for CtFactory {
     fn kind(&self) -> &'static str {
         "ct-test"
     }
 
-    fn needs_conntrack(&self) -> bool {
-        true
+    fn manifest(&self) -> &relay_core::Manifest {
+        &self.0
     }
 
-    fn build(&self, _: &relay_core::Counters) -> Box<dyn relay_core::Service> {
+    fn build(
+        &self,
+        _: &relay_core::Counters,
+        _: &relay_core::Resources,
+    ) -> Box<dyn relay_core::Service> {
         Box::new(Pass)
     }
 }
@@ -256,7 +261,10 @@ impl relay_core::ServiceConfig for CtConfig {
         self,
         _name: &str,
     ) -> Result<std::sync::Arc<dyn relay_core::ServiceFactory>, relay_core::InvalidConfig> {
-        Ok(std::sync::Arc::new(CtFactory))
+        Ok(std::sync::Arc::new(CtFactory(relay_core::Manifest {
+            conntrack: true,
+            ..relay_core::Manifest::new()
+        })))
     }
 }
 
