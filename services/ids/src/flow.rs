@@ -28,22 +28,24 @@
 //!   cannot push out established ones; if there is none, the new flow is not tracked
 //!   ([`FlowTable::packet`] returns `None`, counted in `flow_overflow`).
 //! - stream memory: the shared [`MemBudget`] (memcap 64 MiB) and the per-direction
-//!   [`StreamLimits`], see [`crate::stream`].
+//!   [`StreamLimits`], see [`crate::flow::stream`].
 
+mod dir;
 mod judge;
+pub mod stream;
 mod tcp;
 #[cfg(test)]
 mod tests;
 
+pub use dir::Dir;
 pub use judge::{Invalid, StreamEvent, TcpOptions};
 pub use tcp::{TcpState, tcp_fast_open};
 
-use crate::applayer::Dir;
-use crate::hostos::PolicyMap;
-use crate::stream::StreamLimits;
-use crate::stream::{
+use crate::flow::stream::StreamLimits;
+use crate::flow::stream::{
     DEFAULT_MEMCAP, MemBudget, SegmentResult, Stream, StreamCounters, StreamPolicy,
 };
+use crate::hostos::PolicyMap;
 use relay_core::wire::proto;
 use relay_core::{Counter, Counters};
 use std::collections::{HashMap, VecDeque};

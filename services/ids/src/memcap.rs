@@ -1,5 +1,5 @@
 //! A memory cap: bytes charged against a bound, refused past it, credited back when freed,
-//! with a gauge of the use. The stream memcap ([`crate::stream::MemBudget`]) and the
+//! with a gauge of the use. The stream memcap ([`crate::flow::stream::MemBudget`]) and the
 //! application-layer one ([`crate::applayer::budget::AppBudget`]) are each one of these.
 
 use relay_core::Counter;

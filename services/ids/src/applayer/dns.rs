@@ -41,7 +41,7 @@ use std::collections::VecDeque;
 use thiserror::Error;
 
 use super::{Dir, Progress, Transaction};
-use crate::buffer::Buffer;
+use crate::applayer::buffer::Buffer;
 pub use wire::WireError;
 
 /// The most transactions kept per flow.

@@ -1,11 +1,14 @@
 //! Application-layer parsing over reassembled TCP streams and UDP datagrams: protocol
 //! detection and the HTTP/1.x, DNS and TLS parsers that fill the buffers of
-//! [`crate::buffer::Buffer`] for the rules.
+//! [`crate::applayer::buffer::Buffer`] for the rules.
 //!
 //! The vocabulary shared by the parsers and the engine lives here: which protocol a flow
 //! speaks, which direction a byte travels, and how far a transaction has got.
 
+pub use crate::flow::Dir;
+
 pub mod budget;
+pub mod buffer;
 pub mod detect;
 pub mod dns;
 pub mod tls;
@@ -29,30 +32,6 @@ impl AppProto {
             AppProto::Http => "http",
             AppProto::Tls => "tls",
             AppProto::Dns => "dns",
-        }
-    }
-}
-
-/// The direction of a packet or of stream bytes within its flow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Dir {
-    /// From the client (the side that opened the flow) to the server.
-    ToServer,
-    /// From the server to the client.
-    ToClient,
-}
-
-impl Dir {
-    /// Index 0 (to server) or 1 (to client), for per-direction arrays.
-    pub fn index(self) -> usize {
-        self as usize
-    }
-
-    /// The other direction.
-    pub fn reverse(self) -> Dir {
-        match self {
-            Dir::ToServer => Dir::ToClient,
-            Dir::ToClient => Dir::ToServer,
         }
     }
 }
@@ -89,7 +68,7 @@ pub trait Transaction {
     /// is absent (not of this protocol, or not seen yet).
     fn for_each(
         &self,
-        b: crate::buffer::Buffer,
+        b: crate::applayer::buffer::Buffer,
         dir: Dir,
         f: &mut dyn FnMut(&[u8]) -> bool,
     ) -> bool;

@@ -43,7 +43,7 @@ use tls_parser::{
 };
 
 use super::{Dir, Progress, Transaction};
-use crate::buffer::Buffer;
+use crate::applayer::buffer::Buffer;
 
 /// The largest record body accepted (Suricata's `SSLV3_RECORD_MAX_LEN`).
 pub const MAX_RECORD_LEN: usize = (1 << 14) + 1024;

@@ -26,7 +26,7 @@ mod tunnel;
 pub use defrag::{DEFAULT_FRAG_MEMCAP, DefragLimits};
 pub use tunnel::TunnelPorts;
 
-use crate::engine::Outcome;
+use crate::outcome::{Outcome, stricter};
 use defrag::{Counts, Defrag, Step};
 use relay_core::wire::{Ipv4Packet, Ipv6Packet, ipv4};
 use relay_core::{Counter, Counters, Packet, PacketMeta};
@@ -61,22 +61,6 @@ impl Default for DecodeOptions {
             drop_invalid: true,
         }
     }
-}
-
-/// The strictness of an outcome: the outer packet gets the strictest of its layers'.
-fn rank(o: Outcome) -> u8 {
-    match o {
-        Outcome::Clean => 0,
-        Outcome::Pass => 1,
-        Outcome::Alert => 2,
-        Outcome::Drop => 3,
-        Outcome::Reject => 4,
-    }
-}
-
-/// The stricter of two outcomes.
-pub(crate) fn stricter(a: Outcome, b: Outcome) -> Outcome {
-    if rank(b) > rank(a) { b } else { a }
 }
 
 #[derive(Debug)]

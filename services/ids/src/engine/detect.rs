@@ -25,25 +25,26 @@ use super::app::{
     FlowAction, FlowState, after_feed, flow_verdict, memcap_exception, progress, ready, tx_record,
 };
 use super::exception::{ExceptionCounters, ExceptionPolicy, Exceptions};
-use super::flowbits::{self, FlowBits};
 use super::packet::{PktInfo, checksum_ok, ipv6_options_ok, pkt_info};
 use super::payload::{Win, list_matches, payload_matches};
 use super::reclaim::Reclaim;
 use super::{MAX_ALERTS_PER_PACKET, Outcome, RuleSet};
 use crate::applayer::budget::{AppBudget, AppCounters, DEFAULT_APP_MEMCAP};
+use crate::applayer::buffer::Buffer;
 use crate::applayer::http::HttpLimits;
 use crate::applayer::{AppProto, Dir, Progress, Transaction};
-use crate::buffer::Buffer;
-use crate::decode::{DecodeOptions, Decoder, stricter};
+use crate::decode::{DecodeOptions, Decoder};
+use crate::engine::track::{Addrs, Tracker};
 use crate::eve::{AlertEvent, EveWriter, flow_id};
+use crate::flow::stream::Truncation;
 use crate::flow::{
     FlowCounters, FlowLimits, FlowPacket, FlowTable, Invalid, StreamEvent, TcpHeader, TcpOptions,
 };
-use crate::parse::NewAction;
+use crate::outcome::stricter;
 use crate::prefilter::{Prefilter, Scratch};
-use crate::rule::{RuleAction, RuleProto, StreamMode, Vars, port_match};
-use crate::stream::Truncation;
-use crate::track::{Addrs, Tracker};
+use crate::rules::flowbits::{self, FlowBits};
+use crate::rules::parse::NewAction;
+use crate::rules::rule::{RuleAction, RuleProto, StreamMode, Vars, port_match};
 use relay_core::{Checksum, Counter, Counters, Hook, Packet};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};

@@ -15,9 +15,9 @@
 //! ([`TcpOutcome::invalid`]) so that an inline detector drops it.
 
 use super::judge::{self, Side, Verdict};
-use crate::applayer::Dir;
+use crate::flow::Dir;
+use crate::flow::stream::{MemBudget, SegmentResult, Stream, StreamPolicy};
 use crate::flow::{Invalid, TcpHeader, TcpOptions};
-use crate::stream::{MemBudget, SegmentResult, Stream, StreamPolicy};
 use relay_core::wire::tcp::flags::{ACK, FIN, RST, SYN};
 
 /// Where a TCP flow's connection is.

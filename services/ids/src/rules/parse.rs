@@ -2,10 +2,10 @@
 //! line a rule starts on and the keyword at fault; one bad rule never stops the others.
 
 use crate::applayer::AppProto;
-use crate::buffer::Buffer;
-use crate::classify::{Classes, DEFAULT_PRIORITY};
-use crate::inspect::Bsize;
-use crate::rule::*;
+use crate::applayer::buffer::Buffer;
+use crate::rules::bytes::Bsize;
+use crate::rules::classify::{Classes, DEFAULT_PRIORITY};
+use crate::rules::rule::*;
 use std::collections::{BTreeMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -23,7 +23,7 @@ use modifiers::content_modifier;
 use threshold::*;
 use values::*;
 
-pub(crate) use threshold_file::{FileRule, NewAction, RateFilter, apply as apply_threshold_file};
+pub(crate) use threshold_file::{NewAction, RateFilter, apply as apply_threshold_file};
 
 /// A rule that could not be loaded: where it is and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

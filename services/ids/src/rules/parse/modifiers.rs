@@ -5,7 +5,7 @@
 
 use super::lists::Lists;
 use super::{PErr, kerr};
-use crate::rule::Num;
+use crate::rules::rule::Num;
 
 /// Largest `distance` / `within` (Suricata's `DETECT_CONTENT_VALUE_MAX`).
 const CONTENT_VALUE_MAX: i64 = 1024 * 1024;
