@@ -7,7 +7,7 @@
 //! the old one never interleave inside a line) and flushes when the channel runs dry and
 //! when the service is dropped.
 
-use crate::engine::RuleSet;
+use crate::rules::set::RuleSet;
 use serde::Serialize;
 use std::fs::{File, OpenOptions};
 use std::io::Write;

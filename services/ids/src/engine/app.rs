@@ -23,6 +23,7 @@
 //! transaction rules (freed with the transaction).
 
 use super::exception::Exceptions;
+pub(crate) use super::exception::FlowAction;
 use crate::applayer::buffer::Buffer;
 use crate::applayer::state::AppState;
 use crate::applayer::{Dir, Progress, Transaction};
@@ -89,25 +90,6 @@ pub(crate) fn memcap_exception(
         txs.clear();
     }
     out
-}
-
-/// What a `pass` or `drop` / `reject` match decided for the rest of its flow.
-///
-/// As in Suricata, the first to be set wins, and it is set only by a rule whose action
-/// applies to the flow: an IP-only-like rule (no payload, no packet keyword), a
-/// transaction rule, or a payload rule that matched the reassembled stream.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum FlowAction {
-    /// Inspect the flow's packets.
-    #[default]
-    Inspect,
-    /// Pass the flow's later packets uninspected.
-    Pass,
-    /// Drop the flow's later packets, without inspecting them or alerting.
-    Drop,
-    /// Reject the flow's later packets (relayd answers each, within its reject rates),
-    /// without inspecting them or alerting.
-    Reject,
 }
 
 /// Detection's record of one transaction.
