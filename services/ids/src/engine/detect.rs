@@ -371,10 +371,13 @@ impl Detector {
         };
         let mut outer = std::mem::take(&mut self.layer_matched);
         outer.clear();
-        let inner = dec.layers(pkt.data(), out, now, &mut |p| {
+        let mut layers = dec.layers(pkt.data(), now);
+        while let Some(p) = layers.next() {
             outer.extend_from_slice(&self.matched);
-            self.inspect_one(p, now)
-        });
+            let o = self.inspect_one(p, now);
+            layers.outcome(o);
+        }
+        let inner = layers.finish(out);
         if !outer.is_empty() {
             outer.extend_from_slice(&self.matched);
             std::mem::swap(&mut outer, &mut self.matched);
