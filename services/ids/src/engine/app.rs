@@ -31,7 +31,6 @@ use crate::outcome::Outcome;
 use crate::rules::flowbits::FlowBits;
 use crate::rules::set::RuleSet;
 use crate::rules::set::tx::acts_on_flow;
-pub(crate) use crate::rules::set::tx::proto_index;
 use std::collections::VecDeque;
 
 /// What the engine keeps per flow.
