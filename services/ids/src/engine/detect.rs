@@ -433,18 +433,9 @@ impl Detector {
             reclaim.run(t, app_budget, exceptions, now);
         }
         let mut fref = match flows {
-            Some(t) if p.class <= 1 && ip_invalid.is_none() => t.packet(
-                &FlowPacket {
-                    proto: p.proto,
-                    src: p.ks,
-                    dst: p.kd,
-                    sport: p.sport.unwrap_or(0),
-                    dport: p.dport.unwrap_or(0),
-                    tcp: (p.class == 0).then(|| tcp_header(&p, data, &meta, opts.normalize)),
-                    payload,
-                },
-                now,
-            ),
+            Some(t) if p.class <= 1 && ip_invalid.is_none() => {
+                stages::find_flow(t, &p, data, &meta, payload, opts.normalize, now)
+            }
             _ => None,
         };
         if let Some(f) = fref.as_ref() {
@@ -470,21 +461,9 @@ impl Detector {
             None => None,
         };
         let iponly = fs.as_ref().is_none_or(|fs| fs.iponly);
-        // The stream window that ends with this packet's new bytes, and the flow facts.
         let (win, fx) = match fs.as_mut() {
-            Some(stages::FlowStage {
-                fx,
-                stream,
-                new_bytes,
-                ..
-            }) => {
-                let win = stream.as_deref().filter(|_| *new_bytes > 0).map(|s| {
-                    let (_, bytes) = s.raw_window();
-                    Win {
-                        bytes,
-                        old: bytes.len().saturating_sub(*new_bytes),
-                    }
-                });
+            Some(fs) => {
+                let (win, fx) = fs.window();
                 (win, Some(fx))
             }
             None => (None, None),
@@ -506,20 +485,13 @@ impl Detector {
         if !passed && let Some(fs) = fs.as_mut() {
             stages::tx_rules(set, st, app_scratch, tx_cand, matched, fs, &p, payload, now);
         }
-        let mut decided_now = false;
-        let mut flow = None;
-        if let Some(fs) = fs {
-            if let Some(s) = fs.stream {
-                let upto = s.end().saturating_sub(opts.stream_lookback as u64);
-                s.consume_raw(upto);
+        let (flow, decided_now) = match fs {
+            Some(fs) => stages::settle_flow(fs, set, st, matched, over, stream_hits, &p, opts, now),
+            None => {
+                rate_filters(set, st, matched, over, &p, None, now);
+                (None, false)
             }
-            flow = Some(fs.fx.id);
-            rate_filters(set, st, matched, over, &p, flow, now);
-            *fs.action = flow_verdict(set, matched, stream_hits, over);
-            decided_now = *fs.action != FlowAction::Inspect;
-        } else {
-            rate_filters(set, st, matched, over, &p, flow, now);
-        }
+        };
         // A flow this packet decided is not inspected again: its parser and streams are
         // freed now rather than when it times out (their memory is other flows').
         if decided_now && let Some(f) = fref.as_mut() {

@@ -26,6 +26,22 @@ pub(super) struct FlowStage<'a> {
     pub(super) new_bytes: usize,
 }
 
+impl<'a> FlowStage<'a> {
+    /// The stream window that ends with this packet's new bytes (if it completed any), and
+    /// the flow facts.
+    pub(super) fn window(&mut self) -> (Option<Win<'_>>, &mut FlowCx<'a>) {
+        let new = self.new_bytes;
+        let win = self.stream.as_deref().filter(|_| new > 0).map(|s| {
+            let (_, bytes) = s.raw_window();
+            Win {
+                bytes,
+                old: bytes.len().saturating_sub(new),
+            }
+        });
+        (win, &mut self.fx)
+    }
+}
+
 /// Why the receiver discards the packet on its IP or transport header, if it does (only
 /// when normalizing): a bad checksum (judged only on a whole packet the kernel did not
 /// check) or bad IPv6 options.
@@ -374,4 +390,54 @@ fn retire(app: &mut AppState, txs: &mut VecDeque<TxDetect>) {
         });
         txs.retain(|r| oldest.is_some_and(|o| r.id >= o));
     }
+}
+
+/// The packet's flow in the flow table (found or created), which also reassembles its
+/// TCP payload; `None` past the table's bounds.
+pub(super) fn find_flow<'t>(
+    t: &'t mut FlowTable<FlowState>,
+    p: &PktInfo,
+    data: &[u8],
+    meta: &PacketMeta,
+    payload: &[u8],
+    normalize: bool,
+    now: Instant,
+) -> Option<FlowRef<'t, FlowState>> {
+    t.packet(
+        &FlowPacket {
+            proto: p.proto,
+            src: p.ks,
+            dst: p.kd,
+            sport: p.sport.unwrap_or(0),
+            dport: p.dport.unwrap_or(0),
+            tcp: (p.class == 0).then(|| tcp_header(p, data, meta, normalize)),
+            payload,
+        },
+        now,
+    )
+}
+
+/// After the rules: lets go of the stream bytes inspection no longer needs, applies the
+/// threshold file's rate filters and sets the flow's action from the matches. Returns
+/// the flow id and whether this packet decided the flow.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn settle_flow(
+    fs: FlowStage<'_>,
+    set: &RuleSet,
+    st: &mut State,
+    matched: &[u32],
+    over: &mut Vec<(u32, RuleAction)>,
+    stream_hits: &[u32],
+    p: &PktInfo,
+    opts: &DetectorOptions,
+    now: Instant,
+) -> (Option<u64>, bool) {
+    if let Some(s) = fs.stream {
+        let upto = s.end().saturating_sub(opts.stream_lookback as u64);
+        s.consume_raw(upto);
+    }
+    let flow = Some(fs.fx.id);
+    rate_filters(set, st, matched, over, p, flow, now);
+    *fs.action = flow_verdict(set, matched, stream_hits, over);
+    (flow, *fs.action != FlowAction::Inspect)
 }
