@@ -7,13 +7,13 @@
 //! The daemon registers [`IdsConfig`] (kind `ids`). Everything else is public for tests,
 //! benches and tools; docs/ids.md describes the language and its limits.
 
-pub mod applayer;
-pub mod decode;
+mod applayer;
+mod decode;
 mod engine;
 mod eve;
-pub mod flow;
-pub mod hostos;
-pub mod memcap;
+mod flow;
+mod hostos;
+mod memcap;
 mod outcome;
 mod prefilter;
 mod reject;

@@ -5,18 +5,18 @@
 //! The vocabulary shared by the parsers and the engine lives here: which protocol a flow
 //! speaks, which direction a byte travels, and how far a transaction has got.
 
-pub use crate::flow::Dir;
+pub(crate) use crate::flow::Dir;
 
-pub mod budget;
-pub mod buffer;
-pub mod detect;
-pub mod dns;
-pub mod tls;
+pub(crate) mod budget;
+pub(crate) mod buffer;
+pub(crate) mod detect;
+pub(crate) mod dns;
+pub(crate) mod tls;
 
 /// The application protocol of a flow, as detected from its first bytes (and ports).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
-pub enum AppProto {
+pub(crate) enum AppProto {
     /// HTTP/1.x.
     Http,
     /// TLS (and SSL 3).
@@ -27,7 +27,7 @@ pub enum AppProto {
 
 impl AppProto {
     /// The name in rules (`alert http ...`, `app-layer-protocol:http`).
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             AppProto::Http => "http",
             AppProto::Tls => "tls",
@@ -39,7 +39,7 @@ impl AppProto {
 /// How far one direction of a transaction has got. Ordered: a buffer is final once the
 /// progress of its direction is at least the buffer's `ready` (see `buffer::BUFFERS`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
-pub enum Progress {
+pub(crate) enum Progress {
     /// Nothing seen yet.
     #[default]
     None,
@@ -55,7 +55,7 @@ pub enum Progress {
 /// One application-layer transaction (an HTTP request and its response, a DNS query, a
 /// TLS handshake), as the engine sees it: its id within the flow, how far each direction
 /// has got, and its buffers.
-pub trait Transaction {
+pub(crate) trait Transaction {
     /// The transaction's number within its flow (0, 1, ...), never reused.
     fn id(&self) -> u64;
 

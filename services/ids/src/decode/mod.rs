@@ -23,8 +23,8 @@
 mod defrag;
 mod tunnel;
 
-pub use defrag::{DEFAULT_FRAG_MEMCAP, DefragLimits};
-pub use tunnel::TunnelPorts;
+pub(crate) use defrag::{DEFAULT_FRAG_MEMCAP, DefragLimits};
+pub(crate) use tunnel::TunnelPorts;
 
 use crate::outcome::{Outcome, stricter};
 use defrag::{Counts, Defrag, Step};

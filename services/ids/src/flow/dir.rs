@@ -3,7 +3,7 @@
 
 /// The direction of a packet or of stream bytes within its flow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Dir {
+pub(crate) enum Dir {
     /// From the client (the side that opened the flow) to the server.
     ToServer,
     /// From the server to the client.
@@ -12,12 +12,12 @@ pub enum Dir {
 
 impl Dir {
     /// Index 0 (to server) or 1 (to client), for per-direction arrays.
-    pub fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         self as usize
     }
 
     /// The other direction.
-    pub fn reverse(self) -> Dir {
+    pub(crate) fn reverse(self) -> Dir {
         match self {
             Dir::ToServer => Dir::ToClient,
             Dir::ToClient => Dir::ToServer,

@@ -59,7 +59,7 @@ pub struct DefragLimits {
 }
 
 /// Default of [`DefragLimits::memcap`]: Linux's `ipfrag_high_thresh`.
-pub const DEFAULT_FRAG_MEMCAP: usize = 4 << 20;
+pub(crate) const DEFAULT_FRAG_MEMCAP: usize = 4 << 20;
 
 impl Default for DefragLimits {
     fn default() -> DefragLimits {
