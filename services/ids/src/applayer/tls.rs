@@ -72,6 +72,8 @@ const TLS13: u16 = 0x0304;
 
 /// A record header that is not TLS: the parser stops for the flow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+// The variants name what in the record is wrong, as the counters and messages do.
+#[allow(clippy::enum_variant_names)]
 pub(crate) enum TlsError {
     /// A content type other than change_cipher_spec, alert, handshake, application_data
     /// and heartbeat.

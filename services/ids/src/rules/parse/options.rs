@@ -72,10 +72,10 @@ pub(super) fn option(
             || n.starts_with("smb")
             || n.starts_with("app-layer") =>
         {
-            return Err(kerr(
+            Err(kerr(
                 n,
                 "application-layer keyword not supported (relayd parses HTTP/1, DNS and TLS: see docs/ids.md for their buffers)",
-            ));
+            ))
         }
         n => Err(kerr(n, "unsupported keyword")),
     }
