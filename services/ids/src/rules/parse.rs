@@ -222,40 +222,8 @@ pub(crate) fn parse_rule(
             ),
         ));
     };
-    let action = match action {
-        "alert" => RuleAction::Alert,
-        "drop" => RuleAction::Drop,
-        "pass" => RuleAction::Pass,
-        "reject" | "rejectsrc" | "rejectboth" => RuleAction::Reject,
-        "ratelimit" => RuleAction::Ratelimit,
-        "rejectdst" | "sdrop" | "log" | "config" => {
-            return Err(kerr(action, "action is not supported"));
-        }
-        _ => return Err(kerr(action, "unknown action")),
-    };
-    // The header's protocol: (transport, application protocol, packets only).
-    let (proto, app, pkt_only) = match proto {
-        "ip" | "pkthdr" => (RuleProto::Ip, None, false),
-        "tcp" => (RuleProto::Tcp, None, false),
-        "tcp-pkt" => (RuleProto::Tcp, None, true),
-        "udp" => (RuleProto::Udp, None, false),
-        "icmp" => (RuleProto::Icmp, None, false),
-        "http" | "http1" => (RuleProto::Tcp, Some(AppProto::Http), false),
-        "tls" => (RuleProto::Tcp, Some(AppProto::Tls), false),
-        "dns" => (RuleProto::TcpOrUdp, Some(AppProto::Dns), false),
-        "tcp-stream" | "icmpv4" | "icmpv6" | "sctp" | "ipv4" | "ipv6" | "ip4" | "ip6" => {
-            return Err(kerr(
-                proto,
-                "protocol is not supported (use ip, tcp, tcp-pkt, udp, icmp, http, tls or dns)",
-            ));
-        }
-        p => {
-            return Err(kerr(
-                p,
-                "application-layer protocol not supported (relayd parses http, dns and tls)",
-            ));
-        }
-    };
+    let action = parse_action(action)?;
+    let (proto, app, pkt_only) = parse_proto(proto)?;
     let bidir = match dir {
         "->" => false,
         "<>" => true,
@@ -333,6 +301,55 @@ pub(crate) fn parse_rule(
     if let Some(p) = priority {
         r.priority = p;
     }
+    check_combinations(&r)?;
+    r.fast = fast_pattern(&r.lists);
+    Ok(r)
+}
+
+/// The header's action.
+fn parse_action(action: &str) -> Result<RuleAction, PErr> {
+    Ok(match action {
+        "alert" => RuleAction::Alert,
+        "drop" => RuleAction::Drop,
+        "pass" => RuleAction::Pass,
+        "reject" | "rejectsrc" | "rejectboth" => RuleAction::Reject,
+        "ratelimit" => RuleAction::Ratelimit,
+        "rejectdst" | "sdrop" | "log" | "config" => {
+            return Err(kerr(action, "action is not supported"));
+        }
+        _ => return Err(kerr(action, "unknown action")),
+    })
+}
+
+/// The header's protocol: (transport, application protocol, packets only).
+fn parse_proto(proto: &str) -> Result<(RuleProto, Option<AppProto>, bool), PErr> {
+    Ok(match proto {
+        "ip" | "pkthdr" => (RuleProto::Ip, None, false),
+        "tcp" => (RuleProto::Tcp, None, false),
+        "tcp-pkt" => (RuleProto::Tcp, None, true),
+        "udp" => (RuleProto::Udp, None, false),
+        "icmp" => (RuleProto::Icmp, None, false),
+        "http" | "http1" => (RuleProto::Tcp, Some(AppProto::Http), false),
+        "tls" => (RuleProto::Tcp, Some(AppProto::Tls), false),
+        "dns" => (RuleProto::TcpOrUdp, Some(AppProto::Dns), false),
+        "tcp-stream" | "icmpv4" | "icmpv6" | "sctp" | "ipv4" | "ipv6" | "ip4" | "ip6" => {
+            return Err(kerr(
+                proto,
+                "protocol is not supported (use ip, tcp, tcp-pkt, udp, icmp, http, tls or dns)",
+            ));
+        }
+        p => {
+            return Err(kerr(
+                p,
+                "application-layer protocol not supported (relayd parses http, dns and tls)",
+            ));
+        }
+    })
+}
+
+/// The options that need each other or a protocol: `ratelimit` with `rate` or
+/// `detection_filter`, `itype` / `icode` on ICMP, `flags` on TCP.
+fn check_combinations(r: &Rule) -> Result<(), PErr> {
     match (r.action, r.rate.is_some(), r.filter.is_some()) {
         (RuleAction::Ratelimit, false, false) => {
             return Err(kerr(
@@ -359,8 +376,7 @@ pub(crate) fn parse_rule(
     if r.flags.is_some() && !matches!(r.proto, RuleProto::Tcp | RuleProto::Ip) {
         return Err(kerr("flags", "flags needs a tcp (or ip) rule"));
     }
-    r.fast = fast_pattern(&r.lists);
-    Ok(r)
+    Ok(())
 }
 
 /// The content a prefilter looks for: the one marked `fast_pattern`, else the longest
