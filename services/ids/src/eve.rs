@@ -8,7 +8,7 @@
 //! the old one never interleave inside a line) and flushes when the channel runs dry and
 //! when the service is dropped.
 
-use crate::engine::RuleSet;
+use crate::rules::set::RuleSet;
 use serde::Serialize;
 use std::fs::File;
 use std::io::Write;
@@ -139,7 +139,7 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 /// A 48-bit id of the flow (5-tuple, both directions alike), like Suricata's `flow_id`.
 /// relayd keeps no flow table: the id is a hash, the same for every packet of the flow.
 pub fn flow_id(a: IpAddr, b: IpAddr, pa: u16, pb: u16, proto: u8) -> u64 {
-    let (ka, kb) = (crate::rule::ip_key(a), crate::rule::ip_key(b));
+    let (ka, kb) = (crate::rules::rule::ip_key(a), crate::rules::rule::ip_key(b));
     let ((x, px), (y, py)) = if (ka, pa) <= (kb, pb) {
         ((ka, pa), (kb, pb))
     } else {

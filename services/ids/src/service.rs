@@ -5,9 +5,9 @@ use crate::applayer::http::{DecodeOptions, HttpLimits};
 use crate::engine::{Detector, DetectorOptions, ExceptionPolicy, LoadOptions, Outcome, RuleSet};
 use crate::eve::EveWriter;
 use crate::flow::FlowLimits;
+use crate::flow::stream::StreamLimits;
 use crate::hostos::{FragPolicy, PolicyMap, PolicySpec};
 use crate::reject::{RejectCounters, RejectLimits, Rejecter};
-use crate::stream::StreamLimits;
 use relay_core::builtin::de_u32;
 use relay_core::{
     Action, Context, Counters, FailPolicy, LogFile, Manifest, Packet, Resources, Service,
@@ -260,15 +260,15 @@ fn default_flows() -> usize {
 }
 
 fn default_stream_memcap() -> usize {
-    crate::stream::DEFAULT_MEMCAP
+    crate::flow::stream::DEFAULT_MEMCAP
 }
 
 fn default_stream_depth() -> u64 {
-    crate::stream::DEFAULT_DEPTH
+    crate::flow::stream::DEFAULT_DEPTH
 }
 
 fn default_stream_buffer() -> usize {
-    crate::stream::DEFAULT_BUFFER
+    crate::flow::stream::DEFAULT_BUFFER
 }
 
 fn default_http_body_limit() -> usize {
@@ -346,7 +346,7 @@ impl IdsConfig {
     /// The stream overlap policy table `stream_policy` describes.
     fn stream_policies(
         &self,
-    ) -> Result<PolicyMap<crate::stream::StreamPolicy>, crate::hostos::PolicyMapError> {
+    ) -> Result<PolicyMap<crate::flow::stream::StreamPolicy>, crate::hostos::PolicyMapError> {
         PolicyMap::from_spec("stream_policy", &self.stream_policy)
     }
 
@@ -553,12 +553,12 @@ mod tests {
 
     #[test]
     fn stream_policy_takes_a_name_or_a_table() {
-        use crate::stream::StreamPolicy;
+        use crate::flow::stream::StreamPolicy;
         let o = config("stream_policy = \"windows\"\n").detector_options(true);
         assert_eq!(o.flows.policy.get_key(0), StreamPolicy::Windows);
         let o = config("stream_policy = { default = \"bsd\", \"192.168.1.0/24\" = \"vista\" }\n")
             .detector_options(true);
-        let key = |s: &str| crate::rule::ip_key(s.parse().unwrap());
+        let key = |s: &str| crate::rules::rule::ip_key(s.parse().unwrap());
         assert_eq!(
             o.flows.policy.get_key(key("192.168.1.9")),
             StreamPolicy::Vista

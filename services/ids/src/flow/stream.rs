@@ -40,21 +40,25 @@
 //! stop is counted. No input panics: offsets are computed in `i128` and every slice is
 //! taken with `get`.
 
-use relay_core::{Counter, Counters};
-
+mod budget;
+mod policy;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use budget::StreamLimits;
+pub(crate) use budget::{MemBudget, StreamCounters, Truncation};
+pub(crate) use policy::StreamPolicy;
+
 /// Default reassembly depth per direction (Suricata's `stream.reassembly.depth`: 1 MiB).
-pub const DEFAULT_DEPTH: u64 = 1 << 20;
+pub(crate) const DEFAULT_DEPTH: u64 = 1 << 20;
 /// Default bound on bytes held per direction (unconsumed plus out of order): 256 KiB.
-pub const DEFAULT_BUFFER: usize = 256 << 10;
+pub(crate) const DEFAULT_BUFFER: usize = 256 << 10;
 /// Default bound on out-of-order segments held per direction.
-pub const DEFAULT_OOO_SEGMENTS: usize = 256;
+pub(crate) const DEFAULT_OOO_SEGMENTS: usize = 256;
 /// Default memcap over all streams of a flow table (Suricata's `stream.memcap`: 64 MiB).
-pub const DEFAULT_MEMCAP: usize = 64 << 20;
+pub(crate) const DEFAULT_MEMCAP: usize = 64 << 20;
 /// What the memcap charges for each held out-of-order segment besides its bytes.
-pub const SEGMENT_OVERHEAD: usize = std::mem::size_of::<Seg>();
+pub(crate) const SEGMENT_OVERHEAD: usize = std::mem::size_of::<Seg>();
 
 /// Smallest buffer allocated for a direction's contiguous bytes.
 const MIN_BUF: usize = 4096;
@@ -63,250 +67,9 @@ const SHRINK_EVERY: u32 = 64;
 /// Stream offsets are kept below this (a `depth` of 0, unlimited, means this).
 const MAX_OFFSET: u64 = 1 << 62;
 
-/// The per-direction bounds of reassembly (see the module docs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StreamLimits {
-    /// Bytes reassembled per direction; 0 is unlimited. Default [`DEFAULT_DEPTH`].
-    pub depth: u64,
-    /// Bytes held per direction, not yet consumed by both consumers plus out of order.
-    /// Default [`DEFAULT_BUFFER`].
-    pub buffer: usize,
-    /// Out-of-order segments held per direction. Default [`DEFAULT_OOO_SEGMENTS`].
-    pub ooo_segments: usize,
-}
-
-impl Default for StreamLimits {
-    fn default() -> StreamLimits {
-        StreamLimits {
-            depth: DEFAULT_DEPTH,
-            buffer: DEFAULT_BUFFER,
-            ooo_segments: DEFAULT_OOO_SEGMENTS,
-        }
-    }
-}
-
-/// The counters of reassembly, shared by all streams of a table. A fresh set
-/// (`default()`) counts without being registered anywhere.
-#[derive(Debug, Clone, Default)]
-pub struct StreamCounters {
-    /// Directions whose reassembly stopped at a bound (any [`Truncation`]).
-    pub truncated: Counter,
-    /// Out-of-order segments not held, or freed unused when their direction stopped.
-    pub ooo_dropped: Counter,
-    /// Segments overlapping bytes already received with different bytes.
-    pub overlap_mismatch: Counter,
-    /// Directions stopped because the memcap was reached.
-    pub memcap: Counter,
-    /// Gauge: bytes charged to the memcap now.
-    pub memuse: Counter,
-}
-
-impl StreamCounters {
-    /// The counters registered in `c` as `stream_truncated`, `stream_ooo_dropped`,
-    /// `stream_overlap_mismatch`, `stream_memcap` and the gauge `stream_memuse`.
-    pub fn register(c: &Counters) -> StreamCounters {
-        StreamCounters {
-            truncated: c.counter("stream_truncated"),
-            ooo_dropped: c.counter("stream_ooo_dropped"),
-            overlap_mismatch: c.counter("stream_overlap_mismatch"),
-            memcap: c.counter("stream_memcap"),
-            memuse: c.gauge("stream_memuse"),
-        }
-    }
-}
-
-/// What all streams of one flow table share: the memcap and the memory charged against
-/// it, the per-direction [`StreamLimits`], and the counters. Passed to the calls that may
-/// allocate or free, so the streams need no shared pointer.
-#[derive(Debug)]
-pub struct MemBudget {
-    /// The cap and the bytes charged (shared logic with the application-layer memcap).
-    mem: crate::memcap::Memcap,
-    limits: StreamLimits,
-    counters: StreamCounters,
-}
-
-impl MemBudget {
-    /// A budget of `cap` bytes for streams bounded by `limits`, counting in `counters`.
-    pub fn new(cap: usize, limits: StreamLimits, counters: StreamCounters) -> MemBudget {
-        MemBudget {
-            mem: crate::memcap::Memcap::new(cap, counters.memuse.clone()),
-            limits,
-            counters,
-        }
-    }
-
-    /// Bytes charged now (buffer capacity and held segments of every stream).
-    pub fn used(&self) -> usize {
-        self.mem.used()
-    }
-
-    /// The memcap.
-    pub fn cap(&self) -> usize {
-        self.mem.cap()
-    }
-
-    /// The per-direction bounds.
-    pub fn limits(&self) -> &StreamLimits {
-        &self.limits
-    }
-
-    /// The counters.
-    pub fn counters(&self) -> &StreamCounters {
-        &self.counters
-    }
-
-    fn try_charge(&mut self, n: usize) -> bool {
-        self.mem.try_charge(n)
-    }
-
-    /// Charges `n` whatever the cap (allocator rounding, which the global allocator does
-    /// not do for `Vec<u8>`; kept so the figure stays true if it ever did).
-    fn force(&mut self, n: usize) {
-        self.mem.force(n);
-    }
-
-    fn credit(&mut self, n: usize) {
-        self.mem.credit(n);
-    }
-}
-
-/// Why a direction stopped being reassembled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Truncation {
-    /// The reassembly depth was reached (normal for large transfers).
-    Depth,
-    /// More in-order bytes arrived than the buffer may hold unconsumed.
-    Buffer,
-    /// An out-of-order segment could not be held (segment count or buffer bound): the
-    /// gap before it can no longer be filled correctly.
-    Gap,
-    /// The memcap was reached.
-    Memcap,
-    /// The flow was decided (a `pass` or `drop` rule, an exception policy): nothing of it
-    /// is inspected any more, so nothing is held for it (not counted as a truncation).
-    Abandoned,
-}
-
-/// How a host's TCP resolves a segment that overlaps held out-of-order data: Suricata's
-/// `host-os-policy` names, after Novak's target-based reassembly. Bytes already
-/// contiguous are never replaced, whatever the policy (the host has queued them for the
-/// application), except with [`StreamPolicy::Last`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum StreamPolicy {
-    /// The first bytes received win.
-    First,
-    /// The last bytes received win.
-    Last,
-    /// Linux 2.6.27 and later (the default): the segment that starts first wins; of two
-    /// starting together, the later one if it is longer.
-    #[default]
-    Linux,
-    /// Linux before 2.6.27.
-    OldLinux,
-    /// BSD: a later segment wins where it starts before the held one.
-    Bsd,
-    /// BSD, right-favouring: the held bytes win.
-    BsdRight,
-    /// Windows (XP, 2000).
-    Windows,
-    /// Windows Server 2003.
-    Windows2k3,
-    /// Windows Vista and later: the held bytes win.
-    Vista,
-    /// Solaris.
-    Solaris,
-    /// Solaris before 10: the held bytes win.
-    OldSolaris,
-    /// HP-UX 10.
-    Hpux10,
-    /// HP-UX 11.
-    Hpux11,
-    /// IRIX.
-    Irix,
-    /// macOS.
-    Macos,
-}
-
-impl StreamPolicy {
-    /// Every policy with its configuration name (Suricata's `host-os-policy` keys).
-    pub const NAMES: [(&'static str, StreamPolicy); 15] = [
-        ("first", StreamPolicy::First),
-        ("last", StreamPolicy::Last),
-        ("linux", StreamPolicy::Linux),
-        ("old-linux", StreamPolicy::OldLinux),
-        ("bsd", StreamPolicy::Bsd),
-        ("bsd-right", StreamPolicy::BsdRight),
-        ("windows", StreamPolicy::Windows),
-        ("windows2k3", StreamPolicy::Windows2k3),
-        ("vista", StreamPolicy::Vista),
-        ("solaris", StreamPolicy::Solaris),
-        ("old-solaris", StreamPolicy::OldSolaris),
-        ("hpux10", StreamPolicy::Hpux10),
-        ("hpux11", StreamPolicy::Hpux11),
-        ("irix", StreamPolicy::Irix),
-        ("macos", StreamPolicy::Macos),
-    ];
-
-    /// The policy called `name`, if any.
-    pub fn by_name(name: &str) -> Option<StreamPolicy> {
-        StreamPolicy::NAMES
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|&(_, p)| p)
-    }
-
-    /// The configuration name.
-    pub fn name(self) -> &'static str {
-        StreamPolicy::NAMES
-            .iter()
-            .find(|(_, p)| *p == self)
-            .map_or("linux", |&(n, _)| n)
-    }
-
-    /// True if a new segment `[ns, ne)` wins over a held one `[hs, he)` where they
-    /// overlap (stream offsets of the two segments as sent). Suricata's
-    /// `DoHandleDataOverlap` table.
-    pub fn new_wins(self, (ns, ne): (u64, u64), (hs, he): (u64, u64)) -> bool {
-        use StreamPolicy::*;
-        match self {
-            Last => true,
-            First => false,
-            _ if ns == hs => match self {
-                Linux => ne > he,
-                OldLinux | Solaris | Hpux11 => ne >= he,
-                _ => false,
-            },
-            _ if ns < hs => match self {
-                Bsd | Hpux10 | Irix | Windows | Windows2k3 | OldLinux | Linux | Macos => true,
-                Solaris | Hpux11 => ne >= he,
-                _ => false,
-            },
-            _ => matches!(self, Solaris | Hpux11) && ne > he,
-        }
-    }
-}
-
-/// A stream policy name that is not one of [`StreamPolicy::NAMES`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "unknown policy {0:?} (one of: first, last, linux, old-linux, bsd, bsd-right, windows, windows2k3, vista, solaris, old-solaris, hpux10, hpux11, irix, macos)"
-)]
-pub struct UnknownStreamPolicy(pub String);
-
-impl std::str::FromStr for StreamPolicy {
-    type Err = UnknownStreamPolicy;
-
-    fn from_str(s: &str) -> Result<StreamPolicy, UnknownStreamPolicy> {
-        StreamPolicy::by_name(s).ok_or_else(|| UnknownStreamPolicy(s.to_string()))
-    }
-}
-
 /// What one segment did to its stream.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SegmentResult {
+pub(crate) struct SegmentResult {
     /// New contiguous bytes available (this segment's and any held ones it connected).
     pub new: usize,
     /// Some of the segment was held out of order.
@@ -358,7 +121,7 @@ impl Seg {
 /// buffer would otherwise grow), so the in-order case copies each byte in once and
 /// allocates only while the buffer grows to its working size.
 #[derive(Debug, Default)]
-pub struct Stream {
+pub(crate) struct Stream {
     started: bool,
     /// Sequence number of stream offset 0.
     base: u32,
@@ -389,14 +152,14 @@ pub struct Stream {
 
 impl Stream {
     /// A stream not started yet: segments are ignored until [`Stream::start`].
-    pub fn new() -> Stream {
+    pub(crate) fn new() -> Stream {
         Stream::default()
     }
 
     /// Starts the stream at sequence number `seq` (ISN + 1 after a SYN, or the first
     /// sequence number seen when picked up mid-stream). A stream that has received data
     /// keeps its start.
-    pub fn start(&mut self, seq: u32) {
+    pub(crate) fn start(&mut self, seq: u32) {
         if self.end() == 0 && self.ooo.is_empty() {
             self.started = true;
             self.base = seq;
@@ -405,14 +168,14 @@ impl Stream {
 
     /// Sets the overlap policy of the receiving host and whether a segment overlapping
     /// received bytes with different data is rejected whole (inline mode).
-    pub fn configure(&mut self, policy: StreamPolicy, reject_different: bool) {
+    pub(crate) fn configure(&mut self, policy: StreamPolicy, reject_different: bool) {
         self.policy = policy;
         self.reject_different = reject_different;
     }
 
     /// The sequence number just past the held out-of-order data, if any (the right edge
     /// of the SACK blocks the receiver would send).
-    pub fn ooo_end_seq(&self) -> Option<u32> {
+    pub(crate) fn ooo_end_seq(&self) -> Option<u32> {
         self.ooo
             .iter()
             .map(Seg::end)
@@ -421,54 +184,57 @@ impl Stream {
     }
 
     /// True once started.
-    pub fn is_started(&self) -> bool {
+    pub(crate) fn is_started(&self) -> bool {
         self.started
     }
 
     /// True while segments are reassembled: started, not finished, not truncated.
-    pub fn reassembling(&self) -> bool {
+    pub(crate) fn reassembling(&self) -> bool {
         self.started && !self.finished && self.truncated.is_none()
     }
 
     /// The sequence number of the next expected byte.
-    pub fn next_seq(&self) -> u32 {
+    pub(crate) fn next_seq(&self) -> u32 {
         self.base.wrapping_add(self.end() as u32)
     }
 
     /// Stream offset just past the contiguous bytes: the bytes reassembled so far.
-    pub fn end(&self) -> u64 {
+    pub(crate) fn end(&self) -> u64 {
         self.buf_off + self.buf.len() as u64
     }
 
     /// The bytes held, from [`Stream::data_offset`] (the oldest byte not consumed by both
     /// consumers) to [`Stream::end`].
-    pub fn data(&self) -> &[u8] {
+    #[cfg(test)]
+    pub(crate) fn data(&self) -> &[u8] {
         self.buf.get(self.head..).unwrap_or(&[])
     }
 
     /// Stream offset of the first byte of [`Stream::data`].
-    pub fn data_offset(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn data_offset(&self) -> u64 {
         self.buf_off + self.head as u64
     }
 
     /// Stream offset of the application-layer consumer.
-    pub fn app_offset(&self) -> u64 {
+    pub(crate) fn app_offset(&self) -> u64 {
         self.app
     }
 
     /// Stream offset of the raw-inspection consumer.
-    pub fn raw_offset(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn raw_offset(&self) -> u64 {
         self.raw
     }
 
     /// The bytes the application-layer consumer has not consumed.
-    pub fn app_pending(&self) -> &[u8] {
+    pub(crate) fn app_pending(&self) -> &[u8] {
         self.from(self.app)
     }
 
     /// The raw-inspection window: its stream offset and the bytes from it to the end. The
     /// raw consumer keeps a look-back by consuming only up to the window's tail.
-    pub fn raw_window(&self) -> (u64, &[u8]) {
+    pub(crate) fn raw_window(&self) -> (u64, &[u8]) {
         (self.raw, self.from(self.raw))
     }
 
@@ -479,7 +245,7 @@ impl Stream {
 
     /// Marks the bytes before stream offset `upto` consumed by the application layer
     /// (clamped to what is held; never moves back).
-    pub fn consume_app(&mut self, upto: u64) {
+    pub(crate) fn consume_app(&mut self, upto: u64) {
         self.app = self.app.max(upto.min(self.end()));
         self.free_front();
     }
@@ -487,7 +253,7 @@ impl Stream {
     /// Marks the bytes before stream offset `upto` consumed by raw inspection (clamped to
     /// what is held; never moves back). A stream nobody inspects raw must still be consumed
     /// here, or it fills its buffer and stops.
-    pub fn consume_raw(&mut self, upto: u64) {
+    pub(crate) fn consume_raw(&mut self, upto: u64) {
         self.raw = self.raw.max(upto.min(self.end()));
         self.free_front();
     }
@@ -504,33 +270,36 @@ impl Stream {
     }
 
     /// Why reassembly stopped, if it did at a bound.
-    pub fn truncated(&self) -> Option<Truncation> {
+    pub(crate) fn truncated(&self) -> Option<Truncation> {
         self.truncated
     }
 
     /// True once the stream is complete up to its FIN.
-    pub fn finished(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn finished(&self) -> bool {
         self.finished
     }
 
     /// Bytes held: not consumed by both consumers, plus out of order.
-    pub fn held(&self) -> usize {
+    pub(crate) fn held(&self) -> usize {
         self.buf.len() - self.head.min(self.buf.len()) + self.ooo_bytes
     }
 
     /// Out-of-order segments held.
-    pub fn ooo_segments(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn ooo_segments(&self) -> usize {
         self.ooo.len()
     }
 
     /// Bytes this stream has charged to its budget.
-    pub fn mem(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn mem(&self) -> usize {
         self.mem
     }
 
     /// Stops reassembling for good and frees everything held (the flow was decided:
     /// nothing of it is inspected any more). Consumers see an empty stream from then on.
-    pub fn abandon(&mut self, budget: &mut MemBudget) {
+    pub(crate) fn abandon(&mut self, budget: &mut MemBudget) {
         if self.started && self.truncated.is_none() {
             self.truncated = Some(Truncation::Abandoned);
         }
@@ -539,7 +308,7 @@ impl Stream {
 
     /// Frees everything held and returns its memory to `budget` (when the flow ends). The
     /// offsets stay; [`Stream::data`] is empty afterwards.
-    pub fn release(&mut self, budget: &mut MemBudget) {
+    pub(crate) fn release(&mut self, budget: &mut MemBudget) {
         budget.credit(self.mem);
         self.mem = 0;
         self.buf_off = self.end();
@@ -553,7 +322,7 @@ impl Stream {
     /// `fin`). Bytes already received are compared, not replaced; new bytes next to the
     /// contiguous end are appended (with any held segments they connect), others held out
     /// of order, within the bounds of the module docs.
-    pub fn segment(
+    pub(crate) fn segment(
         &mut self,
         seq: u32,
         payload: &[u8],

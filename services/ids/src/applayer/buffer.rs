@@ -14,7 +14,7 @@ use crate::applayer::{AppProto, Dir, Progress};
 /// A buffer a match list inspects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
-pub enum Buffer {
+pub(crate) enum Buffer {
     /// The packet's payload, or for TCP (unless `flow:no_stream`) also the reassembled
     /// stream: what a rule without a sticky buffer inspects (`pkt_data` returns to it).
     Payload,
@@ -86,7 +86,7 @@ pub enum Buffer {
 
 /// What the parser, the application-layer parsers and the engine know about a buffer.
 #[derive(Debug, Clone, Copy)]
-pub struct BufferInfo {
+pub(crate) struct BufferInfo {
     /// The buffer.
     pub buffer: Buffer,
     /// The sticky-buffer keywords selecting it (the dotted name first).
@@ -127,7 +127,7 @@ use Dir::{ToClient as TC, ToServer as TS};
 use Progress as P;
 
 /// Every buffer but [`Buffer::Payload`], with its keywords.
-pub const BUFFERS: &[BufferInfo] = &[
+pub(crate) const BUFFERS: &[BufferInfo] = &[
     http(
         B::HttpMethod,
         &["http.method"],
@@ -384,12 +384,12 @@ pub const BUFFERS: &[BufferInfo] = &[
 
 impl Buffer {
     /// The table entry of a buffer (`None` for [`Buffer::Payload`]).
-    pub fn info(self) -> Option<&'static BufferInfo> {
+    pub(crate) fn info(self) -> Option<&'static BufferInfo> {
         BUFFERS.iter().find(|i| i.buffer == self)
     }
 
     /// The buffer a sticky-buffer keyword selects.
-    pub fn from_sticky(kw: &str) -> Option<Buffer> {
+    pub(crate) fn from_sticky(kw: &str) -> Option<Buffer> {
         if kw == "pkt_data" {
             return Some(Buffer::Payload);
         }
@@ -400,7 +400,7 @@ impl Buffer {
     }
 
     /// The buffer a legacy content modifier moves its content into.
-    pub fn from_modifier(kw: &str) -> Option<Buffer> {
+    pub(crate) fn from_modifier(kw: &str) -> Option<Buffer> {
         BUFFERS
             .iter()
             .find(|i| i.modifiers.contains(&kw))
@@ -408,7 +408,7 @@ impl Buffer {
     }
 
     /// The buffer a pcre flag selects.
-    pub fn from_pcre_flag(f: char) -> Option<Buffer> {
+    pub(crate) fn from_pcre_flag(f: char) -> Option<Buffer> {
         BUFFERS
             .iter()
             .find(|i| i.pcre_flag == Some(f))
@@ -416,7 +416,7 @@ impl Buffer {
     }
 
     /// The dotted keyword naming the buffer (`pkt_data` for the payload).
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         self.info().map_or("pkt_data", |i| i.sticky[0])
     }
 }

@@ -13,17 +13,12 @@
 //! Bounds: recursion depth is at most the list's length (the parser caps it at
 //! [`MAX_ITEMS`]); nothing is allocated; extracted values live in the caller's [`Vars`].
 
-mod bytes;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use bytes::*;
-
-use crate::rule::{Content, Item, MatchList, PcreItem, Vars};
+use crate::rules::bytes::Vars;
+use crate::rules::rule::{Content, Item, MatchList, PcreItem};
 use regex::bytes::Regex;
-
-/// Most keywords in one match list (the inspector recurses once per keyword).
-pub(crate) const MAX_ITEMS: usize = 256;
 
 /// The result of inspecting from one keyword on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,11 +5,11 @@
 
 use super::lists::Lists;
 use crate::applayer::AppProto;
-use crate::inspect::{
+use crate::rules::bytes::{
     Bitmask, ByteExtract, ByteJump, ByteOp, ByteTest, Encoding, IsDataAt, JumpFrom, UintCmp,
     UintMode, strtoull,
 };
-use crate::rule::{FlowbitCmd, FlowbitOp, Num};
+use crate::rules::rule::{FlowbitCmd, FlowbitOp, Num};
 
 /// An unsigned number as Suricata's byte keywords read it (`strtoull` base 0: `0x` hex,
 /// a leading `0` octal), the whole text.

@@ -3,10 +3,11 @@
 //! of inspection steps), its byte_jump packet tests, and one test per keyword.
 
 use super::*;
-use crate::buffer::Buffer;
-use crate::classify::Classes;
-use crate::parse::{Ctx, parse_rule};
-use crate::rule::Rule;
+use crate::applayer::buffer::Buffer;
+use crate::rules::bytes::*;
+use crate::rules::classify::Classes;
+use crate::rules::parse::{Ctx, parse_rule};
+use crate::rules::rule::Rule;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

@@ -2,10 +2,10 @@
 //! line a rule starts on and the keyword at fault; one bad rule never stops the others.
 
 use crate::applayer::AppProto;
-use crate::buffer::Buffer;
-use crate::classify::{Classes, DEFAULT_PRIORITY};
-use crate::inspect::Bsize;
-use crate::rule::*;
+use crate::applayer::buffer::Buffer;
+use crate::rules::bytes::Bsize;
+use crate::rules::classify::{Classes, DEFAULT_PRIORITY};
+use crate::rules::rule::*;
 use std::collections::{BTreeMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -13,17 +13,18 @@ use std::sync::Arc;
 mod keywords;
 mod lists;
 mod modifiers;
+mod options;
 mod threshold;
 mod threshold_file;
 mod values;
 
 use keywords::*;
 use lists::Lists;
-use modifiers::content_modifier;
+use options::option;
 use threshold::*;
 use values::*;
 
-pub(crate) use threshold_file::{FileRule, NewAction, RateFilter, apply as apply_threshold_file};
+pub(crate) use threshold_file::{NewAction, RateFilter, apply as apply_threshold_file};
 
 /// A rule that could not be loaded: where it is and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -221,40 +222,8 @@ pub(crate) fn parse_rule(
             ),
         ));
     };
-    let action = match action {
-        "alert" => RuleAction::Alert,
-        "drop" => RuleAction::Drop,
-        "pass" => RuleAction::Pass,
-        "reject" | "rejectsrc" | "rejectboth" => RuleAction::Reject,
-        "ratelimit" => RuleAction::Ratelimit,
-        "rejectdst" | "sdrop" | "log" | "config" => {
-            return Err(kerr(action, "action is not supported"));
-        }
-        _ => return Err(kerr(action, "unknown action")),
-    };
-    // The header's protocol: (transport, application protocol, packets only).
-    let (proto, app, pkt_only) = match proto {
-        "ip" | "pkthdr" => (RuleProto::Ip, None, false),
-        "tcp" => (RuleProto::Tcp, None, false),
-        "tcp-pkt" => (RuleProto::Tcp, None, true),
-        "udp" => (RuleProto::Udp, None, false),
-        "icmp" => (RuleProto::Icmp, None, false),
-        "http" | "http1" => (RuleProto::Tcp, Some(AppProto::Http), false),
-        "tls" => (RuleProto::Tcp, Some(AppProto::Tls), false),
-        "dns" => (RuleProto::TcpOrUdp, Some(AppProto::Dns), false),
-        "tcp-stream" | "icmpv4" | "icmpv6" | "sctp" | "ipv4" | "ipv6" | "ip4" | "ip6" => {
-            return Err(kerr(
-                proto,
-                "protocol is not supported (use ip, tcp, tcp-pkt, udp, icmp, http, tls or dns)",
-            ));
-        }
-        p => {
-            return Err(kerr(
-                p,
-                "application-layer protocol not supported (relayd parses http, dns and tls)",
-            ));
-        }
-    };
+    let action = parse_action(action)?;
+    let (proto, app, pkt_only) = parse_proto(proto)?;
     let bidir = match dir {
         "->" => false,
         "<>" => true,
@@ -332,6 +301,55 @@ pub(crate) fn parse_rule(
     if let Some(p) = priority {
         r.priority = p;
     }
+    check_combinations(&r)?;
+    r.fast = fast_pattern(&r.lists);
+    Ok(r)
+}
+
+/// The header's action.
+fn parse_action(action: &str) -> Result<RuleAction, PErr> {
+    Ok(match action {
+        "alert" => RuleAction::Alert,
+        "drop" => RuleAction::Drop,
+        "pass" => RuleAction::Pass,
+        "reject" | "rejectsrc" | "rejectboth" => RuleAction::Reject,
+        "ratelimit" => RuleAction::Ratelimit,
+        "rejectdst" | "sdrop" | "log" | "config" => {
+            return Err(kerr(action, "action is not supported"));
+        }
+        _ => return Err(kerr(action, "unknown action")),
+    })
+}
+
+/// The header's protocol: (transport, application protocol, packets only).
+fn parse_proto(proto: &str) -> Result<(RuleProto, Option<AppProto>, bool), PErr> {
+    Ok(match proto {
+        "ip" | "pkthdr" => (RuleProto::Ip, None, false),
+        "tcp" => (RuleProto::Tcp, None, false),
+        "tcp-pkt" => (RuleProto::Tcp, None, true),
+        "udp" => (RuleProto::Udp, None, false),
+        "icmp" => (RuleProto::Icmp, None, false),
+        "http" | "http1" => (RuleProto::Tcp, Some(AppProto::Http), false),
+        "tls" => (RuleProto::Tcp, Some(AppProto::Tls), false),
+        "dns" => (RuleProto::TcpOrUdp, Some(AppProto::Dns), false),
+        "tcp-stream" | "icmpv4" | "icmpv6" | "sctp" | "ipv4" | "ipv6" | "ip4" | "ip6" => {
+            return Err(kerr(
+                proto,
+                "protocol is not supported (use ip, tcp, tcp-pkt, udp, icmp, http, tls or dns)",
+            ));
+        }
+        p => {
+            return Err(kerr(
+                p,
+                "application-layer protocol not supported (relayd parses http, dns and tls)",
+            ));
+        }
+    })
+}
+
+/// The options that need each other or a protocol: `ratelimit` with `rate` or
+/// `detection_filter`, `itype` / `icode` on ICMP, `flags` on TCP.
+fn check_combinations(r: &Rule) -> Result<(), PErr> {
     match (r.action, r.rate.is_some(), r.filter.is_some()) {
         (RuleAction::Ratelimit, false, false) => {
             return Err(kerr(
@@ -358,8 +376,7 @@ pub(crate) fn parse_rule(
     if r.flags.is_some() && !matches!(r.proto, RuleProto::Tcp | RuleProto::Ip) {
         return Err(kerr("flags", "flags needs a tcp (or ip) rule"));
     }
-    r.fast = fast_pattern(&r.lists);
-    Ok(r)
+    Ok(())
 }
 
 /// The content a prefilter looks for: the one marked `fast_pattern`, else the longest
@@ -428,287 +445,6 @@ fn app_and_transport(r: &mut Rule) -> Result<(), PErr> {
     Ok(())
 }
 
-/// Applies one option to the rule under construction (`ls`: its match lists so far).
-fn option(
-    r: &mut Rule,
-    name: &str,
-    value: Option<&str>,
-    ctx: &Ctx<'_>,
-    sid: &mut Option<u32>,
-    priority: &mut Option<u8>,
-    ls: &mut Lists,
-) -> Result<(), PErr> {
-    let need = || value.ok_or_else(|| kerr(name, "needs a value (`keyword:value;`)"));
-    let num = |v: &str| -> Result<u32, PErr> {
-        v.trim()
-            .parse::<u32>()
-            .map_err(|_| kerr(name, format!("`{v}` is not a number")))
-    };
-    let flag = || match value {
-        None => Ok(()),
-        Some(_) => Err(kerr(name, "takes no value")),
-    };
-    match name {
-        "msg" => r.msg = unescape(unquote(need()?).map_err(|m| kerr(name, m))?.1),
-        "sid" => {
-            let v = num(need()?)?;
-            if v == 0 {
-                return Err(kerr(name, "sid 0 is reserved"));
-            }
-            *sid = Some(v);
-        }
-        "rev" => r.rev = num(need()?)?,
-        "gid" => r.gid = num(need()?)?,
-        "priority" => {
-            let p = num(need()?)?;
-            if !(1..=255).contains(&p) {
-                return Err(kerr(name, "priority is 1..255"));
-            }
-            *priority = Some(p as u8);
-        }
-        "classtype" => {
-            let c = need()?.trim();
-            let (desc, prio) = ctx
-                .classes
-                .get(c)
-                .ok_or_else(|| kerr(name, format!("unknown classtype `{c}`")))?;
-            r.classtype = Some(c.to_string());
-            r.category = desc.clone();
-            r.priority = *prio;
-        }
-        "reference" | "metadata" | "target" | "rawbytes" => {}
-        "content" | "uricontent" => {
-            let (neg, raw) = unquote(need()?).map_err(|m| kerr(name, m))?;
-            let bytes = content_bytes(raw).map_err(|m| kerr(name, m))?;
-            let b = ls.current();
-            ls.push(b, Item::Content(Box::new(Content::new(bytes, neg))))
-                .map_err(|m| kerr(name, m))?;
-            if name == "uricontent" {
-                // Suricata: `content` then the `http_uri` modifier.
-                ls.move_last_payload_content(Buffer::HttpUri, name)?;
-            }
-        }
-        "nocase" | "offset" | "depth" | "distance" | "within" | "fast_pattern" | "startswith"
-        | "endswith" => {
-            content_modifier(ls, name, value)?;
-        }
-        "pcre" => {
-            let p = parse_pcre(need()?).map_err(|m| kerr(name, m))?;
-            let b = match (p.buffer, ls.sticky()) {
-                (Some(f), Some(s)) if f != s => {
-                    return Err(kerr(
-                        name,
-                        format!(
-                            "the pcre's buffer flag selects `{}` but the sticky buffer `{}` is in effect (write `pkt_data;` first)",
-                            f.name(),
-                            s.name()
-                        ),
-                    ));
-                }
-                (Some(f), _) => f,
-                (None, _) => ls.current(),
-            };
-            if p.relative && ls.sticky().is_none() && !ls.has_match_in(b) {
-                return Err(kerr(
-                    name,
-                    "pcre `R` (relative) needs a content or pcre before it in the same buffer",
-                ));
-            }
-            let item = PcreItem {
-                index: ls.pcres.len(),
-                negated: p.negated,
-                relative: p.relative,
-                retry: false,
-            };
-            ls.pcres.push(p);
-            ls.push(b, Item::Pcre(item)).map_err(|m| kerr(name, m))?;
-        }
-        "isdataat" => {
-            let d = parse_isdataat(need()?, ls).map_err(|m| kerr(name, m))?;
-            let b = if d.relative {
-                ls.relative_target()
-            } else {
-                ls.current()
-            };
-            // Suricata reads `isdataat:!1,relative` right after a content as `endswith`.
-            if d.relative
-                && d.negated
-                && d.at == Num::Lit(1)
-                && let Some(c) = ls.last_if_content_in(b)
-            {
-                c.endswith = true;
-                return Ok(());
-            }
-            ls.push(b, Item::IsDataAt(d)).map_err(|m| kerr(name, m))?;
-        }
-        "byte_test" | "byte_jump" | "byte_extract" => {
-            let v = need()?;
-            let item = match name {
-                "byte_test" => Item::ByteTest(parse_byte_test(v, ls).map_err(|m| kerr(name, m))?),
-                "byte_jump" => Item::ByteJump(parse_byte_jump(v, ls).map_err(|m| kerr(name, m))?),
-                _ => Item::ByteExtract(parse_byte_extract(v, ls).map_err(|m| kerr(name, m))?),
-            };
-            let b = if item.relative() {
-                ls.relative_target()
-            } else {
-                ls.current()
-            };
-            ls.push(b, item).map_err(|m| kerr(name, m))?;
-        }
-        "bsize" => {
-            let Some(b) = ls.sticky() else {
-                return Err(kerr(
-                    name,
-                    "bsize needs a sticky buffer before it (it measures that buffer)",
-                ));
-            };
-            let cmp = parse_uint(need()?, u64::MAX).map_err(|m| kerr(name, m))?;
-            ls.push(b, Item::Bsize(Bsize { cmp, urilen: false }))
-                .map_err(|m| kerr(name, m))?;
-        }
-        "urilen" => {
-            let (cmp, raw) = parse_urilen(need()?).map_err(|m| kerr(name, m))?;
-            let b = if raw {
-                Buffer::HttpUriRaw
-            } else {
-                Buffer::HttpUri
-            };
-            ls.push(b, Item::Bsize(Bsize { cmp, urilen: true }))
-                .map_err(|m| kerr(name, m))?;
-        }
-        "noalert" => {
-            flag()?;
-            r.noalert = true;
-        }
-        "flowbits" => match parse_flowbits(need()?).map_err(|m| kerr(name, m))? {
-            None => r.noalert = true,
-            Some(op) => {
-                let contra = |a, b| {
-                    op.cmd == a
-                        && op.names.len() == 1
-                        && r.flowbits.iter().any(|o| o.cmd == b && o.names == op.names)
-                };
-                if contra(FlowbitCmd::IsSet, FlowbitCmd::IsNotSet)
-                    || contra(FlowbitCmd::IsNotSet, FlowbitCmd::IsSet)
-                {
-                    return Err(kerr(
-                        name,
-                        format!(
-                            "isset and isnotset of `{}` can never both hold",
-                            op.names[0]
-                        ),
-                    ));
-                }
-                r.flowbits.push(op);
-            }
-        },
-        "app-layer-protocol" => {
-            let t = parse_app_test(need()?).map_err(|m| kerr(name, m))?;
-            if r.app_test.iter().any(|x| x.1 == t.1) {
-                return Err(kerr(name, format!("`{}` is tested twice", t.1.name())));
-            }
-            r.app_test.push(t);
-        }
-        "pkt_data" => {
-            flag()?;
-            ls.set_sticky(None, name)?;
-        }
-        n if Buffer::from_modifier(n).is_some() => {
-            flag()?;
-            let b = Buffer::from_modifier(n).unwrap_or(Buffer::Payload);
-            ls.move_last_payload_content(b, n)?;
-        }
-        n if Buffer::from_sticky(n).is_some() => {
-            flag()?;
-            ls.set_sticky(Buffer::from_sticky(n), n)?;
-        }
-        "dsize" => set_once(
-            &mut r.dsize,
-            parse_cmp(need()?).map_err(|m| kerr(name, m))?,
-            name,
-        )?,
-        "ttl" => set_once(
-            &mut r.ttl,
-            parse_cmp(need()?).map_err(|m| kerr(name, m))?,
-            name,
-        )?,
-        "itype" => set_once(
-            &mut r.itype,
-            parse_cmp(need()?).map_err(|m| kerr(name, m))?,
-            name,
-        )?,
-        "icode" => set_once(
-            &mut r.icode,
-            parse_cmp(need()?).map_err(|m| kerr(name, m))?,
-            name,
-        )?,
-        "flags" => set_once(
-            &mut r.flags,
-            parse_flags(need()?).map_err(|m| kerr(name, m))?,
-            name,
-        )?,
-        "flow" => set_once(
-            &mut r.flow,
-            parse_flow(need()?).map_err(|m| kerr(name, m))?,
-            name,
-        )?,
-        "stream-event" => {
-            let v = need()?.trim();
-            let e = crate::flow::StreamEvent::by_name(v).ok_or_else(|| {
-                kerr(
-                    name,
-                    format!(
-                        "`{v}` is not an event relayd raises (it raises reassembly_overlap_different_data, pkt_invalid_timestamp, est_packet_out_of_window, rst_invalid)"
-                    ),
-                )
-            })?;
-            r.stream_events |= e.bit();
-        }
-        "threshold" => {
-            let t = parse_threshold(need()?).map_err(|m| kerr(name, m))?;
-            set_once(&mut r.threshold, t, name)?
-        }
-        "detection_filter" => {
-            let ported = matches!(
-                r.proto,
-                RuleProto::Tcp | RuleProto::Udp | RuleProto::TcpOrUdp
-            );
-            let f = parse_detection_filter(need()?, ported).map_err(|m| kerr(name, m))?;
-            set_once(&mut r.filter, f, name)?
-        }
-        "rate" => set_once(
-            &mut r.rate,
-            parse_rate(need()?).map_err(|m| kerr(name, m))?,
-            name,
-        )?,
-        n if n.contains('.')
-            || n.starts_with("http")
-            || n.starts_with("dns")
-            || n.starts_with("tls")
-            || n.starts_with("file")
-            || n.starts_with("ja3")
-            || n.starts_with("ssh")
-            || n.starts_with("smb")
-            || n.starts_with("app-layer") =>
-        {
-            return Err(kerr(
-                n,
-                "application-layer keyword not supported (relayd parses HTTP/1, DNS and TLS: see docs/ids.md for their buffers)",
-            ));
-        }
-        n => return Err(kerr(n, "unsupported keyword")),
-    }
-    Ok(())
-}
-
-fn set_once<T>(slot: &mut Option<T>, v: T, name: &str) -> Result<(), PErr> {
-    if slot.replace(v).is_some() {
-        return Err(kerr(name, "given twice"));
-    }
-    Ok(())
-}
-
-/// Splits the option list at `;` outside quotes (`\;` stays escaped).
 fn split_options(s: &str) -> Result<Vec<(String, Option<String>)>, PErr> {
     let mut out = Vec::new();
     let mut cur = String::new();

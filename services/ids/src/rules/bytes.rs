@@ -7,7 +7,66 @@
 //! arithmetic on offsets is done in `i64` with saturation (values are at most 2^16 from
 //! rules, or extracted 64-bit values clamped to `i64::MAX`).
 
-use crate::rule::{Num, Vars};
+/// Most keywords in one match list (the inspector recurses once per keyword).
+pub(crate) const MAX_ITEMS: usize = 256;
+
+/// Most `byte_extract` variables in one rule.
+pub(crate) const MAX_VARS: usize = 16;
+
+/// A number in a payload keyword, or the `byte_extract` variable holding it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Num {
+    /// A number written in the rule (for `byte_test`'s value, the bits of a `u64`).
+    Lit(i64),
+    /// The slot of a variable in [`Vars`].
+    Var(u8),
+}
+
+impl Num {
+    /// The value as a signed number (an extracted value above `i64::MAX` reads as it).
+    pub(crate) fn get(self, vars: &Vars) -> i64 {
+        match self {
+            Num::Lit(n) => n,
+            Num::Var(i) => i64::try_from(vars.get(i)).unwrap_or(i64::MAX),
+        }
+    }
+
+    /// The value's 64 bits as unsigned (`byte_test`'s comparison value).
+    pub(crate) fn get_u64(self, vars: &Vars) -> u64 {
+        match self {
+            Num::Lit(n) => n as u64,
+            Num::Var(i) => vars.get(i),
+        }
+    }
+
+    /// The variable slot, if it names one.
+    pub(crate) fn var(self) -> Option<u8> {
+        match self {
+            Num::Lit(_) => None,
+            Num::Var(i) => Some(i),
+        }
+    }
+}
+
+/// The values `byte_extract` stored while one rule is inspected: a fixed array, so the
+/// inspection allocates nothing. A variable is always written (earlier in its list) before
+/// it is read; the parser checks that.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Vars([u64; MAX_VARS]);
+
+impl Vars {
+    /// The value in slot `i` (0 for a slot out of range, which the parser never makes).
+    pub(crate) fn get(&self, i: u8) -> u64 {
+        self.0.get(usize::from(i)).copied().unwrap_or(0)
+    }
+
+    /// Stores `v` in slot `i`.
+    pub(crate) fn set(&mut self, i: u8, v: u64) {
+        if let Some(s) = self.0.get_mut(usize::from(i)) {
+            *s = v;
+        }
+    }
+}
 
 /// `isdataat:[!]N[,relative]`: is there a byte at offset N (from the cursor if relative)?
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

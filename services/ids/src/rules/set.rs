@@ -1,46 +1,23 @@
-//! The matching engine: a rule set compiled once (shared by the queue threads of a
-//! service) and a [`Detector`] per queue thread that inspects packets against it.
-//!
-//! Compilation sorts the rules into Suricata's evaluation order, splits them into packet
-//! rules (payload and header tests, one prefilter over their payload fast patterns) and
-//! transaction rules (application-layer buffers, one prefilter per protocol and buffer,
-//! `engine::app`), and interns flowbit names (`engine::flowbits`). The per-packet work is
-//! `engine::detect`.
+//! A compiled rule set: the rules in Suricata's evaluation order, split into packet rules
+//! (payload and header tests, one prefilter over their payload fast patterns) and
+//! transaction rules (`set::tx`), with flowbit names interned. Built once per service.
 
-mod app;
-mod detect;
-mod exception;
-mod flowbits;
-mod packet;
-mod payload;
-mod reclaim;
+pub(crate) mod tx;
 
-pub use detect::{DEFAULT_STREAM_LOOKBACK, Detector, DetectorOptions};
-pub use exception::ExceptionPolicy;
-
-use crate::buffer::Buffer;
-use crate::classify::Classes;
-use crate::parse::{Ctx, RuleError, apply_threshold_file, parse_text};
+use crate::applayer::buffer::Buffer;
 use crate::prefilter::Prefilter;
-use crate::rule::{Rule, RuleProto, StreamMode, Track};
-use app::TxRules;
-use flowbits::BitOp;
+use crate::rules::classify::Classes;
+use crate::rules::flowbits::{self, BitOp};
+use crate::rules::parse::{Ctx, RuleError, apply_threshold_file, parse_text};
+use crate::rules::rule::{Rule, RuleProto, StreamMode, Track};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
-
-/// Most alerts one packet raises (Suricata's default `packet-alert-max`); further
-/// matching rules still act and count their hits.
-pub const MAX_ALERTS_PER_PACKET: usize = 15;
-
-/// Content-search steps one rule may take on one packet (backtracking over repeated
-/// matches of relative contents); past it the rule does not match. Like Suricata's
-/// inspection recursion limit, it bounds the cost of a hostile payload.
-pub const INSPECT_BUDGET: u32 = 3000;
+use tx::TxRules;
 
 /// Packet classes rules are grouped by: TCP, UDP, ICMP (v4 and v6), anything else
 /// (including non-first fragments, which have no transport header).
-const CLASSES: usize = 4;
+pub(crate) const CLASSES: usize = 4;
 
 /// What to load.
 #[derive(Debug, Clone, Default)]
@@ -90,32 +67,32 @@ pub enum LoadError {
 /// A compiled rule set: the rules in evaluation order and the prefilter over them.
 #[derive(Debug)]
 pub struct RuleSet {
-    rules: Vec<Rule>,
-    errors: Vec<RuleError>,
-    prefilter: Option<Prefilter>,
+    pub(crate) rules: Vec<Rule>,
+    pub(crate) errors: Vec<RuleError>,
+    pub(crate) prefilter: Option<Prefilter>,
     /// Prefilter pattern id to the rules (indices, ascending) whose fast pattern it is.
-    pat_rules: Vec<Vec<u32>>,
+    pub(crate) pat_rules: Vec<Vec<u32>>,
     /// Per packet class, the rules without a fast pattern that may apply (ascending).
-    header_only: [Vec<u32>; CLASSES],
+    pub(crate) header_only: [Vec<u32>; CLASSES],
     /// Per packet class, whether any content rule may apply.
-    class_has_content: [bool; CLASSES],
+    pub(crate) class_has_content: [bool; CLASSES],
     /// Per rule, the index of its first pcre in the flattened pcre list.
-    pcre_base: Vec<u32>,
+    pub(crate) pcre_base: Vec<u32>,
     /// Per rule, its `flowbits` with the names interned.
-    bitops: Vec<Vec<BitOp>>,
+    pub(crate) bitops: Vec<Vec<BitOp>>,
     /// Per rule, whether it is IP-only (checked once per flow direction, see
-    /// `app::is_ip_only`).
-    ip_only: Vec<bool>,
+    /// `tx::is_ip_only`).
+    pub(crate) ip_only: Vec<bool>,
     /// The rules that inspect application-layer transactions.
-    tx: TxRules,
+    pub(crate) tx: TxRules,
     /// Some rule needs the flow table: flowbits, an application protocol, stream
     /// inspection of a TCP payload, `track by_flow`.
-    needs_flows: bool,
+    pub(crate) needs_flows: bool,
     /// Some rule needs the application layer parsed (an application protocol, or
     /// `app-layer-protocol`).
-    needs_app: bool,
+    pub(crate) needs_app: bool,
     /// Threshold-file lines that named no loaded rule.
-    warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
 }
 
 impl RuleSet {
@@ -232,7 +209,7 @@ impl RuleSet {
                 || r.flow.is_some_and(|f| f.needs_ct())
                 // Stream events come from the flow table's normalization.
                 || r.stream_events != 0;
-            if app::is_tx_rule(r) {
+            if tx::is_tx_rule(r) {
                 continue;
             }
             let classes: &[usize] = match r.proto {
@@ -266,7 +243,7 @@ impl RuleSet {
         }
         // A TCP payload rule inspects the reassembled stream too (unless `no_stream`).
         needs_flows |= rules.iter().any(|r| {
-            !app::is_tx_rule(r)
+            !tx::is_tx_rule(r)
                 && matches!(
                     r.proto,
                     RuleProto::Tcp | RuleProto::Ip | RuleProto::TcpOrUdp
@@ -276,7 +253,7 @@ impl RuleSet {
         });
         let prefilter = (!patterns.is_empty()).then(|| Prefilter::new(&patterns));
         let tx = TxRules::build(&rules);
-        let ip_only: Vec<bool> = rules.iter().map(app::is_ip_only).collect();
+        let ip_only: Vec<bool> = rules.iter().map(tx::is_ip_only).collect();
         // IP-only rules are checked once per flow direction: that needs the flows.
         needs_flows |= ip_only.contains(&true);
         Ok(RuleSet {
@@ -336,20 +313,4 @@ impl RuleSet {
     pub fn prefilter_patterns(&self) -> usize {
         self.pat_rules.len()
     }
-}
-
-/// What the rules decided for a packet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Outcome {
-    /// No rule matched.
-    Clean,
-    /// A `pass` rule matched: nothing else applies.
-    Pass,
-    /// Only `alert` rules matched (or `ratelimit` rules within their rate): let it go.
-    Alert,
-    /// A `drop` (or over-rate `ratelimit`) rule matched: drop it.
-    Drop,
-    /// A `reject` rule matched: answer with a reset / unreachable and drop it.
-    Reject,
 }

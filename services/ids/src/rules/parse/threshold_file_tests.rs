@@ -1,8 +1,9 @@
 //! Tests of the threshold file: each line type, each refusal, and how lines apply.
 
 use super::*;
-use crate::classify::Classes;
-use crate::parse::parse_rule;
+use crate::rules::classify::Classes;
+use crate::rules::parse::parse_rule;
+use crate::rules::rule::Track;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -43,7 +44,7 @@ fn line(s: &str) -> Line {
 }
 
 fn key(a: std::net::IpAddr) -> u128 {
-    crate::rule::ip_key(a)
+    crate::rules::rule::ip_key(a)
 }
 
 #[test]

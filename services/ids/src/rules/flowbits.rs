@@ -3,7 +3,7 @@
 //! sets nothing costs nothing, and one that sets everything costs at most
 //! `names / 8` bytes (the names a rule set can mention).
 
-use crate::rule::{FlowbitCmd, FlowbitOp};
+use crate::rules::rule::{FlowbitCmd, FlowbitOp};
 use std::collections::HashMap;
 
 /// One `flowbits` keyword with its names as bit numbers.

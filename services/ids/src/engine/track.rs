@@ -35,8 +35,8 @@
 //! one control byte per bucket, so at the default `max` of 65,536 keys it holds 131,072
 //! buckets of 113 bytes: 14.8 MB per queue thread at the bound, nothing before keys come.
 
-use crate::parse::RateFilter;
-use crate::rule::{DetectionFilter, Rate, Threshold, ThresholdKind, Track, UniqueOn};
+use crate::rules::parse::RateFilter;
+use crate::rules::rule::{DetectionFilter, Rate, Threshold, ThresholdKind, Track, UniqueOn};
 use relay_core::Counter;
 use std::collections::HashMap;
 use std::time::Instant;
@@ -667,7 +667,7 @@ mod tests {
 
     #[test]
     fn rate_filter_switches_for_the_timeout() {
-        use crate::parse::{NewAction, RateFilter};
+        use crate::rules::parse::{NewAction, RateFilter};
         let t0 = Instant::now();
         let mut t = Tracker::new(100, Counter::new());
         let f = RateFilter {

@@ -35,68 +35,8 @@
 use super::threshold::{parse_track, positive};
 use super::values::parse_addr;
 use super::{Ctx, RuleError};
-use crate::rule::{AddrExpr, Rule, Threshold, ThresholdKind, Track};
-
-/// Whose address a `suppress` line looks at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SuppressTrack {
-    /// `by_src`
-    Src,
-    /// `by_dst`
-    Dst,
-    /// `by_either`: source or destination.
-    Either,
-}
-
-/// A `suppress` line with addresses, as it applies to one rule.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Suppress {
-    pub(crate) track: SuppressTrack,
-    pub(crate) addrs: AddrExpr,
-}
-
-impl Suppress {
-    /// True if the packet's alert is suppressed (addresses as `rule::ip_key`).
-    pub(crate) fn hits(&self, src: u128, dst: u128) -> bool {
-        let is_in = |a: u128| self.addrs.eval(&|n: &crate::rule::Net| n.contains(a));
-        match self.track {
-            SuppressTrack::Src => is_in(src),
-            SuppressTrack::Dst => is_in(dst),
-            SuppressTrack::Either => is_in(src) || is_in(dst),
-        }
-    }
-}
-
-/// `rate_filter`'s `new_action`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum NewAction {
-    /// Alert only (a drop or reject rule stops blocking).
-    Alert,
-    /// Drop and alert.
-    Drop,
-    /// Reject (reset or unreachable), drop and alert.
-    Reject,
-    /// Pass: no alert, and the flow passes.
-    Pass,
-}
-
-/// A `rate_filter` line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct RateFilter {
-    pub(crate) track: Track,
-    pub(crate) count: u32,
-    pub(crate) seconds: u32,
-    pub(crate) action: NewAction,
-    pub(crate) timeout: u32,
-}
-
-/// What the threshold file gives one rule besides a `threshold` (which replaces the rule's
-/// own): suppressions and a rate filter.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct FileRule {
-    pub(crate) suppress: Vec<Suppress>,
-    pub(crate) rate: Option<RateFilter>,
-}
+pub(crate) use crate::rules::rule::{NewAction, RateFilter, Suppress, SuppressTrack};
+use crate::rules::rule::{Rule, Threshold, ThresholdKind};
 
 /// One parsed line.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 
 use super::lists::Lists;
 use super::{PErr, kerr};
-use crate::rule::Num;
+use crate::rules::rule::Num;
 
 /// Largest `distance` / `within` (Suricata's `DETECT_CONTENT_VALUE_MAX`).
 const CONTENT_VALUE_MAX: i64 = 1024 * 1024;
@@ -114,25 +114,32 @@ pub(super) fn content_modifier(
             flag()?;
             c.endswith = true;
         }
-        _ => {
-            // fast_pattern
-            match value.map(str::trim) {
-                None | Some("only") => {}
-                Some(_) => {
-                    return Err(kerr(
-                        name,
-                        "fast_pattern chopping (`fast_pattern:o,l`) is not supported",
-                    ));
-                }
-            }
-            if c.negated {
-                return Err(kerr(name, "a negated content cannot be the fast pattern"));
-            }
-            c.fast_pattern = true;
-            if ls.contents().filter(|c| c.fast_pattern).count() > 1 {
-                return Err(kerr(name, "only one content may be the fast pattern"));
-            }
+        _ => return fast_pattern(ls, name, value),
+    }
+    Ok(())
+}
+
+/// `fast_pattern` (or `fast_pattern:only`): the last content is the one the prefilter
+/// looks for.
+fn fast_pattern(ls: &mut Lists, name: &str, value: Option<&str>) -> Result<(), PErr> {
+    match value.map(str::trim) {
+        None | Some("only") => {}
+        Some(_) => {
+            return Err(kerr(
+                name,
+                "fast_pattern chopping (`fast_pattern:o,l`) is not supported",
+            ));
         }
+    }
+    let c = ls
+        .last_content_mut()
+        .ok_or_else(|| kerr(name, "a content modifier needs a `content` before it"))?;
+    if c.negated {
+        return Err(kerr(name, "a negated content cannot be the fast pattern"));
+    }
+    c.fast_pattern = true;
+    if ls.contents().filter(|c| c.fast_pattern).count() > 1 {
+        return Err(kerr(name, "only one content may be the fast pattern"));
     }
     Ok(())
 }

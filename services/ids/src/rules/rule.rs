@@ -4,8 +4,9 @@
 //! Everything here is immutable after parsing and shared by every queue thread.
 
 use crate::applayer::AppProto;
-use crate::buffer::Buffer;
-use crate::inspect::{Bsize, ByteExtract, ByteJump, ByteTest, IsDataAt};
+use crate::applayer::buffer::Buffer;
+use crate::rules::bytes::{Bsize, ByteExtract, ByteJump, ByteTest, IsDataAt};
+pub(crate) use crate::rules::bytes::{MAX_VARS, Num, Vars};
 use memchr::memmem;
 use relay_core::{CtInfo, CtState};
 use std::sync::Arc;
@@ -319,62 +320,65 @@ pub(crate) struct Rate {
     pub(crate) burst: f64,
 }
 
-/// Most `byte_extract` variables in one rule.
-pub(crate) const MAX_VARS: usize = 16;
-
-/// A number in a payload keyword, or the `byte_extract` variable holding it.
+/// Whose address a `suppress` line looks at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Num {
-    /// A number written in the rule (for `byte_test`'s value, the bits of a `u64`).
-    Lit(i64),
-    /// The slot of a variable in [`Vars`].
-    Var(u8),
+pub(crate) enum SuppressTrack {
+    /// `by_src`
+    Src,
+    /// `by_dst`
+    Dst,
+    /// `by_either`: source or destination.
+    Either,
 }
 
-impl Num {
-    /// The value as a signed number (an extracted value above `i64::MAX` reads as it).
-    pub(crate) fn get(self, vars: &Vars) -> i64 {
-        match self {
-            Num::Lit(n) => n,
-            Num::Var(i) => i64::try_from(vars.get(i)).unwrap_or(i64::MAX),
-        }
-    }
+/// A `suppress` line with addresses, as it applies to one rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Suppress {
+    pub(crate) track: SuppressTrack,
+    pub(crate) addrs: AddrExpr,
+}
 
-    /// The value's 64 bits as unsigned (`byte_test`'s comparison value).
-    pub(crate) fn get_u64(self, vars: &Vars) -> u64 {
-        match self {
-            Num::Lit(n) => n as u64,
-            Num::Var(i) => vars.get(i),
-        }
-    }
-
-    /// The variable slot, if it names one.
-    pub(crate) fn var(self) -> Option<u8> {
-        match self {
-            Num::Lit(_) => None,
-            Num::Var(i) => Some(i),
+impl Suppress {
+    /// True if the packet's alert is suppressed (addresses as `rule::ip_key`).
+    pub(crate) fn hits(&self, src: u128, dst: u128) -> bool {
+        let is_in = |a: u128| self.addrs.eval(&|n: &Net| n.contains(a));
+        match self.track {
+            SuppressTrack::Src => is_in(src),
+            SuppressTrack::Dst => is_in(dst),
+            SuppressTrack::Either => is_in(src) || is_in(dst),
         }
     }
 }
 
-/// The values `byte_extract` stored while one rule is inspected: a fixed array, so the
-/// inspection allocates nothing. A variable is always written (earlier in its list) before
-/// it is read; the parser checks that.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Vars([u64; MAX_VARS]);
+/// `rate_filter`'s `new_action`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NewAction {
+    /// Alert only (a drop or reject rule stops blocking).
+    Alert,
+    /// Drop and alert.
+    Drop,
+    /// Reject (reset or unreachable), drop and alert.
+    Reject,
+    /// Pass: no alert, and the flow passes.
+    Pass,
+}
 
-impl Vars {
-    /// The value in slot `i` (0 for a slot out of range, which the parser never makes).
-    pub(crate) fn get(&self, i: u8) -> u64 {
-        self.0.get(usize::from(i)).copied().unwrap_or(0)
-    }
+/// A `rate_filter` line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RateFilter {
+    pub(crate) track: Track,
+    pub(crate) count: u32,
+    pub(crate) seconds: u32,
+    pub(crate) action: NewAction,
+    pub(crate) timeout: u32,
+}
 
-    /// Stores `v` in slot `i`.
-    pub(crate) fn set(&mut self, i: u8, v: u64) {
-        if let Some(s) = self.0.get_mut(usize::from(i)) {
-            *s = v;
-        }
-    }
+/// What the threshold file gives one rule besides a `threshold` (which replaces the rule's
+/// own): suppressions and a rate filter.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct FileRule {
+    pub(crate) suppress: Vec<Suppress>,
+    pub(crate) rate: Option<RateFilter>,
 }
 
 /// One `content` with its modifiers.
@@ -556,7 +560,7 @@ impl Item {
 }
 
 /// The keywords of a rule over one buffer, in rule order (inspected by
-/// [`crate::inspect::inspect_list`]).
+/// [`crate::engine::inspect::inspect_list`]).
 #[derive(Debug, Clone)]
 pub(crate) struct MatchList {
     pub(crate) buffer: Buffer,
@@ -646,7 +650,7 @@ pub struct Rule {
     pub(crate) filter: Option<DetectionFilter>,
     pub(crate) rate: Option<Rate>,
     /// What the service's threshold file adds: suppressions, a rate filter.
-    pub(crate) global: Option<Box<crate::parse::FileRule>>,
+    pub(crate) global: Option<Box<FileRule>>,
     /// (list, item) of the content a prefilter looks for (`fast_pattern`, else the longest
     /// non-negated content of any list), if any.
     pub(crate) fast: Option<(usize, usize)>,

@@ -5,9 +5,9 @@
 //! backtracking flags the inspector reads).
 
 use super::{PErr, kerr};
-use crate::buffer::Buffer;
-use crate::inspect::{Bsize, MAX_ITEMS};
-use crate::rule::{Content, Item, MAX_VARS, MatchList, Num, Pcre};
+use crate::applayer::buffer::Buffer;
+use crate::rules::bytes::{Bsize, MAX_ITEMS};
+use crate::rules::rule::{Content, Item, MAX_VARS, MatchList, Num, Pcre};
 
 /// A keyword in a list, with its place in the rule (Suricata's sigmatch `idx`: a content
 /// moved to another buffer keeps it, so modifiers still find "the last content").
@@ -259,7 +259,7 @@ impl Lists {
 }
 
 /// Every variable a keyword reads is extracted earlier in the same list: the inspector
-/// fills [`crate::rule::Vars`] in list order, and lists are inspected one by one.
+/// fills [`crate::rules::rule::Vars`] in list order, and lists are inspected one by one.
 fn check_vars(items: &[Item], names: &[String]) -> Result<(), PErr> {
     let mut defined = 0u32;
     for it in items {

@@ -1,7 +1,7 @@
 //! Tests of the rule parser: every keyword, every refusal, the variables.
 
 use super::*;
-use crate::inspect::{ByteOp, Encoding, JumpFrom, UintMode};
+use crate::rules::bytes::{ByteOp, Encoding, JumpFrom, UintMode};
 
 fn ctx_rule(s: &str) -> Result<Rule, PErr> {
     let mut vars = BTreeMap::new();
