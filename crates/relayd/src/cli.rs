@@ -369,7 +369,7 @@ pub fn main_with(registry: Registry) -> ExitCode {
             if let Some(c) = config {
                 match load(&c, &registry) {
                     Ok(cfg) => {
-                        for p in crate::qos::plans(&cfg).unwrap_or_default() {
+                        for p in crate::qos::plans(cfg.queue_services()).unwrap_or_default() {
                             if !tc_handles.contains(&p.handle) {
                                 tc_handles.push(p.handle);
                             }

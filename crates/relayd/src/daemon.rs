@@ -8,32 +8,24 @@ use crate::listeners::{self, Listeners};
 use crate::qos::{self, QosSet};
 use crate::resources::{self, OpenLogs, Provider, ServiceResources};
 use crate::rules;
-use crate::status::{KernelStatus, QueueStatus, ServiceStatus, Status};
+use crate::status::{KernelStatus, QueueStatus, Status};
 use crate::xdp::XdpPorts;
 use anyhow::{Context as _, bail};
 use relay_control::IpVersion;
 use relay_control::tc::Tc;
-use relay_core::StageMark;
-use relay_core::{Chain, ChainSettings, Counter, CounterKind, Counters, QueueCounters};
 use relay_nfq::{Queue, QueueConfig};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 mod reload;
 
+pub(crate) use crate::counter_store::CounterStore;
+pub use crate::notify::Health;
+
 struct Running {
     queue: Queue,
     cfg: QueueConfig,
     spec: QueueSpec,
-}
-
-/// Counters live here, not in chains, so that they survive reloads.
-#[derive(Default)]
-pub(crate) struct CounterStore {
-    queues: BTreeMap<u16, QueueCounters>,
-    services: BTreeMap<(u16, String, &'static str), (Counter, Counters)>,
-    /// The datapath's own counters per queue (XDP: transmitted, tx_full, ...).
-    datapath: BTreeMap<u16, Counters>,
 }
 
 /// A running relayd.
@@ -70,133 +62,11 @@ pub struct ListenerChanges {
     pub start: Vec<ListenerSpec>,
 }
 
-/// How the daemon's queue threads are doing, for the health check behind systemd's
-/// watchdog (see [`crate::notify`]): a queue thread that has ended or is stuck no longer
-/// serves its traffic, which then bypasses relayd (fail-open) or stops (fail-closed),
-/// while the rest of relayd looks alive. Only a restart brings such a queue back.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Health {
-    /// Queues served (bound, with a thread each).
-    pub queues: usize,
-    /// Proxy listeners running (not those draining after a reload).
-    pub listeners: usize,
-    /// Queues whose thread has ended although the daemon did not stop it.
-    pub dead: Vec<u16>,
-    /// Queues whose thread is alive but has not gone round its loop for longer than the
-    /// limit given to [`Daemon::health`], with how long it has not.
-    pub stuck: Vec<(u16, Duration)>,
-}
-
-impl Health {
-    /// True if no queue thread is dead or stuck.
-    pub fn is_healthy(&self) -> bool {
-        self.dead.is_empty() && self.stuck.is_empty()
-    }
-}
-
 impl std::fmt::Debug for Daemon {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Daemon")
             .field("queues", &self.queues.keys().collect::<Vec<_>>())
             .finish()
-    }
-}
-
-impl CounterStore {
-    /// The chain of `spec` for queue `num`, its services counting into this store.
-    /// `stage_mask` is `daemon.bypass_mark`, checked to hold two bits.
-    /// `res` holds what relayd made for the services from their manifests.
-    pub(crate) fn chain(
-        &mut self,
-        spec: &QueueSpec,
-        res: &ServiceResources,
-        num: u16,
-        stage_mask: u32,
-    ) -> Chain {
-        self.chain_of(
-            &spec.services,
-            res,
-            spec.malformed,
-            spec.hook,
-            num,
-            stage_mask,
-        )
-    }
-
-    /// The chain of `services` for queue `num` (NFQUEUE or XDP), counting into this store,
-    /// each service built with its resources in `res`.
-    pub(crate) fn chain_of(
-        &mut self,
-        services: &[(String, std::sync::Arc<dyn relay_core::ServiceFactory>)],
-        res: &ServiceResources,
-        malformed: relay_core::Verdict,
-        hook: relay_core::Hook,
-        num: u16,
-        stage_mask: u32,
-    ) -> Chain {
-        let mut chain = Chain::new(ChainSettings {
-            malformed,
-            hook,
-            stages: StageMark::from_mask(stage_mask).unwrap_or(StageMark::DEFAULT),
-        });
-        for (name, factory) in services {
-            let (packets, counters) = self
-                .services
-                .entry((num, name.clone(), factory.kind()))
-                .or_default()
-                .clone();
-            chain.push(name, factory.build(&counters, res.of(name)), packets);
-        }
-        chain
-    }
-
-    /// Per-service counters summed over queues, for the instances `active` accepts
-    /// (queue, name, kind): those still configured.
-    pub(crate) fn services_status(
-        &self,
-        active: impl Fn(u16, &str, &'static str) -> bool,
-    ) -> Vec<ServiceStatus> {
-        let mut services: BTreeMap<(String, &'static str), ServiceStatus> = BTreeMap::new();
-        for ((num, name, kind), (packets, counters)) in &self.services {
-            if !active(*num, name, kind) {
-                continue; // an instance a reload removed
-            }
-            let s = services
-                .entry((name.clone(), kind))
-                .or_insert_with(|| ServiceStatus {
-                    name: name.clone(),
-                    kind: kind.to_string(),
-                    queues: Vec::new(),
-                    packets: 0,
-                    counters: BTreeMap::new(),
-                    gauges: Vec::new(),
-                });
-            s.queues.push(*num);
-            s.packets += packets.get();
-            for (k, kind, v) in counters.snapshot() {
-                let e = s.counters.entry(k.clone()).or_insert(0);
-                match kind {
-                    CounterKind::Total => *e += v,
-                    CounterKind::Gauge => {
-                        *e = v;
-                        if !s.gauges.contains(&k) {
-                            s.gauges.push(k);
-                        }
-                    }
-                }
-            }
-        }
-        services.into_values().collect()
-    }
-
-    /// The counters of queue `num`.
-    pub(crate) fn queue(&mut self, num: u16) -> QueueCounters {
-        self.queues.entry(num).or_default().clone()
-    }
-
-    /// The datapath's own named counters of queue `num`.
-    pub(crate) fn datapath(&mut self, num: u16) -> Counters {
-        self.datapath.entry(num).or_default().clone()
     }
 }
 
@@ -289,7 +159,7 @@ impl Daemon {
         d.resources = d.provider.resources(&config, logs)?;
         // The classes before the queues that mark packets for them.
         d.qos
-            .apply(qos::plans(&config).map_err(anyhow::Error::msg)?)
+            .apply(qos::plans(config.queue_services()).map_err(anyhow::Error::msg)?)
             .context("installing the services' tc trees")?;
         let res = d.resources.clone();
         let new = d.start_queues(&config, &res)?;

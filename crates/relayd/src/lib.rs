@@ -4,6 +4,7 @@
 
 pub mod cli;
 pub mod config;
+mod counter_store;
 pub mod daemon;
 pub mod dist;
 pub mod ike;
@@ -19,6 +20,7 @@ pub mod resources;
 pub mod rules;
 pub mod state_dirs;
 pub mod status;
+pub mod users;
 mod xdp;
 
 pub use registry::Registry;

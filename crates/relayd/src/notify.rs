@@ -20,13 +20,36 @@
 //! `NOTIFY_SOCKET` names (a path, or `@name` in the abstract namespace), so that a test
 //! can point a [`Notifier`] at a socket of its own.
 
-use crate::daemon::Health;
 use sd_notify::NotifyState;
 use std::ffi::OsStr;
 use std::fmt::Write as _;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+/// How the daemon's queue threads are doing, for the health check behind systemd's
+/// watchdog (see [`crate::notify`]): a queue thread that has ended or is stuck no longer
+/// serves its traffic, which then bypasses relayd (fail-open) or stops (fail-closed),
+/// while the rest of relayd looks alive. Only a restart brings such a queue back.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Health {
+    /// Queues served (bound, with a thread each).
+    pub queues: usize,
+    /// Proxy listeners running (not those draining after a reload).
+    pub listeners: usize,
+    /// Queues whose thread has ended although the daemon did not stop it.
+    pub dead: Vec<u16>,
+    /// Queues whose thread is alive but has not gone round its loop for longer than the
+    /// limit given to [`Daemon::health`], with how long it has not.
+    pub stuck: Vec<(u16, Duration)>,
+}
+
+impl Health {
+    /// True if no queue thread is dead or stuck.
+    pub fn is_healthy(&self) -> bool {
+        self.dead.is_empty() && self.stuck.is_empty()
+    }
+}
 
 /// The shortest stall that counts as a stuck queue thread when a watchdog is set, however
 /// short `WatchdogSec=` is: ten times the longest a healthy idle thread goes without a

@@ -3,7 +3,6 @@
 //! line on reload (only the differing classes change), removed on exit and by `relayd
 //! cleanup`, and their per-class counters shown by `relayd status`.
 
-use crate::config::Config;
 use relay_control::tc::{self, HtbClass, HtbPlan, Tc};
 use relay_core::{QosPlan, ServiceFactory};
 use serde::{Deserialize, Serialize};
@@ -53,18 +52,19 @@ fn htb(plan: &QosPlan) -> HtbPlan {
     }
 }
 
-/// The trees `config`'s services declare, one per interface. Two services that declare
-/// different trees for one interface are an error naming both.
-pub fn plans(config: &Config) -> Result<Vec<HtbPlan>, String> {
-    let mut out: Vec<(String, HtbPlan)> = Vec::new();
-    let services = config
-        .queues
-        .iter()
-        .flat_map(|q| q.services.iter())
-        .filter_map(|(name, f): &(String, std::sync::Arc<dyn ServiceFactory>)| {
-            f.manifest().qos.as_ref().map(|p| (name, p))
-        });
-    for (name, plan) in services {
+/// The trees `services` (name and factory, as [`Config::queue_services`] lists them)
+/// declare, one per interface. Two services that declare different trees for one
+/// interface are an error naming both.
+///
+/// [`Config::queue_services`]: crate::config::Config::queue_services
+pub fn plans<'a>(
+    services: impl IntoIterator<Item = (&'a str, &'a dyn ServiceFactory)>,
+) -> Result<Vec<HtbPlan>, String> {
+    let mut out: Vec<(&str, HtbPlan)> = Vec::new();
+    let declared = services
+        .into_iter()
+        .filter_map(|(name, f)| f.manifest().qos.as_ref().map(|p| (name, p)));
+    for (name, plan) in declared {
         let plan = htb(plan);
         plan.validate()
             .map_err(|e| format!("service `{name}`: {e}"))?;
@@ -76,7 +76,7 @@ pub fn plans(config: &Config) -> Result<Vec<HtbPlan>, String> {
                     plan.dev
                 ));
             }
-            None => out.push((name.clone(), plan)),
+            None => out.push((name, plan)),
         }
     }
     Ok(out.into_iter().map(|(_, p)| p).collect())

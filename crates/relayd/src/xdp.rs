@@ -9,7 +9,7 @@
 //! detached.
 
 use crate::config::XdpSpec;
-use crate::daemon::CounterStore;
+use crate::counter_store::CounterStore;
 use crate::resources::ServiceResources;
 use crate::status::{QueueStatus, XdpStatus};
 use anyhow::Context as _;

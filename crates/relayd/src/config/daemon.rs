@@ -121,7 +121,7 @@ pub(super) fn check_daemon(cx: &mut Ctx<'_>, d: RawDaemon) -> DaemonConfig {
 /// `user` (resolved now, and not root) and `socket_group`.
 fn check_user_and_group(cx: &mut Ctx<'_>, d: &RawDaemon, out: &mut DaemonConfig) {
     if let Some(u) = &d.user {
-        match crate::privilege::lookup_user(u.get_ref()) {
+        match crate::users::lookup_user(u.get_ref()) {
             Ok((0, _)) => cx.err(
                 Some(u.span()),
                 "daemon.user",
@@ -143,7 +143,7 @@ fn check_user_and_group(cx: &mut Ctx<'_>, d: &RawDaemon, out: &mut DaemonConfig)
         }
     }
     if let Some(g) = &d.socket_group {
-        match crate::privilege::lookup_group(g.get_ref()) {
+        match crate::users::lookup_group(g.get_ref()) {
             Ok(gid) => out.socket_group = Some(gid),
             Err(e) => cx.err(Some(g.span()), "daemon.socket_group", e),
         }

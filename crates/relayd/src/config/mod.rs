@@ -10,6 +10,7 @@
 mod daemon;
 mod error;
 mod ike;
+mod listener_spec;
 mod listeners;
 mod queue;
 mod services;
@@ -25,7 +26,7 @@ pub use ike::{
     DEFAULT_ESP_PROPOSAL, DEFAULT_PROPOSAL, IkeSpec, MIN_PSK_LEN, MIN_REKEY_SECS, identity,
     parse_time, parse_ts, read_psk,
 };
-pub use listeners::{ListenerKind, ListenerSpec};
+pub use listener_spec::{ListenerKind, ListenerSpec};
 pub use queue::QueueSpec;
 pub use services::LISTENER_KINDS;
 pub use tproxy::{DEFAULT_TPROXY_RULE_PREF, DEFAULT_TPROXY_TABLE, TproxySetup};
@@ -64,6 +65,17 @@ pub struct Config {
     /// What is valid but probably unwise (a SOCKS5 listener open to the network without
     /// authentication), in the errors' form; `relayd check` prints them, `run` logs them.
     pub warnings: Vec<ConfigError>,
+}
+
+impl Config {
+    /// Every `[[queue]]` entry's services, name and factory, in file order (a service in
+    /// two entries comes twice).
+    pub fn queue_services(&self) -> impl Iterator<Item = (&str, &dyn relay_core::ServiceFactory)> {
+        self.queues
+            .iter()
+            .flat_map(|q| q.services.iter())
+            .map(|(name, f)| (name.as_str(), f.as_ref()))
+    }
 }
 
 #[derive(Deserialize)]
@@ -174,7 +186,7 @@ pub fn parse(text: &str, path: &Path, registry: &Registry) -> Result<Config, Con
     };
     // The tc trees `run` installs: two services that want different trees on one
     // interface, or a tree tc would refuse, are errors `check` reports too.
-    if let Err(e) = crate::qos::plans(&config) {
+    if let Err(e) = crate::qos::plans(config.queue_services()) {
         return Err(ConfigErrors(vec![cx.at(None, "service", e)]));
     }
     Ok(config)

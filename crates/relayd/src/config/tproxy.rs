@@ -6,7 +6,7 @@
 
 use super::daemon::{DaemonConfig, parse_u32};
 use super::error::Ctx;
-use super::listeners::{ListenerKind, ListenerSpec};
+use super::listener_spec::{ListenerKind, ListenerSpec};
 use super::queue::QueueSpec;
 use super::services::{ListenerSection, ServiceEntry};
 use relay_control::{Hook, IpVersion, Table};

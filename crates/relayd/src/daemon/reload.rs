@@ -59,7 +59,9 @@ impl Step {
     /// Brings this part of `d` to `new`.
     fn apply(self, d: &mut Daemon, new: &Config, p: &mut Pending) -> anyhow::Result<()> {
         match self {
-            Step::Trees => d.qos.apply(qos::plans(new).map_err(anyhow::Error::msg)?),
+            Step::Trees => d
+                .qos
+                .apply(qos::plans(new.queue_services()).map_err(anyhow::Error::msg)?),
             Step::Xdp => d
                 .xdp
                 .reload(&new.xdp, &mut d.counters, &p.res, new.daemon.bypass_mark),
@@ -80,7 +82,10 @@ impl Step {
         match self {
             Step::Trees => {
                 // The old configuration's marks select the old classes.
-                if let Err(e) = d.qos.apply(qos::plans(&d.config).unwrap_or_default()) {
+                if let Err(e) = d
+                    .qos
+                    .apply(qos::plans(d.config.queue_services()).unwrap_or_default())
+                {
                     tracing::error!("restoring the previous tc trees failed too: {e:#}");
                 }
             }
