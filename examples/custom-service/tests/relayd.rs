@@ -33,7 +33,7 @@ classes = [{ port = 22, rate = "10mbit" }, { port = 443, rate = "60mbit" }]
 #[test]
 fn relayd_installs_the_tree_the_manifest_declares() {
     let cfg = load(CONFIG).unwrap();
-    let plans = relayd::qos::plans(&cfg).unwrap();
+    let plans = relayd::qos::plans(cfg.queue_services()).unwrap();
     assert_eq!(plans.len(), 1);
     assert_eq!((plans[0].dev.as_str(), plans[0].handle), ("eth1", 0x1e0));
     assert_eq!(plans[0].classes.len(), 2);

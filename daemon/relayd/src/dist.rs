@@ -4,7 +4,7 @@
 //!
 //! They are generated here, from [`crate::cli::Cli`], so that they cannot drift from the
 //! CLI: the generated files are committed under `dist/man/` and `dist/completions/`, and
-//! `crates/relayd/tests/dist.rs` regenerates them in memory and fails when the committed
+//! `daemon/relayd/tests/dist.rs` regenerates them in memory and fails when the committed
 //! copies differ (`make dist` rewrites them). Besides what clap knows (name, synopsis,
 //! description, options, subcommands, version), each man page gets sections clap has no
 //! place for: exit status, files, environment, examples, see also.

@@ -75,7 +75,7 @@ fn committed_man_pages_and_completions_match_the_cli() {
     }
     assert!(
         problems.is_empty(),
-        "dist/ is out of date with the CLI in crates/relayd/src/cli.rs:\n  {}\nrefresh with: {REFRESH}",
+        "dist/ is out of date with the CLI in daemon/relayd/src/cli.rs:\n  {}\nrefresh with: {REFRESH}",
         problems.join("\n  ")
     );
 }

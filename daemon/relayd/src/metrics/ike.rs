@@ -1,4 +1,4 @@
-//! The IKE connections' series (`[ike.NAME]`, crates/relayd/src/ike): state, peer, ages,
+//! The IKE connections' series (`[ike.NAME]`, daemon/relayd/src/ike): state, peer, ages,
 //! rekeys, failures, child SAs and the protocol counters.
 
 use super::{Builder, labels, put, set};
