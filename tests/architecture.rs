@@ -62,7 +62,12 @@ fn the_map_names_every_crate() {
     let missing: Vec<&str> = pkgs
         .iter()
         .map(|(n, _)| n.as_str())
-        .filter(|n| !map.contains(&format!("`{n}`")))
+        .filter(|n| {
+            !map.contains(&format!("`{n}`"))
+                && !map
+                    .lines()
+                    .any(|l| l.split(" ->").next().map(str::trim) == Some(*n))
+        })
         .collect();
     assert!(
         missing.is_empty(),
@@ -74,13 +79,76 @@ fn the_map_names_every_crate() {
         .split('`')
         .skip(1)
         .step_by(2)
-        .filter(|w| w.starts_with("relay-") && !w.contains(['/', ' ', ':', '.']))
+        .filter(|w| w.starts_with("relay-") && !w.contains(['/', ' ', ':', '.', '*']))
         .filter(|w| !names.contains(w))
         .map(str::to_string)
         .collect();
     assert!(
         stale.is_empty(),
         "ARCHITECTURE.md names crates that do not exist: {stale:?}"
+    );
+}
+
+/// The workspace crates `[dependencies]` of the manifest in `dir` names (not dev- or
+/// build-dependencies).
+fn workspace_deps(dir: &Path, names: &BTreeSet<&str>) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
+    let mut out = BTreeSet::new();
+    let mut in_deps = false;
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_deps = line == "[dependencies]";
+            continue;
+        }
+        if !in_deps {
+            continue;
+        }
+        let name = line
+            .split(['=', '.', ' '])
+            .next()
+            .unwrap_or_default()
+            .trim();
+        if names.contains(name) {
+            out.insert(name.to_string());
+        }
+    }
+    out
+}
+
+#[test]
+fn the_maps_arrows_are_the_manifests() {
+    let map = std::fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap();
+    let pkgs = packages();
+    let names: BTreeSet<&str> = pkgs.iter().map(|(n, _)| n.as_str()).collect();
+    let arrows: BTreeMap<&str, BTreeSet<String>> = map
+        .lines()
+        .filter_map(|l| {
+            l.split_once(" -> ")
+                .or_else(|| l.strip_suffix(" ->").map(|n| (n, "")))
+        })
+        .map(|(from, to)| {
+            (
+                from.trim(),
+                to.split_whitespace().map(str::to_string).collect(),
+            )
+        })
+        .filter(|(from, _)| names.contains(from))
+        .collect();
+    let mut wrong = Vec::new();
+    for (name, dir) in &pkgs {
+        let real = workspace_deps(dir, &names);
+        match arrows.get(name.as_str()) {
+            None => wrong.push(format!("{name}: no `{name} -> ...` line")),
+            Some(drawn) if *drawn != real => wrong.push(format!(
+                "{name}: the map says {drawn:?}, Cargo.toml says {real:?}"
+            )),
+            Some(_) => {}
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "ARCHITECTURE.md's arrows are out of date:\n{}",
+        wrong.join("\n")
     );
 }
 
