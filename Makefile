@@ -63,7 +63,7 @@ test: deps lint
 
 # The Debian package: target/debian/relayd_VERSION-1_ARCH.deb with the binary, the systemd
 # units, /etc/relayd/relayd.toml (a conffile), man pages and completions (metadata in
-# crates/relayd/Cargo.toml). Release build first (fat LTO: minutes), then cargo-deb packs it
+# daemon/relayd/Cargo.toml). Release build first (fat LTO: minutes), then cargo-deb packs it
 # without building again; tests/package.rs builds it the same way.
 .PHONY: deb dist
 deb: deps

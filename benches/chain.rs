@@ -31,7 +31,11 @@ fn chain_of(services: Vec<(&str, std::sync::Arc<dyn relay_core::ServiceFactory>)
         stages: relay_core::StageMark::DEFAULT,
     });
     for (name, f) in services {
-        chain.push(name, f.build(&Counters::new()), Counter::new());
+        chain.push(
+            name,
+            f.build(&Counters::new(), &relay_core::Resources::new()),
+            Counter::new(),
+        );
     }
     chain
 }

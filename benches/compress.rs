@@ -37,11 +37,14 @@ fn benches(c: &mut Criterion) {
             }
             let cfg: CompressConfig =
                 toml::from_str(&format!("algorithm = \"{alg}\"\nmode = \"always\"")).unwrap();
-            let mut comp = cfg.into_factory("c").unwrap().build(&Counters::new());
+            let mut comp = cfg
+                .into_factory("c")
+                .unwrap()
+                .build(&Counters::new(), &relay_core::Resources::new());
             let mut decomp = DecompressConfig::default()
                 .into_factory("d")
                 .unwrap()
-                .build(&Counters::new());
+                .build(&Counters::new(), &relay_core::Resources::new());
             let mut p = Packet::from_bytes(&bytes);
             comp.process(&mut p, &mut cx);
             let compressed = p.data().to_vec();

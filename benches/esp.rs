@@ -47,7 +47,10 @@ fn benches(c: &mut Criterion) {
             dir.join("state").display()
         ))
         .unwrap();
-        let mut enc = cfg.into_factory("enc").unwrap().build(&Counters::new());
+        let mut enc = cfg
+            .into_factory("enc")
+            .unwrap()
+            .build(&Counters::new(), &relay_core::Resources::new());
         let mut g = c.benchmark_group(name);
         g.throughput(Throughput::Bytes(SIZE as u64));
         // The datapath's way: the packet sits in a reused receive buffer with headroom.

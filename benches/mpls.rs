@@ -78,7 +78,7 @@ fn benches(c: &mut Criterion) {
         let mut e = config(10, encap)
             .into_factory("e")
             .unwrap()
-            .build(&Counters::new());
+            .build(&Counters::new(), &relay_core::Resources::new());
         g.bench_function(format!("encap_{encap}_1500B"), |b| {
             b.iter(|| {
                 let mut p = Packet::from_bytes(black_box(&bytes));
@@ -94,7 +94,7 @@ fn benches(c: &mut Criterion) {
         }
         .into_factory("d")
         .unwrap()
-        .build(&Counters::new());
+        .build(&Counters::new(), &relay_core::Resources::new());
         g.bench_function(format!("decap_{encap}_1500B"), |b| {
             b.iter(|| {
                 let mut p = Packet::from_bytes(black_box(&enc));

@@ -74,7 +74,7 @@ fn main() {
         ))
         .unwrap();
         let counters = Counters::new();
-        let mut enc = cfg.into_factory("esp").unwrap().build(&counters);
+        let mut enc = cfg.into_factory("esp").unwrap().build(&counters, &relay_core::Resources::new());
         let mut c = Criterion::default().configure_from_args();
         let mut emitter = Emitter::new();
         let mut cx = Context::new(0, Instant::now());

@@ -22,6 +22,7 @@ struct NatLine {
     _tb: Testbed,
     src: Node,
     a: Node,
+    nat: Node,
     b: Node,
     dst: Node,
     /// NAT -- B: the public side.
@@ -73,6 +74,7 @@ fn nat_line(name: &str) -> NatLine {
         _tb: tb,
         src,
         a,
+        nat,
         b,
         dst,
         public,
@@ -307,4 +309,128 @@ fn transport_mode_through_a_masquerading_nat() {
         dec_a["decrypted"],
         dec_b["decrypted"]
     );
+}
+
+/// A relay pair's IKEv2 connection in transport mode, A behind the NAT: A's selectors name
+/// its private subnet, but its packets reach B from the NAT's address (RFC 7296 2.23.1),
+/// which B's decrypt must take (IKE saw A there) without opening the SA to other sources.
+fn ike_config(local: &str, remote: &str, home: &str, to: &str, psk: &str, start: bool) -> String {
+    format!(
+        r#"
+[ike.peer]
+local = "{local}"
+remote = "{remote}"
+local_id = "{me}"
+remote_id = "{them}"
+psk_file = "{psk}"
+proposals = ["aes128gcm16-prfsha256-x25519"]
+esp_proposals = ["aes128gcm16"]
+local_ts = ["{home}"]
+remote_ts = ["{to}"]
+mode = "transport"
+start = {start}
+
+[[queue]]
+num = 0
+hook = "forward"
+match = "-s {home} -d {to_or_nat}"
+services = ["enc"]
+
+[[queue]]
+num = 1
+hook = "prerouting"
+match = "-p udp --dport 4500 -d {home}"
+services = ["dec"]
+
+[service.enc]
+kind = "encrypt"
+ike = "peer"
+
+[service.dec]
+kind = "decrypt"
+ike = ["peer"]
+"#,
+        // B answers the NAT's address: that is where A's traffic came from.
+        to_or_nat = if start { to } else { PUBLIC },
+        // Behind a NAT addresses do not identify: names do.
+        me = if start { "@a.example" } else { "@b.example" },
+        them = if start { "@b.example" } else { "@a.example" },
+    )
+}
+
+#[test]
+fn ike_transport_mode_through_a_masquerading_nat() {
+    let l = nat_line("nattike");
+    // A's own address goes behind the NAT too: its IKE comes from the NAT's address.
+    let out = l.nat.exec(&[
+        "iptables",
+        "-t",
+        "nat",
+        "-A",
+        "POSTROUTING",
+        "-o",
+        &l.public.a_if,
+        "-s",
+        "10.0.2.0/24",
+        "-j",
+        "MASQUERADE",
+    ]);
+    assert!(out.status.success());
+    let keys = key_dir("nattike-keys");
+    let psk = keys.0.join("peer.psk");
+    {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&psk)
+            .unwrap();
+        writeln!(f, "a pre-shared key of the NAT test, long enough").unwrap();
+    }
+    let psk = psk.display().to_string();
+    let b = Relayd::start(
+        &l.b,
+        &ike_config(
+            "198.51.100.2",
+            PUBLIC,
+            "10.0.3.0/24",
+            "10.0.1.0/24",
+            &psk,
+            false,
+        ),
+    );
+    let a = Relayd::start(
+        &l.a,
+        &ike_config(
+            "10.0.2.1",
+            "198.51.100.2",
+            "10.0.1.0/24",
+            "10.0.3.0/24",
+            &psk,
+            true,
+        ),
+    );
+    let up = |r: &Relayd| {
+        r.status()
+            .ike
+            .first()
+            .is_some_and(|i| i.state == "established" && i.children.iter().any(|c| c.installed))
+    };
+    assert!(
+        wait_for(Duration::from_secs(10), || up(&a) && up(&b)),
+        "--- a\n{}\n--- b\n{}",
+        a.log(),
+        b.log()
+    );
+    assert!(
+        b.status().ike.first().is_some_and(|i| i.nat),
+        "B did not see the NAT"
+    );
+    udp_echo(&l, 200);
+    let dec_b = b.counters("dec");
+    assert!(dec_b["decrypted"] >= 200, "B: {dec_b:?}");
+    assert_eq!(dec_b["dropped_outside_ts"], 0, "B: {dec_b:?}");
+    assert!(a.counters("dec")["decrypted"] >= 200);
 }

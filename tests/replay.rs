@@ -285,6 +285,54 @@ fn accept_writes_every_ip_packet_unchanged_for_every_link_type() {
     }
 }
 
+/// A service that holds packets (`delay`) is honoured as live: each packet comes out when
+/// the capture's clock reaches its deadline, or at the end, written with that time, and
+/// is counted held then accepted. Replay used to write held packets at once, undelayed.
+#[test]
+fn held_packets_come_out_at_their_deadline() {
+    let d = tmpdir("hold");
+    world_writable(&d);
+    let out = d.join("hold.pcap");
+    let cfg = config(
+        &d,
+        "services = [\"wan\"]\n\n[service.wan]\nkind = \"delay\"\ndelay = \"2500us\"\n",
+    );
+    let (code, stdout, stderr) = replay(
+        &cfg,
+        &data("flows-raw.pcap"),
+        &["--write", out.to_str().unwrap(), "--json"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let lines: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 7, "{stdout}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["held"] == true && l["verdict"] == "accept")
+    );
+    // Records 1 ms apart, held 2.5 ms: each leaves after the next two arrived, in order.
+    let order: Vec<u64> = lines
+        .iter()
+        .map(|l| l["packet"].as_u64().unwrap())
+        .collect();
+    assert_eq!(order, [1, 2, 3, 4, 5, 6, 7]);
+    let written = read_pcap(&out);
+    let want: Vec<Duration> = (0..7)
+        .map(|i| ts(i) + Duration::from_micros(2500))
+        .collect();
+    let times: Vec<Duration> = written.iter().map(|(t, _)| *t).collect();
+    assert_eq!(times, want, "written at their deadlines");
+    let bytes: Vec<Vec<u8>> = written.into_iter().map(|(_, b)| b).collect();
+    assert_eq!(bytes, packets(), "unchanged");
+    // The summary: 7 packets, 7 accepted (counted when they left).
+    let row = stderr.lines().find(|l| l.trim_start().starts_with("0 "));
+    let fields: Vec<&str> = row.unwrap_or_default().split_whitespace().collect();
+    assert_eq!(fields.get(3..5), Some(&["7", "7"][..]), "{stderr}");
+}
+
 #[test]
 fn drop_and_dump_and_json_verdicts() {
     let d = tmpdir("drop");

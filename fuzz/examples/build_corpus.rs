@@ -87,7 +87,10 @@ fn all_packets() -> Vec<(String, Vec<u8>)> {
 fn compressed(alg: &str, orig: &[u8]) -> Vec<u8> {
     let cfg: CompressConfig =
         toml::from_str(&format!("algorithm = \"{alg}\"\nmode = \"always\"")).unwrap();
-    let mut svc = cfg.into_factory("seed").unwrap().build(&Counters::new());
+    let mut svc = cfg
+        .into_factory("seed")
+        .unwrap()
+        .build(&Counters::new(), &relay_core::Resources::new());
     let mut p = Packet::from_bytes(orig);
     svc.process(&mut p, &mut Context::new(0, Instant::now()));
     assert!(p.is_modified(), "{alg}: not compressed");

@@ -1,4 +1,4 @@
-//! The capture reader behind `relayd replay` (crates/relayd `replay::Capture`): pcap in
+//! The capture reader behind `relayd replay` (daemon/relayd `replay::Capture`): pcap in
 //! both byte orders and time resolutions, pcapng blocks and interface options, every
 //! link type relayd strips (Ethernet with VLAN tags, Linux SLL and SLL2, raw IP, BSD
 //! loopback, PPP, Cisco HDLC), snap lengths; then each IP packet through the replay's

@@ -1,4 +1,4 @@
-//! The TOML configuration checker behind `relayd check` and `run` (crates/relayd
+//! The TOML configuration checker behind `relayd check` and `run` (daemon/relayd
 //! `config::parse`): TOML syntax, the daemon section, queues and their ranges, hooks and
 //! matches, every service kind's options and their checks, listeners; then, for a
 //! configuration that passes, the iptables rule set it implies (`rules::restore_text`,

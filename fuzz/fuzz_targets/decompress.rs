@@ -30,7 +30,7 @@ fuzz_target!(|data: &[u8]| {
             DecompressConfig { max_size }
                 .into_factory("fuzz")
                 .expect("a valid max_size")
-                .build(&Counters::new())
+                .build(&Counters::new(), &relay_core::Resources::new())
         });
         svc.process(&mut pkt, &mut Context::new(0, Instant::now()))
     });

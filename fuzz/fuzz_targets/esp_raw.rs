@@ -24,7 +24,7 @@ fn decrypt() -> &'static Mutex<Box<dyn Service>> {
             relayd_fuzz::decrypt_config()
                 .into_factory("fuzz")
                 .expect("the fuzz SAs load")
-                .build(&Counters::new()),
+                .build(&Counters::new(), &relay_core::Resources::new()),
         )
     })
 }

@@ -40,7 +40,7 @@ fn harness() -> &'static Mutex<Harness> {
         let decrypt = relayd_fuzz::decrypt_config()
             .into_factory("fuzz")
             .expect("the fuzz SAs load")
-            .build(&Counters::new());
+            .build(&Counters::new(), &relay_core::Resources::new());
         let sas = ESP_SAS
             .iter()
             .map(|sa| SaCrypto::new(sa.cipher, &esp_key(sa.cipher)))

@@ -24,7 +24,7 @@ fn decap() -> &'static Mutex<Box<dyn Service>> {
         Mutex::new(
             cfg.into_factory("fuzz")
                 .expect("the decap configuration is valid")
-                .build(&Counters::new()),
+                .build(&Counters::new(), &relay_core::Resources::new()),
         )
     })
 }

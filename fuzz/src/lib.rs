@@ -522,12 +522,11 @@ impl<C: ServiceConfig + Sandbox> ServiceConfig for Sandboxed<C> {
     }
 }
 
-/// relayd's registry of built-in services with the file-touching kinds sandboxed, and
-/// the egress queue monitor replaced by a fixed one (no rtnetlink thread in the fuzzer).
+/// relayd's registry of built-in services with the file-touching kinds sandboxed (loading
+/// a configuration starts no queue monitor: that is relayd's, from the manifests).
 pub fn sandboxed_registry() -> &'static relayd::Registry {
     static R: OnceLock<relayd::Registry> = OnceLock::new();
     R.get_or_init(|| {
-        relay_netlink::QueueMonitor::set_shared(relay_netlink::QueueMonitor::fixed(0, 0));
         let mut r = relayd::Registry::with_builtins();
         r.register::<Sandboxed<relay_svc_crypto::EncryptConfig>>();
         r.register::<Sandboxed<relay_svc_crypto::DecryptConfig>>();

@@ -8,7 +8,7 @@ use tracing::debug;
 
 use crate::cmd;
 use crate::error::ControlError;
-use crate::model::IpVersion;
+use relay_core::IpVersion;
 
 /// The name of an address family's iptables program, which relay-control (and the split
 /// proxy's diversion) run. An extension of [`IpVersion`] rather than a method of it: the

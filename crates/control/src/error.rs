@@ -2,7 +2,7 @@
 //! family, the tool's own stderr) for an operator to fix it without re-running by hand.
 
 use crate::args::MatchError;
-use crate::model::IpVersion;
+use relay_core::IpVersion;
 
 /// Everything that can go wrong while checking, rendering, installing or removing rules.
 ///

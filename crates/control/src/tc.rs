@@ -71,6 +71,14 @@ pub enum TcError {
     /// Running tc failed (not installed, not permitted, a command refused).
     #[error(transparent)]
     Tool(#[from] ControlError),
+    /// Reading the classes over rtnetlink failed.
+    #[error("reading the tc classes of {dev} over rtnetlink: {source}")]
+    Netlink {
+        /// The interface.
+        dev: String,
+        /// The error.
+        source: std::io::Error,
+    },
 }
 
 /// One class of the tree (a VCAN).
@@ -103,7 +111,7 @@ pub struct HtbPlan {
     pub classes: Vec<HtbClass>,
 }
 
-/// Counters of one class, from `tc -s class show`.
+/// Counters of one class (what `tc -s class show` prints), read over rtnetlink.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ClassStats {
     /// The class minor.
@@ -544,88 +552,44 @@ pub fn remove(tc: &Tc, dev: &str, handle: u16) -> Result<bool, TcError> {
 }
 
 /// Per-class counters of relayd's tree on `dev`: every VCAN class (by its minor), the root
-/// class (minor 1) and the default class (0xffff).
+/// class (minor 1) and the default class (0xffff). Read over rtnetlink (RTM_GETTCLASS), the
+/// same dump the queue monitor reads qdiscs with, in the namespace `tc` runs in.
 pub fn class_stats(tc: &Tc, dev: &str, handle: u16) -> Result<Vec<ClassStats>, TcError> {
-    let out = tc.run(&["-s", "class", "show", "dev", dev], None)?;
-    parse_class_stats(&out, handle).map_err(|detail| TcError::Parse {
-        what: format!("-s class show dev {dev}"),
-        detail,
+    let raw = relay_netlink::in_netns(tc.netns.as_deref(), || {
+        let ifindex = relay_netlink::ifindex(dev)?;
+        let mut sock = relay_netlink::RtnlSocket::open()?;
+        let mut all = Vec::new();
+        sock.dump_classes(ifindex, |c| all.push(c))?;
+        Ok(all)
     })
+    .map_err(|source| TcError::Netlink {
+        dev: dev.to_owned(),
+        source,
+    })?;
+    Ok(select_classes(&raw, handle))
 }
 
-/// Parses `tc -s class show` text (tc 6.1 prints text even with `-j` for classes):
-///
-/// ```text
-/// class htb 1d1:64 parent 1d1:1 prio 3 rate 10Mbit ceil 20Mbit burst 1600b cburst 1600b
-///  Sent 4200 bytes 3 pkt (dropped 1, overlimits 0 requeues 0)
-///  backlog 0b 0p requeues 0
-/// ```
-pub fn parse_class_stats(text: &str, handle: u16) -> Result<Vec<ClassStats>, String> {
-    let mut out: Vec<ClassStats> = Vec::new();
-    let mut current: Option<usize> = None;
-    let num = |s: Option<&str>, what: &str| -> Result<u64, String> {
-        let s = s.ok_or_else(|| format!("missing {what}"))?;
-        s.trim_end_matches([',', ')', 'b', 'p'])
-            .parse()
-            .map_err(|_| format!("{what}: \"{s}\" is not a number"))
-    };
-    for line in text.lines() {
-        let w: Vec<&str> = line.split_whitespace().collect();
-        match w.first().copied() {
-            Some("class") => {
-                current = None;
-                let id = w.get(2).and_then(|id| id.split_once(':'));
-                let parsed = id.and_then(|(a, b)| {
-                    Some((
-                        u16::from_str_radix(a, 16).ok()?,
-                        u16::from_str_radix(b, 16).ok()?,
-                    ))
-                });
-                let Some((major, minor)) = parsed else {
-                    return Err(format!("bad class line \"{line}\""));
-                };
-                // The outer root and default classes, and the VCAN classes in the group
-                // qdiscs; not the group classes nor the groups' root classes.
-                let outer = major == handle && (minor == ROOT_MINOR || minor == DEFAULT_MINOR);
-                let inner = major > handle
-                    && u32::from(major) <= u32::from(handle) + 64
-                    && minor != ROOT_MINOR;
-                if outer || inner {
-                    out.push(ClassStats {
-                        minor,
-                        ..ClassStats::default()
-                    });
-                    current = Some(out.len() - 1);
-                }
-            }
-            Some("Sent") => {
-                if let Some(i) = current {
-                    // Sent B bytes P pkt (dropped D, overlimits O requeues R)
-                    out[i].bytes = num(w.get(1).copied(), "bytes")?;
-                    out[i].packets = num(w.get(3).copied(), "packets")?;
-                    out[i].drops = num(w.get(6).copied(), "dropped")?;
-                    out[i].overlimits = num(w.get(8).copied(), "overlimits")?;
-                }
-            }
-            Some("backlog") => {
-                if let Some(i) = current {
-                    // backlog 0b 0p requeues 0 (the byte count may carry a unit: 12Kb)
-                    let b = w.get(1).copied().unwrap_or("0b");
-                    let (n, mult) = match b.strip_suffix("Kb") {
-                        Some(n) => (n, 1024),
-                        None => match b.strip_suffix("Mb") {
-                            Some(n) => (n, 1024 * 1024),
-                            None => (b, 1),
-                        },
-                    };
-                    out[i].backlog_bytes = num(Some(n), "backlog")? * mult;
-                    out[i].backlog_packets = num(w.get(2).copied(), "backlog packets")?;
-                }
-            }
-            _ => {}
-        }
-    }
-    Ok(out)
+/// relayd's classes of tree `handle` among an interface's classes: the outer root and
+/// default classes, and the VCAN classes in the group qdiscs; not the group classes nor
+/// the groups' root classes.
+fn select_classes(raw: &[relay_netlink::ClassStats], handle: u16) -> Vec<ClassStats> {
+    raw.iter()
+        .filter_map(|c| {
+            let (major, minor) = ((c.handle >> 16) as u16, c.handle as u16);
+            let outer = major == handle && (minor == ROOT_MINOR || minor == DEFAULT_MINOR);
+            let inner =
+                major > handle && u32::from(major) <= u32::from(handle) + 64 && minor != ROOT_MINOR;
+            (outer || inner).then_some(ClassStats {
+                minor,
+                bytes: c.bytes,
+                packets: c.packets,
+                drops: u64::from(c.drops),
+                overlimits: u64::from(c.overlimits),
+                backlog_bytes: u64::from(c.backlog_bytes),
+                backlog_packets: u64::from(c.qlen),
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -716,21 +680,36 @@ mod tests {
     }
 
     #[test]
-    fn parses_class_stats_text() {
-        let text = "class htb 1d0:1 root rate 100Mbit ceil 100Mbit burst 1600b cburst 1600b \n \
-            Sent 0 bytes 0 pkt (dropped 0, overlimits 0 requeues 0) \n backlog 0b 0p requeues 0\n \
-            lended: 0 borrowed: 0 giants: 0\n tokens: 2000 ctokens: 2000\n\n\
-            class htb 1d0:100 parent 1d0:1 rate 10Mbit ceil 20Mbit burst 1600b cburst 1600b \n \
-            Sent 4200 bytes 3 pkt (dropped 1, overlimits 7 requeues 0) \n backlog 12Kb 9p requeues 0\n\n\
-            class htb 1d1:64 parent 1d1:1 prio 3 rate 10Mbit ceil 20Mbit burst 1600b cburst 1600b \n \
-            Sent 4200 bytes 3 pkt (dropped 1, overlimits 7 requeues 0) \n backlog 12Kb 9p requeues 0\n\n\
-            class htb 1:2 root rate 1Mbit\n Sent 5 bytes 1 pkt (dropped 0, overlimits 0 requeues 0)\n";
-        let s = parse_class_stats(text, 0x1d0).unwrap();
-        assert_eq!(s.len(), 2);
+    fn selects_relayds_classes_of_the_tree() {
+        let class = |major: u32, minor: u32, bytes: u64| relay_netlink::ClassStats {
+            handle: major << 16 | minor,
+            bytes,
+            packets: 3,
+            drops: 1,
+            overlimits: 7,
+            backlog_bytes: 12 * 1024,
+            qlen: 9,
+            ..Default::default()
+        };
+        let raw = [
+            class(0x1d0, 1, 0),
+            class(0x1d0, 0x100, 0),
+            class(0x1d1, 0x64, 4200),
+            class(0x1d1, 1, 5),
+            class(1, 2, 5),
+            class(0x1d0, 0xffff, 0),
+        ];
+        let s = select_classes(&raw, 0x1d0);
+        let minors: Vec<u16> = s.iter().map(|c| c.minor).collect();
+        assert_eq!(
+            minors,
+            [1, 0x64, 0xffff],
+            "root, a VCAN of a group, default"
+        );
         assert_eq!(
             s[1],
             ClassStats {
-                minor: 100,
+                minor: 0x64,
                 bytes: 4200,
                 packets: 3,
                 drops: 1,

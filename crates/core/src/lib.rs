@@ -5,7 +5,8 @@
 //! and verdicts.
 //!
 //! Writing a service takes one small file: a serde config implementing [`ServiceConfig`],
-//! a [`ServiceFactory`] that builds one instance per queue thread, and the per-packet
+//! a [`ServiceFactory`] that declares what the service needs from the daemon in a
+//! [`Manifest`] and builds one instance per queue thread, and the per-packet
 //! [`Service::process`]. See `builtin/` for four worked examples.
 
 pub mod builtin;
@@ -13,11 +14,13 @@ pub mod chain;
 pub mod counters;
 pub mod hook;
 pub mod ifname;
+pub mod manifest;
 pub mod outbox;
 pub mod packet;
 pub mod prefix;
 pub mod qos;
 pub mod ratelimit;
+pub mod resources;
 pub mod service;
 pub mod units;
 pub use relay_wire as wire;
@@ -25,13 +28,12 @@ pub use relay_wire as wire;
 pub use chain::{Chain, ChainSettings, Decision, Verdict};
 pub use counters::{Counter, CounterKind, Counters, QueueCounters};
 pub use hook::{Hook, StageMark};
+pub use manifest::{Capability, FailPolicy, LogFile, Manifest, MssClamp, ProxyDiversion};
 pub use outbox::{EmitError, Emitted, Outbox, Route, Tally};
 pub use packet::{
     Checksum, CtInfo, CtMarkBits, CtState, HeadersMut, IpVersion, Layout, Packet, PacketMeta,
 };
 pub use prefix::Prefix;
 pub use qos::{QosClass, QosPlan};
-pub use service::{
-    Action, Context, FailPolicy, InvalidConfig, Kept, MssClamp, ProxyDiversion, Service,
-    ServiceConfig, ServiceFactory,
-};
+pub use resources::{Clock, Resources};
+pub use service::{Action, Context, InvalidConfig, Kept, Service, ServiceConfig, ServiceFactory};

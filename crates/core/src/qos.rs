@@ -1,7 +1,8 @@
 //! The traffic-control state a service needs on an egress interface: an HTB tree with one
 //! class per traffic class the service marks packets for (MANE's per-VCAN QoS, seed 001).
-//! The service only describes it; relayd installs it with tc when the service starts,
-//! changes only the differing classes on reload, and removes it on exit.
+//! The service only describes it, in its [`Manifest::qos`](crate::Manifest::qos) (vocabulary,
+//! no behaviour); relayd installs it with tc when the service starts, changes only the
+//! differing classes on reload, and removes it on exit.
 
 /// An HTB tree on one interface.
 #[derive(Debug, Clone, PartialEq, Eq)]

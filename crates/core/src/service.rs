@@ -7,8 +7,10 @@
 
 use crate::counters::Counters;
 use crate::hook::{Hook, StageMark};
+use crate::manifest::Manifest;
 use crate::outbox::{self, EmitError, Outbox, Route, Tally};
 use crate::packet::Packet;
+use crate::resources::Resources;
 use serde::de::DeserializeOwned;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -36,22 +38,13 @@ pub enum Action {
     /// skipped: a hold ends the chain, and the verdict given at `until` is accept, with the
     /// mark set by [`Packet::set_mark`] and the packet's bytes if a service changed them.
     /// The datapath keeps at most the queue's hold capacity (see
-    /// [`ServiceFactory::max_held`]); beyond it the queue's overflow policy decides at once.
+    /// [`Manifest::max_held`]); beyond it the queue's overflow policy decides at once.
     /// Verdicts of held packets go out in deadline order, so packets held with
     /// non-decreasing deadlines leave in the order they came.
     Hold {
         /// When the packet is to be accepted.
         until: Instant,
     },
-}
-
-/// What happens to traffic when the service cannot see it (relayd down, queue full).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailPolicy {
-    /// Traffic flows unprocessed: right for services that only optimise.
-    Open,
-    /// Traffic stops: right for services whose point is to stop or hide traffic.
-    Closed,
 }
 
 /// Per-batch facts a service may use, so that it makes no system call per packet, and the
@@ -224,34 +217,6 @@ impl Context {
     }
 }
 
-/// The largest TCP MSS that still fits the path after a service grew the packets, per
-/// address family (IPv6 headers are 20 bytes longer).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MssClamp {
-    /// MSS for TCP over IPv4.
-    pub ipv4: u16,
-    /// MSS for TCP over IPv6.
-    pub ipv6: u16,
-}
-
-/// What a service asks of relayd's transparent proxy ([`ServiceFactory::proxy_diversion`]):
-/// divert the TCP connections whose SYN it marks with `mark` to the proxy, which carries
-/// them on upstream as given here. relayd owns the TPROXY rules, the policy route and the
-/// listener; the service only decides which connections go.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProxyDiversion {
-    /// The fwmark the service sets on a SYN to divert its connection (non-zero).
-    pub mark: u32,
-    /// The service gives a marked SYN back to its hook ([`Action::Repeat`]) rather than
-    /// letting it go on: needed in mangle PREROUTING, where an accepted packet leaves the
-    /// hook before relayd's TPROXY rules in it.
-    pub repeat: bool,
-    /// The proxy's upstream leg uses Multipath TCP (else TCP).
-    pub mptcp: bool,
-    /// The proxy's upstream leg keeps the client's source address.
-    pub transparent_source: bool,
-}
-
 /// A packet service instance, owned by one queue thread.
 pub trait Service: Send {
     /// Handles one packet: inspect or rewrite it (through [`Packet::data_mut`] and the wire
@@ -260,94 +225,25 @@ pub trait Service: Send {
     fn process(&mut self, pkt: &mut Packet, cx: &mut Context) -> Action;
 }
 
-/// Builds a service instance per queue thread and describes the service to the datapath.
+/// Builds a service instance per queue thread and says, in its [`Manifest`], what the
+/// service needs from the daemon. The daemon reads nothing else of a service.
 pub trait ServiceFactory: Send + Sync {
     /// The service's kind, as written in the configuration (`kind = "dump"`).
     fn kind(&self) -> &'static str;
 
-    /// The failure policy this service wants for its queue (the queue's default).
-    fn fail_policy(&self) -> FailPolicy {
-        FailPolicy::Open
-    }
-
-    /// The nfmark bits this service sets to 1 (in a verdict or repeat mark, or on packets
-    /// it sends), so that the configuration check can refuse a mark that overlaps relayd's
-    /// stage bits (`daemon.bypass_mark`, [`StageMark`]); relayd would replace them.
-    /// Default: none.
-    fn mark_bits(&self) -> u32 {
-        0
-    }
-
-    /// True if the service rewrites packet bytes; its queue then turns GSO off, so it
-    /// sees MTU-sized packets.
-    fn rewrites_payload(&self) -> bool {
-        false
-    }
-
-    /// True if the service emits packets of its own ([`Context::emit`] and the like): its
-    /// queue's datapath then sends them from raw sockets, which needs `CAP_NET_RAW`, so
-    /// `relayd check` lists it and a relayd running as `daemon.user` keeps it. Default:
-    /// false.
-    fn emits(&self) -> bool {
-        false
-    }
-
-    /// How many bytes of each packet the service needs to see: `None` (the default) for
-    /// the whole packet, `Some(n)` for the first `n` bytes. A queue whose services all need
-    /// only headers asks the kernel to copy only those, which is most of the cost of a
-    /// large (GSO) packet. A service that rewrites packets must return `None`.
-    fn needs_bytes(&self) -> Option<u32> {
-        None
-    }
-
-    /// True if the service reads [`PacketMeta::ct`](crate::PacketMeta::ct), the packet's
-    /// conntrack state; its queue then asks the kernel for it (NFQA_CFG_F_CONNTRACK) or
-    /// decodes it from the conntrack mark bits its rules set (see
-    /// [`CtMarkBits`](crate::CtMarkBits)).
-    fn needs_conntrack(&self) -> bool {
-        false
-    }
-
-    /// The most packets the service holds at once ([`Action::Hold`]); 0 (the default) for
-    /// a service that never holds. The queue's hold capacity is the sum over its services.
-    fn max_held(&self) -> u32 {
-        0
-    }
-
-    /// The TCP MSS that connections crossing this service must be clamped to, because it
-    /// grows packets (encapsulation): relayd then installs a TCPMSS rule before the queue
-    /// rule, as a router in front of a tunnel would. `None` (the default): no clamp.
-    fn clamp_mss(&self) -> Option<MssClamp> {
-        None
-    }
-
-    /// The transparent proxy diversion the service asks for, if any (a split proxy's
-    /// per-connection decision): relayd then installs the TPROXY rules and route that send
-    /// the connections it marks to its transparent listener, set up as asked, and its
-    /// configuration check refuses a queue from which the marked SYNs cannot reach those
-    /// rules (any hook but prerouting; mangle without `repeat`). Every diverting service of
-    /// a configuration feeds the one listener, so they must ask the same. This is how the
-    /// daemon learns of it without knowing the service. `None` (the default): no diversion.
-    fn proxy_diversion(&self) -> Option<ProxyDiversion> {
-        None
-    }
-
-    /// The tc tree the service's marks select classes of, if any: relayd installs it on
-    /// start, applies changes on reload (only the differing classes) and removes it on exit.
-    fn qos(&self) -> Option<crate::QosPlan> {
-        None
-    }
-
-    /// Directories the service writes into while it runs (the ESP sequence state): relayd
-    /// started as root with `daemon.user` makes them for that user before it drops to it,
-    /// and refuses to start when that user could not write them. Empty (the default): none.
-    fn state_dirs(&self) -> Vec<std::path::PathBuf> {
-        Vec::new()
+    /// What the service needs from the daemon: tc trees, proxy diversion, MSS clamp, mark
+    /// bits, conntrack, copy range, held packets, capabilities, the files it writes. Made
+    /// once, when the factory is (a factory keeps it and returns a reference). Default:
+    /// nothing ([`Manifest::new`]).
+    fn manifest(&self) -> &Manifest {
+        &crate::manifest::NOTHING
     }
 
     /// A new instance for one queue thread; `counters` is where it registers its own
-    /// counters (shown by `relayd status`).
-    fn build(&self, counters: &Counters) -> Box<dyn Service>;
+    /// counters (shown by `relayd status`), `res` what the daemon made from the manifest
+    /// for it (the queue monitor, its log writers, the clock). Does no I/O: it opens no
+    /// file and starts no thread.
+    fn build(&self, counters: &Counters, res: &Resources) -> Box<dyn Service>;
 }
 
 /// Why [`ServiceConfig::into_factory`] refused a service's configuration: values that

@@ -3,28 +3,30 @@
 //! interface).
 //!
 //! A [`QueueMonitor`] thread dumps the root qdiscs over rtnetlink every poll interval
-//! (1 ms by default) and publishes each interface's backlog, drops and rate in atomics;
-//! services read them per packet with no system call and no lock.
+//! (relayd uses 1 ms) and publishes each interface's backlog, drops and rate in atomics;
+//! services read them per packet with no system call and no lock. The monitor is a
+//! provider, not a global: relayd starts it and hands it to the services that ask for it
+//! (`Manifest::queue_monitor`, found in their `Resources`); replay hands a fixed one.
 //!
 //! [`frame`] is the netlink framing (message and attribute iteration and building) that
 //! this crate's rtnetlink dump and relay-nfq's NFQUEUE layer share.
 
 pub mod frame;
+mod netns;
 mod rtnl;
 
+pub use netns::{ifindex, in_netns};
 #[doc(hidden)]
 pub use rtnl::fuzz_parse_dump;
-pub use rtnl::{QdiscStats, RtnlSocket};
+pub use rtnl::{ClassStats, QdiscStats, RtnlSocket};
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Interfaces are found by `ifindex % SLOTS`; two interfaces that collide take turns
 /// (the loser reads as unknown), so the table is much larger than most boxes need.
 const SLOTS: usize = 4096;
-
-static SHARED: OnceLock<Arc<QueueMonitor>> = OnceLock::new();
 
 #[derive(Default)]
 struct Slot {
@@ -72,29 +74,6 @@ impl std::fmt::Debug for QueueMonitor {
 }
 
 impl QueueMonitor {
-    /// The process-wide monitor (one thread for all services), started on first use with
-    /// a 1 ms poll interval. Fails if the rtnetlink socket cannot be opened or read.
-    pub fn shared() -> std::io::Result<Arc<QueueMonitor>> {
-        if let Some(m) = SHARED.get() {
-            return Ok(m.clone());
-        }
-        let m = QueueMonitor::start(Duration::from_millis(1))?;
-        // Another thread may have won the race; use whichever got in.
-        let _ = SHARED.set(m);
-        Ok(SHARED
-            .get()
-            .cloned()
-            .unwrap_or_else(|| unreachable!("set above")))
-    }
-
-    /// Makes `monitor` the process-wide one; only before anything called [`shared`]
-    /// (offline replay installs a [`QueueMonitor::fixed`] this way). False if too late.
-    ///
-    /// [`shared`]: QueueMonitor::shared
-    pub fn set_shared(monitor: Arc<QueueMonitor>) -> bool {
-        SHARED.set(monitor).is_ok()
-    }
-
     /// A monitor without a thread or socket that reports the same egress queue for every
     /// interface: `backlog_bytes` waiting, `rate_bytes` per second (0: none). For replay.
     pub fn fixed(backlog_bytes: u32, rate_bytes: u64) -> Arc<QueueMonitor> {
@@ -108,8 +87,10 @@ impl QueueMonitor {
         })
     }
 
-    /// Starts a monitor polling every `interval` on its own thread (stopped on drop of the
-    /// last handle... it runs for the life of the process once shared).
+    /// Starts a monitor polling every `interval` on its own thread, which ends when the
+    /// last handle is dropped (or at [`QueueMonitor::stop`]). relayd starts one for the
+    /// whole daemon when a service's manifest asks for it, and hands it to the services
+    /// in their resources; nothing else starts one.
     pub fn start(interval: Duration) -> std::io::Result<Arc<QueueMonitor>> {
         let mut sock = RtnlSocket::open()?;
         let m = Arc::new(QueueMonitor {

@@ -1,8 +1,10 @@
 //! A synchronous NETLINK_ROUTE socket ([`RtnlSocket`]: send a request, read the kernel's
 //! answers to it) and, on it, a minimal RTM_GETQDISC dump: the root qdisc of every
 //! interface with its queue statistics (TCA_STATS2 / TCA_STATS_QUEUE) and, for tbf, its
-//! configured rate (TCA_TBF_PARMS / TCA_TBF_RATE64). relay-xdp's link requests (attaching
-//! XDP programs) use the same socket.
+//! configured rate (TCA_TBF_PARMS / TCA_TBF_RATE64); and an RTM_GETTCLASS dump of one
+//! interface's classes with their counters (what `tc -s class show` prints), which
+//! relay-control reads for the QoS trees. relay-xdp's link requests (attaching XDP
+//! programs) use the same socket.
 //!
 //! Hand-written rather than through the `rtnetlink` crate: that crate is async (a tokio
 //! task per poll) and leaves qdisc options untyped, while the monitor polls every
@@ -17,6 +19,10 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 const RTM_NEWQDISC: u16 = 36;
 const RTM_GETQDISC: u16 = 38;
+const RTM_NEWTCLASS: u16 = 40;
+const RTM_GETTCLASS: u16 = 42;
+const TCA_STATS_BASIC: u16 = 1;
+const TCA_STATS_PKT64: u16 = 8;
 const TCA_KIND: u16 = 1;
 const TCA_OPTIONS: u16 = 2;
 const TCA_STATS2: u16 = 7;
@@ -41,6 +47,27 @@ pub struct QdiscStats {
     pub drops: u32,
     /// The configured rate in bytes per second (tbf), 0 if none.
     pub rate_bytes: u64,
+}
+
+/// What one traffic class reports (`struct gnet_stats_basic` and `gnet_stats_queue`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClassStats {
+    /// The class handle (major << 16 | minor).
+    pub handle: u32,
+    /// The parent's handle.
+    pub parent: u32,
+    /// Bytes sent.
+    pub bytes: u64,
+    /// Packets sent (64-bit where the kernel gives TCA_STATS_PKT64).
+    pub packets: u64,
+    /// Packets dropped.
+    pub drops: u32,
+    /// Times the class was over its rate.
+    pub overlimits: u32,
+    /// Bytes queued now.
+    pub backlog_bytes: u32,
+    /// Packets queued now.
+    pub qlen: u32,
 }
 
 /// A NETLINK_ROUTE socket for requests answered by the kernel (qdisc dumps, link
@@ -181,30 +208,62 @@ impl RtnlSocket {
         })
     }
 
-    /// Dumps the root qdiscs, calling `f` for each. Allocates nothing after the first call.
-    pub fn dump_root_qdiscs(&mut self, mut f: impl FnMut(QdiscStats)) -> io::Result<()> {
+    /// Sends a tc dump request of type `ty` (a struct tcmsg for interface `ifindex`, 0: every
+    /// interface) and returns its sequence number.
+    fn request_tc_dump(&mut self, ty: u16, ifindex: i32) -> io::Result<u32> {
         self.next_seq();
-        // The header and an empty struct tcmsg (family AF_UNSPEC: every interface).
         let mut req = [0u8; NLMSG_HDRLEN + 20];
         let header = Header {
             len: req.len() as u32,
-            ty: RTM_GETQDISC,
+            ty,
             flags: NLM_F_REQUEST | NLM_F_DUMP,
             seq: self.seq,
             pid: 0,
         };
         req[..NLMSG_HDRLEN].copy_from_slice(&header.to_bytes());
         req[NLMSG_HDRLEN] = libc::AF_UNSPEC as u8;
+        req[NLMSG_HDRLEN + 4..NLMSG_HDRLEN + 8].copy_from_slice(&ifindex.to_ne_bytes());
         self.send(&req)?;
-        let seq = self.seq;
-        self.recv_datagrams(|dgram| parse_dump(dgram, seq, &mut f))
+        Ok(self.seq)
+    }
+
+    /// Dumps the root qdiscs, calling `f` for each. Allocates nothing after the first call.
+    pub fn dump_root_qdiscs(&mut self, mut f: impl FnMut(QdiscStats)) -> io::Result<()> {
+        let seq = self.request_tc_dump(RTM_GETQDISC, 0)?;
+        self.recv_datagrams(|dgram| {
+            parse_dump(dgram, seq, RTM_NEWQDISC, &mut |b| {
+                if let Some(q) = parse_qdisc(b) {
+                    f(q);
+                }
+            })
+        })
+    }
+
+    /// Dumps the classes of interface `ifindex` with their counters, calling `f` for each.
+    pub fn dump_classes(&mut self, ifindex: u32, mut f: impl FnMut(ClassStats)) -> io::Result<()> {
+        let ifindex = i32::try_from(ifindex)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "interface index"))?;
+        let seq = self.request_tc_dump(RTM_GETTCLASS, ifindex)?;
+        self.recv_datagrams(|dgram| {
+            parse_dump(dgram, seq, RTM_NEWTCLASS, &mut |b| {
+                if let Some(c) = parse_class(b) {
+                    f(c);
+                }
+            })
+        })
     }
 }
 
-/// Reads one datagram of an RTM_GETQDISC dump answering request `seq`: calls `f` for each
-/// root qdisc, and returns `Some` once the dump is over (`NLMSG_DONE`, or the kernel's
-/// error), `None` if more datagrams follow. Stops at the first inconsistent length.
-fn parse_dump(dgram: &[u8], seq: u32, f: &mut impl FnMut(QdiscStats)) -> Option<io::Result<()>> {
+/// Reads one datagram of a tc dump answering request `seq`: calls `f` with the body of
+/// each message of type `ty`, and returns `Some` once the dump is over (`NLMSG_DONE`, or
+/// the kernel's error), `None` if more datagrams follow. Stops at the first inconsistent
+/// length.
+fn parse_dump(
+    dgram: &[u8],
+    seq: u32,
+    ty: u16,
+    f: &mut impl FnMut(&[u8]),
+) -> Option<io::Result<()>> {
     for m in Messages::new(dgram).filter(|m| m.seq() == seq) {
         match m.ty() {
             NLMSG_DONE => return Some(Ok(())),
@@ -215,15 +274,45 @@ fn parse_dump(dgram: &[u8], seq: u32, f: &mut impl FnMut(QdiscStats)) -> Option<
                     return Some(Err(os_error(e)));
                 }
             }
-            RTM_NEWQDISC => {
-                if let Some(q) = parse_qdisc(m.payload) {
-                    f(q);
-                }
-            }
+            t if t == ty => f(m.payload),
             _ => {}
         }
     }
     None
+}
+
+/// Parses one RTM_NEWTCLASS body (tcmsg + attributes).
+fn parse_class(body: &[u8]) -> Option<ClassStats> {
+    let mut c = ClassStats {
+        handle: ne32_at(body, 8)?,
+        parent: ne32_at(body, 12)?,
+        ..ClassStats::default()
+    };
+    for a in Attrs::new(body.get(20..)?).filter(|a| a.ty == TCA_STATS2) {
+        for s in Attrs::new(a.data) {
+            match s.ty {
+                // struct gnet_stats_basic { u64 bytes; u32 packets; }
+                TCA_STATS_BASIC => {
+                    c.bytes = u64::from_ne_bytes(s.data.get(..8)?.try_into().ok()?);
+                    if c.packets == 0 {
+                        c.packets = u64::from(s.ne32_at(8)?);
+                    }
+                }
+                TCA_STATS_PKT64 => {
+                    c.packets = u64::from_ne_bytes(s.data.get(..8)?.try_into().ok()?)
+                }
+                // struct gnet_stats_queue { qlen, backlog, drops, requeues, overlimits }
+                TCA_STATS_QUEUE => {
+                    c.qlen = s.ne32_at(0)?;
+                    c.backlog_bytes = s.ne32_at(4)?;
+                    c.drops = s.ne32_at(8)?;
+                    c.overlimits = s.ne32_at(16)?;
+                }
+                _ => {}
+            }
+        }
+    }
+    Some(c)
 }
 
 /// For the fuzz targets in `fuzz/` only (not an API; may change at any time): runs the
@@ -234,7 +323,11 @@ pub fn fuzz_parse_dump(
     seq: u32,
     mut f: impl FnMut(QdiscStats),
 ) -> Option<io::Result<()>> {
-    parse_dump(dgram, seq, &mut f)
+    parse_dump(dgram, seq, RTM_NEWQDISC, &mut |b| {
+        if let Some(q) = parse_qdisc(b) {
+            f(q);
+        }
+    })
 }
 
 /// Parses one RTM_NEWQDISC body (tcmsg + attributes); `None` for a non-root qdisc.
@@ -324,7 +417,7 @@ mod tests {
         d.extend(nlmsg(RTM_NEWQDISC, 6, &qdisc(4, TC_H_ROOT, b"fq\0", None)));
         let mut seen = Vec::new();
         assert!(
-            parse_dump(&d, 7, &mut |q| seen.push(q)).is_none(),
+            fuzz_parse_dump(&d, 7, |q| seen.push(q)).is_none(),
             "more to come"
         );
         assert_eq!(
@@ -339,19 +432,59 @@ mod tests {
             "only the root qdisc of this dump"
         );
         let done = nlmsg(NLMSG_DONE, 7, &0i32.to_ne_bytes());
-        assert!(matches!(parse_dump(&done, 7, &mut |_| {}), Some(Ok(()))));
+        assert!(matches!(fuzz_parse_dump(&done, 7, |_| {}), Some(Ok(()))));
         let err = nlmsg(NLMSG_ERROR, 7, &(-libc::EPERM).to_ne_bytes());
-        let e = parse_dump(&err, 7, &mut |_| {}).unwrap().unwrap_err();
+        let e = fuzz_parse_dump(&err, 7, |_| {}).unwrap().unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EPERM));
         // Every truncation and a bad length stop quietly.
         for n in 0..d.len() {
-            let _ = parse_dump(&d[..n], 7, &mut |_| {});
+            let _ = fuzz_parse_dump(&d[..n], 7, |_| {});
         }
         // Found by the `rtnl_qdisc` fuzz target: -i32::MIN overflowed.
         let min = nlmsg(NLMSG_ERROR, 7, &i32::MIN.to_ne_bytes());
-        assert!(matches!(parse_dump(&min, 7, &mut |_| {}), Some(Err(_))));
+        assert!(matches!(fuzz_parse_dump(&min, 7, |_| {}), Some(Err(_))));
         let mut bad = d.clone();
         bad[0..4].copy_from_slice(&u32::MAX.to_ne_bytes());
-        assert!(parse_dump(&bad, 7, &mut |_| panic!("nothing to report")).is_none());
+        assert!(fuzz_parse_dump(&bad, 7, |_| panic!("nothing to report")).is_none());
+    }
+
+    #[test]
+    fn class_dump_reports_counters_of_every_class() {
+        let mut b = vec![0u8; 4];
+        b.extend_from_slice(&5i32.to_ne_bytes());
+        b.extend_from_slice(&0x01d1_0064u32.to_ne_bytes());
+        b.extend_from_slice(&0x01d1_0001u32.to_ne_bytes());
+        b.extend_from_slice(&[0; 4]);
+        let mut basic = 4200u64.to_ne_bytes().to_vec();
+        basic.extend_from_slice(&3u32.to_ne_bytes());
+        basic.extend_from_slice(&[0; 4]);
+        let mut q = Vec::new();
+        for v in [2u32, 3000, 1, 0, 9] {
+            q.extend_from_slice(&v.to_ne_bytes());
+        }
+        let mut stats = Vec::new();
+        attr(&mut stats, TCA_STATS_BASIC, &basic);
+        attr(&mut stats, TCA_STATS_QUEUE, &q);
+        attr(&mut b, TCA_STATS2, &stats);
+        let d = nlmsg(RTM_NEWTCLASS, 9, &b);
+        let mut seen = Vec::new();
+        let mut f = |body: &[u8]| seen.extend(parse_class(body));
+        assert!(parse_dump(&d, 9, RTM_NEWTCLASS, &mut f).is_none());
+        assert_eq!(
+            seen,
+            [ClassStats {
+                handle: 0x01d1_0064,
+                parent: 0x01d1_0001,
+                bytes: 4200,
+                packets: 3,
+                drops: 1,
+                overlimits: 9,
+                backlog_bytes: 3000,
+                qlen: 2,
+            }]
+        );
+        for n in 0..b.len() {
+            let _ = parse_class(&b[..n]);
+        }
     }
 }

@@ -2,10 +2,10 @@
 //! kernel sees them, and the buffer sizes they imply.
 
 use crate::NfqError;
-use crate::affinity::format_cpu_list;
 use crate::netlink::{QueueParams, VERDICT_HDR_MAX};
 use crate::priority::NICE_RANGE;
 use relay_core::{CtMarkBits, Verdict};
+use relay_dataio::format_cpu_list;
 use std::ops::RangeInclusive;
 
 /// How a queue is set up in the kernel and served.
@@ -53,33 +53,7 @@ pub struct QueueConfig {
     pub nice: Option<i32>,
 }
 
-/// How many packets a queue may hold for a later verdict, and what happens beyond that.
-///
-/// The kernel counts held packets against the queue's `max_len` (they are queued, awaiting
-/// a verdict), so `max_len` must leave room for a batch on top of `max_packets`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HoldConfig {
-    /// The most packets held at once (0: a hold is always an overflow). Set it to the sum
-    /// of the queue's services' [`max_held`](relay_core::ServiceFactory::max_held).
-    pub max_packets: u32,
-    /// The most bytes held at once (packet lengths, copied or not).
-    pub max_bytes: usize,
-    /// The verdict given at once to a packet the store has no room for: `Accept` (it
-    /// leaves undelayed) or `Drop` (as a full netem queue would). Counted in
-    /// `hold_overflow`.
-    pub overflow: Verdict,
-}
-
-impl Default for HoldConfig {
-    /// No holding (services that never hold need none): 0 packets, 64 MiB, accept.
-    fn default() -> HoldConfig {
-        HoldConfig {
-            max_packets: 0,
-            max_bytes: 64 << 20,
-            overflow: Verdict::Accept,
-        }
-    }
-}
+pub use relay_pipeline::HoldConfig;
 
 impl QueueConfig {
     /// Defaults for queue `num`: whole packets, 1024 queued, fail-open, no GSO, 8 MiB buffer,

@@ -1,28 +1,29 @@
-//! The queue worker's pure part, in the manner of quinn-proto: it decodes a received batch
-//! of netlink datagrams, runs the chain on each packet, keeps held packets, plans the
-//! verdicts (one batch verdict, or several verdict messages per sendmsg, or one at a time
-//! after a failure) and reads the kernel's replies to a reconfiguration. It makes no
-//! system call and reads no clock: the thread in `worker.rs` receives into its slots, hands
-//! it the batch with the time, and sends what it asks through the small [`Kernel`] trait,
-//! which unit tests implement in memory (`engine/tests.rs`).
+//! The queue worker's NFQUEUE-specific pure part: it decodes a received batch of netlink
+//! datagrams, hands each packet to the queue's [`Pipeline`] (which runs the chain, keeps
+//! held packets and counts, for every datapath alike), plans the verdicts (one batch
+//! verdict, or several verdict messages per sendmsg, or one at a time after a failure) and
+//! reads the kernel's replies to a reconfiguration. It makes no system call and reads no
+//! clock: the thread in `worker.rs` receives into its slots, hands it the batch with the
+//! time, and sends what it asks through the small [`Kernel`] trait, which unit tests
+//! implement in memory (`engine/tests.rs`).
 //!
-//! Packets a service holds ([`relay_core::Action::Hold`]) wait in a deadline-ordered store
-//! (`hold.rs`) and are answered each with its own verdict message, never a batch verdict
-//! (which would answer every lower id with it). Once a verdict could not be delivered,
-//! batch verdicts stay off: one could answer the stranded packet with another's verdict.
+//! Packets a service holds ([`relay_core::Action::Hold`]) wait in the pipeline's store and
+//! are answered each with its own verdict message, never a batch verdict (which would
+//! answer every lower id with it). Once a verdict could not be delivered, batch verdicts
+//! stay off: one could answer the stranded packet with another's verdict.
 //!
 //! The per-packet path takes no lock and allocates nothing: the receive slots, verdict
 //! headers and iovecs are sized at start and on reload only.
 
 use crate::config::{QueueConfig, slot_len};
-use crate::hold::HoldStore;
 use crate::netlink::{
     self, HDR_LEN, Messages, NF_ACCEPT, NF_DROP, NF_REPEAT, NFNL_SUBSYS_QUEUE, NFQNL_MSG_PACKET,
     PacketMsg, QueueParams, VERDICT_HDR_MAX, align,
 };
 use relay_core::ratelimit::RateLimit;
-use relay_core::{Chain, Context, Decision, Outbox, Packet, QueueCounters, Verdict};
+use relay_core::{Chain, Decision, Outbox, QueueCounters, Verdict};
 use relay_netlink::frame::os_error;
+use relay_pipeline::{HeldBytes, Outcome, Pipeline, Settings};
 use std::io;
 use std::time::Instant;
 
@@ -76,8 +77,8 @@ struct Pending {
 /// The queue worker's state and logic without I/O (see the module docs).
 pub(crate) struct Engine {
     cfg: QueueConfig,
-    chain: Chain,
-    counters: QueueCounters,
+    /// The chain, held packets and counters (ids are the held packets' handles).
+    pipeline: Pipeline<u32>,
     /// False once a verdict could not be delivered: a batch verdict could then answer the
     /// stranded packet with someone else's verdict.
     batch_verdicts: bool,
@@ -88,10 +89,6 @@ pub(crate) struct Engine {
     config_seq: Option<(u32, bool)>,
     /// True once the kernel refused the conntrack flag: it is not asked for again.
     ct_refused: bool,
-    /// Packets held for a later verdict.
-    hold: HoldStore,
-    /// Held packets being answered (slots of `hold`).
-    releasing: Vec<u32>,
     release_hdrs: Vec<[u8; VERDICT_HDR_MAX]>,
     slot_len: usize,
     slots: Vec<Vec<u8>>,
@@ -99,15 +96,14 @@ pub(crate) struct Engine {
     hdrs: Vec<[u8; VERDICT_HDR_MAX]>,
     send_iov: Vec<libc::iovec>,
     sndbuf_budget: usize,
+    /// The rate limit of receive errors' logs (the pipeline limits the others).
     log: RateLimit,
     /// The latest time the shell gave (for the rate limit of warnings).
     now: Instant,
-    /// The services' context, its outbox kept from batch to batch.
-    cx: Context,
 }
 
-// SAFETY: the raw pointers in `send_iov` point only into `slots`, `hdrs`, the hold store
-// and a static; they are rebuilt before each send and never read after it.
+// SAFETY: the raw pointers in `send_iov` point only into `slots`, `hdrs`, the pipeline's
+// hold store and a static; they are rebuilt before each send and never read after it.
 unsafe impl Send for Engine {}
 
 static ZEROS: [u8; 4] = [0; 4];
@@ -127,14 +123,10 @@ impl Engine {
         let mut e = Engine {
             batch_verdicts: cfg.batch_verdicts,
             ct_refused: cfg.conntrack && !kernel_conntrack,
-            cx: Context::new(cfg.num, now),
+            pipeline: Pipeline::new(settings(&cfg), chain, counters, now),
             cfg,
-            chain,
-            counters,
             next_id: None,
             config_seq: None,
-            hold: HoldStore::new(0, 0),
-            releasing: Vec::with_capacity(RELEASE_CHUNK),
             release_hdrs: vec![[0u8; VERDICT_HDR_MAX]; RELEASE_CHUNK],
             slot_len: 0,
             slots: Vec::new(),
@@ -174,9 +166,6 @@ impl Engine {
         self.sndbuf_budget = (sndbuf / 2)
             .saturating_sub(1024)
             .max(VERDICT_HDR_MAX + 0x10000);
-        // Only ever called with nothing held (start, and reload after releasing).
-        debug_assert!(self.hold.is_empty());
-        self.hold = HoldStore::new(self.cfg.hold.max_packets as usize, self.cfg.hold.max_bytes);
     }
 
     /// The parameters the kernel is asked for: the configuration's, less conntrack once
@@ -201,17 +190,17 @@ impl Engine {
 
     /// True if packets are held.
     pub(crate) fn holds(&self) -> bool {
-        !self.hold.is_empty()
+        self.pipeline.holds()
     }
 
     /// The earliest deadline of a held packet.
     pub(crate) fn next_due(&self) -> Option<Instant> {
-        self.hold.next_due()
+        self.pipeline.next_due()
     }
 
     /// What the batch's services emitted, for the shell to send after the verdicts.
     pub(crate) fn outbox_mut(&mut self) -> &mut Outbox {
-        self.cx.outbox_mut()
+        self.pipeline.outbox_mut()
     }
 
     /// Takes a new configuration (with its granted send buffer `sndbuf`) after the held
@@ -228,6 +217,8 @@ impl Engine {
         self.batch_verdicts = cfg.batch_verdicts && self.batch_verdicts;
         self.cfg = cfg;
         self.size_buffers(sndbuf);
+        // Only ever called with nothing held (the worker releases first).
+        self.pipeline.reconfigure(settings(&self.cfg));
         let params = self.params();
         if params != old {
             match kernel.configure(num, &params) {
@@ -239,7 +230,7 @@ impl Engine {
 
     /// Runs the new chain from the next batch on.
     pub(crate) fn set_chain(&mut self, chain: Chain) {
-        self.chain = chain;
+        self.pipeline.set_chain(chain);
     }
 
     /// Counts a receive error and says what the shell does next; `stopping` while the
@@ -251,11 +242,11 @@ impl Engine {
             Some(libc::ENOBUFS) => {
                 // The kernel could not deliver some packets to us: they were accepted or
                 // dropped by the queue's policy. Count and go on.
-                self.counters.enobufs.inc();
+                self.pipeline.counters().enobufs.inc();
                 AfterError::Continue
             }
             _ => {
-                self.counters.errors.inc();
+                self.pipeline.counters().errors.inc();
                 if let Some(s) = self.log.allow(self.now) {
                     tracing::error!(queue = self.cfg.num, suppressed = s, "receive failed: {e}");
                 }
@@ -267,7 +258,7 @@ impl Engine {
     /// Tells the services the box's own addresses from now on
     /// ([`Context::set_local_addresses`]).
     pub(crate) fn set_local_addresses(&mut self, addrs: std::sync::Arc<[std::net::IpAddr]>) {
-        self.cx.set_local_addresses(addrs);
+        self.pipeline.set_local_addresses(addrs);
     }
 
     /// Handles the datagrams received into the first `received.len()` slots at `now`:
@@ -279,20 +270,14 @@ impl Engine {
         now: Instant,
         kernel: &mut impl Kernel,
     ) {
-        self.counters.batches.inc();
+        self.pipeline.counters().batches.inc();
         self.now = now;
-        let mut cx = std::mem::replace(&mut self.cx, Context::new(self.cfg.num, now));
-        cx.queue = self.cfg.num;
-        cx.now = now;
-        cx.bypass_mark = self.chain.bypass_mark();
-        cx.stages = self.chain.stages();
         self.pending.clear();
         for (slot, r) in received.into_iter().take(self.slots.len()).enumerate() {
             let len = r.len.min(self.slots[slot].len());
-            self.handle_datagram(slot, len, r.truncated, &mut cx, kernel);
+            self.handle_datagram(slot, len, r.truncated, kernel);
         }
         self.send_verdicts(kernel);
-        self.cx = cx;
     }
 
     fn handle_datagram(
@@ -300,7 +285,6 @@ impl Engine {
         slot: usize,
         len: usize,
         truncated: bool,
-        cx: &mut Context,
         kernel: &mut impl Kernel,
     ) {
         let packet_type = (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_PACKET;
@@ -340,7 +324,7 @@ impl Engine {
             }
         }
         if let Some(e) = config_refused {
-            self.counters.errors.inc();
+            self.pipeline.counters().errors.inc();
             tracing::error!(
                 queue = self.cfg.num,
                 "the kernel refused the new queue parameters: {e}"
@@ -360,107 +344,41 @@ impl Engine {
                 .map(|(p, _)| p.id)
                 .or_else(|| netlink::packet_id_of_damaged(&self.slots[slot][..len]));
             if let Some(id) = id {
+                let decision = self.pipeline.unreadable(
+                    self.now,
+                    "packet message cut short or without payload; answered by the malformed policy",
+                );
                 self.pending.push(Pending {
                     id,
                     slot,
                     start: 0,
                     end: 0,
-                    decision: self.malformed(),
+                    decision,
                 });
-                self.count_error(
-                    "packet message cut short or without payload; answered by the malformed policy",
-                );
             }
             return;
         };
-        let meta = p.meta(self.cfg.num, self.cfg.ct_mark_bits);
-        // The mark the verdict must restore when the conntrack bits were set on the packet.
-        let restore_mark = (meta.mark != p.mark).then_some(meta.mark);
-        let buf = std::mem::take(&mut self.slots[slot]);
-        let mut pkt = Packet::in_buffer(buf, start, end, meta);
-        // A service bug must not take the queue down with it: the packet gets the queue's
-        // malformed-packet verdict and the panic is counted. (Unwinding costs nothing
-        // until it happens.)
-        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let d = self.chain.run(&mut pkt, cx, &self.counters);
-            (d, pkt)
-        }));
-        let (mut decision, pkt) = match run {
-            Ok(r) => r,
-            Err(_) => {
-                self.count_error("a service panicked on a packet; verdict by the malformed policy");
-                let mut d = self.malformed();
-                self.strip_ct_bits(&mut d, restore_mark);
-                // The packet (and its buffer) unwound with the panic: give the slot a new one.
-                self.pending.push(Pending {
-                    id: p.id,
-                    slot,
-                    start: 0,
-                    end: 0,
-                    decision: d,
-                });
-                self.slots[slot] = vec![0u8; self.slot_len];
-                return;
-            }
-        };
-        let (start, end) = pkt.bounds();
-        self.slots[slot] = pkt.into_buffer();
-        if decision.payload && end - start > u16::MAX as usize - 4 {
-            // A netlink attribute cannot carry more; keep the original packet.
-            decision.payload = false;
-            self.count_error("modified packet too large for a verdict; original kept");
-        }
-        self.strip_ct_bits(&mut decision, restore_mark);
-        if let Some(until) = decision.hold.take() {
-            let data = decision.payload.then(|| &self.slots[slot][start..end]);
-            if until <= cx.now {
-                self.counters.accepted.inc(); // due already: answer with the batch
-            } else if self
-                .hold
-                .insert(until, p.id, decision.mark, end - start, data)
-            {
-                return;
-            } else {
-                self.counters.hold_overflow.inc();
-                decision.verdict = self.cfg.hold.overflow;
-                match decision.verdict {
-                    Verdict::Drop => self.counters.dropped.inc(),
-                    _ => self.counters.accepted.inc(),
-                }
-            }
-        }
-        self.pending.push(Pending {
-            id: p.id,
-            slot,
+        // The conntrack mark bits, if any, are the pipeline's to decode and strip; the
+        // kernel's own state, if sent, wins over them.
+        let meta = p.meta(self.cfg.num, None);
+        let outcome =
+            self.pipeline
+                .process(self.now, meta, &mut self.slots[slot], start, end, p.id);
+        if let Outcome::Now {
+            decision,
             start,
             end,
-            decision,
-        });
-    }
-
-    /// The decision for a packet the chain could not run on.
-    fn malformed(&self) -> Decision {
-        Decision {
-            verdict: self.chain.malformed_verdict(),
-            mark: None,
-            payload: false,
-            hold: None,
+            ..
+        } = outcome
+        {
+            self.pending.push(Pending {
+                id: p.id,
+                slot,
+                start,
+                end,
+                decision,
+            });
         }
-    }
-
-    /// Gives the packet its mark back without the conntrack bits: `restore` is its mark
-    /// without them when it came with some.
-    fn strip_ct_bits(&self, d: &mut Decision, restore: Option<u32>) {
-        let Some(bits) = self.cfg.ct_mark_bits else {
-            return;
-        };
-        if d.verdict == Verdict::Drop {
-            return;
-        }
-        d.mark = match d.mark {
-            Some(m) => Some(m & !bits.mask()),
-            None => restore,
-        };
     }
 
     /// Answers held packets: those due at `now`, or all of them for `None`. Each gets its
@@ -469,34 +387,30 @@ impl Engine {
         if let Some(now) = now {
             self.now = now;
         }
-        while self.hold.peek_due(now).is_some() {
-            self.releasing.clear();
+        let budget = self.sndbuf_budget;
+        loop {
             self.send_iov.clear();
             let mut bytes = 0;
-            while self.releasing.len() < RELEASE_CHUNK {
-                let Some(slot) = self.hold.peek_due(now) else {
-                    break;
-                };
-                let h = self.hold.get(slot);
+            let n = self.pipeline.release_due(now, RELEASE_CHUNK, |h| {
                 let size = VERDICT_HDR_MAX + if h.payload { align(h.data.len()) } else { 0 };
-                if !self.releasing.is_empty() && bytes + size > self.sndbuf_budget {
-                    break;
-                }
+                let fits = bytes == 0 || bytes + size <= budget;
                 bytes += size;
-                self.hold.pop();
-                self.releasing.push(slot);
+                fits
+            });
+            if n == 0 {
+                break;
             }
-            for k in 0..self.releasing.len() {
+            for k in 0..n {
                 self.push_held_verdict(k);
             }
             if kernel.send(&self.send_iov).is_err() {
                 // One at a time, to find the one the kernel refuses.
-                for k in 0..self.releasing.len() {
+                for k in 0..n {
                     self.send_iov.clear();
                     self.push_held_verdict(k);
                     if let Err(e) = kernel.send(&self.send_iov) {
                         self.batch_verdicts = false;
-                        let id = self.hold.get(self.releasing[k]).id;
+                        let id = self.pipeline.released(k).map_or(0, |h| h.handle);
                         self.count_error_with(|| {
                             format!("verdict for held packet {id} failed: {e}; batch verdicts off")
                         });
@@ -504,23 +418,22 @@ impl Engine {
                 }
             }
             self.send_iov.clear();
-            for k in 0..self.releasing.len() {
-                self.hold.free(self.releasing[k]);
-            }
-            self.counters.accepted.add(self.releasing.len() as u64);
-            self.releasing.clear();
+            // Counted accepted, delivered or not (a failure was counted as an error).
+            self.pipeline.finish_release();
         }
     }
 
-    /// Adds the verdict of held packet `releasing[k]` to `send_iov`.
+    /// Adds the verdict of released packet `k` to `send_iov`.
     fn push_held_verdict(&mut self, k: usize) {
-        let h = self.hold.get(self.releasing[k]);
+        let (Some(h), Some(hdr)) = (self.pipeline.released(k), self.release_hdrs.get_mut(k)) else {
+            return;
+        };
         let data = h.payload.then_some(&h.data[..]);
         push_verdict_iov(
             &mut self.send_iov,
-            &mut self.release_hdrs[k],
+            hdr,
             self.cfg.num,
-            h.id,
+            h.handle,
             NF_ACCEPT,
             h.mark,
             data,
@@ -533,10 +446,7 @@ impl Engine {
 
     /// Counts an error and logs `what` (rate-limited, so formatted only when logged).
     pub(crate) fn count_error_with(&mut self, what: impl FnOnce() -> String) {
-        self.counters.errors.inc();
-        if let Some(s) = self.log.allow(self.now) {
-            tracing::warn!(queue = self.cfg.num, suppressed = s, "{}", what());
-        }
+        self.pipeline.count_error(self.now, what);
     }
 
     /// True if one batch verdict answers exactly the pending packets: all want the same
@@ -549,7 +459,7 @@ impl Engine {
         // A batch verdict answers every queued id up to the one given: never while any
         // packet is held.
         self.batch_verdicts
-            && self.hold.is_empty()
+            && !self.pipeline.holds()
             && self.pending.len() > 1
             && self.next_id == Some(first.id)
             && self.pending.iter().enumerate().all(|(k, p)| {
@@ -700,6 +610,19 @@ fn push_verdict_iov(
         });
     }
     n + align(len)
+}
+
+/// The pipeline settings of a queue configured with `cfg`: a verdict carries a changed
+/// packet in one netlink attribute (at most 64 KiB), and the kernel keeps every held
+/// packet's original, so only changed ones are copied.
+fn settings(cfg: &QueueConfig) -> Settings {
+    Settings {
+        num: cfg.num,
+        hold: cfg.hold,
+        held_bytes: HeldBytes::Modified,
+        ct_mark_bits: cfg.ct_mark_bits,
+        max_payload: u16::MAX as usize - 4,
+    }
 }
 
 fn nf_verdict(v: Verdict) -> u32 {

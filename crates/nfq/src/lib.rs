@@ -6,7 +6,7 @@
 //! and read each packet's conntrack state, sent by the kernel or decoded from mark bits.
 //!
 //! Packets the services emit of their own ([`relay_core::Context::emit`]) leave after the
-//! batch's verdicts through an [`Emitter`]: one `sendmmsg` per socket (IPv4, IPv6, ICMPv6),
+//! batch's verdicts through an [`Emitter`] (from `relay-dataio`, shared with AF_XDP): one `sendmmsg` per socket (IPv4, IPv6, ICMPv6),
 //! so at most three system calls per batch, one more for each packet the kernel refuses.
 //!
 //! Each queue thread is a pure engine (decode a batch, run the chain, plan the verdicts;
@@ -16,27 +16,23 @@
 //! Failure behaviour: ENOBUFS (our receive buffer overran) is counted and survived;
 //! a malformed netlink message or packet is counted and never panics the thread.
 
-mod affinity;
 mod config;
-mod emit;
 mod engine;
-mod hold;
 mod netlink;
 mod priority;
 pub mod procfs;
 mod queue;
-mod raw;
 mod socket;
 mod worker;
 
-pub use affinity::{MAX_CPU, available_cpus, format_cpu_list};
 pub use config::{HoldConfig, QueueConfig, QueueConfigError, QueueConfigErrors};
-pub use emit::{Emitter, Flushed};
 #[doc(hidden)]
 pub use netlink::fuzz_decode_datagram;
 pub use priority::NICE_RANGE;
 pub use procfs::KernelQueueStats;
 pub use queue::{IDLE_WAKE, Queue};
+// Shared with the AF_XDP datapath; re-exported where callers have always found them.
+pub use relay_dataio::{Emitter, Flushed, MAX_CPU, available_cpus, format_cpu_list, pin_thread};
 
 /// Why a queue could not be set up.
 #[derive(Debug, thiserror::Error)]

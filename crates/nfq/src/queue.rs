@@ -6,18 +6,18 @@
 //! doing the system calls around it (recvmmsg, sendmsg, and the emitter's sendmmsg).
 //!
 //! Nothing here is shared with other queues. The control plane talks to the thread through
-//! two atomics and a mutex it only takes on reload; the per-packet path takes no lock and
+//! the datapaths' common control block (`relay_pipeline::Control`: two atomics, and a
+//! mutex taken only on reload); the per-packet path takes no lock and
 //! allocates nothing.
 
 use crate::NfqError;
-use crate::affinity::CpuMask;
 use crate::config::{QueueConfig, QueueConfigError, QueueConfigErrors, check_config, sndbuf_for};
 use crate::priority::{self, NICE_RANGE};
 use crate::socket::Socket;
 use crate::worker::{RECV_TIMEOUT_MS, Shared, Worker};
 use relay_core::{Chain, QueueCounters};
+use relay_dataio::CpuMask;
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -40,9 +40,6 @@ pub struct Queue {
     niced: Mutex<Option<i32>>,
     /// The nice value the thread was started with, restored when `nice` is taken away.
     inherited_nice: i32,
-    /// The heartbeat as last read by the control plane, and when it was first seen at that
-    /// value.
-    heartbeat_seen: Mutex<(u64, Instant)>,
 }
 
 impl std::fmt::Debug for Queue {
@@ -84,12 +81,7 @@ impl Queue {
         let mut sock = Socket::open(cfg.rcvbuf, sndbuf_for(cfg), RECV_TIMEOUT_MS)?;
         let kernel_conntrack = sock.bind_queue(cfg.num, &cfg.params())?;
         let rcvbuf = sock.rcvbuf();
-        let shared = Arc::new(Shared {
-            stop: AtomicBool::new(false),
-            has_update: AtomicBool::new(false),
-            update: Mutex::new(None),
-            loops: AtomicU64::new(0),
-        });
+        let shared = Arc::new(Shared::new(Instant::now()));
         let worker_shared = shared.clone();
         let worker_counters = counters.clone();
         let (cpu, nice) = (cfg.cpu, cfg.nice);
@@ -116,7 +108,7 @@ impl Queue {
             .map_err(|e| NfqError::Socket("spawn queue thread", e))?;
         let Ok(tid) = tid_rx.recv() else {
             // The thread ended without a word (it cannot, short of a panic).
-            shared.stop.store(true, Ordering::Release);
+            shared.request_stop();
             let _ = thread.join();
             return Err(NfqError::Socket(
                 "spawn queue thread",
@@ -135,7 +127,6 @@ impl Queue {
             tid,
             niced: Mutex::new(None),
             inherited_nice,
-            heartbeat_seen: Mutex::new((0, Instant::now())),
         };
         // Pinned and niced before any rule feeds the queue (the daemon binds queues
         // first); if the kernel refuses, the queue is stopped again (on drop) and the
@@ -262,7 +253,7 @@ impl Queue {
     /// thread adds one at least every [`IDLE_WAKE`], also when no packet comes, and once
     /// per batch under load.
     pub fn loops(&self) -> u64 {
-        self.shared.loops.load(Ordering::Relaxed)
+        self.shared.loops()
     }
 
     /// How long the thread has gone without a new loop iteration, as far as the callers
@@ -274,15 +265,7 @@ impl Queue {
     /// without bound once it is stuck or has ended. The thread's only cost is one relaxed
     /// store per loop iteration, no clock read.
     pub fn since_last_loop(&self) -> Duration {
-        let now = self.loops();
-        let mut seen = self
-            .heartbeat_seen
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if seen.0 != now {
-            *seen = (now, Instant::now());
-        }
-        seen.1.elapsed()
+        self.shared.since_last_loop(Instant::now())
     }
 
     /// Hands the thread a new chain and queue configuration. The thread first resizes its
@@ -304,8 +287,7 @@ impl Queue {
             }
             return Err(e);
         }
-        *self.shared.update.lock().unwrap_or_else(|e| e.into_inner()) = Some((chain, cfg.clone()));
-        self.shared.has_update.store(true, Ordering::Release);
+        self.shared.post((chain, cfg.clone()));
         Ok(())
     }
 
@@ -313,7 +295,7 @@ impl Queue {
     /// what is still queued (remove the rules that feed the queue first), accepts what
     /// services hold at once, then unbinds.
     pub fn request_stop(&self) {
-        self.shared.stop.store(true, Ordering::Release);
+        self.shared.request_stop();
     }
 
     /// Waits for a stopping thread to finish.
@@ -328,7 +310,7 @@ impl Queue {
     }
 
     fn shutdown(&mut self) {
-        self.shared.stop.store(true, Ordering::Release);
+        self.shared.request_stop();
         if let Some(t) = self.thread.take()
             && t.join().is_err()
         {

@@ -5,8 +5,9 @@
 //! waits for held packets' deadlines, takes the control plane's updates and unbinds on
 //! stop.
 //!
-//! The control plane talks to the thread through two atomics and a mutex it only takes on
-//! reload; the per-packet path takes no lock and allocates nothing.
+//! The control plane talks to the thread through the datapaths' common control block
+//! ([`Control`]: two atomics, and a mutex taken only on reload); the per-packet path takes
+//! no lock and allocates nothing.
 
 use crate::Emitter;
 use crate::config::{QueueConfig, sndbuf_for};
@@ -14,10 +15,9 @@ use crate::engine::{AfterError, Engine, Kernel, Received};
 use crate::netlink::QueueParams;
 use crate::socket::Socket;
 use relay_core::{Chain, QueueCounters};
+use relay_pipeline::Control;
 use std::io;
 use std::sync::Arc;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long the thread waits in recv before it looks at its stop flag.
@@ -27,15 +27,9 @@ pub(crate) const RECV_TIMEOUT_MS: u32 = 100;
 /// queued after that is dropped by the kernel when the queue is unbound.
 const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 
-/// What the control plane shares with the queue thread.
-pub(crate) struct Shared {
-    pub(crate) stop: AtomicBool,
-    pub(crate) has_update: AtomicBool,
-    pub(crate) update: Mutex<Option<(Chain, QueueConfig)>>,
-    /// The worker's loop iterations so far, stored (relaxed) once per iteration: the
-    /// heartbeat [`Queue::since_last_loop`](crate::Queue::since_last_loop) reads.
-    pub(crate) loops: AtomicU64,
-}
+/// What the control plane shares with the queue thread: a reload brings a new chain and
+/// queue configuration.
+pub(crate) type Shared = Control<(Chain, QueueConfig)>;
 
 impl Kernel for Socket {
     fn send(&mut self, iov: &[libc::iovec]) -> io::Result<()> {
@@ -104,13 +98,12 @@ impl Worker {
         tracing::debug!(queue = num, "queue thread running");
         let mut stopping_since: Option<Instant> = None;
         loop {
-            // The heartbeat: a plain store of our own count, no read-modify-write.
+            // The heartbeat, and a reload's update if one waits.
             self.loops = self.loops.wrapping_add(1);
-            self.shared.loops.store(self.loops, Ordering::Relaxed);
-            if self.shared.has_update.swap(false, Ordering::Acquire) {
-                self.apply_update();
+            if let Some(update) = self.shared.tick(self.loops) {
+                self.apply_update(update);
             }
-            if stopping_since.is_none() && self.shared.stop.load(Ordering::Acquire) {
+            if stopping_since.is_none() && self.shared.stop_requested() {
                 stopping_since = Some(Instant::now());
             }
             if stopping_since.is_some_and(|t| t.elapsed() > DRAIN_LIMIT) {
@@ -159,14 +152,7 @@ impl Worker {
         tracing::debug!(queue = num, "queue thread stopped");
     }
 
-    fn apply_update(&mut self) {
-        let update = self
-            .shared
-            .update
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        let Some((chain, cfg)) = update else { return };
+    fn apply_update(&mut self, (chain, cfg): (Chain, QueueConfig)) {
         let num = self.num();
         // Held packets were held by the old chain under the old limits: answer them now
         // rather than carry them over (a reload is rare; none is lost).

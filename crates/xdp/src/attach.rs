@@ -26,8 +26,8 @@ use relay_netlink::frame::{
 
 use relay_netlink::RtnlSocket;
 
+use crate::abi::PROGRAM_NAME;
 use crate::error::XdpError;
-use crate::program::{Mode, PROGRAM_NAME};
 
 /// `XDP_FLAGS_UPDATE_IF_NOEXIST`: fail (EBUSY) rather than replace an attached program.
 const XDP_FLAGS_UPDATE_IF_NOEXIST: u32 = 1;
@@ -572,6 +572,35 @@ fn prog_by_id(id: u32) -> io::Result<(OwnedFd, String)> {
         .map(|c| c.to_string_lossy().into_owned())
         .unwrap_or_else(|_| String::from_utf8_lossy(&name).into_owned());
     Ok((fd, name))
+}
+
+/// Whether the program runs in the driver or in the kernel's generic path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// In the driver, before an skb exists (`XDP_FLAGS_DRV_MODE`, `ip link set xdpdrv`):
+    /// the fast one, on drivers that support it (veth does).
+    Native,
+    /// After the skb is built (`XDP_FLAGS_SKB_MODE`, `xdpgeneric`): works on every
+    /// interface, slower; for drivers without native XDP.
+    Generic,
+}
+
+impl Mode {
+    /// The `XDP_FLAGS_*` bit of this mode.
+    pub(crate) fn flags(self) -> u32 {
+        match self {
+            Mode::Native => XDP_FLAGS_DRV_MODE,
+            Mode::Generic => XDP_FLAGS_SKB_MODE,
+        }
+    }
+
+    /// "native" or "generic", for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Native => "native",
+            Mode::Generic => "generic",
+        }
+    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 
 use std::io;
 
-use crate::program::{MAX_QUEUES, MAX_RULES};
+use crate::abi::{MAX_QUEUES, MAX_RULES};
 
 /// Loading, configuring, attaching or detaching the XDP program failed.
 #[derive(Debug, thiserror::Error)]

@@ -9,16 +9,22 @@
 //! itself, so the failure policy holds while relayd is down.
 //!
 //! relayd runs one thread per rx queue: it receives batches from the socket's rings, runs
-//! the queue's chain on each packet, decrements the TTL or hop limit, writes the Ethernet
+//! the queue's chain on each packet through the pipeline every datapath shares
+//! (`relay-pipeline`: panic guard, holds, counters), decrements the TTL or hop limit, writes the Ethernet
 //! header from the metadata and transmits on an AF_XDP socket of the egress interface.
 
+mod abi;
 pub mod attach;
+mod counters;
+mod egress;
 mod error;
 pub mod forward;
 pub mod port;
 pub mod program;
 pub mod queue;
 pub mod rules;
+mod settings;
+mod worker;
 pub mod xsk;
 pub use error::XdpError;
 pub use port::{PortConfig, PortError, XdpPort, ZeroCopy};

@@ -9,62 +9,11 @@
 //! attached, and its failure policy in force, until the next start or `relayd cleanup`.
 
 use crate::XdpError;
-use crate::program::{MatchRule, Mode, Program, ProgramStats};
+use crate::program::{MatchRule, Program, ProgramStats};
 use crate::queue::{QueueError, QueueSettings, XdpCounters, XdpQueue};
 use crate::rules::Match;
+pub use crate::settings::{PortConfig, ZeroCopy};
 use relay_core::{Chain, IpVersion, QueueCounters};
-
-/// Whether the AF_XDP sockets ask for zero-copy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ZeroCopy {
-    /// Zero-copy where the driver has it, else copy mode (veth: copy).
-    #[default]
-    Auto,
-    /// Zero-copy or an error.
-    On,
-    /// Copy mode always.
-    Off,
-}
-
-/// The settings of one XDP port (an `[[xdp]]` entry).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PortConfig {
-    /// The ingress interface's name.
-    pub interface: String,
-    /// The rx queues served, each by its own thread; relayd queue number `first + i`
-    /// serves `rx_queues[i]`.
-    pub rx_queues: Vec<u32>,
-    /// The relayd queue number of the first rx queue (status, metrics, counters).
-    pub first: u16,
-    /// What the program steers to relayd (empty: every IPv4 and IPv6 packet it can).
-    pub matches: Vec<Match>,
-    /// With relayd down (no socket bound), matched packets go to the kernel (true) or are
-    /// dropped (false), by the program itself.
-    pub fail_open: bool,
-    /// How the program is attached.
-    pub mode: Mode,
-    /// Zero-copy or copy mode.
-    pub zero_copy: ZeroCopy,
-    /// Packets taken from the rx ring per round, at most.
-    pub batch: usize,
-    /// UMEM frames per socket.
-    pub frames: u32,
-    /// CPUs the threads are pinned to: thread `i` on `cpus[i % len]`; empty: unpinned.
-    pub cpus: Vec<usize>,
-}
-
-impl PortConfig {
-    /// Default packets per round.
-    pub const DEFAULT_BATCH: usize = 64;
-    /// Default UMEM frames per socket ([`FRAME_SIZE`](Self::FRAME_SIZE) each: 8 MiB of
-    /// locked memory per socket, half for receiving and half for sending).
-    pub const DEFAULT_FRAMES: u32 = 2048;
-    /// Bytes per UMEM frame: room for a 1,500-byte packet grown by a service, and for
-    /// jumbo frames up to about 3,800 bytes.
-    pub const FRAME_SIZE: u32 = 4096;
-    /// The most packets per round.
-    pub const MAX_BATCH: usize = 1024;
-}
 
 /// Errors starting an XDP port.
 #[derive(Debug, thiserror::Error)]

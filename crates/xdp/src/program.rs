@@ -27,17 +27,8 @@ use aya::{Ebpf, EbpfLoader, Pod};
 use crate::attach;
 use crate::error::{XdpError, chain, errno_of, map_error};
 
-/// How many match rules the program holds (`MAX_RULES` in bpf/relay_xdp.c).
-pub const MAX_RULES: usize = 32;
-/// How many rx queues can have a socket (`MAX_QUEUES`, the size of the `xsks` map).
-pub const MAX_QUEUES: u32 = 64;
-/// Bytes of metadata the program writes just before each redirected packet
-/// ([`FrameMeta`], `struct relay_meta`).
-pub const META_LEN: usize = 16;
-
-/// The program's name, in the kernel (at most 15 bytes) and in the object file; the name
-/// by which relayd recognises its own attachments.
-pub const PROGRAM_NAME: &str = "relayd_xdp";
+pub use crate::abi::{MAX_QUEUES, MAX_RULES, META_LEN, PROGRAM_NAME};
+pub use crate::attach::Mode;
 
 static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/relay_xdp.o"));
 
@@ -179,7 +170,7 @@ fn addr_bytes(addr: IpAddr) -> [u8; 16] {
 
 /// What the program wrote before a redirected packet (`struct relay_meta`): the FIB's
 /// answer for it, for userland to write the Ethernet header and pick the egress socket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FrameMeta {
     /// The egress interface.
     pub ifindex: u32,
@@ -244,35 +235,6 @@ pub struct ProgramStats {
     /// fragment or with IPv6 extension headers: its metadata says egress ifindex 0, and
     /// relayd hands the chain's result to the kernel's forwarding.
     pub redirected_unresolved: u64,
-}
-
-/// Whether the program runs in the driver or in the kernel's generic path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Mode {
-    /// In the driver, before an skb exists (`XDP_FLAGS_DRV_MODE`, `ip link set xdpdrv`):
-    /// the fast one, on drivers that support it (veth does).
-    Native,
-    /// After the skb is built (`XDP_FLAGS_SKB_MODE`, `xdpgeneric`): works on every
-    /// interface, slower; for drivers without native XDP.
-    Generic,
-}
-
-impl Mode {
-    /// The `XDP_FLAGS_*` bit of this mode.
-    pub(crate) fn flags(self) -> u32 {
-        match self {
-            Mode::Native => attach::XDP_FLAGS_DRV_MODE,
-            Mode::Generic => attach::XDP_FLAGS_SKB_MODE,
-        }
-    }
-
-    /// "native" or "generic", for messages.
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Native => "native",
-            Mode::Generic => "generic",
-        }
-    }
 }
 
 /// What one [`Program::test_run`] did.

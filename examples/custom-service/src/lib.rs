@@ -3,9 +3,11 @@
 //! relayd service in one file: its configuration, its factory, and its per-packet code.
 
 pub mod pong;
+pub mod port_class;
 
 use relay_core::{
-    Action, Context, Counter, Counters, IpVersion, Packet, Service, ServiceConfig, ServiceFactory,
+    Action, Context, Counter, Counters, IpVersion, Manifest, Packet, Resources, Service,
+    ServiceConfig, ServiceFactory,
 };
 use serde::Deserialize;
 use std::sync::Arc;
@@ -28,21 +30,33 @@ impl ServiceConfig for TtlGuardConfig {
         if self.min_ttl == 0 {
             return Err("min_ttl = 0 would drop nothing; remove the service instead".into());
         }
-        Ok(Arc::new(self))
+        Ok(Arc::new(Factory {
+            min_ttl: self.min_ttl,
+            // Only the IP header is read: the queue need not copy whole packets.
+            manifest: Manifest {
+                needs_bytes: Some(40),
+                ..Manifest::new()
+            },
+        }))
     }
 }
 
-impl ServiceFactory for TtlGuardConfig {
+/// Shared by the queue threads; says what the service needs from relayd.
+struct Factory {
+    min_ttl: u8,
+    manifest: Manifest,
+}
+
+impl ServiceFactory for Factory {
     fn kind(&self) -> &'static str {
-        Self::KIND
+        TtlGuardConfig::KIND
     }
 
-    // Only the IP header is read: the queue need not copy whole packets.
-    fn needs_bytes(&self) -> Option<u32> {
-        Some(40)
+    fn manifest(&self) -> &Manifest {
+        &self.manifest
     }
 
-    fn build(&self, counters: &Counters) -> Box<dyn Service> {
+    fn build(&self, counters: &Counters, _res: &Resources) -> Box<dyn Service> {
         Box::new(TtlGuard {
             min_ttl: self.min_ttl,
             dropped: counters.counter("dropped_low_ttl"),
@@ -90,7 +104,7 @@ mod tests {
     fn drops_below_the_floor_and_counts() {
         let f = TtlGuardConfig { min_ttl: 5 }.into_factory("g").unwrap();
         let counters = Counters::new();
-        let mut svc = f.build(&counters);
+        let mut svc = f.build(&counters, &Resources::new());
         let mut cx = Context::new(0, Instant::now());
         assert_eq!(
             svc.process(&mut Packet::from_bytes(&ipv4_with_ttl(4)), &mut cx),

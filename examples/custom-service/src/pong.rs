@@ -9,8 +9,8 @@
 use relay_core::wire::icmpv4::msg_type;
 use relay_core::wire::{IcmpPacket, Ipv4Packet, proto};
 use relay_core::{
-    Action, Context, Counter, Counters, InvalidConfig, Packet, Service, ServiceConfig,
-    ServiceFactory, Tally,
+    Action, Context, Counter, Counters, InvalidConfig, Manifest, Packet, Resources, Service,
+    ServiceConfig, ServiceFactory, Tally,
 };
 use serde::Deserialize;
 use std::net::Ipv4Addr;
@@ -32,20 +32,33 @@ impl ServiceConfig for PongConfig {
         if a.is_unspecified() || a.is_multicast() || a.is_broadcast() || a.is_loopback() {
             return Err(format!("address = {a}: not a host's unicast address").into());
         }
-        Ok(Arc::new(self))
+        Ok(Arc::new(Factory {
+            address: a,
+            // It sends the replies: relayd keeps CAP_NET_RAW for the datapath's raw sockets.
+            manifest: Manifest {
+                emits: true,
+                ..Manifest::new()
+            },
+        }))
     }
 }
 
-impl ServiceFactory for PongConfig {
-    fn emits(&self) -> bool {
-        true
-    }
+/// Shared by the queue threads; says what the service needs from relayd.
+struct Factory {
+    address: Ipv4Addr,
+    manifest: Manifest,
+}
 
+impl ServiceFactory for Factory {
     fn kind(&self) -> &'static str {
-        Self::KIND
+        PongConfig::KIND
     }
 
-    fn build(&self, counters: &Counters) -> Box<dyn Service> {
+    fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    fn build(&self, counters: &Counters, _res: &Resources) -> Box<dyn Service> {
         Box::new(Pong {
             address: self.address,
             reply: Vec::with_capacity(1500),
@@ -132,7 +145,7 @@ mod tests {
         let addr = Ipv4Addr::new(198, 51, 100, 7);
         let f = PongConfig { address: addr }.into_factory("p").unwrap();
         let counters = Counters::new();
-        let mut svc = f.build(&counters);
+        let mut svc = f.build(&counters, &Resources::new());
         let mut cx = Context::new(0, Instant::now());
 
         let request = ping(addr);

@@ -7,12 +7,12 @@ use crate::decision::{Estimate, should_compress};
 use relay_core::units::parse_rate;
 use relay_core::wire::{IpcompPacket, ipcomp, proto};
 use relay_core::{
-    Action, Context, Counter, Counters, Packet, Service, ServiceConfig, ServiceFactory,
+    Action, Clock, Context, Counter, Counters, Manifest, Packet, Resources, Service, ServiceConfig,
+    ServiceFactory,
 };
 use relay_netlink::QueueMonitor;
 use serde::Deserialize;
 use std::sync::Arc;
-use std::time::Instant;
 
 /// When to compress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -95,7 +95,7 @@ fn default_level() -> u32 {
 struct Factory {
     cfg: CompressConfig,
     bandwidth_bytes: Option<f64>,
-    monitor: Option<Arc<QueueMonitor>>,
+    manifest: Manifest,
 }
 
 impl ServiceConfig for CompressConfig {
@@ -125,17 +125,16 @@ impl ServiceConfig for CompressConfig {
             Some(b) => Some(parse_rate(b).map_err(|e| format!("bandwidth: {e}"))? as f64 / 8.0),
             None => None,
         };
-        // Adaptive mode reads the egress queue; the others need no monitor.
-        let monitor = match self.mode {
-            Mode::Adaptive => Some(QueueMonitor::shared().map_err(|e| {
-                format!("adaptive mode cannot read the egress queues over rtnetlink: {e}")
-            })?),
-            _ => None,
+        let manifest = Manifest {
+            rewrites_payload: true,
+            // Adaptive mode reads the egress queue; the others need no monitor.
+            queue_monitor: self.mode == Mode::Adaptive,
+            ..Manifest::new()
         };
         Ok(Arc::new(Factory {
             cfg: self,
             bandwidth_bytes,
-            monitor,
+            manifest,
         }))
     }
 }
@@ -145,11 +144,11 @@ impl ServiceFactory for Factory {
         "compress"
     }
 
-    fn rewrites_payload(&self) -> bool {
-        true
+    fn manifest(&self) -> &Manifest {
+        &self.manifest
     }
 
-    fn build(&self, counters: &Counters) -> Box<dyn Service> {
+    fn build(&self, counters: &Counters, res: &Resources) -> Box<dyn Service> {
         let c = |n: &str| counters.counter(n);
         let mut codecs = Codecs::new(self.cfg.level);
         let mut scratch = vec![0u8; Algorithm::max_output(0x10000)];
@@ -163,7 +162,8 @@ impl ServiceFactory for Factory {
             mode: self.cfg.mode,
             min_size: self.cfg.min_size,
             bandwidth_bytes: self.bandwidth_bytes,
-            monitor: self.monitor.clone(),
+            monitor: res.get::<QueueMonitor>(),
+            clock: res.clock().clone(),
             est: Estimate {
                 c: self.cfg.compress_time_us * 1e-6,
                 r: self.cfg.ratio,
@@ -228,7 +228,10 @@ struct Compress {
     mode: Mode,
     min_size: usize,
     bandwidth_bytes: Option<f64>,
+    /// The egress queues (adaptive mode), as the daemon gave them.
     monitor: Option<Arc<QueueMonitor>>,
+    /// What compressions are timed with (C), as the daemon gave it.
+    clock: Clock,
     est: Estimate,
     codecs: Codecs,
     scratch: Vec<u8>,
@@ -308,11 +311,13 @@ impl Service for Compress {
             }
         }
         let plen = l.len - off;
-        let t0 = Instant::now();
+        // C is the time this compression takes, not the packet's: read on the clock the
+        // daemon handed in (a test's manual one), not the system's.
+        let t0 = self.clock.now();
         let out = self
             .codecs
             .compress(self.alg, &pkt.data()[off..l.len], &mut self.scratch);
-        let c = t0.elapsed().as_secs_f64();
+        let c = self.clock.now().saturating_duration_since(t0).as_secs_f64();
         let gain = out.filter(|&n| n + ipcomp::HEADER_LEN < plen);
         let ratio = gain.map_or(1.0, |n| (n + ipcomp::HEADER_LEN) as f64 / plen as f64);
         self.est.update(c, ratio);

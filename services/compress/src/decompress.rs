@@ -5,7 +5,8 @@ use crate::codec::{Algorithm, CodecError, Codecs};
 use relay_core::ratelimit::RateLimit;
 use relay_core::wire::{IpcompPacket, ipcomp, proto};
 use relay_core::{
-    Action, Context, Counter, Counters, Packet, Service, ServiceConfig, ServiceFactory,
+    Action, Context, Counter, Counters, Manifest, Packet, Resources, Service, ServiceConfig,
+    ServiceFactory,
 };
 use serde::Deserialize;
 use std::sync::Arc;
@@ -37,6 +38,7 @@ fn default_max_size() -> usize {
 
 struct Factory {
     max_size: usize,
+    manifest: Manifest,
 }
 
 impl ServiceConfig for DecompressConfig {
@@ -51,6 +53,10 @@ impl ServiceConfig for DecompressConfig {
         }
         Ok(Arc::new(Factory {
             max_size: self.max_size,
+            manifest: Manifest {
+                rewrites_payload: true,
+                ..Manifest::new()
+            },
         }))
     }
 }
@@ -60,11 +66,11 @@ impl ServiceFactory for Factory {
         "decompress"
     }
 
-    fn rewrites_payload(&self) -> bool {
-        true
+    fn manifest(&self) -> &Manifest {
+        &self.manifest
     }
 
-    fn build(&self, counters: &Counters) -> Box<dyn Service> {
+    fn build(&self, counters: &Counters, _res: &Resources) -> Box<dyn Service> {
         let c = |n: &str| counters.counter(n);
         Box::new(Decompress {
             max_size: self.max_size,

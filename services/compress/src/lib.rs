@@ -52,7 +52,9 @@ mod tests {
     fn compressor(alg: &str, mode: &str) -> Box<dyn relay_core::Service> {
         let cfg: CompressConfig =
             toml::from_str(&format!("algorithm = \"{alg}\"\nmode = \"{mode}\"")).unwrap();
-        cfg.into_factory("c").unwrap().build(&Counters::new())
+        cfg.into_factory("c")
+            .unwrap()
+            .build(&Counters::new(), &relay_core::Resources::new())
     }
 
     fn cx() -> Context {
@@ -70,7 +72,7 @@ mod tests {
             let mut d = DecompressConfig::default()
                 .into_factory("d")
                 .unwrap()
-                .build(&Counters::new());
+                .build(&Counters::new(), &relay_core::Resources::new());
             let mut p = Packet::from_bytes(&orig);
             assert_eq!(c.process(&mut p, &mut cx()), Action::Continue);
             assert!(
@@ -139,6 +141,43 @@ mod tests {
         assert!(!p.is_modified(), "compressed twice");
     }
 
+    fn count(counters: &Counters, name: &str) -> u64 {
+        counters
+            .snapshot()
+            .iter()
+            .find(|c| c.0 == name)
+            .map_or(0, |c| c.2)
+    }
+
+    /// Adaptive mode reads the egress queue from the monitor relayd hands it, and times
+    /// its compressions on the clock it is given: none of it is a global.
+    #[test]
+    fn adaptive_mode_reads_the_monitor_and_the_clock_it_is_given() {
+        let cfg: CompressConfig =
+            toml::from_str("algorithm = \"deflate\"\nmode = \"adaptive\"").unwrap();
+        let f = cfg.into_factory("c").unwrap();
+        assert!(f.manifest().queue_monitor);
+        // No monitor and no bandwidth configured: the rate is unknown, nothing compressed.
+        let counters = Counters::new();
+        let mut s = f.build(&counters, &relay_core::Resources::new());
+        let mut p = Packet::from_bytes(&udp_text(1400));
+        s.process(&mut p, &mut cx());
+        assert!(!p.is_modified());
+        assert_eq!(count(&counters, "skipped_no_bandwidth"), 1);
+        // A second of queue on a 1 MB/s link: compressing pays. On a clock that stands
+        // still the compression took no time, and C (replaced by the first sample) is 0.
+        let res = relay_core::Resources::new()
+            .with(relay_netlink::QueueMonitor::fixed(1_000_000, 1_000_000))
+            .with_clock(relay_core::Clock::manual(Instant::now()));
+        let counters = Counters::new();
+        let mut s = f.build(&counters, &res);
+        let mut p = Packet::from_bytes(&udp_text(1400));
+        s.process(&mut p, &mut cx());
+        assert!(p.is_modified());
+        assert_eq!(count(&counters, "compressed"), 1);
+        assert_eq!(count(&counters, "c_ns"), 0);
+    }
+
     #[test]
     fn decompression_is_capped_at_max_size() {
         let mut p = Packet::from_bytes(&udp_text(1400));
@@ -146,7 +185,10 @@ mod tests {
         let compressed = p.data().to_vec();
         let counters = Counters::new();
         let cfg = DecompressConfig { max_size: 1000 };
-        let mut d = cfg.into_factory("d").unwrap().build(&counters);
+        let mut d = cfg
+            .into_factory("d")
+            .unwrap()
+            .build(&counters, &relay_core::Resources::new());
         assert_eq!(
             d.process(&mut Packet::from_bytes(&compressed), &mut cx()),
             Action::Drop
@@ -177,7 +219,7 @@ mod tests {
         let mut d = DecompressConfig::default()
             .into_factory("d")
             .unwrap()
-            .build(&counters);
+            .build(&counters, &relay_core::Resources::new());
         // Every truncation (with the IP length fixed up to match) and every byte flip.
         for cut in 24..good.len() {
             let mut b = good[..cut].to_vec();

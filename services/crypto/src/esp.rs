@@ -14,19 +14,16 @@
 //! packet, and `decrypt` forwards the inner packet, into the queue's outbox
 //! ([`Context::emit`]), which the datapath sends, and they drop the queued original.
 
-use crate::durable::{InEdge, Job, OutSeq, Persister};
+use crate::durable::Persister;
 use crate::keys::Cipher;
-use crate::sa::SaCrypto;
+use crate::live::{Inbound, Outbound};
 use crate::state::Registry;
-use crate::table::Usage;
-use crate::window::ReplayWindow;
 use relay_core::Prefix;
 use relay_core::builtin::de_u32;
 use serde::Deserialize;
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::sync::Arc;
 
 mod decrypt;
 mod encrypt;
@@ -189,58 +186,6 @@ fn check_spi(spi: u32) -> Result<(), String> {
         ))
     } else {
         Ok(())
-    }
-}
-
-/// An outbound SA: keys and the sequence counter, shared by the queue threads of a range
-/// (so no sequence number, and no GCM IV, repeats) and kept across reloads; the counter's
-/// reservation is kept on disk across restarts ([`OutSeq`]).
-pub(crate) struct Outbound {
-    pub(crate) spi: u32,
-    pub(crate) crypto: SaCrypto,
-    pub(crate) seq: Arc<OutSeq>,
-    /// Bytes and packets sent, counted for IKE SAs only (rekeying by volume).
-    pub(crate) usage: Option<Usage>,
-}
-
-/// An inbound SA: keys and the replay window, shared and kept the same way; the window's
-/// edge is kept on disk across restarts ([`InEdge`]).
-pub(crate) struct Inbound {
-    pub(crate) spi: u32,
-    pub(crate) crypto: SaCrypto,
-    pub(crate) window: Mutex<ReplayWindow>,
-    pub(crate) edge: InEdge,
-    /// Bytes and packets accepted, counted for IKE SAs only.
-    pub(crate) usage: Option<Usage>,
-}
-
-impl Inbound {
-    fn top(&self) -> u64 {
-        self.window.lock().unwrap_or_else(|e| e.into_inner()).top()
-    }
-
-    /// Starts persisting the edge (when a service is built).
-    fn activate(self: &Arc<Self>, persister: &Arc<Persister>) {
-        if self.edge.activate(self.top()) {
-            persister.add(Arc::downgrade(self) as std::sync::Weak<dyn Job>);
-        }
-    }
-}
-
-impl Job for Inbound {
-    fn tick(&self, now: Instant) {
-        self.edge.tick(self.top(), now);
-    }
-}
-
-impl Drop for Inbound {
-    fn drop(&mut self) {
-        let top = self
-            .window
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .top();
-        self.edge.finish(top);
     }
 }
 

@@ -181,11 +181,11 @@ pub fn open_secret(path: &Path) -> Result<std::fs::File, KeyFileError> {
 
 /// Opens the directory `path` if it and every directory on its way are safe by the key
 /// file rules ([`load_key`]): owned by relayd's user, root, or the user relayd drops to
-/// ([`crate::persist::set_service_user`]), writable by no one else.
+/// ([`set_service_user`]), writable by no one else.
 pub(crate) fn secure_dir(path: &Path) -> Result<std::fs::File, KeyFileError> {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let uid = unsafe { libc::geteuid() };
-    secure::open_dir(path, uid, crate::persist::service_user())
+    secure::open_dir(path, uid, service_user())
 }
 
 mod secure;
@@ -207,6 +207,27 @@ pub fn keygen(cipher: Cipher, path: &Path) -> Result<(), String> {
 /// A fresh directory for test keys, `tag`ged, on a path the key file rule accepts for the
 /// user running the tests (the system's temporary directory is shared, so never that): the
 /// first of the test binary's own directory, /run and the home directory that qualifies.
+/// No [`set_service_user`].
+const NO_USER: u64 = u64::MAX;
+
+/// See [`set_service_user`].
+static SERVICE_USER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(NO_USER);
+
+/// Tells the ESP services which user relayd drops to once it is set up (`daemon.user`),
+/// when it reads its configuration as root before the drop: a state directory owned by
+/// that user (made for it by the daemon) is relayd's own and passes the ownership check,
+/// as one owned by root or by the current user does. Process-wide, like the process's
+/// uid it anticipates; `None` forgets it.
+pub fn set_service_user(uid: Option<u32>) {
+    let v = uid.map_or(NO_USER, u64::from);
+    SERVICE_USER.store(v, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The user set by [`set_service_user`].
+pub(crate) fn service_user() -> Option<u32> {
+    u32::try_from(SERVICE_USER.load(std::sync::atomic::Ordering::Relaxed)).ok()
+}
+
 #[cfg(test)]
 pub(crate) fn test_key_dir(tag: &str) -> PathBuf {
     use std::os::unix::fs::DirBuilderExt;

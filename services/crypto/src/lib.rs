@@ -7,6 +7,7 @@
 mod durable;
 mod esp;
 mod keys;
+mod live;
 pub mod persist;
 mod sa;
 mod selectors;
@@ -141,8 +142,12 @@ mod tests {
         d.sa[0].peer = e.local.map(|a| a.to_string().parse().unwrap());
         let (ec, dc) = (Counters::new(), Counters::new());
         (
-            e.into_factory_kept("e", kept).unwrap().build(&ec),
-            d.into_factory_kept("d", kept).unwrap().build(&dc),
+            e.into_factory_kept("e", kept)
+                .unwrap()
+                .build(&ec, &relay_core::Resources::new()),
+            d.into_factory_kept("d", kept)
+                .unwrap()
+                .build(&dc, &relay_core::Resources::new()),
             ec,
             dc,
         )
@@ -375,7 +380,7 @@ mod tests {
             enc_config(cipher, k.clone())
                 .into_factory_kept("e", kept)
                 .unwrap()
-                .build(&Counters::new())
+                .build(&Counters::new(), &relay_core::Resources::new())
         };
         let mut first = build(&kept);
         assert_eq!((seq_of(&mut first), seq_of(&mut first)), (1, 2));
@@ -674,7 +679,10 @@ mod tests {
         let mut transport_sa = dec_config(cipher, k2.clone(), false);
         transport_sa.sa[0].peer = Some("10.0.1.0/24".parse().unwrap());
         let dc2 = Counters::new();
-        let mut dec_t = transport_sa.into_factory("d").unwrap().build(&dc2);
+        let mut dec_t = transport_sa
+            .into_factory("d")
+            .unwrap()
+            .build(&dc2, &relay_core::Resources::new());
         let mut p = Packet::from_bytes(&udp_packet(10));
         assert_eq!(enc_t.process(&mut p, &mut cx()), Action::Continue);
         assert_eq!(dec_t.process(&mut p, &mut cx()), Action::Drop);
@@ -691,7 +699,10 @@ mod tests {
         tunnel_sa.sa[0].mode = EspMode::Tunnel;
         tunnel_sa.sa[0].peer = Some("10.0.1.1".parse().unwrap());
         let dc3 = Counters::new();
-        let mut dec_p = tunnel_sa.into_factory("d").unwrap().build(&dc3);
+        let mut dec_p = tunnel_sa
+            .into_factory("d")
+            .unwrap()
+            .build(&dc3, &relay_core::Resources::new());
         let mut p = Packet::from_bytes(&udp_packet(10));
         assert_eq!(enc_p.process(&mut p, &mut cx()), Action::Continue);
         assert_eq!(dec_p.process(&mut p, &mut cx()), Action::Drop);
@@ -736,7 +747,13 @@ mod tests {
                 mtu: 1400,
                 ..enc_config(cipher, k)
             };
-            let mss = e.clone().into_factory("e").unwrap().clamp_mss().unwrap();
+            let mss = e
+                .clone()
+                .into_factory("e")
+                .unwrap()
+                .manifest()
+                .clamp_mss
+                .unwrap();
             let (mut enc, mut dec, ec, _) = pair_with(e, false);
             // The largest packet the MSS allows (IP + TCP headers = 40) just fits ...
             let max = mss.ipv4 as usize + 40;

@@ -30,26 +30,7 @@ pub const DEFAULT_STATE_DIR: &str = "/var/lib/relayd";
 /// power loss at that moment would leave the disk. Never set it in production.
 pub const POWER_LOSS_HOOK: &str = "RELAYD_TEST_POWER_LOSS_AT_WRITE";
 
-/// No [`set_service_user`].
-const NO_USER: u64 = u64::MAX;
-
-/// See [`set_service_user`].
-static SERVICE_USER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(NO_USER);
-
-/// Tells the ESP services which user relayd drops to once it is set up (`daemon.user`),
-/// when it reads its configuration as root before the drop: a state directory owned by
-/// that user (made for it by the daemon) is relayd's own and passes the ownership check,
-/// as one owned by root or by the current user does. Process-wide, like the process's
-/// uid it anticipates; `None` forgets it.
-pub fn set_service_user(uid: Option<u32>) {
-    let v = uid.map_or(NO_USER, u64::from);
-    SERVICE_USER.store(v, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// The user set by [`set_service_user`].
-pub(crate) fn service_user() -> Option<u32> {
-    u32::try_from(SERVICE_USER.load(std::sync::atomic::Ordering::Relaxed)).ok()
-}
+pub use crate::keys::set_service_user;
 
 /// The state directory of a service: its `state_dir`, else `$STATE_DIRECTORY` (the first
 /// of them, as systemd's `StateDirectory=` sets it), else [`DEFAULT_STATE_DIR`].

@@ -49,9 +49,13 @@ impl Selector {
     /// none, or it could not be read) lies within the selector. A selector that names
     /// ports takes only packets that carry one in range.
     fn covers(&self, addr: IpAddr, protocol: u8, port: Option<u16>) -> bool {
+        self.has_addr(addr) && self.covers_port(protocol, port)
+    }
+
+    /// [`Selector::covers`] without the address: the protocol and port alone.
+    fn covers_port(&self, protocol: u8, port: Option<u16>) -> bool {
         let any_port = self.start_port == 0 && self.end_port == u16::MAX;
-        self.has_addr(addr)
-            && (self.protocol == 0 || self.protocol == protocol)
+        (self.protocol == 0 || self.protocol == protocol)
             && (any_port || port.is_some_and(|p| self.start_port <= p && p <= self.end_port))
     }
 }
@@ -63,19 +67,25 @@ pub struct Selectors {
     pub remote: Vec<Selector>,
     /// Where they may go (our TS).
     pub local: Vec<Selector>,
+    /// A transport-mode SA whose ESP comes in UDP (RFC 3948): the peer's address as IKE
+    /// sees it. Behind a NAT the peer's selectors name its private address, but its
+    /// transport-mode packets arrive from the NAT's (RFC 7296 2.23.1), so a packet from
+    /// this address is taken when the protocol and port lie within the peer's selectors.
+    /// A packet from the peer's own selectors' addresses is taken as without it.
+    pub nat_peer: Option<IpAddr>,
 }
 
 impl Selectors {
     /// Whether `f` lies within both sides.
     pub(crate) fn allow(&self, f: &Flow) -> bool {
         let (sport, dport) = (f.ports.map(|p| p.0), f.ports.map(|p| p.1));
-        self.remote
+        let translated = self.nat_peer == Some(f.src);
+        self.remote.iter().any(|s| {
+            s.covers(f.src, f.protocol, sport) || (translated && s.covers_port(f.protocol, sport))
+        }) && self
+            .local
             .iter()
-            .any(|s| s.covers(f.src, f.protocol, sport))
-            && self
-                .local
-                .iter()
-                .any(|s| s.covers(f.dst, f.protocol, dport))
+            .any(|s| s.covers(f.dst, f.protocol, dport))
     }
 }
 
@@ -157,6 +167,7 @@ mod tests {
         let s = Selectors {
             remote: vec![sel("10.0.3.0", "10.0.3.255", 0, (0, 65535))],
             local: vec![sel("10.0.1.5", "10.0.1.5", proto::UDP, (5000, 5000))],
+            nat_peer: None,
         };
         assert!(s.allow(&flow(
             "10.0.3.2",
@@ -174,6 +185,26 @@ mod tests {
         assert!(!s.allow(&flow("10.0.3.2", "10.0.1.5", proto::UDP, None)));
         // No selectors at all: nothing passes.
         assert!(!Selectors::default().allow(&flow("10.0.3.2", "10.0.1.5", 17, None)));
+    }
+
+    /// RFC 7296 2.23.1: a peer behind a NAT negotiated its private subnet; its
+    /// transport-mode packets come from the NAT's address, which IKE saw.
+    #[test]
+    fn transport_mode_behind_a_nat_is_taken_from_the_nat_address_only() {
+        let mut s = Selectors {
+            remote: vec![sel("10.0.1.0", "10.0.1.255", proto::UDP, (0, 65535))],
+            local: vec![sel("10.0.3.0", "10.0.3.255", 0, (0, 65535))],
+            nat_peer: None,
+        };
+        let from_nat = flow("198.51.100.1", "10.0.3.2", proto::UDP, Some((40000, 7000)));
+        assert!(!s.allow(&from_nat), "without the NAT's address: refused");
+        s.nat_peer = Some("198.51.100.1".parse().unwrap());
+        assert!(s.allow(&from_nat));
+        assert!(s.allow(&flow("10.0.1.1", "10.0.3.2", proto::UDP, Some((1, 2)))));
+        // Still only what was negotiated: the protocol, the local side, other sources.
+        assert!(!s.allow(&flow("198.51.100.1", "10.0.3.2", proto::TCP, Some((1, 2)))));
+        assert!(!s.allow(&flow("198.51.100.1", "10.0.4.2", proto::UDP, Some((1, 2)))));
+        assert!(!s.allow(&flow("198.51.100.9", "10.0.3.2", proto::UDP, Some((1, 2)))));
     }
 
     #[test]

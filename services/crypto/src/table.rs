@@ -11,8 +11,8 @@
 //! each queue thread sees from its next packet on.
 
 use crate::durable::{InEdge, OutSeq, Persister};
-use crate::esp::{Inbound, Outbound, UdpEncap};
 use crate::keys::Cipher;
+use crate::live::{Inbound, Outbound, UdpEncap, Usage};
 use crate::sa::SaCrypto;
 use crate::selectors::Selectors;
 use crate::window::ReplayWindow;
@@ -300,28 +300,5 @@ impl IkeSas {
         ins.iter()
             .find(|s| s.sa.spi == spi)
             .and_then(|s| s.sa.usage.as_ref().map(Usage::get))
-    }
-}
-
-/// Bytes and packets an SA carried (relaxed counters, per packet).
-#[derive(Default)]
-pub(crate) struct Usage {
-    bytes: AtomicU64,
-    packets: AtomicU64,
-}
-
-impl Usage {
-    /// Counts a packet of `bytes`.
-    pub(crate) fn add(&self, bytes: usize) {
-        self.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
-        self.packets.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// (bytes, packets).
-    pub(crate) fn get(&self) -> (u64, u64) {
-        (
-            self.bytes.load(Ordering::Relaxed),
-            self.packets.load(Ordering::Relaxed),
-        )
     }
 }

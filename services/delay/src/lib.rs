@@ -26,7 +26,8 @@ pub use relay_core::units::parse_duration;
 use relay_core::builtin::HEADER_BYTES;
 use relay_core::wire::proto;
 use relay_core::{
-    Action, Context, Counter, Counters, Packet, Service, ServiceConfig, ServiceFactory,
+    Action, Context, Counter, Counters, Manifest, Packet, Resources, Service, ServiceConfig,
+    ServiceFactory,
 };
 use serde::Deserialize;
 use serde::de::IgnoredAny;
@@ -137,9 +138,14 @@ impl ServiceConfig for DelayConfig {
             jitter,
             reorder: self.reorder,
             loss: self.loss,
-            limit: self.limit,
             seed,
             instances: AtomicU64::new(0),
+            manifest: Manifest {
+                // Headers for the flow of a packet; the bytes themselves stay in the kernel.
+                needs_bytes: Some(HEADER_BYTES),
+                max_held: self.limit,
+                ..Manifest::new()
+            },
         }))
     }
 }
@@ -149,9 +155,9 @@ struct Factory {
     jitter: Duration,
     reorder: bool,
     loss: f64,
-    limit: u32,
     seed: u64,
     instances: AtomicU64,
+    manifest: Manifest,
 }
 
 impl ServiceFactory for Factory {
@@ -159,16 +165,11 @@ impl ServiceFactory for Factory {
         "delay"
     }
 
-    fn needs_bytes(&self) -> Option<u32> {
-        // Headers for the flow of a packet; the bytes themselves stay in the kernel.
-        Some(HEADER_BYTES)
+    fn manifest(&self) -> &Manifest {
+        &self.manifest
     }
 
-    fn max_held(&self) -> u32 {
-        self.limit
-    }
-
-    fn build(&self, counters: &Counters) -> Box<dyn Service> {
+    fn build(&self, counters: &Counters, _res: &Resources) -> Box<dyn Service> {
         // Each queue thread gets its own random sequence.
         let n = self.instances.fetch_add(1, Ordering::Relaxed);
         let keep_order = !self.reorder && !self.jitter.is_zero();
@@ -290,7 +291,11 @@ mod tests {
         let cfg: DelayConfig = toml::from_str(toml_text).unwrap();
         let f = cfg.into_factory("d").unwrap();
         let counters = Counters::new();
-        (f.build(&counters), counters, f)
+        (
+            f.build(&counters, &relay_core::Resources::new()),
+            counters,
+            f,
+        )
     }
 
     fn count(c: &Counters, name: &str) -> u64 {
@@ -318,8 +323,11 @@ mod tests {
     #[test]
     fn holds_for_the_delay_and_rewrites_nothing() {
         let (mut s, c, f) = build("delay = \"40ms\"\nlimit = 10");
-        assert_eq!((f.max_held(), f.rewrites_payload()), (10, false));
-        assert_eq!(f.needs_bytes(), Some(HEADER_BYTES));
+        assert_eq!(
+            (f.manifest().max_held, f.manifest().rewrites_payload),
+            (10, false)
+        );
+        assert_eq!(f.manifest().needs_bytes, Some(HEADER_BYTES));
         let now = Instant::now();
         let mut p = udp(1);
         let t = until(s.process(&mut p, &mut Context::new(0, now)));

@@ -15,13 +15,13 @@ fn start_delay_queue(l: &relay_testbed::Line3, cfg_text: &str) -> (Queue, Counte
     let cfg: DelayConfig = toml::from_str(cfg_text).unwrap();
     let factory = cfg.into_factory("wan").unwrap();
     let counters = Counters::new();
-    let service = factory.build(&counters);
+    let service = factory.build(&counters, &relay_core::Resources::new());
     let qcfg = QueueConfig {
-        copy_range: factory.needs_bytes().unwrap(),
-        gso: !factory.rewrites_payload(),
-        max_len: factory.max_held() + 1024,
+        copy_range: factory.manifest().needs_bytes.unwrap(),
+        gso: !factory.manifest().rewrites_payload,
+        max_len: factory.manifest().max_held + 1024,
         hold: HoldConfig {
-            max_packets: factory.max_held(),
+            max_packets: factory.manifest().max_held,
             overflow: Verdict::Drop,
             ..HoldConfig::default()
         },

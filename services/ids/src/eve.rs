@@ -1,4 +1,5 @@
-//! EVE JSON alert lines, written by one background thread per service configuration.
+//! EVE JSON alert lines, written by one background thread per service configuration,
+//! which relayd starts from the service's manifest on a file it opened (never `relayd check`).
 //!
 //! Queue threads hand over a small plain record through a bounded channel with `try_send`,
 //! so a slow disk never blocks the packet path: when the channel is full the line is
@@ -7,12 +8,11 @@
 //! the old one never interleave inside a line) and flushes when the channel runs dry and
 //! when the service is dropped.
 
-use crate::engine::RuleSet;
+use crate::rules::set::RuleSet;
 use serde::Serialize;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
 use std::net::IpAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError, sync_channel};
 use std::thread::JoinHandle;
@@ -139,7 +139,7 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 /// A 48-bit id of the flow (5-tuple, both directions alike), like Suricata's `flow_id`.
 /// relayd keeps no flow table: the id is a hash, the same for every packet of the flow.
 pub fn flow_id(a: IpAddr, b: IpAddr, pa: u16, pb: u16, proto: u8) -> u64 {
-    let (ka, kb) = (crate::rule::ip_key(a), crate::rule::ip_key(b));
+    let (ka, kb) = (crate::rules::rule::ip_key(a), crate::rules::rule::ip_key(b));
     let ((x, px), (y, py)) = if (ka, pa) <= (kb, pb) {
         ((ka, pa), (kb, pb))
     } else {
@@ -172,15 +172,9 @@ pub struct EveWriter {
 }
 
 impl EveWriter {
-    /// Opens (creating, appending) `path` and starts the writer thread; the channel holds
-    /// up to `capacity` alerts.
-    pub fn open(path: &Path, capacity: usize, set: Arc<RuleSet>) -> std::io::Result<EveWriter> {
-        if let Some(dir) = path.parent()
-            && !dir.as_os_str().is_empty()
-        {
-            std::fs::create_dir_all(dir)?;
-        }
-        let file = OpenOptions::new().create(true).append(true).open(path)?;
+    /// Starts the writer thread on `file` (opened for appending by relayd, which owns the
+    /// path: see the service's manifest); the channel holds up to `capacity` alerts.
+    pub fn start(file: File, capacity: usize, set: Arc<RuleSet>) -> std::io::Result<EveWriter> {
         let (tx, rx) = sync_channel(capacity.max(1));
         let thread = std::thread::Builder::new()
             .name("relayd-eve".into())

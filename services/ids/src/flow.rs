@@ -28,22 +28,24 @@
 //!   cannot push out established ones; if there is none, the new flow is not tracked
 //!   ([`FlowTable::packet`] returns `None`, counted in `flow_overflow`).
 //! - stream memory: the shared [`MemBudget`] (memcap 64 MiB) and the per-direction
-//!   [`StreamLimits`], see [`crate::stream`].
+//!   [`StreamLimits`], see [`crate::flow::stream`].
 
+mod dir;
 mod judge;
+pub(crate) mod stream;
 mod tcp;
 #[cfg(test)]
 mod tests;
 
-pub use judge::{Invalid, StreamEvent, TcpOptions};
-pub use tcp::{TcpState, tcp_fast_open};
+pub(crate) use dir::Dir;
+pub(crate) use judge::{Invalid, StreamEvent, TcpOptions};
+pub(crate) use tcp::TcpState;
 
-use crate::applayer::Dir;
-use crate::hostos::PolicyMap;
-use crate::stream::StreamLimits;
-use crate::stream::{
+use crate::flow::stream::StreamLimits;
+use crate::flow::stream::{
     DEFAULT_MEMCAP, MemBudget, SegmentResult, Stream, StreamCounters, StreamPolicy,
 };
+use crate::hostos::PolicyMap;
 use relay_core::wire::proto;
 use relay_core::{Counter, Counters};
 use std::collections::{HashMap, VecDeque};
@@ -51,13 +53,13 @@ use std::time::{Duration, Instant};
 use tcp::TcpSession;
 
 /// Default bound on tracked flows (Suricata's `flow.hash-size`).
-pub const DEFAULT_MAX_FLOWS: usize = 65_536;
+pub(crate) const DEFAULT_MAX_FLOWS: usize = 65_536;
 /// Default timeout of a flow not established (Suricata's TCP `new`).
-pub const DEFAULT_TIMEOUT_NEW: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_TIMEOUT_NEW: Duration = Duration::from_secs(30);
 /// Default timeout of an established flow (Suricata's TCP `established`).
-pub const DEFAULT_TIMEOUT_ESTABLISHED: Duration = Duration::from_secs(300);
+pub(crate) const DEFAULT_TIMEOUT_ESTABLISHED: Duration = Duration::from_secs(300);
 /// Default timeout of a closed TCP flow (Suricata's TCP `closed`).
-pub const DEFAULT_TIMEOUT_CLOSED: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_TIMEOUT_CLOSED: Duration = Duration::from_secs(10);
 
 /// Table slots examined for timeouts per packet.
 const SWEEP_STEP: usize = 2;
@@ -113,7 +115,7 @@ impl Default for FlowLimits {
 /// The counters of a flow table. A fresh set (`default()`) counts without being
 /// registered anywhere.
 #[derive(Debug, Clone, Default)]
-pub struct FlowCounters {
+pub(crate) struct FlowCounters {
     /// Flows created.
     pub created: Counter,
     /// Packets whose new flow found no room (not tracked).
@@ -132,7 +134,7 @@ impl FlowCounters {
     /// The counters registered in `c` as `flow_created`, `flow_overflow`, `flow_evicted`,
     /// `flow_timed_out`, the gauge `flow_active`, and the stream counters (see
     /// [`StreamCounters::register`]).
-    pub fn register(c: &Counters) -> FlowCounters {
+    pub(crate) fn register(c: &Counters) -> FlowCounters {
         FlowCounters {
             created: c.counter("flow_created"),
             overflow: c.counter("flow_overflow"),
@@ -147,7 +149,7 @@ impl FlowCounters {
 /// A flow's key: the protocol and its two endpoints in a fixed order (addresses as in
 /// `rule::ip_key`, IPv4 mapped into IPv6), the same for both directions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct FlowKey {
+pub(crate) struct FlowKey {
     lo: u128,
     hi: u128,
     lo_port: u16,
@@ -158,7 +160,7 @@ pub struct FlowKey {
 impl FlowKey {
     /// The key of a packet from `src`:`sport` to `dst`:`dport`, and whether its sender is
     /// the key's first endpoint.
-    pub fn of(proto: u8, src: u128, sport: u16, dst: u128, dport: u16) -> (FlowKey, bool) {
+    pub(crate) fn of(proto: u8, src: u128, sport: u16, dst: u128, dport: u16) -> (FlowKey, bool) {
         let src_lo = (src, sport) <= (dst, dport);
         let ((lo, lo_port), (hi, hi_port)) = if src_lo {
             ((src, sport), (dst, dport))
@@ -175,13 +177,8 @@ impl FlowKey {
         (key, src_lo)
     }
 
-    /// The protocol.
-    pub fn proto(&self) -> u8 {
-        self.proto
-    }
-
     /// The 48-bit flow id, the same as [`crate::eve::flow_id`] gives for the tuple.
-    pub fn flow_id(&self) -> u64 {
+    pub(crate) fn flow_id(&self) -> u64 {
         // FNV-1a over the normalised tuple, then a final mix (as eve::flow_id).
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
         let mut feed = |bytes: &[u8]| {
@@ -204,14 +201,14 @@ impl FlowKey {
 
 /// The TCP header fields the flow table reads.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TcpHeader {
+pub(crate) struct TcpHeader {
     /// Sequence number.
     pub seq: u32,
     /// Acknowledgement number.
     pub ack: u32,
     /// Flags (`relay_core::wire::tcp::flags`).
     pub flags: u8,
-    /// The packet carries a TCP Fast Open option (see [`tcp_fast_open`]): data on its SYN
+    /// The packet carries a TCP Fast Open option (see `tcp::tcp_fast_open`): data on its SYN
     /// is reassembled, as Suricata does.
     pub tfo: bool,
     /// The window field (unscaled).
@@ -237,7 +234,7 @@ pub struct TcpHeader {
 
 /// What the flow table needs of a packet.
 #[derive(Debug, Clone, Copy)]
-pub struct FlowPacket<'a> {
+pub(crate) struct FlowPacket<'a> {
     /// IP protocol number.
     pub proto: u8,
     /// Source address (`rule::ip_key` form).
@@ -256,7 +253,7 @@ pub struct FlowPacket<'a> {
 
 /// One tracked flow: the engine's state `T`, the flow's facts, and its TCP streams.
 #[derive(Debug)]
-pub struct Flow<T> {
+pub(crate) struct Flow<T> {
     /// The engine's per-flow state (flowbits, application-layer parser, detection state).
     pub state: T,
     key: FlowKey,
@@ -271,17 +268,12 @@ pub struct Flow<T> {
 
 impl<T> Flow<T> {
     /// The flow id (see [`FlowKey::flow_id`]).
-    pub fn id(&self) -> u64 {
+    pub(crate) fn id(&self) -> u64 {
         self.id
     }
 
-    /// The key.
-    pub fn key(&self) -> &FlowKey {
-        &self.key
-    }
-
     /// The client's address (`rule::ip_key` form) and port.
-    pub fn client(&self) -> (u128, u16) {
+    pub(crate) fn client(&self) -> (u128, u16) {
         if self.client_lo {
             (self.key.lo, self.key.lo_port)
         } else {
@@ -290,7 +282,7 @@ impl<T> Flow<T> {
     }
 
     /// The server's address (`rule::ip_key` form) and port.
-    pub fn server(&self) -> (u128, u16) {
+    pub(crate) fn server(&self) -> (u128, u16) {
         if self.client_lo {
             (self.key.hi, self.key.hi_port)
         } else {
@@ -301,7 +293,7 @@ impl<T> Flow<T> {
     /// TCP: the handshake completed (true also after FIN and RST); other protocols:
     /// packets went both ways. For the `flow:established` of a packet use
     /// [`FlowRef::established`], which follows Suricata for the handshake's packets.
-    pub fn established(&self) -> bool {
+    pub(crate) fn established(&self) -> bool {
         match &self.tcp {
             Some(t) => t.established(),
             None => self.pkts[0] > 0 && self.pkts[1] > 0,
@@ -312,34 +304,37 @@ impl<T> Flow<T> {
     /// the flow up mid-stream with `midstream` (Suricata has a TCP session for it). Its
     /// direction and `established` are then Suricata's; for other flows a packet's
     /// conntrack state, which the kernel may have seen from the start, answers `flow`.
-    pub fn synced(&self) -> bool {
+    pub(crate) fn synced(&self) -> bool {
         self.tcp_state()
             .is_some_and(|s| !matches!(s, TcpState::New | TcpState::Unsynced))
     }
 
     /// The TCP state (`None` for other protocols).
-    pub fn tcp_state(&self) -> Option<TcpState> {
+    pub(crate) fn tcp_state(&self) -> Option<TcpState> {
         self.tcp.as_ref().map(|t| t.state())
     }
 
     /// Packets seen in direction `dir`.
-    pub fn pkts(&self, dir: Dir) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn pkts(&self, dir: Dir) -> u64 {
         self.pkts[dir.index()]
     }
 
     /// The reassembled stream of direction `dir` (`None` unless TCP and reassembled).
-    pub fn stream(&self, dir: Dir) -> Option<&Stream> {
+    #[cfg(test)]
+    pub(crate) fn stream(&self, dir: Dir) -> Option<&Stream> {
         self.tcp.as_ref().and_then(|t| t.stream(dir))
     }
 
     /// The reassembled stream of direction `dir`, to consume from.
-    pub fn stream_mut(&mut self, dir: Dir) -> Option<&mut Stream> {
+    #[cfg(test)]
+    pub(crate) fn stream_mut(&mut self, dir: Dir) -> Option<&mut Stream> {
         self.tcp.as_mut().and_then(|t| t.stream_mut(dir))
     }
 
     /// The engine's state and the stream of direction `dir` at once (a parser in `state`
     /// fed from the stream).
-    pub fn split_mut(&mut self, dir: Dir) -> (&mut T, Option<&mut Stream>) {
+    pub(crate) fn split_mut(&mut self, dir: Dir) -> (&mut T, Option<&mut Stream>) {
         let Flow { state, tcp, .. } = self;
         (state, tcp.as_mut().and_then(|t| t.stream_mut(dir)))
     }
@@ -371,13 +366,14 @@ impl<T> Flow<T> {
 
 /// A packet's flow, as [`FlowTable::packet`] returns it.
 #[derive(Debug)]
-pub struct FlowRef<'a, T> {
+pub(crate) struct FlowRef<'a, T> {
     /// The flow.
     pub flow: &'a mut Flow<T>,
     /// The packet's direction.
     pub dir: Dir,
     /// The flow was created by this packet (also when it replaced a timed-out or reused
     /// flow: `flow.state` is fresh).
+    #[cfg_attr(not(test), allow(dead_code, reason = "read by the flow table's tests"))]
     pub new: bool,
     /// The packet counts as established (Suricata's `FLOW_PKT_ESTABLISHED`): TCP, the
     /// handshake completed before it, or it completed it carrying data; other protocols,
@@ -397,7 +393,7 @@ impl<T> FlowRef<'_, T> {
     /// Stops reassembling the flow's streams for good and frees what they hold: the flow
     /// was decided (a `pass` or `drop` rule, an exception policy) and nothing of it will
     /// be inspected again, so its memory must not stay charged until it times out.
-    pub fn abandon_streams(&mut self) {
+    pub(crate) fn abandon_streams(&mut self) {
         if let Some(t) = &mut self.flow.tcp {
             t.abandon(self.budget);
         }
@@ -412,7 +408,7 @@ struct Slot<T> {
 
 /// The flow table of one queue thread (see the module docs).
 #[derive(Debug)]
-pub struct FlowTable<T> {
+pub(crate) struct FlowTable<T> {
     map: HashMap<FlowKey, u32>,
     slots: Vec<Slot<T>>,
     free: Vec<u32>,
@@ -429,7 +425,7 @@ pub struct FlowTable<T> {
 
 impl<T: Default> FlowTable<T> {
     /// An empty table bounded by `limits`, counting in `counters`.
-    pub fn new(limits: FlowLimits, counters: FlowCounters) -> FlowTable<T> {
+    pub(crate) fn new(limits: FlowLimits, counters: FlowCounters) -> FlowTable<T> {
         let budget = MemBudget::new(limits.memcap, limits.stream, counters.stream.clone());
         FlowTable {
             map: HashMap::new(),
@@ -448,7 +444,7 @@ impl<T: Default> FlowTable<T> {
     /// Finds or creates the flow of packet `p` at time `now`, updates its counts and TCP
     /// state, and feeds a TCP payload to its direction's stream. `None` if the packet's
     /// flow is new and the table has no room for it (counted in `flow_overflow`).
-    pub fn packet(&mut self, p: &FlowPacket<'_>, now: Instant) -> Option<FlowRef<'_, T>> {
+    pub(crate) fn packet(&mut self, p: &FlowPacket<'_>, now: Instant) -> Option<FlowRef<'_, T>> {
         let now = self.ns(now);
         self.sweep_step(now);
         let (key, src_lo) = FlowKey::of(p.proto, p.src, p.sport, p.dst, p.dport);
@@ -530,38 +526,24 @@ fn ignored() -> SegmentResult {
 
 impl<T> FlowTable<T> {
     /// Flows tracked.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.map.len()
     }
 
     /// True if no flow is tracked.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.map.is_empty()
     }
 
     /// Stream memory in use (bytes charged to the memcap).
-    pub fn mem(&self) -> usize {
+    pub(crate) fn mem(&self) -> usize {
         self.budget.used()
-    }
-
-    /// The stream memory budget (memcap, use, per-direction limits).
-    pub fn budget(&self) -> &MemBudget {
-        &self.budget
-    }
-
-    /// The bounds.
-    pub fn limits(&self) -> &FlowLimits {
-        &self.limits
-    }
-
-    /// The counters.
-    pub fn counters(&self) -> &FlowCounters {
-        &self.counters
     }
 
     /// Abandons the streams of every flow whose state `decided` says was decided (see
     /// [`FlowRef::abandon_streams`]), for decisions taken away from a packet of the flow.
-    pub fn abandon_streams_where(&mut self, mut decided: impl FnMut(&T) -> bool) {
+    pub(crate) fn abandon_streams_where(&mut self, mut decided: impl FnMut(&T) -> bool) {
         let budget = &mut self.budget;
         for f in self.slots.iter_mut().filter_map(|s| s.flow.as_mut()) {
             if let Some(t) = &mut f.tcp
@@ -573,20 +555,25 @@ impl<T> FlowTable<T> {
     }
 
     /// The tracked flows, in no particular order.
-    pub fn flows(&self) -> impl Iterator<Item = &Flow<T>> {
+    #[cfg(test)]
+    pub(crate) fn flows(&self) -> impl Iterator<Item = &Flow<T>> {
         self.slots.iter().filter_map(|s| s.flow.as_ref())
     }
 
     /// Removes every flow timed out at `now`, returning how many (for an idle tick; the
     /// table also sweeps by itself, see the module docs).
-    pub fn sweep(&mut self, now: Instant) -> usize {
+    #[cfg(test)]
+    pub(crate) fn sweep(&mut self, now: Instant) -> usize {
         let now = self.ns(now);
         self.sweep_all(now)
     }
 
     /// Each tracked flow's state with the time since its last packet, at `now` (for a
     /// pass over the table that frees memory, such as the application layer's reclaim).
-    pub fn idle_states_mut(&mut self, now: Instant) -> impl Iterator<Item = (Duration, &mut T)> {
+    pub(crate) fn idle_states_mut(
+        &mut self,
+        now: Instant,
+    ) -> impl Iterator<Item = (Duration, &mut T)> {
         let now = self.ns(now);
         self.slots.iter_mut().filter_map(move |s| {
             let f = s.flow.as_mut()?;

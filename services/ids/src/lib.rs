@@ -7,25 +7,20 @@
 //! The daemon registers [`IdsConfig`] (kind `ids`). Everything else is public for tests,
 //! benches and tools; docs/ids.md describes the language and its limits.
 
-pub mod applayer;
-pub mod buffer;
-mod classify;
-pub mod decode;
+mod applayer;
+mod decode;
 mod engine;
 mod eve;
-pub mod flow;
-pub mod hostos;
-mod inspect;
-pub mod memcap;
-mod parse;
+mod flow;
+mod hostos;
+mod memcap;
+mod outcome;
 mod prefilter;
 mod reject;
-mod rule;
+mod rules;
 mod service;
-pub mod stream;
 #[cfg(test)]
 mod testutil;
-mod track;
 
 pub use engine::ExceptionPolicy;
 pub use engine::{
@@ -33,6 +28,6 @@ pub use engine::{
     MAX_ALERTS_PER_PACKET, Outcome, RuleSet,
 };
 pub use eve::{AlertEvent, EveWriter, flow_id, format_line, timestamp};
-pub use parse::RuleError;
-pub use rule::{Rule, RuleAction, RuleProto};
+pub use rules::parse::RuleError;
+pub use rules::rule::{Rule, RuleAction, RuleProto};
 pub use service::IdsConfig;

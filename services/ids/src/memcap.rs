@@ -1,5 +1,5 @@
 //! A memory cap: bytes charged against a bound, refused past it, credited back when freed,
-//! with a gauge of the use. The stream memcap ([`crate::stream::MemBudget`]) and the
+//! with a gauge of the use. The stream memcap ([`crate::flow::stream::MemBudget`]) and the
 //! application-layer one ([`crate::applayer::budget::AppBudget`]) are each one of these.
 
 use relay_core::Counter;
@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// credits its charge back when dropped) can share it. Only its queue thread changes it, so
 /// relaxed atomics are enough: they only make sharing the handle sound.
 #[derive(Debug)]
-pub struct Memcap {
+pub(crate) struct Memcap {
     cap: usize,
     used: AtomicUsize,
     /// Gauge mirroring `used`.
@@ -19,7 +19,7 @@ pub struct Memcap {
 
 impl Memcap {
     /// A cap of `cap` bytes, reporting its use in the gauge `gauge`.
-    pub fn new(cap: usize, gauge: Counter) -> Memcap {
+    pub(crate) fn new(cap: usize, gauge: Counter) -> Memcap {
         Memcap {
             cap,
             used: AtomicUsize::new(0),
@@ -28,17 +28,17 @@ impl Memcap {
     }
 
     /// Bytes charged now.
-    pub fn used(&self) -> usize {
+    pub(crate) fn used(&self) -> usize {
         self.used.load(Ordering::Relaxed)
     }
 
     /// The cap.
-    pub fn cap(&self) -> usize {
+    pub(crate) fn cap(&self) -> usize {
         self.cap
     }
 
     /// Charges `n` bytes if the use stays within the cap; false (nothing charged) if not.
-    pub fn try_charge(&self, n: usize) -> bool {
+    pub(crate) fn try_charge(&self, n: usize) -> bool {
         let r = self
             .used
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
@@ -55,7 +55,7 @@ impl Memcap {
 
     /// Charges `n` bytes whatever the cap (for memory already allocated that must be
     /// accounted for all the same).
-    pub fn force(&self, n: usize) {
+    pub(crate) fn force(&self, n: usize) {
         if n > 0 {
             let prev = self.used.fetch_add(n, Ordering::Relaxed);
             self.gauge.set(prev.saturating_add(n) as u64);
@@ -63,7 +63,7 @@ impl Memcap {
     }
 
     /// Credits back `n` bytes (never below zero).
-    pub fn credit(&self, n: usize) {
+    pub(crate) fn credit(&self, n: usize) {
         if n == 0 {
             return;
         }

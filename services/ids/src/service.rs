@@ -1,16 +1,17 @@
-//! The `ids` service: configuration, factory (one rule set and one EVE writer per
-//! configuration, shared by the queue threads) and the per-packet call.
+//! The `ids` service: configuration, factory (one rule set per configuration, shared by
+//! the queue threads, and a manifest asking relayd for the EVE log) and the per-packet call.
 
 use crate::applayer::http::{DecodeOptions, HttpLimits};
 use crate::engine::{Detector, DetectorOptions, ExceptionPolicy, LoadOptions, Outcome, RuleSet};
 use crate::eve::EveWriter;
 use crate::flow::FlowLimits;
+use crate::flow::stream::StreamLimits;
 use crate::hostos::{FragPolicy, PolicyMap, PolicySpec};
 use crate::reject::{RejectCounters, RejectLimits, Rejecter};
-use crate::stream::StreamLimits;
 use relay_core::builtin::de_u32;
 use relay_core::{
-    Action, Context, Counters, FailPolicy, Packet, Service, ServiceConfig, ServiceFactory, Tally,
+    Action, Context, Counters, FailPolicy, LogFile, Manifest, Packet, Resources, Service,
+    ServiceConfig, ServiceFactory, Tally,
 };
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -259,15 +260,15 @@ fn default_flows() -> usize {
 }
 
 fn default_stream_memcap() -> usize {
-    crate::stream::DEFAULT_MEMCAP
+    crate::flow::stream::DEFAULT_MEMCAP
 }
 
 fn default_stream_depth() -> u64 {
-    crate::stream::DEFAULT_DEPTH
+    crate::flow::stream::DEFAULT_DEPTH
 }
 
 fn default_stream_buffer() -> usize {
-    crate::stream::DEFAULT_BUFFER
+    crate::flow::stream::DEFAULT_BUFFER
 }
 
 fn default_http_body_limit() -> usize {
@@ -345,7 +346,7 @@ impl IdsConfig {
     /// The stream overlap policy table `stream_policy` describes.
     fn stream_policies(
         &self,
-    ) -> Result<PolicyMap<crate::stream::StreamPolicy>, crate::hostos::PolicyMapError> {
+    ) -> Result<PolicyMap<crate::flow::stream::StreamPolicy>, crate::hostos::PolicyMapError> {
         PolicyMap::from_spec("stream_policy", &self.stream_policy)
     }
 
@@ -432,16 +433,36 @@ impl ServiceConfig for IdsConfig {
         );
         let set = Arc::new(set);
         let opts = self.detector_options(set.blocks());
-        let eve = match &self.eve_log {
-            Some(path) => Some(Arc::new(
-                EveWriter::open(path, self.eve_queue, set.clone())
-                    .map_err(|e| format!("eve_log {}: {e}", path.display()))?,
-            )),
-            None => None,
+        // The EVE log is relayd's to open and start (never in `relayd check`); the queue
+        // threads' instances find the writer in their resources.
+        let logs = self
+            .eve_log
+            .iter()
+            .map(|path| {
+                let (set, capacity) = (set.clone(), self.eve_queue);
+                LogFile::new(path.clone(), move |file| {
+                    EveWriter::start(file, capacity, set.clone())
+                })
+            })
+            .collect();
+        let manifest = Manifest {
+            // An IPS that drops must not let a flood bypass it; an IDS that only alerts
+            // must not blackhole the router when it is down.
+            fail_policy: if set.blocks() {
+                FailPolicy::Closed
+            } else {
+                FailPolicy::Open
+            },
+            // Resets and unreachables (`reject`).
+            emits: true,
+            mark_bits: self.reject_mark.unwrap_or(0),
+            conntrack: set.reads_flow_state(),
+            logs,
+            ..Manifest::new()
         };
         Ok(Arc::new(IdsFactory {
             set,
-            eve,
+            manifest,
             reject_mark: self.reject_mark,
             reject_limits: RejectLimits {
                 rate: self.reject_rate,
@@ -456,48 +477,22 @@ impl ServiceConfig for IdsConfig {
 
 struct IdsFactory {
     set: Arc<RuleSet>,
-    eve: Option<Arc<EveWriter>>,
+    manifest: Manifest,
     reject_mark: Option<u32>,
     reject_limits: RejectLimits,
     opts: DetectorOptions,
 }
 
 impl ServiceFactory for IdsFactory {
-    fn emits(&self) -> bool {
-        true
-    }
-
     fn kind(&self) -> &'static str {
         "ids"
     }
 
-    fn mark_bits(&self) -> u32 {
-        self.reject_mark.unwrap_or(0)
+    fn manifest(&self) -> &Manifest {
+        &self.manifest
     }
 
-    fn fail_policy(&self) -> FailPolicy {
-        // An IPS that drops must not let a flood bypass it; an IDS that only alerts must
-        // not blackhole the router when it is down.
-        if self.set.blocks() {
-            FailPolicy::Closed
-        } else {
-            FailPolicy::Open
-        }
-    }
-
-    fn needs_bytes(&self) -> Option<u32> {
-        None
-    }
-
-    fn needs_conntrack(&self) -> bool {
-        self.set.reads_flow_state()
-    }
-
-    fn rewrites_payload(&self) -> bool {
-        false
-    }
-
-    fn build(&self, counters: &Counters) -> Box<dyn Service> {
+    fn build(&self, counters: &Counters, res: &Resources) -> Box<dyn Service> {
         let rejecter = Rejecter::new(
             self.reject_mark,
             self.reject_limits,
@@ -509,7 +504,7 @@ impl ServiceFactory for IdsFactory {
         let det = Detector::with_options(
             self.set.clone(),
             counters,
-            self.eve.clone(),
+            res.get::<EveWriter>(),
             self.opts.clone(),
         );
         Box::new(Ids { det, rejecter })
@@ -558,12 +553,12 @@ mod tests {
 
     #[test]
     fn stream_policy_takes_a_name_or_a_table() {
-        use crate::stream::StreamPolicy;
+        use crate::flow::stream::StreamPolicy;
         let o = config("stream_policy = \"windows\"\n").detector_options(true);
         assert_eq!(o.flows.policy.get_key(0), StreamPolicy::Windows);
         let o = config("stream_policy = { default = \"bsd\", \"192.168.1.0/24\" = \"vista\" }\n")
             .detector_options(true);
-        let key = |s: &str| crate::rule::ip_key(s.parse().unwrap());
+        let key = |s: &str| crate::rules::rule::ip_key(s.parse().unwrap());
         assert_eq!(
             o.flows.policy.get_key(key("192.168.1.9")),
             StreamPolicy::Vista
@@ -587,6 +582,23 @@ mod tests {
             };
             assert!(err.contains("stream_policy"), "{err}");
         }
+    }
+
+    /// The factory only declares the EVE log: opening it (and starting its thread) is
+    /// relayd's, so `relayd check` writes nothing.
+    #[test]
+    fn the_factory_opens_no_eve_log() {
+        let dir = std::env::temp_dir().join(format!("ids-svc-eve-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let eve = dir.join("sub").join("eve.json");
+        let f = config(&format!("eve_log = {:?}\n", eve.display().to_string()))
+            .into_factory("ids")
+            .unwrap();
+        let logs: Vec<_> = f.manifest().logs.iter().map(|l| l.path.clone()).collect();
+        assert_eq!(logs, vec![eve.clone()]);
+        assert!(!dir.exists(), "the factory made {}", dir.display());
+        drop(f.build(&Counters::new(), &Resources::new()));
+        assert!(!dir.exists(), "build made {}", dir.display());
     }
 
     #[test]

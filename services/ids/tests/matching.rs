@@ -351,10 +351,20 @@ fn service_writes_eve_lines_and_counts_per_sid() {
     .unwrap();
     let f = cfg.into_factory("ids").unwrap();
     assert_eq!(f.kind(), "ids");
-    assert_eq!(f.fail_policy(), relay_core::FailPolicy::Closed);
-    assert_eq!(f.needs_bytes(), None);
+    assert_eq!(f.manifest().fail_policy, relay_core::FailPolicy::Closed);
+    assert_eq!(f.manifest().needs_bytes, None);
+    // relayd's part: it opens the log the manifest names and starts its writer.
+    let mut res = relay_core::Resources::new();
+    for log in &f.manifest().logs {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log.path)
+            .unwrap();
+        res.insert_any((log.start)(file).unwrap());
+    }
     let counters = relay_core::Counters::new();
-    let mut s = f.build(&counters);
+    let mut s = f.build(&counters, &res);
     let mut cx = Context::new(0, Instant::now());
     let mut pkt = tcp4(
         [203, 0, 113, 5],
@@ -370,7 +380,8 @@ fn service_writes_eve_lines_and_counts_per_sid() {
     assert_eq!(counter(&counters, "sid:1000001"), 1);
     assert_eq!(counter(&counters, "sid:1000002"), 1);
     drop(s);
-    drop(f); // the writer flushes and ends
+    drop(res); // the writer flushes and ends
+    drop(f);
     let text = std::fs::read_to_string(&eve).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 2, "{text}");
@@ -431,7 +442,7 @@ fn strict_refuses_and_lenient_loads_the_rest() {
     assert!(e.message().contains("bad.rules:2: `bogus_kw`"), "{e}");
     let f = cfg(false).into_factory("ids").unwrap();
     assert_eq!(
-        f.fail_policy(),
+        f.manifest().fail_policy,
         relay_core::FailPolicy::Open,
         "alert-only fails open"
     );

@@ -27,7 +27,7 @@ fn flood(tag: &str, options: &str, n: u64) -> Counters {
     let cfg: IdsConfig = toml::from_str(&format!("rules = [{rules:?}]\n{options}")).unwrap();
     let f = cfg.into_factory("ids").unwrap();
     let counters = Counters::new();
-    let mut s = f.build(&counters);
+    let mut s = f.build(&counters, &relay_core::Resources::new());
     let t0 = Instant::now();
     for i in 0..n {
         let mut cx = Context::new(0, t0 + Duration::from_micros(200 * i));

@@ -23,8 +23,8 @@ use crate::config::{DecapChecked, DecapConfig};
 use crate::lse::{self, Lse, UDP_PORT};
 use relay_core::wire::{Ipv4Packet, Ipv6Packet, UdpPacket, checksum, proto, udp};
 use relay_core::{
-    Action, Context, Counter, Counters, IpVersion, Packet, Service, ServiceConfig, ServiceFactory,
-    Tally,
+    Action, Context, Counter, Counters, IpVersion, Manifest, Packet, Resources, Service,
+    ServiceConfig, ServiceFactory, Tally,
 };
 use std::net::Ipv4Addr;
 use std::sync::Arc;
@@ -210,22 +210,19 @@ impl Service for DecapService {
 
 struct DecapFactory {
     checked: Arc<DecapChecked>,
+    manifest: Manifest,
 }
 
 impl ServiceFactory for DecapFactory {
-    fn emits(&self) -> bool {
-        true
-    }
-
     fn kind(&self) -> &'static str {
         "mpls-decap"
     }
 
-    fn rewrites_payload(&self) -> bool {
-        true
+    fn manifest(&self) -> &Manifest {
+        &self.manifest
     }
 
-    fn build(&self, counters: &Counters) -> Box<dyn Service> {
+    fn build(&self, counters: &Counters, _res: &Resources) -> Box<dyn Service> {
         Box::new(DecapService {
             checked: Arc::clone(&self.checked),
             decapsulated: counters.counter("decapsulated"),
@@ -248,6 +245,12 @@ impl ServiceConfig for DecapConfig {
     ) -> Result<Arc<dyn ServiceFactory>, relay_core::InvalidConfig> {
         Ok(Arc::new(DecapFactory {
             checked: Arc::new(self.check()?),
+            manifest: Manifest {
+                // Inner packets forwarded anew where a verdict cannot carry them.
+                emits: true,
+                rewrites_payload: true,
+                ..Manifest::new()
+            },
         }))
     }
 }

@@ -24,8 +24,8 @@ use crate::config::{Checked, Encap, EncapConfig, Unclassified, VcanPath};
 use crate::lse::{self, LseRepr, UDP_PORT};
 use relay_core::wire::{Ipv4Packet, Ipv4Repr, UdpPacket, UdpRepr, checksum, ipv4, proto, udp};
 use relay_core::{
-    Action, Context, Counter, Counters, IpVersion, MssClamp, Packet, Service, ServiceConfig,
-    ServiceFactory, Tally,
+    Action, Context, Counter, Counters, IpVersion, Manifest, MssClamp, Packet, Resources, Service,
+    ServiceConfig, ServiceFactory, Tally,
 };
 use relay_inject::TooBig;
 use std::net::Ipv4Addr;
@@ -224,34 +224,42 @@ impl Service for EncapService {
 
 struct EncapFactory {
     shared: Arc<Shared>,
+    manifest: Manifest,
+}
+
+impl EncapFactory {
+    fn new(shared: Shared) -> EncapFactory {
+        let room = shared.mtu - overhead(shared.encap);
+        let manifest = Manifest {
+            // ICMP errors, and encapsulations an IPv6 hook's verdict cannot carry.
+            emits: true,
+            rewrites_payload: true,
+            // The per-VCAN classes its marks select.
+            qos: Some(shared.checked.qos.clone()),
+            // What still fits once the outer headers are added.
+            clamp_mss: Some(MssClamp {
+                ipv4: (room - 40) as u16,
+                ipv6: (room - 60) as u16,
+            }),
+            ..Manifest::new()
+        };
+        EncapFactory {
+            shared: Arc::new(shared),
+            manifest,
+        }
+    }
 }
 
 impl ServiceFactory for EncapFactory {
-    fn emits(&self) -> bool {
-        true
-    }
-
     fn kind(&self) -> &'static str {
         "mpls-encap"
     }
 
-    fn rewrites_payload(&self) -> bool {
-        true
+    fn manifest(&self) -> &Manifest {
+        &self.manifest
     }
 
-    fn qos(&self) -> Option<relay_core::QosPlan> {
-        Some(self.shared.checked.qos.clone())
-    }
-
-    fn clamp_mss(&self) -> Option<MssClamp> {
-        let room = self.shared.mtu - overhead(self.shared.encap);
-        Some(MssClamp {
-            ipv4: (room - 40) as u16,
-            ipv6: (room - 60) as u16,
-        })
-    }
-
-    fn build(&self, counters: &Counters) -> Box<dyn Service> {
+    fn build(&self, counters: &Counters, _res: &Resources) -> Box<dyn Service> {
         Box::new(EncapService {
             shared: Arc::clone(&self.shared),
             ident: 0,
@@ -276,15 +284,13 @@ impl ServiceConfig for EncapConfig {
         _name: &str,
     ) -> Result<Arc<dyn ServiceFactory>, relay_core::InvalidConfig> {
         let checked = self.check()?;
-        Ok(Arc::new(EncapFactory {
-            shared: Arc::new(Shared {
-                checked,
-                encap: self.encap,
-                local: self.local,
-                unclassified: self.unclassified,
-                mtu: self.mtu as usize,
-                udp_checksum: self.udp_checksum,
-            }),
-        }))
+        Ok(Arc::new(EncapFactory::new(Shared {
+            checked,
+            encap: self.encap,
+            local: self.local,
+            unclassified: self.unclassified,
+            mtu: self.mtu as usize,
+            udp_checksum: self.udp_checksum,
+        })))
     }
 }

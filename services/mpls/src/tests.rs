@@ -111,7 +111,10 @@ fn counters_map(c: &Counters) -> HashMap<String, u64> {
 fn mpls_in_ip_is_rfc_4023_byte_for_byte() {
     let inner = udp4(b"0123456789");
     let counters = Counters::new();
-    let mut s = cfg("ip").into_factory("e").unwrap().build(&counters);
+    let mut s = cfg("ip")
+        .into_factory("e")
+        .unwrap()
+        .build(&counters, &relay_core::Resources::new());
     let mut p = Packet::from_bytes(&inner);
     assert_eq!(s.process(&mut p, &mut cx()), Action::Continue);
     let total = (inner.len() + 24) as u16;
@@ -144,7 +147,7 @@ fn mpls_in_udp_is_rfc_7510_byte_for_byte() {
     let mut s = cfg("udp")
         .into_factory("e")
         .unwrap()
-        .build(&Counters::new());
+        .build(&Counters::new(), &relay_core::Resources::new());
     let mut p = Packet::from_bytes(&inner);
     assert_eq!(s.process(&mut p, &mut cx()), Action::Continue);
     let d = p.data();
@@ -180,7 +183,10 @@ fn mpls_in_udp_is_rfc_7510_byte_for_byte() {
     // Zero checksum when configured off (RFC 7510 section 3 allows it over IPv4).
     let mut c = cfg("udp");
     c.udp_checksum = false;
-    let mut s = c.into_factory("e").unwrap().build(&Counters::new());
+    let mut s = c
+        .into_factory("e")
+        .unwrap()
+        .build(&Counters::new(), &relay_core::Resources::new());
     let mut q = Packet::from_bytes(&inner);
     s.process(&mut q, &mut cx());
     assert_eq!(&q.data()[26..28], &[0, 0]);
@@ -190,7 +196,7 @@ fn mpls_in_udp_is_rfc_7510_byte_for_byte() {
 fn ipv6_inner_takes_tc_and_ttl_and_clears_df() {
     let inner = udp6(b"six");
     let f = cfg("ip").into_factory("e").unwrap();
-    let mut s = f.build(&Counters::new());
+    let mut s = f.build(&Counters::new(), &relay_core::Resources::new());
     let mut p = Packet::from_bytes(&inner);
     assert_eq!(s.process(&mut p, &mut cx()), Action::Continue);
     let d = p.data();
@@ -203,7 +209,7 @@ fn ipv6_inner_takes_tc_and_ttl_and_clears_df() {
     assert_eq!(p.verdict_mark(), Some(0x01d0_0065));
     // On an IPv6 hook the verdict cannot carry the IPv4 encapsulation: it is emitted.
     let counters = Counters::new();
-    let mut s = f.build(&counters);
+    let mut s = f.build(&counters, &relay_core::Resources::new());
     let mut p = Packet::from_bytes(&inner);
     p.meta.hw_protocol = 0x86dd;
     let mut cx = cx();
@@ -233,12 +239,12 @@ fn decap_restores_every_byte_both_encaps_and_families() {
             let mut e = cfg(encap)
                 .into_factory("e")
                 .unwrap()
-                .build(&Counters::new());
+                .build(&Counters::new(), &relay_core::Resources::new());
             let counters = Counters::new();
             let mut d = decap(&[101, 100])
                 .into_factory("d")
                 .unwrap()
-                .build(&counters);
+                .build(&counters, &relay_core::Resources::new());
             let mut p = Packet::from_bytes(&inner);
             e.process(&mut p, &mut cx());
             let mut q = Packet::from_bytes(p.data());
@@ -255,18 +261,24 @@ fn decap_drops_unknown_labels_and_malformed_and_passes_the_rest() {
     let mut e = cfg("udp")
         .into_factory("e")
         .unwrap()
-        .build(&Counters::new());
+        .build(&Counters::new(), &relay_core::Resources::new());
     let mut p = Packet::from_bytes(&inner);
     e.process(&mut p, &mut cx());
     let good = p.data().to_vec();
     let counters = Counters::new();
-    let mut d = decap(&[200]).into_factory("d").unwrap().build(&counters);
+    let mut d = decap(&[200])
+        .into_factory("d")
+        .unwrap()
+        .build(&counters, &relay_core::Resources::new());
     assert_eq!(
         d.process(&mut Packet::from_bytes(&good), &mut cx()),
         Action::Drop
     );
     assert_eq!(counters_map(&counters)["dropped_unknown_label"], 1);
-    let mut d = decap(&[100]).into_factory("d").unwrap().build(&counters);
+    let mut d = decap(&[100])
+        .into_factory("d")
+        .unwrap()
+        .build(&counters, &relay_core::Resources::new());
     // Plain traffic passes untouched.
     let mut plain = Packet::from_bytes(&inner);
     assert_eq!(d.process(&mut plain, &mut cx()), Action::Continue);
@@ -297,7 +309,10 @@ fn decap_drops_unknown_labels_and_malformed_and_passes_the_rest() {
     let snap = counters_map(&counters);
     assert!(snap["dropped_malformed"] > 10, "{snap:?}");
     // MPLS-in-IP with a label stack lacking the bottom bit is malformed.
-    let mut e = cfg("ip").into_factory("e").unwrap().build(&Counters::new());
+    let mut e = cfg("ip")
+        .into_factory("e")
+        .unwrap()
+        .build(&Counters::new(), &relay_core::Resources::new());
     let mut p = Packet::from_bytes(&inner);
     e.process(&mut p, &mut cx());
     let mut b = p.data().to_vec();
@@ -315,13 +330,19 @@ fn unclassified_pass_or_drop() {
     other[1] = 0; // DSCP 0: no VCAN
     Ipv4Packet::new_unchecked(&mut other[..]).fill_checksum();
     let counters = Counters::new();
-    let mut s = cfg("ip").into_factory("e").unwrap().build(&counters);
+    let mut s = cfg("ip")
+        .into_factory("e")
+        .unwrap()
+        .build(&counters, &relay_core::Resources::new());
     let mut p = Packet::from_bytes(&other);
     assert_eq!(s.process(&mut p, &mut cx()), Action::Continue);
     assert!(!p.is_modified() && p.verdict_mark().is_none());
     let mut c = cfg("ip");
     c.unclassified = Unclassified::Drop;
-    let mut s = c.into_factory("e").unwrap().build(&counters);
+    let mut s = c
+        .into_factory("e")
+        .unwrap()
+        .build(&counters, &relay_core::Resources::new());
     assert_eq!(
         s.process(&mut Packet::from_bytes(&other), &mut cx()),
         Action::Drop
@@ -351,7 +372,10 @@ fn udp4_loopback(payload: &[u8]) -> Vec<u8> {
 #[test]
 fn too_big_with_df_is_dropped_without_df_encapsulated() {
     let counters = Counters::new();
-    let mut s = cfg("ip").into_factory("e").unwrap().build(&counters);
+    let mut s = cfg("ip")
+        .into_factory("e")
+        .unwrap()
+        .build(&counters, &relay_core::Resources::new());
     let big = udp4_loopback(&[1u8; 1472]);
     assert_eq!(
         s.process(&mut Packet::from_bytes(&big), &mut cx()),
@@ -365,7 +389,7 @@ fn too_big_with_df_is_dropped_without_df_encapsulated() {
     assert_eq!(s.process(&mut p, &mut cx()), Action::Continue);
     assert_eq!(p.len(), 1500 + 24);
     let f = cfg("udp").into_factory("e").unwrap();
-    let m = f.clamp_mss().unwrap();
+    let m = f.manifest().clamp_mss.unwrap();
     assert_eq!((m.ipv4, m.ipv6), (1500 - 32 - 40, 1500 - 32 - 60));
 }
 
@@ -383,7 +407,10 @@ fn too_big_with_df_is_answered_with_the_mtu_that_fits() {
     for (encap, overhead) in [("ip", 24), ("udp", 32)] {
         let mut out = cx();
         let counters = Counters::new();
-        let mut s = cfg(encap).into_factory("e").unwrap().build(&counters);
+        let mut s = cfg(encap)
+            .into_factory("e")
+            .unwrap()
+            .build(&counters, &relay_core::Resources::new());
         // Exactly what fits the path once encapsulated, and one byte more; the latter with
         // a distinct IP identification, so that its answer is told apart from others'.
         let fits = udp4_loopback(&vec![7u8; 1500 - overhead - 28]);
@@ -508,7 +535,10 @@ fn ten_thousand_vcans_classify_to_the_right_one() {
     }
     let c: EncapConfig = toml::from_str(&text).unwrap();
     assert_eq!(c.qos().unwrap().classes.len(), 10_000);
-    let mut s = c.into_factory("e").unwrap().build(&Counters::new());
+    let mut s = c
+        .into_factory("e")
+        .unwrap()
+        .build(&Counters::new(), &relay_core::Resources::new());
     let mut last = udp4(b"x");
     last[16..20].copy_from_slice(&[10, 39, 15, 9]); // 9999 = 39 * 256 + 15
     Ipv4Packet::new_unchecked(&mut last[..]).fill_checksum();
@@ -522,7 +552,7 @@ fn encapsulated(encap: &str, inner: &[u8]) -> Vec<u8> {
     let mut e = cfg(encap)
         .into_factory("e")
         .unwrap()
-        .build(&Counters::new());
+        .build(&Counters::new(), &relay_core::Resources::new());
     let mut p = Packet::from_bytes(inner);
     assert_eq!(e.process(&mut p, &mut cx()), Action::Continue);
     p.data().to_vec()
@@ -542,7 +572,7 @@ fn decap_takes_mpls_only_from_its_peers() {
             }
             .into_factory("d")
             .unwrap()
-            .build(&counters);
+            .build(&counters, &relay_core::Resources::new());
             let mut p = Packet::from_bytes(&good);
             assert_eq!(d.process(&mut p, &mut cx()), Action::Drop, "{encap}");
             assert!(!p.is_modified());
@@ -585,7 +615,7 @@ fn decap_takes_mpls_only_from_its_peers() {
             }
             .into_factory("d")
             .unwrap()
-            .build(&counters);
+            .build(&counters, &relay_core::Resources::new());
             let mut p = Packet::from_bytes(&good);
             assert_eq!(d.process(&mut p, &mut cx()), Action::Continue, "{encap}");
             assert_eq!(p.data(), &inner[..]);
@@ -724,7 +754,7 @@ fn decap_never_delivers_the_inner_packet_locally() {
     let mut d = decap(&[100, 101])
         .into_factory("d")
         .unwrap()
-        .build(&counters);
+        .build(&counters, &relay_core::Resources::new());
     let edge_cx = || {
         let mut c = cx();
         c.set_local_addresses(std::sync::Arc::from(

@@ -27,17 +27,17 @@
 //! should only carry SYNs (`match = "-p tcp --syn"`, `ct state new`).
 //!
 //! The diversion itself is relayd's: the factory asks for it through
-//! [`ServiceFactory::proxy_diversion`] (the mark, `repeat`, and the proxy's `upstream` and
+//! [`Manifest::proxy`] (the mark, `repeat`, and the proxy's `upstream` and
 //! `transparent_source`), and relayd installs the TPROXY rules, the route and the
 //! transparent listener, and checks that the queue sits where the rules see its marks.
 
 pub use relay_core::Prefix;
 
 use relay_core::builtin::{HEADER_BYTES, de_u32};
-use relay_core::service::ProxyDiversion;
 use relay_core::wire::{proto, tcp};
 use relay_core::{
-    Action, Context, Counter, Counters, Packet, Service, ServiceConfig, ServiceFactory,
+    Action, Context, Counter, Counters, Manifest, Packet, ProxyDiversion, Resources, Service,
+    ServiceConfig, ServiceFactory,
 };
 use relay_netlink::QueueMonitor;
 use serde::Deserialize;
@@ -97,7 +97,7 @@ fn default_mark() -> u32 {
 const STALE: Duration = Duration::from_millis(100);
 
 impl TcpSplitConfig {
-    fn factory(self, monitor: Option<Arc<QueueMonitor>>) -> Result<Factory, String> {
+    fn factory(self) -> Result<Factory, String> {
         if self.mark == 0 {
             return Err("mark = 0 cannot mark a connection for diversion".into());
         }
@@ -130,16 +130,26 @@ impl TcpSplitConfig {
             }),
             None => None,
         };
+        let manifest = Manifest {
+            needs_bytes: Some(HEADER_BYTES),
+            proxy: Some(ProxyDiversion {
+                mark: self.mark,
+                repeat: self.repeat,
+                mptcp,
+                transparent_source: self.transparent_source,
+            }),
+            // The adaptive policy reads the egress queue.
+            queue_monitor: adaptive.is_some(),
+            ..Manifest::new()
+        };
         Ok(Factory {
-            ports: self.ports,
-            prefixes,
-            adaptive,
-            ifindex,
-            mark: self.mark,
-            repeat: self.repeat,
-            mptcp,
-            transparent_source: self.transparent_source,
-            monitor,
+            policy: Policy {
+                ports: self.ports,
+                prefixes,
+                adaptive,
+                ifindex,
+            },
+            manifest,
         })
     }
 }
@@ -151,13 +161,7 @@ impl ServiceConfig for TcpSplitConfig {
         self,
         _name: &str,
     ) -> Result<Arc<dyn ServiceFactory>, relay_core::InvalidConfig> {
-        let monitor = match self.adaptive {
-            Some(_) => Some(QueueMonitor::shared().map_err(|e| {
-                format!("adaptive cannot read the egress queues over rtnetlink: {e}")
-            })?),
-            None => None,
-        };
-        Ok(Arc::new(self.factory(monitor)?))
+        Ok(Arc::new(self.factory()?))
     }
 }
 
@@ -180,20 +184,29 @@ struct Adaptive {
     bandwidth_bytes: Option<f64>,
 }
 
-/// The split policy: built once from the configuration, shared by the factory and every
-/// queue thread's instance.
+/// The split policy: built once from the configuration, copied into every queue thread's
+/// instance.
 #[derive(Clone)]
-struct Factory {
+struct Policy {
     ports: Vec<u16>,
     prefixes: Vec<Prefix>,
     adaptive: Option<Adaptive>,
     ifindex: Option<u32>,
-    mark: u32,
-    repeat: bool,
-    /// For the proxy, which relayd runs ([`ProxyDiversion`]).
-    mptcp: bool,
-    transparent_source: bool,
-    monitor: Option<Arc<QueueMonitor>>,
+}
+
+struct Factory {
+    policy: Policy,
+    /// The mark and the proxy's settings, for relayd ([`ProxyDiversion`]).
+    manifest: Manifest,
+}
+
+impl Factory {
+    /// The mark a SYN to divert gets, and whether it repeats the hook.
+    fn diversion(&self) -> (u32, bool) {
+        self.manifest
+            .proxy
+            .map_or((0, false), |p| (p.mark, p.repeat))
+    }
 }
 
 impl ServiceFactory for Factory {
@@ -201,23 +214,18 @@ impl ServiceFactory for Factory {
         "tcpsplit"
     }
 
-    fn needs_bytes(&self) -> Option<u32> {
-        Some(HEADER_BYTES)
+    fn manifest(&self) -> &Manifest {
+        &self.manifest
     }
 
-    fn proxy_diversion(&self) -> Option<ProxyDiversion> {
-        Some(ProxyDiversion {
-            mark: self.mark,
-            repeat: self.repeat,
-            mptcp: self.mptcp,
-            transparent_source: self.transparent_source,
-        })
-    }
-
-    fn build(&self, counters: &Counters) -> Box<dyn Service> {
+    fn build(&self, counters: &Counters, res: &Resources) -> Box<dyn Service> {
         let c = |n: &str| counters.counter(n);
+        let (mark, repeat) = self.diversion();
         Box::new(TcpSplit {
-            policy: self.clone(),
+            policy: self.policy.clone(),
+            mark,
+            repeat,
+            monitor: res.get::<QueueMonitor>(),
             n: Names {
                 split: c("split"),
                 split_policy: c("split_policy"),
@@ -250,7 +258,11 @@ struct Names {
 }
 
 struct TcpSplit {
-    policy: Factory,
+    policy: Policy,
+    mark: u32,
+    repeat: bool,
+    /// The egress queues (adaptive policy), as relayd gave them.
+    monitor: Option<Arc<QueueMonitor>>,
     n: Names,
 }
 
@@ -290,7 +302,6 @@ impl TcpSplit {
         };
         let ifindex = self.policy.ifindex.unwrap_or(pkt.meta.outdev);
         let q = self
-            .policy
             .monitor
             .as_ref()
             .and_then(|m| m.get(ifindex))
@@ -320,8 +331,8 @@ impl Service for TcpSplit {
             Outcome::Split(reason) => {
                 reason.inc();
                 self.n.split.inc();
-                let mark = pkt.verdict_mark().unwrap_or(pkt.meta.mark) | self.policy.mark;
-                if self.policy.repeat {
+                let mark = pkt.verdict_mark().unwrap_or(pkt.meta.mark) | self.mark;
+                if self.repeat {
                     return Action::Repeat { mark };
                 }
                 pkt.set_mark(mark);
@@ -381,9 +392,13 @@ mod tests {
 
     fn build(text: &str, monitor: Option<Arc<QueueMonitor>>) -> (Box<dyn Service>, Counters) {
         let cfg: TcpSplitConfig = toml::from_str(text).unwrap();
-        let f = cfg.factory(monitor).unwrap();
+        let f = cfg.factory().unwrap();
         let c = Counters::new();
-        (f.build(&c), c)
+        let res = match monitor {
+            Some(m) => Resources::new().with(m),
+            None => Resources::new(),
+        };
+        (f.build(&c, &res), c)
     }
 
     fn counts(c: &Counters) -> std::collections::HashMap<String, u64> {
@@ -502,7 +517,7 @@ mark = 0x4",
     fn asks_relayd_for_the_diversion_it_marks_for() {
         let div = |text: &str| {
             let cfg: TcpSplitConfig = toml::from_str(text).unwrap();
-            cfg.factory(None).unwrap().proxy_diversion()
+            cfg.factory().unwrap().manifest().proxy
         };
         assert_eq!(
             div(""),
@@ -539,7 +554,7 @@ mark = 0x4",
             ),
         ] {
             let cfg: TcpSplitConfig = toml::from_str(text).unwrap();
-            let e = cfg.factory(None).err().unwrap_or_default();
+            let e = cfg.factory().err().unwrap_or_default();
             assert!(e.contains(want), "{text}: {e}");
         }
         assert!(toml::from_str::<TcpSplitConfig>("port = [80]").is_err());
@@ -547,6 +562,6 @@ mark = 0x4",
             "ports = [80]\ninterface = \"lo\"\nupstream = \"mptcp\"\ntransparent_source = true",
         )
         .unwrap();
-        assert!(ok.factory(None).is_ok());
+        assert!(ok.factory().is_ok());
     }
 }

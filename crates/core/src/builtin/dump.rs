@@ -2,8 +2,10 @@
 //! the log) and passes the packet on unchanged.
 
 use crate::counters::{Counter, Counters};
+use crate::manifest::Manifest;
 use crate::packet::{IpVersion, Packet};
 use crate::ratelimit::RateLimit;
+use crate::resources::Resources;
 use crate::service::{Action, Context, Service, ServiceConfig, ServiceFactory};
 use crate::wire::{IcmpPacket, TcpPacket, UdpPacket, proto, tcp::flags};
 use serde::Deserialize;
@@ -52,16 +54,17 @@ impl Service for Dump {
 struct DumpFactory {
     cfg: DumpConfig,
     name: String,
+    manifest: Manifest,
 }
 
 impl ServiceFactory for DumpFactory {
     fn kind(&self) -> &'static str {
         "dump"
     }
-    fn needs_bytes(&self) -> Option<u32> {
-        Some(super::HEADER_BYTES)
+    fn manifest(&self) -> &Manifest {
+        &self.manifest
     }
-    fn build(&self, counters: &Counters) -> Box<dyn Service> {
+    fn build(&self, counters: &Counters, _res: &Resources) -> Box<dyn Service> {
         Box::new(Dump {
             name: self.name.clone(),
             limit: RateLimit::new(self.cfg.rate),
@@ -78,6 +81,11 @@ impl ServiceConfig for DumpConfig {
         Ok(Arc::new(DumpFactory {
             cfg: self,
             name: name.to_string(),
+            // Headers are all a dump line shows.
+            manifest: Manifest {
+                needs_bytes: Some(super::HEADER_BYTES),
+                ..Manifest::new()
+            },
         }))
     }
 }

@@ -3,7 +3,9 @@
 
 use super::de_u32;
 use crate::counters::Counters;
+use crate::manifest::Manifest;
 use crate::packet::Packet;
+use crate::resources::Resources;
 use crate::service::{Action, Context, Service, ServiceConfig, ServiceFactory};
 use serde::Deserialize;
 use std::sync::Arc;
@@ -27,7 +29,6 @@ fn all_bits() -> u32 {
     u32::MAX
 }
 
-#[derive(Clone)]
 struct Mark {
     cfg: MarkConfig,
 }
@@ -45,19 +46,22 @@ impl Service for Mark {
     }
 }
 
-impl ServiceFactory for Mark {
+struct MarkFactory {
+    cfg: MarkConfig,
+    manifest: Manifest,
+}
+
+impl ServiceFactory for MarkFactory {
     fn kind(&self) -> &'static str {
         "mark"
     }
-    fn mark_bits(&self) -> u32 {
-        self.cfg.mark & self.cfg.mask
+    fn manifest(&self) -> &Manifest {
+        &self.manifest
     }
-
-    fn needs_bytes(&self) -> Option<u32> {
-        Some(0)
-    }
-    fn build(&self, _counters: &Counters) -> Box<dyn Service> {
-        Box::new(self.clone())
+    fn build(&self, _counters: &Counters, _res: &Resources) -> Box<dyn Service> {
+        Box::new(Mark {
+            cfg: self.cfg.clone(),
+        })
     }
 }
 
@@ -71,6 +75,15 @@ impl ServiceConfig for MarkConfig {
             )
             .into());
         }
-        Ok(Arc::new(Mark { cfg: self }))
+        let manifest = Manifest {
+            mark_bits: self.mark & self.mask,
+            // The mark is all it reads or writes: the kernel copies none of the packet.
+            needs_bytes: Some(0),
+            ..Manifest::new()
+        };
+        Ok(Arc::new(MarkFactory {
+            cfg: self,
+            manifest,
+        }))
     }
 }

@@ -13,8 +13,10 @@ pub use mark::MarkConfig;
 pub const HEADER_BYTES: u32 = 192;
 
 use crate::counters::Counters;
+use crate::manifest::{FailPolicy, Manifest};
 use crate::packet::Packet;
-use crate::service::{Action, Context, FailPolicy, Service, ServiceConfig, ServiceFactory};
+use crate::resources::Resources;
+use crate::service::{Action, Context, Service, ServiceConfig, ServiceFactory};
 use serde::Deserialize;
 use std::sync::Arc;
 
@@ -29,7 +31,20 @@ pub struct AcceptConfig {}
 #[serde(deny_unknown_fields)]
 pub struct DropConfig {}
 
-struct Fixed(&'static str, Action, FailPolicy);
+/// A service that gives every packet the same answer, and its own factory.
+struct Fixed(&'static str, Action, Manifest);
+
+impl Fixed {
+    fn new(kind: &'static str, action: Action, fail_policy: FailPolicy) -> Fixed {
+        // It reads nothing of the packet: the kernel copies none of it.
+        let manifest = Manifest {
+            fail_policy,
+            needs_bytes: Some(0),
+            ..Manifest::new()
+        };
+        Fixed(kind, action, manifest)
+    }
+}
 
 impl Service for Fixed {
     fn process(&mut self, _pkt: &mut Packet, _cx: &mut Context) -> Action {
@@ -41,21 +56,22 @@ impl ServiceFactory for Fixed {
     fn kind(&self) -> &'static str {
         self.0
     }
-    fn needs_bytes(&self) -> Option<u32> {
-        Some(0)
+    fn manifest(&self) -> &Manifest {
+        &self.2
     }
-    fn fail_policy(&self) -> FailPolicy {
-        self.2
-    }
-    fn build(&self, _counters: &Counters) -> Box<dyn Service> {
-        Box::new(Fixed(self.0, self.1, self.2))
+    fn build(&self, _counters: &Counters, _res: &Resources) -> Box<dyn Service> {
+        Box::new(Fixed(self.0, self.1, Manifest::new()))
     }
 }
 
 impl ServiceConfig for AcceptConfig {
     const KIND: &'static str = "accept";
     fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, crate::InvalidConfig> {
-        Ok(Arc::new(Fixed("accept", Action::Accept, FailPolicy::Open)))
+        Ok(Arc::new(Fixed::new(
+            "accept",
+            Action::Accept,
+            FailPolicy::Open,
+        )))
     }
 }
 
@@ -63,7 +79,11 @@ impl ServiceConfig for DropConfig {
     const KIND: &'static str = "drop";
     fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, crate::InvalidConfig> {
         // Its point is to stop traffic: with relayd down, the traffic stays stopped.
-        Ok(Arc::new(Fixed("drop", Action::Drop, FailPolicy::Closed)))
+        Ok(Arc::new(Fixed::new(
+            "drop",
+            Action::Drop,
+            FailPolicy::Closed,
+        )))
     }
 }
 

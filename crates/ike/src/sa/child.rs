@@ -3,35 +3,13 @@
 //! collision handling (2.8.1).
 
 use super::auth::{error_notify, find_notify};
-use super::ike::{Ctx, IkeSa, OutKind};
-use crate::config::{DhGroup, EspProposal, EspTransform, Mode, TrafficSelector};
+use super::ike::{Child, Ctx, IkeSa, OutKind};
+use crate::config::{DhGroup, EspProposal, Mode, TrafficSelector};
 use crate::crypto::{self, dh::DhSecret};
 use crate::types::{ChildSa, Event};
 use crate::wire::proposal::{Proposal, choose_esp};
 use crate::wire::{Header, Payload, Ts, exchange, notify, proto};
 use std::net::IpAddr;
-use std::time::Instant;
-
-/// One installed child SA.
-#[derive(Clone)]
-pub(crate) struct Child {
-    pub(crate) spi_in: u32,
-    pub(crate) spi_out: u32,
-    pub(crate) transform: EspTransform,
-    pub(crate) esp: EspProposal,
-    pub(crate) created: Instant,
-    pub(crate) rekey_at: Option<Instant>,
-    pub(crate) rekeys: u32,
-    /// PFS group changes at the peer's request (INVALID_KE_PAYLOAD), bounded.
-    pub(crate) pfs_switches: u8,
-    /// Replaced by a rekey; waiting for its delete.
-    pub(crate) replaced: bool,
-    /// As the responder of its rekey: the inbound SPI of the SA it replaces, whose
-    /// removal switches outbound traffic to this one.
-    pub(crate) outbound_after: Option<u32>,
-    /// Lowest nonce of a peer's rekey of this SA while ours was under way (collision).
-    pub(crate) peer_rekey: Option<(u32, Vec<u8>)>,
-}
 
 /// A child SA negotiated and keyed, not yet installed.
 pub(crate) struct NewChild {

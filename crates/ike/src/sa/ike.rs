@@ -2,14 +2,34 @@
 //! its retransmission, the cached last response, its child SAs and timers. The exchanges
 //! themselves are in the sibling modules.
 
-use super::child::Child;
-use crate::config::{ConnConfig, DhGroup, EspProposal, IkeProposal};
+use crate::config::{ConnConfig, DhGroup, EspProposal, EspTransform, IkeProposal};
 use crate::crypto::{IkeKeys, dh::DhSecret};
 use crate::types::{Counters, Event, IkeState, RngSource, Transmit};
 use crate::wire::{self, Header, Payload, exchange, flags};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
+
+/// One installed child SA.
+#[derive(Clone)]
+pub(crate) struct Child {
+    pub(crate) spi_in: u32,
+    pub(crate) spi_out: u32,
+    pub(crate) transform: EspTransform,
+    pub(crate) esp: EspProposal,
+    pub(crate) created: Instant,
+    pub(crate) rekey_at: Option<Instant>,
+    pub(crate) rekeys: u32,
+    /// PFS group changes at the peer's request (INVALID_KE_PAYLOAD), bounded.
+    pub(crate) pfs_switches: u8,
+    /// Replaced by a rekey; waiting for its delete.
+    pub(crate) replaced: bool,
+    /// As the responder of its rekey: the inbound SPI of the SA it replaces, whose
+    /// removal switches outbound traffic to this one.
+    pub(crate) outbound_after: Option<u32>,
+    /// Lowest nonce of a peer's rekey of this SA while ours was under way (collision).
+    pub(crate) peer_rekey: Option<(u32, Vec<u8>)>,
+}
 
 /// What an IKE SA's handlers may touch outside it.
 pub(crate) struct Ctx<'a> {

@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::netlink::testing::{Sent, error, packet, verdicts};
-use relay_core::{Action, ChainSettings, Counter, Service, StageMark};
+use relay_core::{Action, ChainSettings, Context, Counter, Packet, Service, StageMark};
 use std::time::Duration;
 
 const NUM: u16 = 7;

@@ -15,8 +15,8 @@ use relay_core::Prefix;
 use relay_core::ratelimit::RateLimit;
 use relay_core::wire::{EspPacket, EspTrailer, IpPacket, esp, proto};
 use relay_core::{
-    Action, Context, Counter, Counters, FailPolicy, InvalidConfig, IpVersion, Kept, Packet,
-    Service, ServiceConfig, ServiceFactory, Tally,
+    Action, Context, Counter, Counters, FailPolicy, InvalidConfig, IpVersion, Kept, Manifest,
+    Packet, Resources, Service, ServiceConfig, ServiceFactory, Tally,
 };
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
@@ -39,8 +39,8 @@ struct DecryptFactory {
     ike_peer: Option<Prefix>,
     encap_port: u16,
     persister: Arc<crate::durable::Persister>,
-    /// Where the manual SAs' window edges are written (none without manual SAs).
-    state_dir: Option<std::path::PathBuf>,
+    /// With where the manual SAs' window edges are written (none without manual SAs).
+    manifest: Manifest,
 }
 
 impl ServiceConfig for DecryptConfig {
@@ -134,29 +134,27 @@ impl ServiceConfig for DecryptConfig {
             ike_peer: self.ike_peer,
             encap_port: self.encap_port,
             persister: states.persister.clone(),
-            state_dir: (!self.sa.is_empty()).then_some(dir),
+            manifest: Manifest {
+                // Hiding traffic is its point: with relayd down it stays stopped.
+                fail_policy: FailPolicy::Closed,
+                // Inner packets forwarded anew where a verdict cannot carry them.
+                emits: true,
+                rewrites_payload: true,
+                state_dirs: (!self.sa.is_empty()).then_some(dir).into_iter().collect(),
+                ..Manifest::new()
+            },
         }))
     }
 }
 
 impl ServiceFactory for DecryptFactory {
-    fn emits(&self) -> bool {
-        true
-    }
-
     fn kind(&self) -> &'static str {
         "decrypt"
     }
-    fn fail_policy(&self) -> FailPolicy {
-        FailPolicy::Closed
+    fn manifest(&self) -> &Manifest {
+        &self.manifest
     }
-    fn rewrites_payload(&self) -> bool {
-        true
-    }
-    fn state_dirs(&self) -> Vec<std::path::PathBuf> {
-        self.state_dir.iter().cloned().collect()
-    }
-    fn build(&self, counters: &Counters) -> Box<dyn Service> {
+    fn build(&self, counters: &Counters, _res: &Resources) -> Box<dyn Service> {
         // From here on the windows' edges are kept on disk (not in `check`).
         for s in self.sas.iter() {
             s.state.activate(&self.persister);

@@ -13,8 +13,8 @@ use relay_core::wire::{
     EspPacket, EspRepr, EspTrailer, IpRepr, esp, fix_ip_header, ipv4, ipv6, proto, tcp, udp,
 };
 use relay_core::{
-    Action, Context, Counter, Counters, FailPolicy, InvalidConfig, IpVersion, Kept, MssClamp,
-    Packet, Service, ServiceConfig, ServiceFactory, Tally,
+    Action, Context, Counter, Counters, FailPolicy, InvalidConfig, IpVersion, Kept, Manifest,
+    MssClamp, Packet, Resources, Service, ServiceConfig, ServiceFactory, Tally,
 };
 use relay_inject::TooBig;
 use std::net::IpAddr;
@@ -70,8 +70,8 @@ struct EncryptFactory {
     /// "udp"`, and always with IKE, whose SAs may be UDP-encapsulated at any time (the
     /// MSS clamp is a rule installed once).
     udp_room: bool,
-    /// Where the manual SA's reservations are written (none with IKE).
-    state_dir: Option<std::path::PathBuf>,
+    /// With where the manual SA's reservations are written (none with IKE).
+    manifest: Manifest,
 }
 
 impl EncryptFactory {
@@ -163,14 +163,31 @@ impl ServiceConfig for EncryptConfig {
         let udp_room = encap.is_some() || matches!(source, Source::Ike(_));
         let state_dir = matches!(source, Source::Manual { .. })
             .then(|| persist::resolve(self.state_dir.as_deref()));
-        Ok(Arc::new(EncryptFactory {
+        let mut f = EncryptFactory {
             source,
             cipher,
             wrap,
             mtu: self.mtu,
             udp_room,
-            state_dir,
-        }))
+            manifest: Manifest::new(),
+        };
+        // Transport mode keeps the IP header, so the room depends on its length.
+        let mss =
+            |ip: usize| (f.max_inner(ip).saturating_sub(ip + tcp::HEADER_LEN)).min(65535) as u16;
+        f.manifest = Manifest {
+            // Hiding traffic is its point: with relayd down it stays stopped.
+            fail_policy: FailPolicy::Closed,
+            // Tunnel packets an IPv6 hook's verdict cannot carry, ICMP errors.
+            emits: true,
+            rewrites_payload: true,
+            state_dirs: state_dir.into_iter().collect(),
+            clamp_mss: Some(MssClamp {
+                ipv4: mss(ipv4::HEADER_LEN),
+                ipv6: mss(ipv6::HEADER_LEN),
+            }),
+            ..Manifest::new()
+        };
+        Ok(Arc::new(f))
     }
 }
 
@@ -241,32 +258,13 @@ impl EncryptConfig {
 }
 
 impl ServiceFactory for EncryptFactory {
-    fn emits(&self) -> bool {
-        true
-    }
-
     fn kind(&self) -> &'static str {
         "encrypt"
     }
-    fn fail_policy(&self) -> FailPolicy {
-        FailPolicy::Closed
+    fn manifest(&self) -> &Manifest {
+        &self.manifest
     }
-    fn rewrites_payload(&self) -> bool {
-        true
-    }
-    fn state_dirs(&self) -> Vec<std::path::PathBuf> {
-        self.state_dir.iter().cloned().collect()
-    }
-    fn clamp_mss(&self) -> Option<MssClamp> {
-        // Transport mode keeps the IP header, so the room depends on its length.
-        let mss =
-            |ip: usize| (self.max_inner(ip).saturating_sub(ip + tcp::HEADER_LEN)).min(65535) as u16;
-        Some(MssClamp {
-            ipv4: mss(ipv4::HEADER_LEN),
-            ipv6: mss(ipv6::HEADER_LEN),
-        })
-    }
-    fn build(&self, counters: &Counters) -> Box<dyn Service> {
+    fn build(&self, counters: &Counters, _res: &Resources) -> Box<dyn Service> {
         let sa = match &self.source {
             Source::Manual { sa, esn, encap } => {
                 // From here on the reservation is kept on disk ahead of use (not in `check`).

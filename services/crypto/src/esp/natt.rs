@@ -7,26 +7,7 @@
 use relay_core::wire::{Ipv6Packet, UdpPacket, checksum, ipv6, proto, udp};
 use serde::Deserialize;
 
-/// The NAT-T port (RFC 3948 2.1), the default of both ends.
-pub const NATT_PORT: u16 = 4500;
-
-/// UDP encapsulation of an outbound SA (RFC 3948): ESP sent from `src_port` to `dst_port`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct UdpEncap {
-    /// This end's port (the IKE SA's local port; 4500 by default).
-    pub src_port: u16,
-    /// The peer's port (as the NAT shows it; 4500 by default).
-    pub dst_port: u16,
-}
-
-impl Default for UdpEncap {
-    fn default() -> UdpEncap {
-        UdpEncap {
-            src_port: NATT_PORT,
-            dst_port: NATT_PORT,
-        }
-    }
-}
+pub use crate::live::{NATT_PORT, UdpEncap};
 
 /// `encap` of a manual `encrypt`: how ESP leaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]

@@ -174,7 +174,11 @@ fn ports_are_configurable_and_others_pass_as_not_esp() {
     // A decrypt on the default port takes it for any UDP datagram; on 14500 it opens it.
     let mut other = dec_config(cipher, e.key_file.clone().unwrap(), false);
     let dc = Counters::new();
-    let mut dec = other.clone().into_factory("d").unwrap().build(&dc);
+    let mut dec = other
+        .clone()
+        .into_factory("d")
+        .unwrap()
+        .build(&dc, &relay_core::Resources::new());
     assert_eq!(
         dec.process(&mut Packet::from_bytes(&d), &mut cx()),
         Action::Continue
@@ -182,7 +186,10 @@ fn ports_are_configurable_and_others_pass_as_not_esp() {
     assert_eq!(count(&dc, "passed_not_esp"), 1);
     other.encap_port = 14500;
     let dc = Counters::new();
-    let mut dec = other.into_factory("d").unwrap().build(&dc);
+    let mut dec = other
+        .into_factory("d")
+        .unwrap()
+        .build(&dc, &relay_core::Resources::new());
     let mut q = Packet::from_bytes(&d);
     assert_eq!(dec.process(&mut q, &mut cx()), Action::Continue);
     assert_eq!(q.data(), &udp_packet(40)[..]);
@@ -405,8 +412,14 @@ fn the_size_limits_leave_room_for_the_udp_header() {
         encap: Encap::Udp,
         ..raw.clone()
     };
-    let m_raw = raw.into_factory("e").unwrap().clamp_mss().unwrap();
-    let m_udp = udp.clone().into_factory("e").unwrap().clamp_mss().unwrap();
+    let m_raw = raw.into_factory("e").unwrap().manifest().clamp_mss.unwrap();
+    let m_udp = udp
+        .clone()
+        .into_factory("e")
+        .unwrap()
+        .manifest()
+        .clamp_mss
+        .unwrap();
     // GCM pads to 4 bytes: the 8 bytes of UDP header come off the MSS exactly.
     assert_eq!(m_raw.ipv4 - m_udp.ipv4, 8);
     assert_eq!(m_raw.ipv6 - m_udp.ipv6, 8);
@@ -438,11 +451,11 @@ fn an_ike_sa_in_udp_and_back_to_raw_esp() {
     let mut enc = e
         .into_factory_kept("e", &kept)
         .unwrap()
-        .build(&Counters::new());
+        .build(&Counters::new(), &relay_core::Resources::new());
     let mut dec = d
         .into_factory_kept("d", &kept)
         .unwrap()
-        .build(&Counters::new());
+        .build(&Counters::new(), &relay_core::Resources::new());
     table
         .install_inbound("nat", 0x3001, cipher, false, &key)
         .unwrap();

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 /// Default `app_memcap`: 64 MiB per queue thread, as Suricata's default HTTP memcap
 /// (`app-layer.protocols.http.memcap`, 64 MiB in its shipped suricata.yaml).
-pub const DEFAULT_APP_MEMCAP: usize = 64 << 20;
+pub(crate) const DEFAULT_APP_MEMCAP: usize = 64 << 20;
 
 /// What a flate2 (zlib-rs backend) decoder is charged while it runs: zlib-rs's inflate
 /// state (about 7 KiB, `zlib_rs::inflate::INFLATE_STATE_SIZE`), its 32 KiB window (plus
@@ -25,7 +25,7 @@ pub(crate) const INFLATE_STATE: usize = 80 << 10;
 /// The counters of the application-layer memcap. A fresh set (`default()`) counts without
 /// being registered anywhere.
 #[derive(Debug, Clone, Default)]
-pub struct AppCounters {
+pub(crate) struct AppCounters {
     /// Charges refused because the memcap was reached (each stops one flow's parser).
     pub memcap: Counter,
     /// Gauge: bytes charged now.
@@ -37,7 +37,7 @@ pub struct AppCounters {
 impl AppCounters {
     /// The counters registered in `c` as `app_memcap`, the gauge `app_memuse` and
     /// `app_tx_evicted`.
-    pub fn register(c: &Counters) -> AppCounters {
+    pub(crate) fn register(c: &Counters) -> AppCounters {
         AppCounters {
             memcap: c.counter("app_memcap"),
             memuse: c.gauge("app_memuse"),
@@ -56,11 +56,11 @@ struct Inner {
 /// has charged, the counters. Cloning gives another handle on the same budget (each
 /// parser state keeps one so that it can credit its charge back when dropped).
 #[derive(Debug, Clone)]
-pub struct AppBudget(Arc<Inner>);
+pub(crate) struct AppBudget(Arc<Inner>);
 
 impl AppBudget {
     /// A budget of `cap` bytes counting in `counters`.
-    pub fn new(cap: usize, counters: AppCounters) -> AppBudget {
+    pub(crate) fn new(cap: usize, counters: AppCounters) -> AppBudget {
         AppBudget(Arc::new(Inner {
             mem: Memcap::new(cap, counters.memuse.clone()),
             counters,
@@ -68,17 +68,18 @@ impl AppBudget {
     }
 
     /// Bytes charged now by all parser states.
-    pub fn used(&self) -> usize {
+    pub(crate) fn used(&self) -> usize {
         self.0.mem.used()
     }
 
     /// The memcap.
-    pub fn cap(&self) -> usize {
+    pub(crate) fn cap(&self) -> usize {
         self.0.mem.cap()
     }
 
     /// The counters.
-    pub fn counters(&self) -> &AppCounters {
+    #[cfg(test)]
+    pub(crate) fn counters(&self) -> &AppCounters {
         &self.0.counters
     }
 }

@@ -31,17 +31,18 @@ use super::{AppProto, Dir};
 
 /// The most bytes of one direction detection looks at: the longest request method pattern,
 /// `BASELINE-CONTROL ` (17 bytes). Past this length the answer is final.
-pub const DETECT_MAX_LEN: usize = 17;
+#[cfg(test)]
+pub(crate) const DETECT_MAX_LEN: usize = 17;
 
 /// The port DNS is probed on (the flow's server port), as Suricata's default configuration.
-pub const DNS_PORT: u16 = 53;
+pub(crate) const DNS_PORT: u16 = 53;
 
 /// The port on which an SSLv2-style record header alone says TLS (Suricata's `dp: 443`).
-pub const TLS_PORT: u16 = 443;
+pub(crate) const TLS_PORT: u16 = 443;
 
 /// The outcome of [`detect`] on the bytes seen so far in one direction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Detection {
+pub(crate) enum Detection {
     /// The flow speaks this protocol.
     Proto(AppProto),
     /// The bytes are a prefix of something that could still be recognised: call again with
@@ -93,7 +94,7 @@ const HTTP_VERSIONS: &[&[u8]] = &[b"HTTP/0.9", b"HTTP/1.0", b"HTTP/1.1"];
 /// are in, at least [`DETECT_MAX_LEN`] once available) or one datagram (UDP, `udp = true`).
 /// `sport` and `dport` are the ports of the packets carrying `data` (so for
 /// [`Dir::ToClient`] the server's port is `sport`).
-pub fn detect(dir: Dir, data: &[u8], udp: bool, sport: u16, dport: u16) -> Detection {
+pub(crate) fn detect(dir: Dir, data: &[u8], udp: bool, sport: u16, dport: u16) -> Detection {
     let server_port = match dir {
         Dir::ToServer => dport,
         Dir::ToClient => sport,

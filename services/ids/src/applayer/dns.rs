@@ -41,24 +41,24 @@ use std::collections::VecDeque;
 use thiserror::Error;
 
 use super::{Dir, Progress, Transaction};
-use crate::buffer::Buffer;
-pub use wire::WireError;
+use crate::applayer::buffer::Buffer;
+pub(crate) use wire::WireError;
 
 /// The most transactions kept per flow.
-pub const MAX_TXS: usize = 32;
+pub(crate) const MAX_TXS: usize = 32;
 
 /// The most question names kept per transaction.
-pub const MAX_QUERIES: usize = 64;
+pub(crate) const MAX_QUERIES: usize = 64;
 
 /// The most bytes of question names kept per transaction.
-pub const MAX_QUERY_BYTES: usize = 4096;
+pub(crate) const MAX_QUERY_BYTES: usize = 4096;
 
 /// A partial TCP message buffer above this capacity is released once the message is parsed.
 const KEEP_CAPACITY: usize = 4096;
 
 /// Why a message made no transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
-pub enum DnsError {
+pub(crate) enum DnsError {
     /// The header is not plausible for the message's length (not DNS).
     #[error("implausible DNS header")]
     Header,
@@ -72,7 +72,7 @@ pub enum DnsError {
 
 /// What happened on a flow, for counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DnsStats {
+pub(crate) struct DnsStats {
     /// Messages that made a transaction.
     pub messages: u64,
     /// Messages that did not ([`DnsError`]).
@@ -87,7 +87,7 @@ pub struct DnsStats {
 
 /// One DNS message: a request (direction to server) or a response.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DnsTx {
+pub(crate) struct DnsTx {
     id: u64,
     dns_id: u16,
     flags: u16,
@@ -99,22 +99,19 @@ pub struct DnsTx {
 
 impl DnsTx {
     /// The message id from the DNS header.
-    pub fn dns_id(&self) -> u16 {
+    #[cfg(test)]
+    pub(crate) fn dns_id(&self) -> u16 {
         self.dns_id
     }
 
-    /// The header flags (QR, opcode, ..., RCODE).
-    pub fn flags(&self) -> u16 {
-        self.flags
-    }
-
     /// The direction the message travelled: [`Dir::ToServer`] for a request.
-    pub fn dir(&self) -> Dir {
+    #[cfg(test)]
+    pub(crate) fn dir(&self) -> Dir {
         self.dir
     }
 
     /// The question names kept (empty names, the root, included), in order.
-    pub fn queries(&self) -> impl Iterator<Item = &[u8]> {
+    pub(crate) fn queries(&self) -> impl Iterator<Item = &[u8]> {
         let mut rest = self.names.as_slice();
         std::iter::from_fn(move || {
             let (len, tail) = rest.split_first_chunk::<2>()?;
@@ -146,7 +143,7 @@ impl Transaction for DnsTx {
 
 /// The DNS state of one flow (UDP or TCP).
 #[derive(Debug, Default)]
-pub struct DnsState {
+pub(crate) struct DnsState {
     txs: VecDeque<DnsTx>,
     next_id: u64,
     /// Per direction, a TCP message (with its length prefix) that spans calls.
@@ -164,7 +161,8 @@ pub struct DnsState {
 
 impl DnsState {
     /// A state with no transaction.
-    pub fn new() -> DnsState {
+    #[cfg(test)]
+    pub(crate) fn new() -> DnsState {
         DnsState::default()
     }
 
@@ -181,14 +179,14 @@ impl DnsState {
 
     /// Parses one UDP datagram travelling in `dir`. An error says why it made no
     /// transaction; the next datagram is parsed all the same.
-    pub fn feed_datagram(&mut self, dir: Dir, data: &[u8]) -> Result<(), DnsError> {
+    pub(crate) fn feed_datagram(&mut self, dir: Dir, data: &[u8]) -> Result<(), DnsError> {
         self.message(dir, data)
     }
 
     /// Parses the next bytes of the TCP stream travelling in `dir` (in order, no gap):
     /// length-prefixed messages, buffering one that is not complete yet. After an error
     /// (returned once) the flow's DNS parsing has stopped and later bytes are ignored.
-    pub fn feed_stream(&mut self, dir: Dir, mut data: &[u8]) -> Result<(), DnsError> {
+    pub(crate) fn feed_stream(&mut self, dir: Dir, mut data: &[u8]) -> Result<(), DnsError> {
         if self.stopped {
             return Ok(());
         }
@@ -304,35 +302,38 @@ impl DnsState {
     }
 
     /// The transactions kept, oldest first.
-    pub fn txs(&self) -> impl Iterator<Item = &DnsTx> {
+    pub(crate) fn txs(&self) -> impl Iterator<Item = &DnsTx> {
         self.txs.iter()
     }
 
     /// The transaction numbered `id`, if still kept.
-    pub fn tx(&self, id: u64) -> Option<&DnsTx> {
+    pub(crate) fn tx(&self, id: u64) -> Option<&DnsTx> {
         let first = self.txs.front()?.id;
         self.txs.get(usize::try_from(id.checked_sub(first)?).ok()?)
     }
 
     /// The id the next transaction will get (the number of transactions made so far).
-    pub fn next_tx_id(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn next_tx_id(&self) -> u64 {
         self.next_id
     }
 
     /// Frees the transactions numbered up to and including `id` (inspected by the engine).
-    pub fn free_through(&mut self, id: u64) {
+    pub(crate) fn free_through(&mut self, id: u64) {
         while self.txs.front().is_some_and(|t| t.id <= id) {
             self.txs.pop_front();
         }
     }
 
     /// True once a TCP parse error stopped the parser.
-    pub fn is_stopped(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_stopped(&self) -> bool {
         self.stopped
     }
 
     /// The flow's counters.
-    pub fn stats(&self) -> &DnsStats {
+    #[cfg(test)]
+    pub(crate) fn stats(&self) -> &DnsStats {
         &self.stats
     }
 }

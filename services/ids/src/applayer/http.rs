@@ -1,5 +1,5 @@
 //! HTTP/1.x over reassembled stream bytes: requests and responses into transactions whose
-//! buffers ([`crate::buffer::Buffer`]'s `http.*` and `file.data`) hold what Suricata's
+//! buffers ([`crate::applayer::buffer::Buffer`]'s `http.*` and `file.data`) hold what Suricata's
 //! hold, parsed and normalized as Suricata configures libhtp by default (personality IDS)
 //! and checked against Suricata 7.0.10 on the suricata-verify HTTP/1 captures; where
 //! Suricata 7 and 8 differ, this follows 8.

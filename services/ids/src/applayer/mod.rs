@@ -1,19 +1,22 @@
 //! Application-layer parsing over reassembled TCP streams and UDP datagrams: protocol
 //! detection and the HTTP/1.x, DNS and TLS parsers that fill the buffers of
-//! [`crate::buffer::Buffer`] for the rules.
+//! [`crate::applayer::buffer::Buffer`] for the rules.
 //!
 //! The vocabulary shared by the parsers and the engine lives here: which protocol a flow
 //! speaks, which direction a byte travels, and how far a transaction has got.
 
-pub mod budget;
-pub mod detect;
-pub mod dns;
-pub mod tls;
+pub(crate) use crate::flow::Dir;
+
+pub(crate) mod budget;
+pub(crate) mod buffer;
+pub(crate) mod detect;
+pub(crate) mod dns;
+pub(crate) mod tls;
 
 /// The application protocol of a flow, as detected from its first bytes (and ports).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
-pub enum AppProto {
+pub(crate) enum AppProto {
     /// HTTP/1.x.
     Http,
     /// TLS (and SSL 3).
@@ -24,7 +27,7 @@ pub enum AppProto {
 
 impl AppProto {
     /// The name in rules (`alert http ...`, `app-layer-protocol:http`).
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             AppProto::Http => "http",
             AppProto::Tls => "tls",
@@ -33,34 +36,10 @@ impl AppProto {
     }
 }
 
-/// The direction of a packet or of stream bytes within its flow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Dir {
-    /// From the client (the side that opened the flow) to the server.
-    ToServer,
-    /// From the server to the client.
-    ToClient,
-}
-
-impl Dir {
-    /// Index 0 (to server) or 1 (to client), for per-direction arrays.
-    pub fn index(self) -> usize {
-        self as usize
-    }
-
-    /// The other direction.
-    pub fn reverse(self) -> Dir {
-        match self {
-            Dir::ToServer => Dir::ToClient,
-            Dir::ToClient => Dir::ToServer,
-        }
-    }
-}
-
 /// How far one direction of a transaction has got. Ordered: a buffer is final once the
 /// progress of its direction is at least the buffer's `ready` (see `buffer::BUFFERS`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
-pub enum Progress {
+pub(crate) enum Progress {
     /// Nothing seen yet.
     #[default]
     None,
@@ -76,7 +55,7 @@ pub enum Progress {
 /// One application-layer transaction (an HTTP request and its response, a DNS query, a
 /// TLS handshake), as the engine sees it: its id within the flow, how far each direction
 /// has got, and its buffers.
-pub trait Transaction {
+pub(crate) trait Transaction {
     /// The transaction's number within its flow (0, 1, ...), never reused.
     fn id(&self) -> u64;
 
@@ -89,7 +68,7 @@ pub trait Transaction {
     /// is absent (not of this protocol, or not seen yet).
     fn for_each(
         &self,
-        b: crate::buffer::Buffer,
+        b: crate::applayer::buffer::Buffer,
         dir: Dir,
         f: &mut dyn FnMut(&[u8]) -> bool,
     ) -> bool;

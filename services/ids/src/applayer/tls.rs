@@ -43,13 +43,13 @@ use tls_parser::{
 };
 
 use super::{Dir, Progress, Transaction};
-use crate::buffer::Buffer;
+use crate::applayer::buffer::Buffer;
 
 /// The largest record body accepted (Suricata's `SSLV3_RECORD_MAX_LEN`).
-pub const MAX_RECORD_LEN: usize = (1 << 14) + 1024;
+pub(crate) const MAX_RECORD_LEN: usize = (1 << 14) + 1024;
 
 /// The most bytes of one handshake message reassembled.
-pub const MAX_HANDSHAKE_LEN: usize = 64 * 1024;
+pub(crate) const MAX_HANDSHAKE_LEN: usize = 64 * 1024;
 
 const RECORD_HDR: usize = 5;
 const HS_HDR: usize = 4;
@@ -72,7 +72,9 @@ const TLS13: u16 = 0x0304;
 
 /// A record header that is not TLS: the parser stops for the flow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
-pub enum TlsError {
+// The variants name what in the record is wrong, as the counters and messages do.
+#[allow(clippy::enum_variant_names)]
+pub(crate) enum TlsError {
     /// A content type other than change_cipher_spec, alert, handshake, application_data
     /// and heartbeat.
     #[error("TLS record type {0} unknown")]
@@ -87,7 +89,7 @@ pub enum TlsError {
 
 /// What happened on a flow, for counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TlsStats {
+pub(crate) struct TlsStats {
     /// Record headers read.
     pub records: u64,
     /// Handshake messages read in the clear.
@@ -102,7 +104,7 @@ pub struct TlsStats {
 
 /// The flow's single TLS transaction: the handshake's buffers and progress.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TlsTx {
+pub(crate) struct TlsTx {
     sni: Option<Vec<u8>>,
     subject: [Option<String>; 2],
     issuer: [Option<String>; 2],
@@ -112,23 +114,24 @@ pub struct TlsTx {
 
 impl TlsTx {
     /// The ClientHello's server name, if any.
-    pub fn sni(&self) -> Option<&[u8]> {
+    pub(crate) fn sni(&self) -> Option<&[u8]> {
         self.sni.as_deref()
     }
 
     /// The subject of the first certificate sent in `dir` (the server's for
     /// [`Dir::ToClient`]), formatted as Suricata does.
-    pub fn cert_subject(&self, dir: Dir) -> Option<&str> {
+    pub(crate) fn cert_subject(&self, dir: Dir) -> Option<&str> {
         self.subject.get(dir.index())?.as_deref()
     }
 
     /// The issuer of the first certificate sent in `dir`.
-    pub fn cert_issuer(&self, dir: Dir) -> Option<&str> {
+    pub(crate) fn cert_issuer(&self, dir: Dir) -> Option<&str> {
         self.issuer.get(dir.index())?.as_deref()
     }
 
     /// True if the ServerHello selected TLS 1.3 (certificates encrypted).
-    pub fn is_tls13(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_tls13(&self) -> bool {
         self.tls13
     }
 
@@ -184,7 +187,7 @@ impl Half {
 
 /// The TLS state of one flow.
 #[derive(Debug, Default)]
-pub struct TlsState {
+pub(crate) struct TlsState {
     halves: [Half; 2],
     tx: TlsTx,
     stopped: bool,
@@ -245,7 +248,8 @@ fn record_header(h: &[u8]) -> Result<RecordHeader, TlsError> {
 
 impl TlsState {
     /// A state before any byte.
-    pub fn new() -> TlsState {
+    #[cfg(test)]
+    pub(crate) fn new() -> TlsState {
         TlsState::default()
     }
 
@@ -265,24 +269,26 @@ impl TlsState {
     }
 
     /// The flow's transaction.
-    pub fn tx(&self) -> &TlsTx {
+    pub(crate) fn tx(&self) -> &TlsTx {
         &self.tx
     }
 
     /// True once a record error stopped the parser.
-    pub fn is_stopped(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_stopped(&self) -> bool {
         self.stopped
     }
 
     /// The flow's counters.
-    pub fn stats(&self) -> &TlsStats {
+    #[cfg(test)]
+    pub(crate) fn stats(&self) -> &TlsStats {
         &self.stats
     }
 
     /// Parses the next bytes of the stream travelling in `dir` (in order, no gap). After an
     /// error (returned once) the flow's TLS parsing has stopped, both directions count as
     /// complete, and later bytes are ignored.
-    pub fn feed(&mut self, dir: Dir, data: &[u8]) -> Result<(), TlsError> {
+    pub(crate) fn feed(&mut self, dir: Dir, data: &[u8]) -> Result<(), TlsError> {
         if self.stopped {
             return Ok(());
         }

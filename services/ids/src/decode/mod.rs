@@ -23,10 +23,10 @@
 mod defrag;
 mod tunnel;
 
-pub use defrag::{DEFAULT_FRAG_MEMCAP, DefragLimits};
-pub use tunnel::TunnelPorts;
+pub(crate) use defrag::{DEFAULT_FRAG_MEMCAP, DefragLimits};
+pub(crate) use tunnel::TunnelPorts;
 
-use crate::engine::Outcome;
+use crate::outcome::{Outcome, stricter};
 use defrag::{Counts, Defrag, Step};
 use relay_core::wire::{Ipv4Packet, Ipv6Packet, ipv4};
 use relay_core::{Counter, Counters, Packet, PacketMeta};
@@ -61,22 +61,6 @@ impl Default for DecodeOptions {
             drop_invalid: true,
         }
     }
-}
-
-/// The strictness of an outcome: the outer packet gets the strictest of its layers'.
-fn rank(o: Outcome) -> u8 {
-    match o {
-        Outcome::Clean => 0,
-        Outcome::Pass => 1,
-        Outcome::Alert => 2,
-        Outcome::Drop => 3,
-        Outcome::Reject => 4,
-    }
-}
-
-/// The stricter of two outcomes.
-pub(crate) fn stricter(a: Outcome, b: Outcome) -> Outcome {
-    if rank(b) > rank(a) { b } else { a }
 }
 
 #[derive(Debug)]
@@ -180,21 +164,89 @@ impl Decoder {
         (self.defrag.trains(), self.defrag.mem())
     }
 
-    /// Inspects the layers of the IP packet `outer` (already inspected itself, with
-    /// outcome `outer_out`) with `inspect`, at time `now`; returns the strictest of their
-    /// outcomes (`Clean` when there are none), `Drop` for a fragment reassembly refuses
-    /// (see [`DecodeOptions::drop_invalid`]) or that belongs to a dropped datagram.
-    ///
-    /// Fragment trains change only once the packet's verdict (the stricter of `outer_out`
-    /// and this outcome) passes it: the host then holds the fragment. If it is dropped and
-    /// it completed a datagram that was dropped, the train is remembered as dropped.
-    pub(crate) fn layers(
-        &mut self,
-        outer: &[u8],
-        outer_out: Outcome,
-        now: Instant,
-        inspect: &mut dyn FnMut(&mut Packet) -> Outcome,
-    ) -> Outcome {
+    /// Starts decoding the IP packet `outer` at time `now`: the returned [`Layers`] gives
+    /// its inner packets one at a time (a tunnel's inner packet, the datagram a fragment
+    /// completes, and so on down to [`DecodeOptions::max_layers`]), and takes each one's
+    /// outcome; [`Layers::finish`] then gives the strictest of them. The decoder calls no
+    /// one: the caller inspects each packet between two calls of [`Layers::next`].
+    pub(crate) fn layers<'d, 'o>(&'d mut self, outer: &'o [u8], now: Instant) -> Layers<'d, 'o> {
+        let enabled = self.opts.enabled;
+        if enabled {
+            self.pending.clear();
+            self.level_out.clear();
+            self.level_out.resize(self.bufs.len() + 2, Outcome::Clean);
+        }
+        Layers {
+            dec: self,
+            outer,
+            now,
+            level: 0,
+            inner: None,
+            done: !enabled,
+        }
+    }
+}
+
+/// One packet's decoding in progress (see [`Decoder::layers`]): its inner packets, each
+/// in one of the decoder's per-layer buffers, lent to the caller one at a time.
+#[derive(Debug)]
+#[must_use = "the fragments of a packet are committed by `Layers::finish`"]
+pub(crate) struct Layers<'d, 'o> {
+    dec: &'d mut Decoder,
+    outer: &'o [u8],
+    now: Instant,
+    /// The next level to decode (0: the outer packet).
+    level: usize,
+    /// The inner packet lent out last, in the buffer of layer `level - 1`.
+    inner: Option<Packet>,
+    /// Nothing more inside.
+    done: bool,
+}
+
+impl Layers<'_, '_> {
+    /// The next inner packet to inspect, or `None` once there are no more. Report its
+    /// outcome with [`Layers::outcome`] before asking for the next one.
+    pub(crate) fn next(&mut self) -> Option<&mut Packet> {
+        self.give_back();
+        if self.done {
+            return None;
+        }
+        let level = self.level;
+        match self.decode_level(level) {
+            Some(p) => {
+                self.level = level + 1;
+                self.inner = Some(p);
+                self.inner.as_mut()
+            }
+            None => {
+                self.done = true;
+                None
+            }
+        }
+    }
+
+    /// The outcome of the inner packet [`Layers::next`] returned last.
+    pub(crate) fn outcome(&mut self, o: Outcome) {
+        if let Some(l) = self.dec.level_out.get_mut(self.level) {
+            *l = stricter(*l, o);
+        }
+    }
+
+    /// Puts the buffer of the packet lent out last back in its layer.
+    fn give_back(&mut self) {
+        if let Some(p) = self.inner.take()
+            && let Some(buf) = self
+                .level
+                .checked_sub(1)
+                .and_then(|l| self.dec.bufs.get_mut(l))
+        {
+            *buf = p.into_buffer();
+        }
+    }
+
+    /// Decodes layer `level` (fragment reassembly, else tunnel decapsulation) into the
+    /// buffer of layer `level + 1`; the packet it holds if there is one to inspect.
+    fn decode_level(&mut self, level: usize) -> Option<Packet> {
         let Decoder {
             opts,
             defrag,
@@ -203,84 +255,81 @@ impl Decoder {
             level_out,
             stats,
             synced,
-        } = self;
-        if !opts.enabled {
+        } = &mut *self.dec;
+        let n = bufs.len();
+        let (done, rest) = bufs.split_at_mut(level.min(n));
+        let cur: &[u8] = match level.checked_sub(1) {
+            None => self.outer,
+            Some(l) => done.get(l).map_or(&[], |b| &b[..]),
+        };
+        let step = match rest.first_mut() {
+            Some(buf) => defrag.plan(cur, level as u8, self.now, buf),
+            None => Step::Whole,
+        };
+        // `drop`: Some(counter) when reassembly drops the packet (counted there).
+        let (next, drop): (bool, Option<Option<&Counter>>) = match step {
+            Step::Pass { complete } => {
+                pending.push((level, complete));
+                if complete {
+                    stats.reassembled.inc();
+                }
+                (complete, None)
+            }
+            Step::Invalid => (
+                false,
+                opts.drop_invalid.then_some(Some(&stats.invalid_dropped)),
+            ),
+            Step::Late => (false, Some(Some(&stats.late_dropped))),
+            Step::Overlap => (false, Some(Some(&stats.overlap_dropped))),
+            Step::DroppedTrain => (false, Some(Some(&stats.dropped_train))),
+            // Counted as `defrag_refused` whatever the mode.
+            Step::Refused => (false, opts.drop_invalid.then_some(None)),
+            Step::Whole => (decap(cur, rest.first_mut(), opts, stats), None),
+        };
+        if let Some(c) = drop {
+            if let Some(c) = c {
+                c.inc();
+            }
+            if let Some(o) = level_out.get_mut(level) {
+                *o = stricter(*o, Outcome::Drop);
+            }
+        }
+        if step != Step::Whole {
+            stats.sync(defrag.counts, synced);
+        }
+        if !next {
+            return None;
+        }
+        let buf = rest.first_mut()?;
+        let len = buf.len();
+        Some(Packet::in_buffer(
+            std::mem::take(buf),
+            0,
+            len,
+            PacketMeta::default(),
+        ))
+    }
+
+    /// Ends the packet's decoding: returns the strictest outcome of its layers (`Clean`
+    /// when there are none), `Drop` for a fragment reassembly refuses (see
+    /// [`DecodeOptions::drop_invalid`]) or that belongs to a dropped datagram.
+    ///
+    /// Fragment trains change only once the packet's verdict (the stricter of `outer_out`,
+    /// the outer packet's own outcome, and this one) passes it: the host then holds the
+    /// fragment. If it is dropped and it completed a datagram that was dropped, the train
+    /// is remembered as dropped.
+    pub(crate) fn finish(mut self, outer_out: Outcome) -> Outcome {
+        self.give_back();
+        if !self.dec.opts.enabled {
             return Outcome::Clean;
         }
-        pending.clear();
-        level_out.clear();
-        level_out.resize(bufs.len() + 2, Outcome::Clean);
-        for level in 0..=bufs.len() {
-            let (done, rest) = bufs.split_at_mut(level);
-            let cur: &[u8] = match level.checked_sub(1) {
-                None => outer,
-                Some(l) => done.get(l).map_or(&[], |b| &b[..]),
-            };
-            let step = match rest.first_mut() {
-                Some(buf) => defrag.plan(cur, level as u8, now, buf),
-                None => Step::Whole,
-            };
-            // `drop`: Some(counter) when reassembly drops the packet (counted there).
-            let (next, drop): (bool, Option<Option<&Counter>>) = match step {
-                Step::Pass { complete } => {
-                    pending.push((level, complete));
-                    if complete {
-                        stats.reassembled.inc();
-                    }
-                    (complete, None)
-                }
-                Step::Invalid => (
-                    false,
-                    opts.drop_invalid.then_some(Some(&stats.invalid_dropped)),
-                ),
-                Step::Late => (false, Some(Some(&stats.late_dropped))),
-                Step::Overlap => (false, Some(Some(&stats.overlap_dropped))),
-                Step::DroppedTrain => (false, Some(Some(&stats.dropped_train))),
-                // Counted as `defrag_refused` whatever the mode.
-                Step::Refused => (false, opts.drop_invalid.then_some(None)),
-                Step::Whole => {
-                    let next =
-                        match upper(cur).and_then(|(p, l4)| tunnel::decap(p, l4, &opts.ports)) {
-                            Some((_, inner)) => match rest.first_mut() {
-                                Some(buf) => {
-                                    buf.clear();
-                                    buf.extend_from_slice(inner);
-                                    stats.decapsulated.inc();
-                                    true
-                                }
-                                None => {
-                                    stats.too_deep.inc();
-                                    false
-                                }
-                            },
-                            None => false,
-                        };
-                    (next, None)
-                }
-            };
-            if let Some(c) = drop {
-                if let Some(c) = c {
-                    c.inc();
-                }
-                if let Some(o) = level_out.get_mut(level) {
-                    *o = stricter(*o, Outcome::Drop);
-                }
-            }
-            if step != Step::Whole {
-                stats.sync(defrag.counts, synced);
-            }
-            if !next {
-                break;
-            }
-            let Some(buf) = rest.first_mut() else { break };
-            let len = buf.len();
-            let mut p = Packet::in_buffer(std::mem::take(buf), 0, len, PacketMeta::default());
-            let o = inspect(&mut p);
-            *buf = p.into_buffer();
-            if let Some(l) = level_out.get_mut(level + 1) {
-                *l = stricter(*l, o);
-            }
-        }
+        let Decoder {
+            defrag,
+            bufs,
+            pending,
+            level_out,
+            ..
+        } = &mut *self.dec;
         // Each layer's outcome takes in the layers inside it.
         let mut inner = Outcome::Clean;
         for o in level_out.iter_mut().rev() {
@@ -292,11 +341,11 @@ impl Decoder {
         let passed = !dropped(stricter(outer_out, out));
         for &(level, complete) in pending.iter() {
             let pkt: &[u8] = match level.checked_sub(1) {
-                None => outer,
+                None => self.outer,
                 Some(l) => bufs.get(l).map_or(&[], |b| &b[..]),
             };
             if passed {
-                defrag.commit(pkt, level as u8, now);
+                defrag.commit(pkt, level as u8, self.now);
             } else if complete && level_out.get(level + 1).is_some_and(|&o| dropped(o)) {
                 defrag.mark_dropped(pkt, level as u8);
             }
@@ -305,10 +354,47 @@ impl Decoder {
     }
 }
 
+/// Decapsulates the tunnel `cur` carries, if any, into `next` (the buffer of the layer
+/// inside); false if there is nothing inside or no layer left (`decode_too_deep`).
+fn decap(cur: &[u8], next: Option<&mut Vec<u8>>, opts: &DecodeOptions, stats: &Stats) -> bool {
+    let Some((_, inner)) = upper(cur).and_then(|(p, l4)| tunnel::decap(p, l4, &opts.ports)) else {
+        return false;
+    };
+    match next {
+        Some(buf) => {
+            buf.clear();
+            buf.extend_from_slice(inner);
+            stats.decapsulated.inc();
+            true
+        }
+        None => {
+            stats.too_deep.inc();
+            false
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    /// Decodes `outer` (whose own outcome is `outer_out`), inspecting each inner packet
+    /// with `inspect`, as the detector does.
+    fn run(
+        d: &mut Decoder,
+        outer: &[u8],
+        outer_out: Outcome,
+        now: Instant,
+        inspect: &mut dyn FnMut(&mut Packet) -> Outcome,
+    ) -> Outcome {
+        let mut layers = d.layers(outer, now);
+        while let Some(p) = layers.next() {
+            let o = inspect(p);
+            layers.outcome(o);
+        }
+        layers.finish(outer_out)
+    }
 
     fn ipv4(proto: u8, id: u16, fo: u16, payload: &[u8]) -> Vec<u8> {
         let total = (20 + payload.len()) as u16;
@@ -326,7 +412,7 @@ mod tests {
     /// Inspects the layers of `pkt` (whose own outcome is `outer`) as a detector whose
     /// rules drop any packet holding "evil".
     fn verdict(d: &mut Decoder, pkt: &[u8], outer: Outcome, now: Instant) -> Outcome {
-        let out = d.layers(pkt, outer, now, &mut |p| {
+        let out = run(d, pkt, outer, now, &mut |p| {
             if p.data().windows(4).any(|w| w == b"evil") {
                 Outcome::Drop
             } else {
@@ -403,11 +489,11 @@ mod tests {
         };
         let now = Instant::now();
         assert_eq!(
-            d.layers(&gre(&f1), Outcome::Clean, now, &mut inspect),
+            run(&mut d, &gre(&f1), Outcome::Clean, now, &mut inspect),
             Outcome::Alert
         );
         assert_eq!(
-            d.layers(&gre(&f2), Outcome::Clean, now, &mut inspect),
+            run(&mut d, &gre(&f2), Outcome::Clean, now, &mut inspect),
             Outcome::Alert
         );
         // The two inner fragments, then the reassembled datagram.
@@ -432,7 +518,7 @@ mod tests {
             pkt = ipv4(4, 0, 0, &pkt);
         }
         let mut n = 0;
-        let out = d.layers(&pkt, Outcome::Clean, Instant::now(), &mut |_| {
+        let out = run(&mut d, &pkt, Outcome::Clean, Instant::now(), &mut |_| {
             n += 1;
             Outcome::Clean
         });
@@ -447,7 +533,7 @@ mod tests {
             &counters,
         );
         let mut n = 0;
-        off.layers(&pkt, Outcome::Clean, Instant::now(), &mut |_| {
+        run(&mut off, &pkt, Outcome::Clean, Instant::now(), &mut |_| {
             n += 1;
             Outcome::Drop
         });

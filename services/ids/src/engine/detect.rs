@@ -25,30 +25,32 @@ use super::app::{
     FlowAction, FlowState, after_feed, flow_verdict, memcap_exception, progress, ready, tx_record,
 };
 use super::exception::{ExceptionCounters, ExceptionPolicy, Exceptions};
-use super::flowbits::{self, FlowBits};
 use super::packet::{PktInfo, checksum_ok, ipv6_options_ok, pkt_info};
 use super::payload::{Win, list_matches, payload_matches};
 use super::reclaim::Reclaim;
 use super::{MAX_ALERTS_PER_PACKET, Outcome, RuleSet};
 use crate::applayer::budget::{AppBudget, AppCounters, DEFAULT_APP_MEMCAP};
+use crate::applayer::buffer::Buffer;
 use crate::applayer::http::HttpLimits;
 use crate::applayer::{AppProto, Dir, Progress, Transaction};
-use crate::buffer::Buffer;
-use crate::decode::{DecodeOptions, Decoder, stricter};
+use crate::decode::{DecodeOptions, Decoder};
+use crate::engine::track::{Addrs, Tracker};
 use crate::eve::{AlertEvent, EveWriter, flow_id};
+use crate::flow::stream::Truncation;
 use crate::flow::{
     FlowCounters, FlowLimits, FlowPacket, FlowTable, Invalid, StreamEvent, TcpHeader, TcpOptions,
 };
-use crate::parse::NewAction;
+use crate::outcome::stricter;
 use crate::prefilter::{Prefilter, Scratch};
-use crate::rule::{RuleAction, RuleProto, StreamMode, Vars, port_match};
-use crate::stream::Truncation;
-use crate::track::{Addrs, Tracker};
+use crate::rules::flowbits::{self, FlowBits};
+use crate::rules::parse::NewAction;
+use crate::rules::rule::{RuleAction, RuleProto, StreamMode, Vars, port_match};
 use relay_core::{Checksum, Counter, Counters, Hook, Packet};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 mod checks;
+mod stages;
 use checks::{TxCheck, addrs, check, check_tx, rate_filters};
 
 /// Default bytes of a TCP stream before a packet's new bytes that stream inspection looks
@@ -370,10 +372,13 @@ impl Detector {
         };
         let mut outer = std::mem::take(&mut self.layer_matched);
         outer.clear();
-        let inner = dec.layers(pkt.data(), out, now, &mut |p| {
+        let mut layers = dec.layers(pkt.data(), now);
+        while let Some(p) = layers.next() {
             outer.extend_from_slice(&self.matched);
-            self.inspect_one(p, now)
-        });
+            let o = self.inspect_one(p, now);
+            layers.outcome(o);
+        }
+        let inner = layers.finish(out);
         if !outer.is_empty() {
             outer.extend_from_slice(&self.matched);
             std::mem::swap(&mut outer, &mut self.matched);
@@ -383,6 +388,7 @@ impl Detector {
         stricter(out, inner)
     }
 
+    /// Inspects one packet (an outer or an inner one), stage by stage (`detect::stages`).
     fn inspect_one(&mut self, pkt: &mut Packet, now: Instant) -> Outcome {
         self.matched.clear();
         self.stream_hits.clear();
@@ -412,344 +418,79 @@ impl Detector {
         let meta = pkt.meta;
         let data = pkt.data();
         let payload = data.get(p.pay.0..p.pay.1).unwrap_or(&[]);
-        let ports = (p.sport.unwrap_or(0), p.dport.unwrap_or(0));
         // A segment or datagram whose checksum the receiver refuses is not inserted
-        // anywhere (and dropped inline); a partial copy cannot be judged.
-        let mut track = true;
-        let ip_invalid = if !opts.normalize {
-            None
-        } else if p.class <= 1
-            && meta.csum.judged()
-            && meta.orig_len.is_none()
-            && !checksum_ok(data, &p)
-        {
-            Some(Invalid::Checksum)
-        } else if !ipv6_options_ok(data) {
-            Some(Invalid::Ipv6Options)
-        } else {
-            None
-        };
-        // With `drop_invalid` such a packet is dropped after the rules have seen it (as a
+        // anywhere (and dropped inline); a partial copy cannot be judged. With
+        // `drop_invalid` such a packet is dropped after the rules have seen it (as a
         // packet: nothing of it reaches a stream or parser), so that `stream-event` rules
         // and alerts on it still fire, as in Suricata's IPS mode.
+        let ip_invalid = stages::ip_invalid(opts, &p, data, &meta);
         let mut drop_invalid = false;
         if let Some(why) = ip_invalid {
             stats.invalid[why.index()].inc();
             drop_invalid = opts.drop_invalid;
-            track = false;
         }
         if let Some(t) = flows.as_mut() {
             reclaim.run(t, app_budget, exceptions, now);
         }
         let mut fref = match flows {
-            Some(t) if p.class <= 1 && track => t.packet(
-                &FlowPacket {
-                    proto: p.proto,
-                    src: p.ks,
-                    dst: p.kd,
-                    sport: ports.0,
-                    dport: ports.1,
-                    tcp: (p.class == 0).then(|| tcp_header(&p, data, &meta, opts.normalize)),
-                    payload,
-                },
-                now,
-            ),
+            Some(t) if p.class <= 1 && ip_invalid.is_none() => {
+                stages::find_flow(t, &p, data, &meta, payload, opts.normalize, now)
+            }
             _ => None,
         };
         if let Some(f) = fref.as_ref() {
-            if let Some(why) = f.invalid {
-                stats.invalid[why.index()].inc();
-                drop_invalid |= opts.drop_invalid;
-                p.events |= why.event().map_or(0, StreamEvent::bit);
-            }
-            if f.seg.mismatch {
-                p.events |= StreamEvent::ReassemblyOverlapDifferentData.bit();
-            }
+            drop_invalid |= stages::flow_invalid(f, opts, stats, &mut p);
         }
         if drop_invalid {
             stats.invalid_dropped.inc();
         }
-        let (mut fx, mut stream, mut app_txs, mut new_bytes) = (None, None, None, 0);
-        let mut flow_action = None;
-        // Suricata checks IP-only rules once per flow direction (and on every packet
-        // without a flow).
-        let mut iponly = true;
-        if let Some(f) = fref.as_mut() {
-            let dir = f.dir;
-            let established = f.established;
-            let synced = f.flow.synced();
-            new_bytes = f.seg.new;
-            let seg_truncated = f.seg.truncated;
-            let id = f.flow.id();
-            let (state, s) = f.flow.split_mut(dir);
-            let FlowState {
-                app,
-                bits,
-                txs,
-                action,
-                iponly_done,
-            } = state;
-            // A flow a `pass` or `drop` rule decided is not inspected any more (Suricata's
-            // DetectFlow); its stream is let go as it arrives.
-            let decided = match *action {
-                FlowAction::Inspect => None,
-                FlowAction::Pass => {
-                    stats.flow_passed.inc();
-                    Some(Outcome::Pass)
+        let or_drop = |out| {
+            if drop_invalid {
+                stricter(out, Outcome::Drop)
+            } else {
+                out
+            }
+        };
+        let mut fs = match fref.as_mut() {
+            Some(f) => {
+                match stages::flow_stage(f, set, opts, stats, app_budget, exceptions, &p, payload) {
+                    Ok(fs) => Some(fs),
+                    Err(out) => return or_drop(out),
                 }
-                FlowAction::Drop => {
-                    stats.flow_dropped.inc();
-                    Some(Outcome::Drop)
-                }
-                FlowAction::Reject => {
-                    stats.flow_dropped.inc();
-                    stats.rejected.inc();
-                    Some(Outcome::Reject)
-                }
-            };
-            if let Some(out) = decided {
-                // Nothing of it is inspected again: nothing is held for it either.
-                f.abandon_streams();
-                return if drop_invalid {
-                    stricter(out, Outcome::Drop)
-                } else {
-                    out
-                };
             }
-            // The stream memcap refused this direction memory: the exception policy, as
-            // for the application layer's memcap (Suricata's
-            // `stream.memcap-policy`).
-            if seg_truncated
-                && s.as_deref().and_then(|s| s.truncated()) == Some(Truncation::Memcap)
-                && let Some(out) = memcap_exception(app, txs, action, exceptions)
-            {
-                f.abandon_streams();
-                return if drop_invalid {
-                    stricter(out, Outcome::Drop)
-                } else {
-                    out
-                };
+            None => None,
+        };
+        let iponly = fs.as_ref().is_none_or(|fs| fs.iponly);
+        let (win, fx) = match fs.as_mut() {
+            Some(fs) => {
+                let (win, fx) = fs.window();
+                (win, Some(fx))
             }
-            flow_action = Some(action);
-            if let Some(done) = iponly_done.get_mut(dir.index()) {
-                iponly = !*done;
-                *done = true;
-            }
-            match s {
-                Some(s) => {
-                    if set.needs_app {
-                        let n =
-                            app.feed_stream(dir, s.app_pending(), ports, &opts.http, app_budget);
-                        let upto = s.app_offset() + n as u64;
-                        s.consume_app(upto);
-                    } else {
-                        let end = s.end();
-                        s.consume_app(end);
-                    }
-                    // The direction ends once its stream is complete up to its FIN (not
-                    // at a FIN that arrives ahead of missing bytes).
-                    if f.seg.finished {
-                        app.close(dir);
-                    }
-                    stream = Some(s);
-                }
-                None if p.class == 1 && set.needs_app => {
-                    app.feed_datagram(dir, payload, ports, app_budget);
-                }
-                None => {}
-            }
-            if p.tcp_flags & RST != 0 {
-                app.close(dir);
-                app.close(dir.reverse());
-            }
-            // The application-layer memcap stopped the parser: the exception policy.
-            if let Some(a) = flow_action.as_deref_mut()
-                && let Some(out) = after_feed(app, txs, a, exceptions)
-            {
-                f.abandon_streams();
-                return if drop_invalid {
-                    stricter(out, Outcome::Drop)
-                } else {
-                    out
-                };
-            }
-            fx = Some(FlowCx {
-                dir,
-                established,
-                synced,
-                app: app.proto(),
-                bits,
-                id,
-            });
-            app_txs = Some((app, txs));
+            None => (None, None),
+        };
+        let passed = stages::packet_rules(
+            set,
+            st,
+            scratch,
+            cand,
+            matched,
+            stream_hits,
+            &p,
+            payload,
+            win.as_ref(),
+            fx,
+            iponly,
+            now,
+        );
+        if !passed && let Some(fs) = fs.as_mut() {
+            stages::tx_rules(set, st, app_scratch, tx_cand, matched, fs, &p, payload, now);
         }
-        let win = stream.as_deref().and_then(|s| {
-            if new_bytes == 0 {
-                return None;
+        let (flow, decided_now) = match fs {
+            Some(fs) => stages::settle_flow(fs, set, st, matched, over, stream_hits, &p, opts, now),
+            None => {
+                rate_filters(set, st, matched, over, &p, None, now);
+                (None, false)
             }
-            let (_, bytes) = s.raw_window();
-            Some(Win {
-                bytes,
-                old: bytes.len().saturating_sub(new_bytes),
-            })
-        });
-
-        // Packet rules.
-        cand.clear();
-        if set.class_has_content[p.class]
-            && let Some(pf) = &set.prefilter
-        {
-            let mut scan = |hay: &[u8], cand: &mut Vec<u32>| {
-                pf.scan(hay, scratch, |id| {
-                    cand.extend_from_slice(&set.pat_rules[id as usize]);
-                });
-            };
-            match &win {
-                Some(w) => {
-                    scan(w.bytes, cand);
-                    if !w.contains(payload) {
-                        scan(payload, cand);
-                    }
-                }
-                None if !payload.is_empty() => scan(payload, cand),
-                None => {}
-            }
-            cand.sort_unstable();
-            cand.dedup();
-        }
-        let ho = &set.header_only[p.class];
-        let (mut a, mut b) = (0, 0);
-        let mut passed = false;
-        loop {
-            let i = match (cand.get(a), ho.get(b)) {
-                (Some(&x), Some(&y)) if x < y => {
-                    a += 1;
-                    x
-                }
-                (_, Some(&y)) => {
-                    b += 1;
-                    y
-                }
-                (Some(&x), None) => {
-                    a += 1;
-                    x
-                }
-                (None, None) => break,
-            };
-            let mut on_stream = false;
-            if !iponly && set.ip_only.get(i as usize).copied().unwrap_or(false) {
-                continue;
-            }
-            if check(
-                set,
-                st,
-                i as usize,
-                &p,
-                payload,
-                win.as_ref(),
-                fx.as_mut(),
-                now,
-                &mut on_stream,
-            ) {
-                matched.push(i);
-                if on_stream {
-                    stream_hits.push(i);
-                }
-                if set.rules[i as usize].action == RuleAction::Pass {
-                    passed = true;
-                    break;
-                }
-            }
-        }
-
-        // Transaction rules.
-        if !passed
-            && let Some((app, txs)) = app_txs
-            && let Some(proto) = app.proto()
-            && let Some(dir) = fx.as_ref().map(|f| f.dir)
-        {
-            let pi = super::app::proto_index(proto);
-            let ar = &set.tx.by_proto[pi];
-            if !ar.rules.is_empty() {
-                let scr = &mut app_scratch[pi];
-                app.for_each_tx(&mut |tx| {
-                    let rec = tx_record(txs, tx.id());
-                    let prog = progress(tx);
-                    if prog == rec.seen {
-                        return;
-                    }
-                    rec.seen = prog;
-                    tx_cand.clear();
-                    for (k, bp) in ar.prefilters.iter().enumerate() {
-                        if !ready(tx, bp.buffer, dir) {
-                            continue;
-                        }
-                        let d = bp.buffer.info().and_then(|i| i.dir).unwrap_or(dir);
-                        let Some(sc) = scr.get_mut(k) else { continue };
-                        tx.for_each(bp.buffer, d, &mut |b| {
-                            bp.pf.scan(b, sc, |id| {
-                                if let Some(r) = bp.pat_rules.get(id as usize) {
-                                    tx_cand.extend_from_slice(r);
-                                }
-                            });
-                            false
-                        });
-                    }
-                    tx_cand.extend_from_slice(&ar.no_fast);
-                    tx_cand.sort_unstable();
-                    tx_cand.dedup();
-                    for &i in tx_cand.iter() {
-                        let slot = set.tx.slot[i as usize];
-                        if rec.is_done(dir, slot)
-                            || set.tx.dir[i as usize].is_some_and(|d| d != dir)
-                        {
-                            continue;
-                        }
-                        match check_tx(set, st, i as usize, &p, payload, tx, fx.as_mut(), now) {
-                            TxCheck::NotYet => {}
-                            TxCheck::Done(m) => {
-                                rec.mark_done(dir, slot);
-                                if m {
-                                    matched.push(i);
-                                }
-                            }
-                        }
-                    }
-                });
-                // Transactions finished both ways are inspected for good: retire them.
-                let done = [Progress::Complete; 2];
-                let below = txs
-                    .iter()
-                    .take_while(|r| r.seen == done)
-                    .last()
-                    .map(|r| r.id + 1);
-                if let Some(below) = below {
-                    app.retire(below);
-                    // Keep the records of the transactions the parser still has (TLS keeps
-                    // its one transaction for the flow's life): a record dropped too early
-                    // would have the transaction inspected, and alerted on, again.
-                    let mut oldest = None;
-                    app.for_each_tx(&mut |t| {
-                        oldest.get_or_insert(t.id());
-                    });
-                    txs.retain(|r| oldest.is_some_and(|o| r.id >= o));
-                }
-                // One order for the verdict and the alerts: Suricata's.
-                matched.sort_unstable();
-            }
-        }
-        if let Some(s) = stream {
-            let upto = s.end().saturating_sub(opts.stream_lookback as u64);
-            s.consume_raw(upto);
-        }
-        let flow = fx.as_ref().map(|f| f.id);
-        rate_filters(set, st, matched, over, &p, flow, now);
-        let decided_now = match flow_action {
-            Some(action) => {
-                *action = flow_verdict(set, matched, stream_hits, over);
-                *action != FlowAction::Inspect
-            }
-            None => false,
         };
         // A flow this packet decided is not inspected again: its parser and streams are
         // freed now rather than when it times out (their memory is other flows').
@@ -759,10 +500,7 @@ impl Detector {
             f.abandon_streams();
         }
         let out = self.decide(&p, flow, now);
-        if drop_invalid {
-            return stricter(out, Outcome::Drop);
-        }
-        out
+        or_drop(out)
     }
 
     fn decide(&mut self, p: &PktInfo, flow: Option<u64>, now: Instant) -> Outcome {

@@ -15,7 +15,6 @@
 //! must not start dropping traffic because it ran out of memory).
 
 use super::Outcome;
-use super::app::FlowAction;
 use relay_core::{Counter, Counters};
 use serde::Deserialize;
 
@@ -124,6 +123,25 @@ impl Exceptions {
             }
         }
     }
+}
+
+/// What a `pass` or `drop` / `reject` match decided for the rest of its flow.
+///
+/// As in Suricata, the first to be set wins, and it is set only by a rule whose action
+/// applies to the flow: an IP-only-like rule (no payload, no packet keyword), a
+/// transaction rule, or a payload rule that matched the reassembled stream.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FlowAction {
+    /// Inspect the flow's packets.
+    #[default]
+    Inspect,
+    /// Pass the flow's later packets uninspected.
+    Pass,
+    /// Drop the flow's later packets, without inspecting them or alerting.
+    Drop,
+    /// Reject the flow's later packets (relayd answers each, within its reject rates),
+    /// without inspecting them or alerting.
+    Reject,
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! The facts of a packet the rules look at, read once: addresses, ports, TTL, TCP flags
 //! and sequence numbers, ICMP type and code, where the payload lies, conntrack state.
 
-use crate::rule::ip_key;
+use crate::rules::rule::ip_key;
 use relay_core::wire::{
     IcmpPacket, Ipv4Packet, Ipv6Packet, TcpPacket, UdpPacket, checksum, icmp, proto, udp,
 };

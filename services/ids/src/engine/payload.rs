@@ -3,8 +3,8 @@
 //! (docs/ids.md, "Streams").
 
 use super::INSPECT_BUDGET;
-use crate::inspect::inspect_list;
-use crate::rule::{MatchList, StreamMode, Vars};
+use crate::engine::inspect::inspect_list;
+use crate::rules::rule::{MatchList, StreamMode, Vars};
 
 /// The stream window a TCP payload rule also inspects: `bytes[old..]` is what this
 /// packet completed.

@@ -39,7 +39,7 @@ use relay_core::wire::tcp::flags::{ACK, FIN, RST, SYN, URG};
 /// Why a segment is one the receiving host would discard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-pub enum Invalid {
+pub(crate) enum Invalid {
     /// Bad TCP or UDP checksum (judged by the detector, before the flow table).
     Checksum,
     /// Data or FIN without the ACK flag after the handshake.
@@ -76,7 +76,7 @@ pub enum Invalid {
 
 impl Invalid {
     /// Every reason, in counter order.
-    pub const ALL: [Invalid; 13] = [
+    pub(crate) const ALL: [Invalid; 13] = [
         Invalid::Checksum,
         Invalid::NoAck,
         Invalid::AckUnsent,
@@ -93,7 +93,7 @@ impl Invalid {
     ];
 
     /// The counter name (`relayd status`, docs/ids.md).
-    pub fn counter(self) -> &'static str {
+    pub(crate) fn counter(self) -> &'static str {
         match self {
             Invalid::Checksum => "invalid_checksum",
             Invalid::NoAck => "stream_invalid_no_ack",
@@ -113,7 +113,7 @@ impl Invalid {
 
     /// The Suricata `stream-event` this reason raises, where Suricata has one with the
     /// same meaning (a bit of [`StreamEvent`]).
-    pub fn event(self) -> Option<StreamEvent> {
+    pub(crate) fn event(self) -> Option<StreamEvent> {
         match self {
             Invalid::Paws => Some(StreamEvent::PktInvalidTimestamp),
             Invalid::Window => Some(StreamEvent::EstPacketOutOfWindow),
@@ -124,7 +124,7 @@ impl Invalid {
     }
 
     /// The index of the reason in [`Invalid::ALL`].
-    pub fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         Invalid::ALL.iter().position(|&r| r == self).unwrap_or(0)
     }
 }
@@ -133,7 +133,7 @@ impl Invalid {
 /// `stream-event:NAME`), as bits of a packet's event set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-pub enum StreamEvent {
+pub(crate) enum StreamEvent {
     /// A segment overlapped received bytes with different data.
     ReassemblyOverlapDifferentData = 1,
     /// A timestamp older than the receiver's (PAWS).
@@ -146,7 +146,7 @@ pub enum StreamEvent {
 
 impl StreamEvent {
     /// Every event with its Suricata name.
-    pub const NAMES: [(&'static str, StreamEvent); 4] = [
+    pub(crate) const NAMES: [(&'static str, StreamEvent); 4] = [
         (
             "reassembly_overlap_different_data",
             StreamEvent::ReassemblyOverlapDifferentData,
@@ -160,7 +160,7 @@ impl StreamEvent {
     ];
 
     /// The event called `name` (Suricata's spelling), if relayd raises it.
-    pub fn by_name(name: &str) -> Option<StreamEvent> {
+    pub(crate) fn by_name(name: &str) -> Option<StreamEvent> {
         StreamEvent::NAMES
             .iter()
             .find(|(n, _)| *n == name)
@@ -168,21 +168,21 @@ impl StreamEvent {
     }
 
     /// The event's bit.
-    pub fn bit(self) -> u8 {
+    pub(crate) fn bit(self) -> u8 {
         self as u8
     }
 }
 
 /// The TCP options of a segment that normalization and reassembly read.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TcpOptions {
+pub(crate) struct TcpOptions {
     /// Window scale shift (SYN only; capped at 14 as RFC 7323 asks).
     pub wscale: Option<u8>,
     /// Timestamp value (TSval).
     pub tsval: Option<u32>,
     /// Timestamp echo reply (TSecr; 0 without the option).
     pub tsecr: u32,
-    /// A TCP Fast Open option (see [`super::tcp_fast_open`]).
+    /// A TCP Fast Open option (see `super::tcp::tcp_fast_open`).
     pub tfo: bool,
     /// A TCP-MD5 signature (kind 19) or TCP-AO (kind 29) option.
     pub sig: bool,
@@ -192,7 +192,7 @@ impl TcpOptions {
     /// Reads the options `opts` (the bytes after the fixed 20-byte header). Stops at an
     /// end-of-list option or a malformed length, as Linux's `tcp_parse_options` does;
     /// never reads past `opts`.
-    pub fn parse(opts: &[u8]) -> TcpOptions {
+    pub(crate) fn parse(opts: &[u8]) -> TcpOptions {
         let mut o = TcpOptions::default();
         let mut i = 0;
         while let Some(&kind) = opts.get(i) {

@@ -15,15 +15,15 @@
 //! ([`TcpOutcome::invalid`]) so that an inline detector drops it.
 
 use super::judge::{self, Side, Verdict};
-use crate::applayer::Dir;
-use crate::flow::{Invalid, TcpHeader, TcpOptions};
-use crate::stream::{MemBudget, SegmentResult, Stream, StreamPolicy};
+use crate::flow::Dir;
+use crate::flow::stream::{MemBudget, SegmentResult, Stream, StreamPolicy};
+use crate::flow::{Invalid, TcpHeader};
 use relay_core::wire::tcp::flags::{ACK, FIN, RST, SYN};
 
 /// Where a TCP flow's connection is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[non_exhaustive]
-pub enum TcpState {
+pub(crate) enum TcpState {
     /// No packet processed yet (only inside the first packet's processing).
     New,
     /// Picked up without a SYN (and `midstream` off): tracked, not reassembled.
@@ -123,6 +123,7 @@ impl TcpSession {
         self.state
     }
 
+    #[cfg(test)]
     pub(crate) fn stream(&self, dir: Dir) -> Option<&Stream> {
         self.streams.get(dir.index()).filter(|s| s.is_started())
     }
@@ -459,6 +460,7 @@ impl TcpSession {
 /// cookie request) or an even length of 4 to 18, or experimental kind 253 or 254 of length
 /// 4 or 12 whose first two bytes are the magic 0xF989. Stops at an end-of-list option or a
 /// malformed length; never reads past `opts`.
-pub fn tcp_fast_open(opts: &[u8]) -> bool {
-    TcpOptions::parse(opts).tfo
+#[cfg(test)]
+pub(crate) fn tcp_fast_open(opts: &[u8]) -> bool {
+    crate::flow::TcpOptions::parse(opts).tfo
 }

@@ -1,3 +1,4 @@
+use super::tcp::tcp_fast_open;
 use super::*;
 use relay_core::wire::tcp::flags::{ACK, FIN, PSH, RST, SYN};
 use std::net::{IpAddr, Ipv4Addr};

@@ -21,7 +21,7 @@ const MAX_LABELS: usize = 255;
 
 /// What can be wrong with a message's body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
-pub enum WireError {
+pub(crate) enum WireError {
     /// The message ends inside a name, a question or a record.
     #[error("message ends inside a name, question or record")]
     Truncated,

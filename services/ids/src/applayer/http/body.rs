@@ -599,5 +599,13 @@ pub(super) fn content_length(v: &[u8]) -> Option<u64> {
     std::str::from_utf8(digits.get(..end)?).ok()?.parse().ok()
 }
 
+/// Gives back a finished body's spare capacity (growth by doubling leaves up to half of
+/// it unused), so that the memory held is the body's size.
+pub(super) fn trim_capacity(body: &mut Vec<u8>) {
+    if body.capacity() - body.len() > 4096 {
+        body.shrink_to_fit();
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -476,7 +476,7 @@ impl HttpState {
             m.body.extend_from_slice(bytes.get(..n).unwrap_or_default());
             if n < bytes.len() && !m.truncated {
                 m.truncated = true;
-                super::framing::trim_capacity(&mut m.body);
+                super::body::trim_capacity(&mut m.body);
             }
         }
     }

@@ -2,7 +2,7 @@
 //! it), reading it by Content-Length, chunks (with trailers) or until close, and the end
 //! of a message.
 
-use super::body::{self, Chunk, Framing};
+use super::body::{self, Chunk, Framing, trim_capacity};
 use super::conn::{BlankScan, Phase, chomp, msg_mut, tx_mut};
 use super::head::{self, Headers};
 use super::{HttpError, HttpLimits, HttpState, multipart};
@@ -10,14 +10,6 @@ use crate::applayer::Progress;
 
 /// The longest chunk-size line read (libhtp's field limit is 18000).
 const MAX_CHUNK_LINE: usize = 8 * 1024;
-
-/// Gives back a finished body's spare capacity (growth by doubling leaves up to half of
-/// it unused), so that the memory held is the body's size.
-pub(super) fn trim_capacity(body: &mut Vec<u8>) {
-    if body.capacity() - body.len() > 4096 {
-        body.shrink_to_fit();
-    }
-}
 
 /// Whether a chunk-size line not yet ended may still be one: after any of libhtp's chunk
 /// control bytes (CR, LF, space, tab, VT, FF) comes nothing yet or a hex digit.

@@ -4,8 +4,8 @@
 use std::io::Write;
 
 use super::*;
+use crate::applayer::buffer::{BUFFERS, Buffer};
 use crate::applayer::{Progress, Transaction};
-use crate::buffer::{BUFFERS, Buffer};
 use crate::testutil::Rng;
 
 use Dir::{ToClient as TC, ToServer as TS};

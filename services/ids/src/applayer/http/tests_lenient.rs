@@ -25,7 +25,7 @@ fn answer(resp: &[u8]) -> HttpState {
     b.close(TC);
     for name in ["file.data", "http.header", "http.stat_code"] {
         let get = |s: &HttpState| {
-            let buf = crate::buffer::Buffer::from_sticky(name).expect("name");
+            let buf = crate::applayer::buffer::Buffer::from_sticky(name).expect("name");
             s.txs()
                 .next()
                 .and_then(|t| t.buffer(buf, TC).map(<[u8]>::to_vec))

@@ -6,7 +6,7 @@ use std::io::Write;
 use super::*;
 use crate::applayer::Transaction;
 use crate::applayer::budget::{AppBudget, AppCounters, INFLATE_STATE};
-use crate::buffer::Buffer;
+use crate::applayer::buffer::Buffer;
 
 use Dir::{ToClient as TC, ToServer as TS};
 

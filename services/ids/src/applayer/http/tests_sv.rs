@@ -13,7 +13,7 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
 }
 
 fn get(s: &HttpState, id: u64, name: &str, dir: Dir) -> Vec<u8> {
-    let b = crate::buffer::Buffer::from_sticky(name).expect("a buffer");
+    let b = crate::applayer::buffer::Buffer::from_sticky(name).expect("a buffer");
     s.txs()
         .find(|t| t.id == id)
         .and_then(|t| t.buffer(b, dir))

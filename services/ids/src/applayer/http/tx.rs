@@ -2,8 +2,8 @@
 
 use super::head::{Headers, StartLine};
 use super::uri::NormUri;
+use crate::applayer::buffer::Buffer;
 use crate::applayer::{Dir, Progress, Transaction};
-use crate::buffer::Buffer;
 
 /// One direction of a transaction: the start line, the head, the body.
 #[derive(Debug, Default)]

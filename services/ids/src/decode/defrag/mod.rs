@@ -59,7 +59,7 @@ pub struct DefragLimits {
 }
 
 /// Default of [`DefragLimits::memcap`]: Linux's `ipfrag_high_thresh`.
-pub const DEFAULT_FRAG_MEMCAP: usize = 4 << 20;
+pub(crate) const DEFAULT_FRAG_MEMCAP: usize = 4 << 20;
 
 impl Default for DefragLimits {
     fn default() -> DefragLimits {
@@ -353,14 +353,7 @@ impl Defrag {
         // that reaches a queue; a train with fragments whose count moved on by more than
         // `ipfrag_max_dist` since its last one is restarted. relayd counts a source's
         // fragments to every destination, so it never counts fewer than the host.
-        let rid = self
-            .peers
-            .get(&(f.key.src, layer))
-            .map_or(0, |p| p.rid.wrapping_add(1));
-        let reinit = !f.v6
-            && policy == FragPolicy::Linux
-            && self.limits.max_dist > 0
-            && held.is_some_and(|t| t.nfrags > 0 && rid.wrapping_sub(t.rid) > self.limits.max_dist);
+        let reinit = self.too_far(&f, layer, policy, held);
         if reinit && self.drop_invalid {
             return Step::Invalid;
         }
@@ -407,22 +400,7 @@ impl Defrag {
         }
         // Whether the train would be whole, and whether the datagram fits its length field
         // (Linux drops the queue at reassembly otherwise).
-        let (complete, too_big) = match class {
-            Class::Free {
-                end, len, last_in, ..
-            } => {
-                let new = end - f.off - overlap_len(base, f.off, end);
-                let hdr = if f.off == 0 {
-                    f.hdr.len()
-                } else {
-                    base.hdr.len()
-                };
-                let whole = last_in && base.meat + new == len && hdr > 0;
-                let fit = fits(f.v6, hdr, len);
-                (whole && fit, whole && !fit)
-            }
-            _ => (false, false),
-        };
+        let (complete, too_big) = completes(base, &f, class);
         let had = held.is_some();
         if let Some(out) = out {
             if complete {
@@ -434,7 +412,21 @@ impl Defrag {
             }
             return Step::Pass { complete };
         }
-        // Commit.
+        self.insert(&f, layer, now, policy, class, (had, reinit, too_big))
+    }
+
+    /// Commits fragment `f` of class `class` to its train (`had`: a train was held;
+    /// `reinit`: it restarts; `too_big`: the datagram it completes cannot fit, so the
+    /// host drops the train). Counts the source's IPv4 fragments.
+    fn insert(
+        &mut self,
+        f: &Frag<'_>,
+        layer: u8,
+        now: Instant,
+        policy: FragPolicy,
+        class: Class,
+        (had, reinit, too_big): (bool, bool, bool),
+    ) -> Step {
         if !f.v6 {
             let (src, layer) = (f.key.src, layer);
             if let Some(p) = self.peers.get_mut(&(src, layer)) {
@@ -469,7 +461,7 @@ impl Defrag {
         };
         t.rid = rid;
         let (before, nfrags) = (t.charged, t.nfrags);
-        take(t, &f, class);
+        take(t, f, class);
         t.charged = t.own_mem().max(t.est);
         // Linux reassembles only after an insertion, not after a duplicate.
         let whole = matches!(class, Class::Free { .. }) && t.whole();
@@ -479,6 +471,19 @@ impl Defrag {
             self.remove(&f.key);
         }
         Step::Pass { complete: whole }
+    }
+
+    /// Linux's `ip_frag_too_far` for IPv4 fragment `f`: the train `held` restarts when its
+    /// source's fragment count moved on by more than `ipfrag_max_dist` since its last one.
+    fn too_far(&self, f: &Frag<'_>, layer: u8, policy: FragPolicy, held: Option<&Train>) -> bool {
+        let rid = self
+            .peers
+            .get(&(f.key.src, layer))
+            .map_or(0, |p| p.rid.wrapping_add(1));
+        !f.v6
+            && policy == FragPolicy::Linux
+            && self.limits.max_dist > 0
+            && held.is_some_and(|t| t.nfrags > 0 && rid.wrapping_sub(t.rid) > self.limits.max_dist)
     }
 
     /// Whether inserting `[f.off, end)` into `t` (`new`: a train not yet held) would pass
@@ -502,6 +507,28 @@ impl Defrag {
             .max(t.est + est)
             .saturating_sub(t.charged);
         self.mem + grow > self.limits.memcap
+    }
+}
+
+/// Whether inserting `f` (of class `class`) into `base` makes the train whole, and
+/// whether the datagram then fails to fit its length field (Linux drops the queue at
+/// reassembly then): (complete, too big).
+fn completes(base: &Train, f: &Frag<'_>, class: Class) -> (bool, bool) {
+    match class {
+        Class::Free {
+            end, len, last_in, ..
+        } => {
+            let new = end - f.off - overlap_len(base, f.off, end);
+            let hdr = if f.off == 0 {
+                f.hdr.len()
+            } else {
+                base.hdr.len()
+            };
+            let whole = last_in && base.meat + new == len && hdr > 0;
+            let fit = fits(f.v6, hdr, len);
+            (whole && fit, whole && !fit)
+        }
+        _ => (false, false),
     }
 }
 

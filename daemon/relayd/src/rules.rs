@@ -1,0 +1,302 @@
+//! From a configuration to the iptables rules relayd owns: the rule set, the backends
+//! (iptables / ip6tables, system or legacy), and errors mapped back to the file.
+
+use crate::config::{Config, ConfigError, ConfigErrors, IptablesFlavor, QueueSpec};
+use relay_control::{
+    Backend, ControlError, Hook, IpVersion, OwnedRule, PreRule, QueueRule, RuleSet, Table,
+};
+use relay_core::{CtMarkBits, MssClamp};
+
+/// The rule set a configuration implies: one rule per `[[queue]]` entry in file order,
+/// and the split proxy's TPROXY rules at the top of relayd's mangle PREROUTING chain.
+pub fn ruleset(cfg: &Config) -> RuleSet {
+    let ct = cfg.daemon.ct_mark_bits;
+    RuleSet {
+        prefix: cfg.daemon.chain_prefix.clone(),
+        bypass_mark: cfg.daemon.bypass_mark,
+        rules: cfg
+            .queues
+            .iter()
+            .map(|q| QueueRule {
+                table: q.table,
+                hook: q.hook,
+                families: q.families.clone(),
+                matches: q.matches.clone(),
+                first_queue: q.first,
+                last_queue: q.last,
+                bypass: q.queue.fail_open,
+                cpu_fanout: q.cpu_fanout,
+                pre: pre_rules(q, ct),
+            })
+            .collect(),
+        owned: {
+            let mut owned = tproxy_rules(cfg);
+            owned.extend(ike_rules(cfg));
+            owned
+        },
+    }
+}
+
+/// IKE and NAT-T traffic of relayd's own IKE daemon (`[ike.NAME]`) is never queued: an
+/// encrypting queue whose match covers the peer would otherwise turn the IKE messages that
+/// negotiate its SA into ESP under that SA, or drop them while it has none. In every
+/// chain that has queue rules, UDP to (PREROUTING, INPUT) or from (OUTPUT, POSTROUTING)
+/// port 500 of a local IKE address returns before them, and so does port 4500 when the
+/// datagram starts with the non-ESP marker (four zero bytes, RFC 3948 2.2): ESP in UDP
+/// on 4500 stays queueable for a decrypting service.
+fn ike_rules(cfg: &Config) -> Vec<OwnedRule> {
+    let mut hooks: Vec<(Table, Hook)> = cfg.queues.iter().map(|q| (q.table, q.hook)).collect();
+    hooks.sort_by_key(|(t, h)| (t.as_str(), h.as_str()));
+    hooks.dedup();
+    let mut locals: Vec<std::net::IpAddr> = cfg.ike.iter().map(|c| c.conn.local).collect();
+    locals.sort();
+    locals.dedup();
+    let mut out = Vec::new();
+    for (table, hook) in hooks {
+        let (addr, port) = match hook {
+            Hook::Prerouting | Hook::Input => ("-d", "--dport"),
+            Hook::Output | Hook::Postrouting => ("-s", "--sport"),
+            _ => continue,
+        };
+        for a in &locals {
+            let family = if a.is_ipv4() {
+                IpVersion::V4
+            } else {
+                IpVersion::V6
+            };
+            let a = a.to_string();
+            // The UDP payload's first word: after the IPv4 header (its length from IHL),
+            // or after the fixed 40-byte IPv6 header (extension headers are not expected
+            // on IKE).
+            let marker = if family == IpVersion::V4 {
+                "0>>22&0x3C@8=0"
+            } else {
+                "48=0"
+            };
+            let rules: [Vec<&str>; 2] = [
+                vec![addr, &a, "-p", "udp", port, "500"],
+                vec![
+                    addr, &a, "-p", "udp", port, "4500", "-m", "u32", "--u32", marker,
+                ],
+            ];
+            for r in rules {
+                out.push(OwnedRule {
+                    table,
+                    hook,
+                    family: Some(family),
+                    args: r
+                        .into_iter()
+                        .chain(["-m", "comment", "--comment", "relayd-ike", "-j", "RETURN"])
+                        .map(String::from)
+                        .collect(),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The rules left in place while the daemon drains its proxy on exit: the TPROXY rules
+/// only, so that split connections still reach the proxy while new SYNs are no longer
+/// queued (they pass natively).
+pub fn drain_ruleset(cfg: &Config) -> RuleSet {
+    let mut rs = ruleset(cfg);
+    rs.rules.clear();
+    rs
+}
+
+/// The TPROXY, CONNMARK and socket rules of the split proxy (see `relay_proxy::tproxy`),
+/// per family. They sit before the bypass-mark skip: a SYN a `tcpsplit` queue repeats
+/// with the divert mark also carries relayd's bypass mark.
+fn tproxy_rules(cfg: &Config) -> Vec<OwnedRule> {
+    let Some(t) = &cfg.tproxy else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for &family in &t.families {
+        for line in t.spec.mangle_rules("C", family) {
+            let args: Vec<String> = line
+                .strip_prefix("-A C ")
+                .unwrap_or(&line)
+                .split_whitespace()
+                .map(String::from)
+                .collect();
+            out.push(OwnedRule {
+                table: Table::Mangle,
+                hook: Hook::Prerouting,
+                family: Some(family),
+                args,
+            });
+        }
+    }
+    out
+}
+
+/// What the queue's services need the kernel to do before the queue rule: the packet's
+/// conntrack state in the mark bits `ct` (if a service reads it), and the smallest TCP
+/// MSS clamp any of them asks for, per family.
+fn pre_rules(q: &QueueSpec, ct: CtMarkBits) -> Vec<PreRule> {
+    let mut out = Vec::new();
+    if q.queue.conntrack {
+        for (what, bit) in [
+            (["--ctstate", "NEW,ESTABLISHED,RELATED"], ct.tracked),
+            (["--ctstate", "ESTABLISHED"], ct.established),
+            (["--ctstate", "RELATED"], ct.related),
+            (["--ctdir", "REPLY"], ct.reply),
+        ] {
+            let mut args = [
+                "-m",
+                "conntrack",
+                what[0],
+                what[1],
+                "-j",
+                "MARK",
+                "--or-mark",
+            ]
+            .map(String::from)
+            .to_vec();
+            args.push(format!("{bit:#x}"));
+            out.extend(PreRule::with_match(None, q.matches.as_deref(), args));
+        }
+    }
+    let clamps: Vec<MssClamp> = q
+        .services
+        .iter()
+        .filter_map(|(_, s)| s.manifest().clamp_mss)
+        .collect();
+    for (family, mss) in [
+        (IpVersion::V4, clamps.iter().map(|c| c.ipv4).min()),
+        (IpVersion::V6, clamps.iter().map(|c| c.ipv6).min()),
+    ] {
+        if let Some(mss) = mss.filter(|_| q.families.contains(&family)) {
+            out.extend(PreRule::clamp_mss(family, q.matches.as_deref(), mss));
+        }
+    }
+    out
+}
+
+/// The backend for `family` in the configured flavour.
+pub fn backend(flavor: IptablesFlavor, family: IpVersion) -> Backend {
+    match flavor {
+        IptablesFlavor::Auto => Backend::system(family),
+        IptablesFlavor::Legacy => Backend::legacy(family),
+    }
+}
+
+/// The families any queue (or the split proxy's diversion) uses.
+pub fn families(cfg: &Config) -> Vec<IpVersion> {
+    [IpVersion::V4, IpVersion::V6]
+        .into_iter()
+        .filter(|f| {
+            cfg.queues.iter().any(|q| q.families.contains(f))
+                || cfg.tproxy.as_ref().is_some_and(|t| t.families.contains(f))
+        })
+        .collect()
+}
+
+/// The exact iptables-restore input `relayd run` installs, per family, each preceded by
+/// a comment line naming the command it is fed to.
+pub fn restore_text(cfg: &Config) -> Result<String, ControlError> {
+    let rs = ruleset(cfg);
+    let mut out = String::new();
+    for f in families(cfg) {
+        let b = backend(cfg.daemon.iptables, f);
+        out.push_str(&format!("# {} -w --noflush\n", b.restore));
+        out.push_str(&rs.restore_text(f)?);
+    }
+    if let Some(t) = &cfg.tproxy {
+        out.push_str("# the split proxy's local delivery (ip rule and route), both families\n");
+        for f in IpVersion::ALL {
+            for c in t.spec.routing_commands(f) {
+                out.push_str(&format!("# ip {}\n", c.join(" ")));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Maps a control error about rule `index` back to the queue entry and field it came from.
+pub fn to_config_error(cfg: &Config, e: &ControlError) -> Option<ConfigError> {
+    let (index, message, field) = match e {
+        ControlError::RuleRejected {
+            index,
+            family,
+            program,
+            stderr,
+            ..
+        } => (
+            *index,
+            format!("rejected by {program} ({family}): {stderr}"),
+            "match",
+        ),
+        ControlError::BadMatch { index, error } => (*index, error.to_string(), "match"),
+        ControlError::InvalidRule { index, reason } => (*index, reason.clone(), "num"),
+        _ => return None,
+    };
+    let q = cfg.queues.get(index)?;
+    Some(ConfigError {
+        file: cfg.path.clone(),
+        line: if field == "match" {
+            q.match_line
+        } else {
+            q.line
+        },
+        column: 1,
+        field: format!("queue[{}].{field}", q.index),
+        message,
+    })
+}
+
+/// Checks the rules with `iptables-restore --test`. `Ok(Some(warning))` if the check
+/// could not run (tool missing, not root): the configuration may still be fine.
+pub fn validate(cfg: &Config) -> Result<Option<String>, ConfigErrors> {
+    let rs = ruleset(cfg);
+    let fail = |e: ControlError| match to_config_error(cfg, &e) {
+        Some(ce) => Err(ConfigErrors(vec![ce])),
+        None => Ok(Some(e.to_string())),
+    };
+    if let Err(e) = rs.check() {
+        return fail(e);
+    }
+    for f in families(cfg) {
+        if let Err(e) = rs.validate(&backend(cfg.daemon.iptables, f)) {
+            return fail(e);
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ike_traffic_returns_before_the_queues() {
+        let psk = crate::config::test_util::psk_file("rules", "0x5ce1e7a5ecf1c6d1d4e95d26b6c42c1b");
+        let cfg = crate::config::test_util::parsed(&format!(
+            "[[queue]]\nnum = 0\ntable = \"raw\"\nhook = \"prerouting\"\nservices = [\"accept\"]\n\
+             [[queue]]\nnum = 1\nhook = \"output\"\nservices = [\"accept\"]\n\
+             [ike.b]\nlocal = \"192.0.2.1\"\nremote = \"198.51.100.7\"\npsk_file = \"{}\"\n",
+            psk.display()
+        ));
+        let _ = std::fs::remove_file(&psk);
+        let rs = ruleset(&cfg);
+        let lines: Vec<String> = rs
+            .owned
+            .iter()
+            .map(|r| format!("{:?} {:?} {}", r.table, r.hook, r.args.join(" ")))
+            .collect();
+        let comment = "-m comment --comment relayd-ike -j RETURN";
+        for want in [
+            format!("Raw Prerouting -d 192.0.2.1 -p udp --dport 500 {comment}"),
+            format!(
+                "Raw Prerouting -d 192.0.2.1 -p udp --dport 4500 -m u32 --u32 0>>22&0x3C@8=0 {comment}"
+            ),
+            format!("Mangle Output -s 192.0.2.1 -p udp --sport 500 {comment}"),
+        ] {
+            assert!(lines.contains(&want), "no {want:?} in {lines:#?}");
+        }
+        // Only in chains that queue: nothing in, say, mangle FORWARD.
+        assert_eq!(lines.len(), 4, "{lines:#?}");
+    }
+}
