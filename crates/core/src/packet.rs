@@ -72,11 +72,7 @@ impl PacketMeta {
     /// nor the reverse. A service whose output changes family sends it anew instead
     /// ([`Context::emit`](crate::Context::emit)). `hw_protocol` 0 (offline replay, tests) allows both.
     pub fn verdict_carries(&self, version: IpVersion) -> bool {
-        match self.hw_protocol {
-            0x0800 => version == IpVersion::V4,
-            0x86dd => version == IpVersion::V6,
-            _ => true,
-        }
+        wire::ethernet::ethertype::ip_version(self.hw_protocol).is_none_or(|v| v == version)
     }
 }
 

@@ -22,7 +22,8 @@ use crate::status::{QueueStatus, Status};
 use anyhow::{Context as _, bail};
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::{DataLink, TsResolution};
-use relay_core::{CtInfo, Decision, Packet, PacketMeta, Route, Verdict};
+use relay_core::wire::ethernet::ethertype;
+use relay_core::{CtInfo, Decision, IpVersion, Packet, PacketMeta, Route, Verdict};
 use relay_pipeline::{HeldBytes, Outcome, Pipeline, Settings};
 use std::io::Write;
 use std::path::PathBuf;
@@ -325,11 +326,7 @@ impl Replay {
         let meta = PacketMeta {
             id: rec.number as u32,
             queue: self.pipeline.settings().num,
-            hw_protocol: if ip.first().is_some_and(|b| b >> 4 == 6) {
-                0x86dd
-            } else {
-                0x0800
-            },
+            hw_protocol: ethertype::of(IpVersion::of(ip).unwrap_or(IpVersion::V4)),
             hook: Some(self.hook),
             // A snap length cut the packet: services treat it as a partial copy, as live.
             orig_len: rec.ip_orig_len,
