@@ -8,12 +8,13 @@ use crate::keys::{Cipher, ICV_LEN, load_key};
 use crate::persist::{self, Dir, SaFile, fingerprint};
 use crate::sa::SaCrypto;
 use crate::selectors;
+use crate::selectors::Selectors;
 use crate::state::SaId;
-use crate::table::{Conn, IkeSas, InView};
+use crate::table::{Conn, IkeIn, IkeSas, InView};
 use crate::window::{Replay, ReplayWindow};
 use relay_core::Prefix;
 use relay_core::ratelimit::RateLimit;
-use relay_core::wire::{EspPacket, EspTrailer, IpPacket, esp, proto};
+use relay_core::wire::{EspPacket, EspTrailer, IpPacket, Layout, esp, proto};
 use relay_core::{
     Action, Context, Counter, Counters, FailPolicy, InvalidConfig, IpVersion, Kept, Manifest,
     Packet, Resources, Service, ServiceConfig, ServiceFactory, Tally,
@@ -305,121 +306,160 @@ fn trailer(body: &[u8]) -> Option<(usize, u8)> {
         .map(|(plain, t)| (plain, t.next_header))
 }
 
-impl Service for Decrypt {
-    fn process(&mut self, pkt: &mut Packet, cx: &mut Context) -> Action {
-        let Some((l, direct)) = pkt.headers().map(|h| (h.layout(), h.direct())) else {
-            return self.drop(|d| &d.dropped_malformed, "not an IP packet", 0, cx);
+/// Where a packet's ESP header starts (after the UDP header of ESP in UDP).
+struct Located {
+    layout: Layout,
+    /// The transport header's offset (the ESP or UDP header).
+    l4: usize,
+    /// The ESP header's offset.
+    off: usize,
+    /// Arrived in UDP (RFC 3948).
+    carried: bool,
+}
+
+/// An inbound SA a packet names, and what the configuration says of it.
+struct Found {
+    sa: FoundSa,
+    esn: bool,
+    mode: EspMode,
+    peer: Option<Prefix>,
+}
+
+/// A manual SA, or an IKE child SA with its traffic selectors (one reference count each).
+enum FoundSa {
+    Manual(Arc<Inbound>),
+    Ike(Arc<IkeIn>),
+}
+
+impl FoundSa {
+    fn inbound(&self) -> &Inbound {
+        match self {
+            FoundSa::Manual(sa) => sa,
+            FoundSa::Ike(ike) => &ike.sa,
+        }
+    }
+
+    fn selectors(&self) -> Option<&Selectors> {
+        match self {
+            FoundSa::Manual(_) => None,
+            FoundSa::Ike(ike) => ike.ts.as_deref(),
+        }
+    }
+}
+
+impl Decrypt {
+    /// Finds the ESP header of a packet this service takes; `Err` carries the action for
+    /// every other packet (not ESP: passed; IKE on the NAT-T port: passed; a keepalive or
+    /// a malformed one: dropped).
+    fn locate(&mut self, pkt: &mut Packet, cx: &Context) -> Result<Located, Action> {
+        let Some((layout, direct)) = pkt.headers().map(|h| (h.layout(), h.direct())) else {
+            return Err(self.drop(|d| &d.dropped_malformed, "not an IP packet", 0, cx));
         };
-        let carried = match l.proto {
+        let carried = match layout.proto {
             proto::ESP => false,
             proto::UDP => true,
             _ => {
                 self.passed.inc();
-                return Action::Continue;
+                return Err(Action::Continue);
             }
         };
         if !direct {
             self.passed.inc();
-            return Action::Continue;
+            return Err(Action::Continue);
         }
-        let Some(l4) = l.l4.filter(|_| !l.fragment && !pkt.is_partial()) else {
+        let Some(l4) = layout.l4.filter(|_| !layout.fragment && !pkt.is_partial()) else {
             if carried {
                 // Not telling (a later fragment has no port): as any UDP.
                 self.passed.inc();
-                return Action::Continue;
+                return Err(Action::Continue);
             }
-            return self.drop(|d| &d.dropped_malformed, "fragment or partial copy", 0, cx);
+            let why = "fragment or partial copy";
+            return Err(self.drop(|d| &d.dropped_malformed, why, 0, cx));
         };
+        if !carried {
+            return Ok(Located {
+                layout,
+                l4,
+                off: l4,
+                carried,
+            });
+        }
+        // RFC 3948 2.2: on the NAT-T port, a zero marker is IKE, 0xFF a keepalive.
         let d = pkt.data();
-        let off = if carried {
-            // RFC 3948 2.2: on the NAT-T port, a zero marker is IKE, 0xFF a keepalive.
-            let port = d
-                .get(l4 + 2..l4 + 4)
-                .map(|p| u16::from_be_bytes([p[0], p[1]]));
-            if port != Some(self.encap_port) {
-                self.passed.inc();
-                return Action::Continue;
-            }
-            match classify(d, l4, l.len) {
-                NattDatagram::Esp(off) => off,
-                NattDatagram::Ike => {
-                    self.passed_ike.inc();
-                    return Action::Continue;
-                }
-                NattDatagram::Keepalive => {
-                    self.dropped_keepalive.inc();
-                    return Action::Drop;
-                }
-                NattDatagram::Malformed(why) => {
-                    return self.drop(|d| &d.dropped_malformed, why, 0, cx);
-                }
-            }
-        } else {
-            l4
-        };
-        let Some(esp) = d
-            .get(off..l.len)
-            .and_then(|e| EspPacket::new_checked(e).ok())
-        else {
-            return self.drop(
-                |d| &d.dropped_malformed,
-                "shorter than an ESP header",
-                0,
-                cx,
-            );
-        };
-        let (spi, low) = (esp.spi(), esp.seq_no());
-        let esp_len = esp.into_inner().len();
-        let found = match self.sas.iter().find(|s| s.state.spi == spi) {
-            Some(s) => Some((s.state.clone(), s.esn, s.mode, s.peer, None)),
-            None => self.ike.iter_mut().find_map(|v| {
-                v.find(spi).map(|s| {
-                    (
-                        s.sa.clone(),
-                        s.esn,
-                        self.ike_mode,
-                        self.ike_peer,
-                        s.ts.clone(),
-                    )
-                })
+        let port = d
+            .get(l4 + 2..l4 + 4)
+            .map(|p| u16::from_be_bytes([p[0], p[1]]));
+        if port != Some(self.encap_port) {
+            self.passed.inc();
+            return Err(Action::Continue);
+        }
+        match classify(d, l4, layout.len) {
+            NattDatagram::Esp(off) => Ok(Located {
+                layout,
+                l4,
+                off,
+                carried,
             }),
-        };
-        let Some((sa, esn, mode, peer, ts)) = found else {
-            return self.drop(|d| &d.dropped_unknown_spi, "unknown SPI", spi, cx);
-        };
-        // Only the SA's peer may use it: checked before any cryptographic work.
-        if let Some(peer) = peer
-            && !source(d, l.version).is_some_and(|a| peer.contains(a))
-        {
-            return self.drop(
-                |d| &d.dropped_unknown_peer,
-                "outer source is not the SA's peer",
-                spi,
-                cx,
-            );
+            NattDatagram::Ike => {
+                self.passed_ike.inc();
+                Err(Action::Continue)
+            }
+            NattDatagram::Keepalive => {
+                self.dropped_keepalive.inc();
+                Err(Action::Drop)
+            }
+            NattDatagram::Malformed(why) => Err(self.drop(|d| &d.dropped_malformed, why, 0, cx)),
         }
-        let cipher = sa.crypto.cipher();
-        if let Some(why) = bad_length(cipher, esp_len) {
-            return self.drop(|d| &d.dropped_malformed, why, spi, cx);
+    }
+
+    /// The inbound SA of `spi`: a manual one, else one of the IKE connections'.
+    fn find(&mut self, spi: u32) -> Option<Found> {
+        if let Some(s) = self.sas.iter().find(|s| s.state.spi == spi) {
+            return Some(Found {
+                sa: FoundSa::Manual(s.state.clone()),
+                esn: s.esn,
+                mode: s.mode,
+                peer: s.peer,
+            });
         }
-        // RFC 4303 3.4.3: a cheap replay check first, the ICV next, the window last.
+        let (mode, peer) = (self.ike_mode, self.ike_peer);
+        self.ike.iter_mut().find_map(|v| {
+            v.find(spi).map(|s| Found {
+                esn: s.esn,
+                sa: FoundSa::Ike(s.clone()),
+                mode,
+                peer,
+            })
+        })
+    }
+
+    /// RFC 4303 3.4.3: a cheap replay check first, the ICV next (decrypting in place), the
+    /// window last; then the edge on disk and the SA's usage. Returns the sequence number.
+    fn open(
+        &mut self,
+        pkt: &mut Packet,
+        at: &Located,
+        f: &Found,
+        (spi, low, esp_len): (u32, u32, usize),
+        cx: &Context,
+    ) -> Result<u64, Action> {
+        let sa = f.sa.inbound();
         let seq = {
             let w = sa.window.lock().unwrap_or_else(|e| e.into_inner());
-            let seq = if esn { w.infer_esn(low) } else { low as u64 };
+            let seq = if f.esn { w.infer_esn(low) } else { low as u64 };
             if let Err(r) = w.check(seq) {
                 drop(w);
-                return self.replay_drop(r, spi, cx);
+                return Err(self.replay_drop(r, spi, cx));
             }
             seq
         };
-        let hdr = esp::HEADER_LEN + cipher.iv_len();
-        let hi = esn.then_some((seq >> 32) as u32);
-        let opened = match pkt.data_mut().get_mut(off..l.len) {
+        let hi = f.esn.then_some((seq >> 32) as u32);
+        let opened = match pkt.data_mut().get_mut(at.off..at.layout.len) {
             Some(esp) => sa.crypto.open(hi, esp).is_ok(),
             None => false,
         };
         if !opened {
-            return self.drop(|d| &d.dropped_auth, "integrity check failed", spi, cx);
+            return Err(self.drop(|d| &d.dropped_auth, "integrity check failed", spi, cx));
         }
         // Accepted once the edge on disk covers it (no replay after a crash), unless the
         // disk cannot keep up.
@@ -431,7 +471,7 @@ impl Service for Decrypt {
             let mut w = sa.window.lock().unwrap_or_else(|e| e.into_inner());
             if let Err(r) = w.check(seq) {
                 drop(w);
-                return self.replay_drop(r, spi, cx);
+                return Err(self.replay_drop(r, spi, cx));
             }
             w.update(seq);
         }
@@ -439,16 +479,121 @@ impl Service for Decrypt {
         if let Some(u) = &sa.usage {
             u.add(esp_len);
         }
+        Ok(seq)
+    }
+
+    /// An IKE child SA carries only what was negotiated (RFC 4301 5.2): checked on the
+    /// authenticated plaintext `inner` (a whole packet in tunnel mode, the upper-layer
+    /// header on in transport mode), before it goes anywhere.
+    fn within_selectors(
+        &self,
+        pkt: &Packet,
+        version: IpVersion,
+        ts: &Selectors,
+        (inner, next, tunnel): (&[u8], u8, bool),
+    ) -> bool {
+        let flow = if tunnel {
+            selectors::inner_flow(inner)
+        } else {
+            let d = pkt.data();
+            source(d, version)
+                .zip(destination(d, version))
+                .map(|(s, t)| selectors::transport_flow(s, t, next, inner))
+        };
+        flow.is_some_and(|f| ts.allow(&f))
+    }
+
+    /// Takes the ESP header, trailer and ICV (and the UDP header of ESP in UDP) off an
+    /// authenticated packet whose payload of `plain` bytes starts `hdr` bytes after the
+    /// ESP header: the inner packet replaces it (tunnel mode) or its payload follows the
+    /// IP header (transport mode).
+    fn deliver(
+        &mut self,
+        pkt: &mut Packet,
+        at: &Located,
+        (hdr, plain, next): (usize, usize, u8),
+        cx: &mut Context,
+    ) -> Action {
+        match next {
+            proto::IPV4 | proto::IPV6 => {
+                pkt.remove(0, at.off + hdr);
+                pkt.resize(plain);
+                self.decrypted.inc();
+                // Never to this box: refused (`dropped_local_destination`), forwarded
+                // anew on INPUT or across families, else carried on by the verdict.
+                cx.pass_inner(pkt, &self.resend)
+            }
+            proto::NO_NEXT_HEADER => {
+                // A dummy packet (RFC 4303 2.6): authenticated, then discarded.
+                self.dropped_dummy.inc();
+                Action::Drop
+            }
+            _ => {
+                // The UDP header of ESP in UDP goes with the ESP header.
+                pkt.remove(at.l4, at.off - at.l4 + hdr);
+                pkt.set_transport(at.layout, plain, next);
+                if at.carried
+                    && let Some(mut h) = pkt.headers_mut()
+                {
+                    // RFC 3948 3.1.2: the checksum still covers the addresses the sender
+                    // used, which a NAT changed; recomputed over the packet's addresses
+                    // (the NAT-OA addresses are not known for manual SAs), so the host
+                    // accepts it; the ICV has vouched for every byte of it.
+                    h.fill_l4_checksum();
+                }
+                self.decrypted.inc();
+                Action::Continue
+            }
+        }
+    }
+}
+
+impl Service for Decrypt {
+    fn process(&mut self, pkt: &mut Packet, cx: &mut Context) -> Action {
+        let at = match self.locate(pkt, cx) {
+            Ok(at) => at,
+            Err(action) => return action,
+        };
+        let l = at.layout;
+        let Some(esp) = pkt
+            .data()
+            .get(at.off..l.len)
+            .and_then(|e| EspPacket::new_checked(e).ok())
+        else {
+            let why = "shorter than an ESP header";
+            return self.drop(|d| &d.dropped_malformed, why, 0, cx);
+        };
+        let (spi, low) = (esp.spi(), esp.seq_no());
+        let esp_len = esp.into_inner().len();
+        let Some(found) = self.find(spi) else {
+            return self.drop(|d| &d.dropped_unknown_spi, "unknown SPI", spi, cx);
+        };
+        // Only the SA's peer may use it: checked before any cryptographic work.
+        if let Some(peer) = found.peer
+            && !source(pkt.data(), l.version).is_some_and(|a| peer.contains(a))
+        {
+            let why = "outer source is not the SA's peer";
+            return self.drop(|d| &d.dropped_unknown_peer, why, spi, cx);
+        }
+        let cipher = found.sa.inbound().crypto.cipher();
+        if let Some(why) = bad_length(cipher, esp_len) {
+            return self.drop(|d| &d.dropped_malformed, why, spi, cx);
+        }
+        if let Err(action) = self.open(pkt, &at, &found, (spi, low, esp_len), cx) {
+            return action;
+        }
+        let hdr = esp::HEADER_LEN + cipher.iv_len();
         // The lengths were checked above; `get` keeps a mistake from becoming a panic.
         let body = pkt
             .data()
-            .get(off + hdr..l.len.saturating_sub(ICV_LEN))
+            .get(at.off + hdr..l.len.saturating_sub(ICV_LEN))
             .unwrap_or_default();
         let Some((plain, next)) = trailer(body) else {
             return self.drop(|d| &d.dropped_malformed, "bad padding", spi, cx);
         };
+        let inner = body.get(..plain).unwrap_or_default();
         let tunnel = matches!(next, proto::IPV4 | proto::IPV6);
-        if next != proto::NO_NEXT_HEADER && tunnel != (mode == EspMode::Tunnel) {
+        if next != proto::NO_NEXT_HEADER && tunnel != (found.mode == EspMode::Tunnel) {
             let why = if tunnel {
                 "a tunnel-mode packet on a transport SA (set mode = \"tunnel\" and peer)"
             } else {
@@ -456,61 +601,17 @@ impl Service for Decrypt {
             };
             return self.drop(|d| &d.dropped_wrong_mode, why, spi, cx);
         }
-        // An IKE child SA carries only what was negotiated (RFC 4301 5.2): checked on
-        // the authenticated plaintext, before it goes anywhere.
-        if let Some(ts) = &ts
+        if let Some(ts) = found.sa.selectors()
             && next != proto::NO_NEXT_HEADER
+            && !self.within_selectors(pkt, l.version, ts, (inner, next, tunnel))
         {
-            let inner = body.get(..plain).unwrap_or_default();
-            let flow = if tunnel {
-                selectors::inner_flow(inner)
-            } else {
-                let d = pkt.data();
-                source(d, l.version)
-                    .zip(destination(d, l.version))
-                    .map(|(s, t)| selectors::transport_flow(s, t, next, inner))
-            };
-            if !flow.is_some_and(|f| ts.allow(&f)) {
-                return self.drop(
-                    |d| &d.dropped_outside_ts,
-                    "outside the SA's traffic selectors",
-                    spi,
-                    cx,
-                );
-            }
+            let why = "outside the SA's traffic selectors";
+            return self.drop(|d| &d.dropped_outside_ts, why, spi, cx);
         }
-        match next {
-            proto::IPV4 | proto::IPV6 => {
-                // Tunnel mode: the inner packet replaces the whole packet.
-                if !body.get(..plain).is_some_and(|b| is_whole_packet(b, next)) {
-                    return self.drop(|d| &d.dropped_malformed, "bad inner packet", spi, cx);
-                }
-                pkt.remove(0, off + hdr);
-                pkt.resize(plain);
-                self.decrypted.inc();
-                // Never to this box: refused (`dropped_local_destination`), forwarded
-                // anew on INPUT or across families, else carried on by the verdict.
-                return cx.pass_inner(pkt, &self.resend);
-            }
-            proto::NO_NEXT_HEADER => {
-                // A dummy packet (RFC 4303 2.6): authenticated, then discarded.
-                self.dropped_dummy.inc();
-                return Action::Drop;
-            }
-            _ => {
-                // The UDP header of ESP in UDP goes with the ESP header.
-                pkt.remove(l4, off - l4 + hdr);
-                pkt.set_transport(l, plain, next);
-                if carried && let Some(mut h) = pkt.headers_mut() {
-                    // RFC 3948 3.1.2: the checksum still covers the addresses the sender
-                    // used, which a NAT changed; recomputed over the packet's addresses
-                    // (the NAT-OA addresses are not known for manual SAs), so the host
-                    // accepts it; the ICV has vouched for every byte of it.
-                    h.fill_l4_checksum();
-                }
-            }
+        // Tunnel mode: the inner packet replaces the whole packet.
+        if tunnel && !is_whole_packet(inner, next) {
+            return self.drop(|d| &d.dropped_malformed, "bad inner packet", spi, cx);
         }
-        self.decrypted.inc();
-        Action::Continue
+        self.deliver(pkt, &at, (hdr, plain, next), cx)
     }
 }

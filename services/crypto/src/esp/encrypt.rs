@@ -470,28 +470,15 @@ impl Encrypt {
             self.dropped_unfit.inc();
             return Action::Drop;
         }
-        let carrier = if encap.is_some() {
-            proto::UDP
-        } else {
-            proto::ESP
+        let outer_at = Outer {
+            version: l.version,
+            udp_at,
+            total,
+            tos,
+            df,
+            id: seq as u16,
         };
-        match self.wrap {
-            Wrap::Transport => fix_ip_header(d, l.version, total, carrier),
-            Wrap::Tunnel { local, remote } => {
-                outer_header(local, remote, carrier, tos, df, seq as u16, total - outer).emit(d);
-            }
-        }
-        if let Some(e) = encap {
-            emit_udp(d, udp_at, total, e);
-            // Transport mode keeps the packet's own family; tunnel mode has local's.
-            let v6 = match self.wrap {
-                Wrap::Transport => l.version == IpVersion::V6,
-                Wrap::Tunnel { local, .. } => local.is_ipv6(),
-            };
-            if v6 {
-                fill_udp_v6(d, udp_at, total);
-            }
-        }
+        self.write_outer(d, &outer_at, encap);
         self.encrypted.inc();
         self.bytes_out.add(total as u64);
         if let Some(u) = &sa.usage {
@@ -502,6 +489,51 @@ impl Encrypt {
             return Action::Drop;
         }
         Action::Continue
+    }
+}
+
+/// Where the outer headers of a sealed packet go and what they carry.
+struct Outer {
+    /// The packet's family (transport mode keeps it).
+    version: IpVersion,
+    /// Where the UDP header of ESP in UDP goes.
+    udp_at: usize,
+    /// The whole packet's length.
+    total: usize,
+    /// Traffic class and DF of the inner packet (tunnel mode copies them).
+    tos: u8,
+    df: bool,
+    /// The outer IPv4 identification.
+    id: u16,
+}
+
+impl Encrypt {
+    /// Writes the IP header (transport: the packet's own, fixed up; tunnel: a new outer
+    /// one) and, for ESP in UDP, the UDP header, around the sealed ESP packet in `d`.
+    fn write_outer(&self, d: &mut [u8], o: &Outer, encap: Option<UdpEncap>) {
+        let carrier = if encap.is_some() {
+            proto::UDP
+        } else {
+            proto::ESP
+        };
+        let outer = self.wrap.outer_len();
+        match self.wrap {
+            Wrap::Transport => fix_ip_header(d, o.version, o.total, carrier),
+            Wrap::Tunnel { local, remote } => {
+                outer_header(local, remote, carrier, o.tos, o.df, o.id, o.total - outer).emit(d);
+            }
+        }
+        if let Some(e) = encap {
+            emit_udp(d, o.udp_at, o.total, e);
+            // Transport mode keeps the packet's own family; tunnel mode has local's.
+            let v6 = match self.wrap {
+                Wrap::Transport => o.version == IpVersion::V6,
+                Wrap::Tunnel { local, .. } => local.is_ipv6(),
+            };
+            if v6 {
+                fill_udp_v6(d, o.udp_at, o.total);
+            }
+        }
     }
 }
 
