@@ -2,10 +2,8 @@
 //! and sequence numbers, ICMP type and code, where the payload lies, conntrack state.
 
 use crate::rules::rule::ip_key;
-use relay_core::wire::{
-    IcmpPacket, Ipv4Packet, Ipv6Packet, TcpPacket, UdpPacket, checksum, icmp, proto, udp,
-};
-use relay_core::{CtInfo, IpVersion, Packet};
+use relay_core::wire::{IcmpPacket, IpPacket, TcpPacket, UdpPacket, checksum, icmp, proto, udp};
+use relay_core::{CtInfo, Packet};
 use std::net::IpAddr;
 
 /// The facts of a packet the rules look at, read once.
@@ -77,16 +75,9 @@ pub(crate) fn pkt_info(pkt: &mut Packet, defrag: bool) -> Option<PktInfo> {
     let l = pkt.layout().ok()?;
     let ct = pkt.meta.ct;
     let data = pkt.data();
-    let (src, dst, ttl): (IpAddr, IpAddr, u8) = match l.version {
-        IpVersion::V4 => {
-            let ip = Ipv4Packet::new_unchecked(data);
-            (ip.src_addr().into(), ip.dst_addr().into(), ip.ttl())
-        }
-        IpVersion::V6 => {
-            let ip = Ipv6Packet::new_unchecked(data);
-            (ip.src_addr().into(), ip.dst_addr().into(), ip.hop_limit())
-        }
-    };
+    // The layout parsed, so the fixed header is whole.
+    let ip = IpPacket::new_unchecked(data, l.version);
+    let (src, dst, ttl) = (ip.src_addr(), ip.dst_addr(), ip.hop_limit());
     let end = l.len.min(data.len());
     let mut p = PktInfo {
         src,
