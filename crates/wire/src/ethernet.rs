@@ -29,6 +29,8 @@ pub mod ethertype {
     pub const MPLS: u16 = 0x8847;
     /// 802.1ad service VLAN tag (QinQ)
     pub const QINQ: u16 = 0x88a8;
+    /// The service VLAN tag of QinQ before 802.1ad (still seen; Suricata reads it too)
+    pub const QINQ_LEGACY: u16 = 0x9100;
     /// Network Service Header (RFC 8300)
     pub const NSH: u16 = 0x894f;
 
@@ -98,14 +100,17 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
         &self.buffer.as_ref()[HEADER_LEN..]
     }
 
-    /// The EtherType after any 802.1Q / 802.1ad tags and the offset of what it carries,
-    /// or `None` if the frame ends inside a tag.
+    /// The EtherType after any 802.1Q / 802.1ad (or pre-802.1ad 0x9100) tags and the
+    /// offset of what it carries, or `None` if the frame ends inside a tag.
     pub fn network(&self) -> Option<(u16, usize)> {
         let b = self.buffer.as_ref();
         let mut off = 12;
         loop {
             let ty = u16::from_be_bytes([*b.get(off)?, *b.get(off + 1)?]);
-            if ty == ethertype::VLAN || ty == ethertype::QINQ {
+            if matches!(
+                ty,
+                ethertype::VLAN | ethertype::QINQ | ethertype::QINQ_LEGACY
+            ) {
                 off += VLAN_TAG_LEN;
                 continue;
             }
@@ -294,6 +299,11 @@ mod tests {
         let t = EthernetFrame::new_checked(&tagged[..]).unwrap();
         assert_eq!(t.network(), Some((0x0800, 22)));
         assert_eq!(t.into_ip_packet(), None, "tagged: not an untagged IP frame");
+        let mut legacy = f[..12].to_vec();
+        legacy.extend_from_slice(&[0x91, 0x00, 0, 1]);
+        legacy.extend_from_slice(&f[12..]);
+        let l = EthernetFrame::new_checked(&legacy[..]).unwrap();
+        assert_eq!(l.network(), Some((0x0800, 18)), "a pre-802.1ad 0x9100 tag");
         for n in 0..tagged.len() {
             if let Ok(t) = EthernetFrame::new_checked(&tagged[..n]) {
                 let _ = t.network();

@@ -6,18 +6,19 @@
 //! Panic-free on any input: every read is bounds-checked, and a header that does not
 //! hold together yields `None` (the packet is then inspected as it is, not decapsulated).
 
-use relay_core::wire::{Ipv6Packet, ipv6, proto};
+use relay_core::wire::ethernet::{self, ethertype};
+use relay_core::wire::{EthernetFrame, Ipv6Packet, ipv6, proto};
 
 /// GRE (RFC 2784, 2890; PPTP's enhanced GRE, RFC 2637).
 const GRE: u8 = 47;
 /// IPv4 in Ethernet / GRE / Geneve.
-const ETH_IPV4: u16 = 0x0800;
+const ETH_IPV4: u16 = ethertype::IPV4;
 /// IPv6 in Ethernet / GRE / Geneve.
-const ETH_IPV6: u16 = 0x86dd;
+const ETH_IPV6: u16 = ethertype::IPV6;
 /// 802.1Q and 802.1ad (QinQ) VLAN tags; 0x9100 the pre-standard QinQ tag.
-const ETH_VLAN: [u16; 3] = [0x8100, 0x88a8, 0x9100];
+const ETH_VLAN: [u16; 3] = [ethertype::VLAN, ethertype::QINQ, ethertype::QINQ_LEGACY];
 /// Transparent Ethernet bridging (an Ethernet frame in GRE or Geneve).
-const ETH_BRIDGE: u16 = 0x6558;
+const ETH_BRIDGE: u16 = ethertype::TEB;
 /// PPP in GRE.
 const GRE_PPP: u16 = 0x880b;
 /// ERSPAN type II (with a sequence number) or type I (without) in GRE.
@@ -88,7 +89,16 @@ fn ip_of(proto: u8, b: &[u8]) -> Option<&[u8]> {
 /// The IP packet in an Ethernet frame (after up to [`MAX_VLAN_TAGS`] VLAN tags); `None`
 /// for ARP and anything else that is not IP.
 pub(crate) fn ethernet(frame: &[u8]) -> Option<&[u8]> {
-    ethertype(be16(frame, 12)?, frame.get(14..)?)
+    let (et, off) = EthernetFrame::new_checked(frame).ok()?.network()?;
+    if (off - ethernet::HEADER_LEN) / ethernet::VLAN_TAG_LEN > MAX_VLAN_TAGS {
+        return None;
+    }
+    let rest = frame.get(off..)?;
+    match et {
+        ETH_IPV4 => ip_of(proto::IPV4, rest),
+        ETH_IPV6 => ip_of(proto::IPV6, rest),
+        _ => None,
+    }
 }
 
 /// The IP packet behind an ethertype (VLAN tags followed, Ethernet bridged in).
