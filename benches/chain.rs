@@ -5,10 +5,10 @@
 //! Run: `make bench` (or `cargo bench -p relay-core --bench chain`).
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use relay_core::builtin::{AcceptConfig, DumpConfig, MarkConfig};
 use relay_core::{
     Chain, ChainSettings, Context, Counter, Counters, Packet, QueueCounters, ServiceConfig, Verdict,
 };
+use relay_svc_builtin::{AcceptConfig, DumpConfig, MarkConfig};
 use std::hint::black_box;
 use std::time::Instant;
 

@@ -28,6 +28,6 @@ fuzz_target!(|data: &[u8]| {
         let _ = pkt.layout();
         let _ = pkt.is_partial();
         let mut line = String::new();
-        relay_core::builtin::format_packet(&mut line, &mut pkt);
+        relay_core::format_packet(&mut line, &mut pkt);
     }
 });

@@ -90,7 +90,7 @@ fn inspect(p: &mut Packet) {
         let _ = (u.dst_port(), u.payload().len());
     }
     let mut line = String::new();
-    relay_core::builtin::format_packet(&mut line, p);
+    relay_core::format_packet(&mut line, p);
     // Twice: the second answer comes from the cache and must be the same.
     assert_eq!(layout, p.layout());
 }

@@ -1,17 +1,19 @@
 //! relayd core: the packet a service sees (with typed views of its headers from the
 //! relay-wire crate, re-exported as [`wire`]), the [`Service`] contract, chains of
-//! services, the outbox for packets services send, counters and the built-in services.
+//! services, the outbox for packets services send and counters; the vocabulary a service's
+//! manifest and configuration use (hooks and stage marks, tc plans, interface names,
+//! units). The built-in services are in services/builtin (`relay-svc-builtin`).
 //! No I/O: everything here can be driven from tests by feeding bytes and checking bytes
 //! and verdicts.
 //!
 //! Writing a service takes one small file: a serde config implementing [`ServiceConfig`],
 //! a [`ServiceFactory`] that declares what the service needs from the daemon in a
 //! [`Manifest`] and builds one instance per queue thread, and the per-packet
-//! [`Service::process`]. See `builtin/` for four worked examples.
+//! [`Service::process`]. See services/builtin for four worked examples.
 
-pub mod builtin;
 pub mod chain;
 pub mod counters;
+pub mod describe;
 pub mod hook;
 pub mod ifname;
 pub mod manifest;
@@ -27,6 +29,7 @@ pub use relay_wire as wire;
 
 pub use chain::{Chain, ChainSettings, Decision, Verdict};
 pub use counters::{Counter, CounterKind, Counters, QueueCounters};
+pub use describe::format_packet;
 pub use hook::{Hook, StageMark};
 pub use manifest::{Capability, FailPolicy, LogFile, Manifest, MssClamp, ProxyDiversion};
 pub use outbox::{EmitError, Emitted, Outbox, Route, Tally};

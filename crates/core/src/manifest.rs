@@ -211,3 +211,7 @@ impl Manifest {
 /// A manifest with nothing in it, for factories that need nothing
 /// ([`ServiceFactory::manifest`](crate::ServiceFactory::manifest)'s default).
 pub static NOTHING: Manifest = Manifest::new();
+
+/// Bytes a header-only service asks for: enough for IPv6 with a few extension headers and
+/// a TCP header with options.
+pub const HEADER_BYTES: u32 = 192;

@@ -3,6 +3,7 @@
 //! ("40ms", "1.5s"). One parser each, so relayd, its services, relay-traffic and the
 //! testbed read them alike.
 
+use serde::Deserialize;
 use std::time::Duration;
 
 /// Why a rate string was refused by [`parse_rate`]. Each message quotes the input and
@@ -119,6 +120,29 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err(format!("`{s}` is out of range"));
     }
     Ok(Duration::from_secs_f64(secs))
+}
+
+/// Parses a 32-bit value written as an integer or as a "0x..." string (marks and SPIs
+/// are usually written in hex). For `#[serde(deserialize_with = "de_u32")]`.
+pub fn de_u32<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum V {
+        N(i64),
+        S(String),
+    }
+    let err = |s: &str| serde::de::Error::custom(format!("{s} is not a 32-bit value"));
+    match V::deserialize(d)? {
+        V::N(n) => u32::try_from(n).map_err(|_| err(&n.to_string())),
+        V::S(s) => {
+            let t = s.trim();
+            let r = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+                Some(h) => u32::from_str_radix(h, 16),
+                None => t.parse(),
+            };
+            r.map_err(|_| err(&format!("\"{s}\"")))
+        }
+    }
 }
 
 #[cfg(test)]

@@ -3,8 +3,8 @@
 //! A kind maps to a builder that parses the `[service.NAME]` options (with the line of
 //! any bad value) and makes the service's factory.
 
-use relay_core::builtin::{AcceptConfig, DropConfig, DumpConfig, MarkConfig};
 use relay_core::{Kept, ServiceConfig, ServiceFactory};
+use relay_svc_builtin::{AcceptConfig, DropConfig, DumpConfig, MarkConfig};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

@@ -13,7 +13,7 @@
 //! classes = [{ port = 22, rate = "10mbit" }, { port = 443, rate = "60mbit" }]
 //! ```
 
-use relay_core::builtin::HEADER_BYTES;
+use relay_core::manifest::HEADER_BYTES;
 use relay_core::units::parse_rate;
 use relay_core::wire::proto;
 use relay_core::{

@@ -113,7 +113,7 @@ impl Decompress {
         }
         if let Some(suppressed) = self.log.allow(cx.now) {
             let mut line = String::new();
-            relay_core::builtin::format_packet(&mut line, pkt);
+            relay_core::format_packet(&mut line, pkt);
             tracing::warn!(
                 queue = cx.queue,
                 cpi,

@@ -19,7 +19,7 @@ use crate::keys::Cipher;
 use crate::live::{Inbound, Outbound};
 use crate::state::Registry;
 use relay_core::Prefix;
-use relay_core::builtin::de_u32;
+use relay_core::units::de_u32;
 use serde::Deserialize;
 use std::net::IpAddr;
 use std::path::PathBuf;

@@ -23,7 +23,7 @@
 
 pub use relay_core::units::parse_duration;
 
-use relay_core::builtin::HEADER_BYTES;
+use relay_core::manifest::HEADER_BYTES;
 use relay_core::wire::proto;
 use relay_core::{
     Action, Context, Counter, Counters, Manifest, Packet, Resources, Service, ServiceConfig,

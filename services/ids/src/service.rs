@@ -8,7 +8,7 @@ use crate::flow::FlowLimits;
 use crate::flow::stream::StreamLimits;
 use crate::hostos::{FragPolicy, PolicyMap, PolicySpec};
 use crate::reject::{RejectCounters, RejectLimits, Rejecter};
-use relay_core::builtin::de_u32;
+use relay_core::units::de_u32;
 use relay_core::{
     Action, Context, Counters, FailPolicy, LogFile, Manifest, Packet, Resources, Service,
     ServiceConfig, ServiceFactory, Tally,

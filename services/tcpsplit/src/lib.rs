@@ -33,12 +33,12 @@
 
 pub use relay_core::Prefix;
 
-use relay_core::builtin::{HEADER_BYTES, de_u32};
 use relay_core::wire::{proto, tcp};
 use relay_core::{
     Action, Context, Counter, Counters, Manifest, Packet, ProxyDiversion, Resources, Service,
     ServiceConfig, ServiceFactory,
 };
+use relay_core::{manifest::HEADER_BYTES, units::de_u32};
 use relay_netlink::QueueMonitor;
 use serde::Deserialize;
 use std::sync::Arc;

@@ -383,7 +383,7 @@ fn set_kernel(q: &RawQueue, chain: &[(String, Arc<dyn ServiceFactory>)], queue: 
 fn default_copy_range(chain: &[(String, Arc<dyn ServiceFactory>)]) -> Option<u32> {
     chain
         .iter()
-        .try_fold(relay_core::builtin::HEADER_BYTES, |acc, (_, s)| {
+        .try_fold(relay_core::manifest::HEADER_BYTES, |acc, (_, s)| {
             s.manifest().needs_bytes.map(|n| acc.max(n))
         })
 }

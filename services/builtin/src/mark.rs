@@ -1,12 +1,12 @@
 //! `mark`: sets the packet's nfmark (masked), and optionally gives it back to the hook
 //! (`repeat = true`) so that later rules can act on the mark.
 
-use super::de_u32;
-use crate::counters::Counters;
-use crate::manifest::Manifest;
-use crate::packet::Packet;
-use crate::resources::Resources;
-use crate::service::{Action, Context, Service, ServiceConfig, ServiceFactory};
+use relay_core::counters::Counters;
+use relay_core::manifest::Manifest;
+use relay_core::packet::Packet;
+use relay_core::resources::Resources;
+use relay_core::service::{Action, Context, Service, ServiceConfig, ServiceFactory};
+use relay_core::units::de_u32;
 use serde::Deserialize;
 use std::sync::Arc;
 
@@ -67,7 +67,10 @@ impl ServiceFactory for MarkFactory {
 
 impl ServiceConfig for MarkConfig {
     const KIND: &'static str = "mark";
-    fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, crate::InvalidConfig> {
+    fn into_factory(
+        self,
+        _name: &str,
+    ) -> Result<Arc<dyn ServiceFactory>, relay_core::InvalidConfig> {
         if self.mark & !self.mask != 0 {
             return Err(format!(
                 "mark {:#x} has bits outside mask {:#x}; they would be ignored",

@@ -1,94 +1,9 @@
-//! `dump`: logs one tcpdump-like line per packet (rate-limited, so a flood cannot flood
-//! the log) and passes the packet on unchanged.
+//! A packet in one line of text, as tcpdump writes it: for the `dump` service and for the
+//! log lines of services that tell which packet they dropped.
 
-use crate::counters::{Counter, Counters};
-use crate::manifest::Manifest;
 use crate::packet::{IpVersion, Packet};
-use crate::ratelimit::RateLimit;
-use crate::resources::Resources;
-use crate::service::{Action, Context, Service, ServiceConfig, ServiceFactory};
 use crate::wire::{IcmpPacket, TcpPacket, UdpPacket, proto, tcp::flags};
-use serde::Deserialize;
 use std::fmt::Write;
-use std::sync::Arc;
-
-/// Configuration of `dump`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DumpConfig {
-    /// At most this many lines per second (the rest are counted as `suppressed`).
-    #[serde(default = "default_rate")]
-    pub rate: u32,
-}
-
-fn default_rate() -> u32 {
-    100
-}
-
-struct Dump {
-    name: String,
-    limit: RateLimit,
-    line: String,
-    logged: Counter,
-    suppressed: Counter,
-}
-
-impl Service for Dump {
-    fn process(&mut self, pkt: &mut Packet, cx: &mut Context) -> Action {
-        match self.limit.allow(cx.now) {
-            None => self.suppressed.inc(),
-            Some(skipped) => {
-                self.line.clear();
-                format_packet(&mut self.line, pkt);
-                if skipped > 0 {
-                    let _ = write!(self.line, " ({skipped} lines suppressed)");
-                }
-                tracing::info!(target: "relayd::dump", "{} q{} {}", self.name, cx.queue, self.line);
-                self.logged.inc();
-            }
-        }
-        Action::Continue
-    }
-}
-
-struct DumpFactory {
-    cfg: DumpConfig,
-    name: String,
-    manifest: Manifest,
-}
-
-impl ServiceFactory for DumpFactory {
-    fn kind(&self) -> &'static str {
-        "dump"
-    }
-    fn manifest(&self) -> &Manifest {
-        &self.manifest
-    }
-    fn build(&self, counters: &Counters, _res: &Resources) -> Box<dyn Service> {
-        Box::new(Dump {
-            name: self.name.clone(),
-            limit: RateLimit::new(self.cfg.rate),
-            line: String::with_capacity(256),
-            logged: counters.counter("logged"),
-            suppressed: counters.counter("suppressed"),
-        })
-    }
-}
-
-impl ServiceConfig for DumpConfig {
-    const KIND: &'static str = "dump";
-    fn into_factory(self, name: &str) -> Result<Arc<dyn ServiceFactory>, crate::InvalidConfig> {
-        Ok(Arc::new(DumpFactory {
-            cfg: self,
-            name: name.to_string(),
-            // Headers are all a dump line shows.
-            manifest: Manifest {
-                needs_bytes: Some(super::HEADER_BYTES),
-                ..Manifest::new()
-            },
-        }))
-    }
-}
 
 /// Writes a tcpdump-like one-line summary of `pkt` into `out`, e.g.
 /// `IP 10.0.1.1.4000 > 10.0.2.2.5000: UDP, length 5`. Never fails on malformed input.

@@ -1,22 +1,17 @@
-//! The built-in services, the paper's Fig. 7 in Rust: `accept` (passthrough), `drop`,
+//! relayd's built-in services, the paper's Fig. 7 in Rust: `accept` (passthrough), `drop`,
 //! `dump` (a tcpdump-like line per packet, rate-limited) and `mark` (set the nfmark,
 //! optionally repeating the hook). Each is also a worked example of the service contract.
 
 mod dump;
 mod mark;
 
-pub use dump::{DumpConfig, format_packet};
+pub use dump::DumpConfig;
 pub use mark::MarkConfig;
 
-/// Bytes a header-only service asks for: enough for IPv6 with a few extension headers and
-/// a TCP header with options.
-pub const HEADER_BYTES: u32 = 192;
-
-use crate::counters::Counters;
-use crate::manifest::{FailPolicy, Manifest};
-use crate::packet::Packet;
-use crate::resources::Resources;
-use crate::service::{Action, Context, Service, ServiceConfig, ServiceFactory};
+use relay_core::{
+    Action, Context, Counters, FailPolicy, InvalidConfig, Manifest, Packet, Resources, Service,
+    ServiceConfig, ServiceFactory,
+};
 use serde::Deserialize;
 use std::sync::Arc;
 
@@ -66,7 +61,7 @@ impl ServiceFactory for Fixed {
 
 impl ServiceConfig for AcceptConfig {
     const KIND: &'static str = "accept";
-    fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, crate::InvalidConfig> {
+    fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, InvalidConfig> {
         Ok(Arc::new(Fixed::new(
             "accept",
             Action::Accept,
@@ -77,35 +72,12 @@ impl ServiceConfig for AcceptConfig {
 
 impl ServiceConfig for DropConfig {
     const KIND: &'static str = "drop";
-    fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, crate::InvalidConfig> {
+    fn into_factory(self, _name: &str) -> Result<Arc<dyn ServiceFactory>, InvalidConfig> {
         // Its point is to stop traffic: with relayd down, the traffic stays stopped.
         Ok(Arc::new(Fixed::new(
             "drop",
             Action::Drop,
             FailPolicy::Closed,
         )))
-    }
-}
-
-/// Parses a 32-bit value written as an integer or as a "0x..." string (marks and SPIs
-/// are usually written in hex). For `#[serde(deserialize_with = "de_u32")]`.
-pub fn de_u32<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum V {
-        N(i64),
-        S(String),
-    }
-    let err = |s: &str| serde::de::Error::custom(format!("{s} is not a 32-bit value"));
-    match V::deserialize(d)? {
-        V::N(n) => u32::try_from(n).map_err(|_| err(&n.to_string())),
-        V::S(s) => {
-            let t = s.trim();
-            let r = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
-                Some(h) => u32::from_str_radix(h, 16),
-                None => t.parse(),
-            };
-            r.map_err(|_| err(&format!("\"{s}\"")))
-        }
     }
 }
