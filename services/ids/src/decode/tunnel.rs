@@ -7,7 +7,9 @@
 //! hold together yields `None` (the packet is then inspected as it is, not decapsulated).
 
 use relay_core::wire::ethernet::{self, ethertype};
-use relay_core::wire::{EthernetFrame, Ipv6Packet, ipv6, proto};
+use relay_core::wire::{
+    EthernetFrame, GenevePacket, Ipv6Packet, VxlanPacket, geneve, ipv6, proto, vxlan,
+};
 
 /// GRE (RFC 2784, 2890; PPTP's enhanced GRE, RFC 2637).
 const GRE: u8 = 47;
@@ -233,31 +235,28 @@ fn udp<'a>(l4: &'a [u8], ports: &TunnelPorts) -> Option<(Kind, &'a [u8])> {
 /// VXLAN: an 8-byte header with the I flag set, then an Ethernet frame (Suricata's
 /// permissive reserved-bits mode, its default).
 fn vxlan(b: &[u8]) -> Option<&[u8]> {
-    if b.len() < 8 + 14 || b.first()? & 0x08 == 0 {
-        return None;
-    }
-    ethernet(b.get(8..)?)
+    VxlanPacket::new_checked(b).ok().filter(|v| v.vni_valid())?;
+    ethernet(b.get(vxlan::HEADER_LEN..)?)
 }
 
 /// Geneve: version 0, reserved bits clear, options that add up to the header's option
 /// length; IPv4, IPv6 or bridged Ethernet inside.
 fn geneve(b: &[u8]) -> Option<&[u8]> {
-    let (vl, fl) = (*b.first()?, *b.get(1)?);
-    let opt_len = usize::from(vl & 0x3f) * 4;
-    if vl >> 6 != 0 || fl & 0x3f != 0 || *b.get(7)? != 0 {
+    let g = GenevePacket::new_checked(b).ok()?;
+    if *b.get(1)? & 0x3f != 0 || *b.get(7)? != 0 {
         return None;
     }
-    let hdr = 8 + opt_len;
-    let mut off = 8;
-    while off < hdr {
-        let one = 4 + usize::from(*b.get(off + 3)? & 0x1f) * 4;
-        off += one;
+    let hdr = g.header_len();
+    let opts = b.get(geneve::HEADER_LEN..hdr)?;
+    let mut off = 0;
+    while off < opts.len() {
+        off += 4 + usize::from(*opts.get(off + 3)? & 0x1f) * 4;
     }
-    if off != hdr {
+    if off != opts.len() {
         return None;
     }
     let rest = b.get(hdr..)?;
-    match be16(b, 2)? {
+    match g.protocol() {
         ETH_IPV4 => ip_of(proto::IPV4, rest),
         ETH_IPV6 => ip_of(proto::IPV6, rest),
         ETH_BRIDGE => ethernet(rest),
