@@ -198,15 +198,7 @@ const PSK: &str = "0x5ce1e7a5ecf1c6d1d4e95d26b6c42c1b";
 fn relayd_ike(keys: &TempDir, ike: &str, esp: &str, extra: &str) -> String {
     let psk = keys.0.join("peer.psk");
     if !psk.exists() {
-        use std::io::Write as _;
-        use std::os::unix::fs::OpenOptionsExt;
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&psk)
-            .unwrap();
-        writeln!(f, "{PSK}").unwrap();
+        write_psk(&psk, PSK);
     }
     format!(
         "[ike.peer]\nlocal = \"10.0.2.1\"\nremote = \"10.0.2.2\"\npsk_file = \"{}\"\n\
@@ -629,18 +621,7 @@ ike_peer = "{remote}"
         &l.decomp,
         &side("10.0.2.2", "10.0.2.1", "10.0.3.0/24", "10.0.1.0/24", false),
     );
-    let up = |r: &Relayd| {
-        r.status()
-            .ike
-            .first()
-            .is_some_and(|i| i.state == "established" && i.children.iter().any(|c| c.installed))
-    };
-    assert!(
-        wait_for(Duration::from_secs(10), || up(&a) && up(&b)),
-        "--- a\n{}\n--- b\n{}",
-        a.log(),
-        b.log()
-    );
+    wait_ike_pair(&a, &b);
     (a, b)
 }
 
@@ -757,18 +738,7 @@ ike = ["peer"]
     };
     let a = Relayd::start(&l.comp, &side(a_addr, b_addr, true));
     let b = Relayd::start(&l.decomp, &side(b_addr, a_addr, false));
-    let up = |r: &Relayd| {
-        r.status()
-            .ike
-            .first()
-            .is_some_and(|i| i.state == "established" && i.children.iter().any(|c| c.installed))
-    };
-    assert!(
-        wait_for(Duration::from_secs(10), || up(&a) && up(&b)),
-        "--- a\n{}\n--- b\n{}",
-        a.log(),
-        b.log()
-    );
+    wait_ike_pair(&a, &b);
     let (tool, icmp) = if family == "ipv6" {
         ("ip6tables", "ipv6-icmp")
     } else {

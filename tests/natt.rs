@@ -378,17 +378,7 @@ fn ike_transport_mode_through_a_masquerading_nat() {
     assert!(out.status.success());
     let keys = key_dir("nattike-keys");
     let psk = keys.0.join("peer.psk");
-    {
-        use std::io::Write as _;
-        use std::os::unix::fs::OpenOptionsExt;
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&psk)
-            .unwrap();
-        writeln!(f, "a pre-shared key of the NAT test, long enough").unwrap();
-    }
+    write_psk(&psk, "a pre-shared key of the NAT test, long enough");
     let psk = psk.display().to_string();
     let b = Relayd::start(
         &l.b,
@@ -412,18 +402,7 @@ fn ike_transport_mode_through_a_masquerading_nat() {
             true,
         ),
     );
-    let up = |r: &Relayd| {
-        r.status()
-            .ike
-            .first()
-            .is_some_and(|i| i.state == "established" && i.children.iter().any(|c| c.installed))
-    };
-    assert!(
-        wait_for(Duration::from_secs(10), || up(&a) && up(&b)),
-        "--- a\n{}\n--- b\n{}",
-        a.log(),
-        b.log()
-    );
+    wait_ike_pair(&a, &b);
     assert!(
         b.status().ike.first().is_some_and(|i| i.nat),
         "B did not see the NAT"

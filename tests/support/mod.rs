@@ -154,6 +154,14 @@ impl Relayd {
             .unwrap_or_else(|e| panic!("status: {e}\n{}", self.proc.stderr_text()))
     }
 
+    /// Whether its first IKE connection is established with an installed child SA.
+    pub fn ike_up(&self) -> bool {
+        self.status()
+            .ike
+            .first()
+            .is_some_and(|i| i.state == "established" && i.children.iter().any(|c| c.installed))
+    }
+
     /// The counters of service instance `name` (panics if it is not running).
     pub fn counters(&self, name: &str) -> std::collections::BTreeMap<String, u64> {
         let st = self.status();
@@ -870,4 +878,28 @@ pub fn ipv4_capture_socket(node: &Node, ifname: &str) -> std::os::fd::OwnedFd {
             std::os::fd::OwnedFd::from_raw_fd(fd)
         }
     })
+}
+
+/// Waits up to 10 s for both relays' IKE connection ([`Relayd::ike_up`]); panics with both
+/// logs.
+pub fn wait_ike_pair(a: &Relayd, b: &Relayd) {
+    assert!(
+        wait_for(Duration::from_secs(10), || a.ike_up() && b.ike_up()),
+        "--- a\n{}\n--- b\n{}",
+        a.log(),
+        b.log()
+    );
+}
+
+/// Writes a pre-shared key file as relayd wants it (mode 600, created anew).
+pub fn write_psk(path: &Path, psk: &str) {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .unwrap();
+    writeln!(f, "{psk}").unwrap();
 }
