@@ -5,7 +5,9 @@
 //!
 //! In-process, alone in its test binary, so that the thread count is this test's.
 
-use std::os::unix::fs::PermissionsExt;
+#[path = "../../../tests/support/mod.rs"]
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -29,12 +31,10 @@ fn tree(dir: &Path) -> Vec<PathBuf> {
 
 #[test]
 fn check_writes_no_file_and_starts_no_thread() {
-    // Not under /tmp: a key file there is refused (anyone could replace it).
-    let base = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("relayd-check-no-io-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
-    std::fs::create_dir_all(&base).unwrap();
-    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // On a path only root can write: a key file anyone could replace is refused, and a
+    // checkout under /tmp (as CI's) puts the target's temporary directory there.
+    let dir = support::key_dir("check-no-io");
+    let base = dir.0.clone();
     let rules = base.join("local.rules");
     std::fs::write(
         &rules,
@@ -86,5 +86,4 @@ fn check_writes_no_file_and_starts_no_thread() {
     assert_eq!(writes, [eve.clone(), state.clone()]);
     assert!(writes.iter().all(|p| !p.exists()), "{writes:?}");
     assert_eq!(tree(&base), files, "relayd check wrote a file");
-    std::fs::remove_dir_all(&base).unwrap();
 }
