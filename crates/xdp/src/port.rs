@@ -97,10 +97,7 @@ pub fn compile(matches: &[Match]) -> Vec<MatchRule> {
 
 /// The interface's index, or `None`.
 pub fn ifindex(name: &str) -> Option<u32> {
-    let c = std::ffi::CString::new(name).ok()?;
-    // SAFETY: a valid NUL-terminated string.
-    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
-    (i != 0).then_some(i)
+    relay_netlink::ifindex(name).ok()
 }
 
 /// How many rx queues the interface has (sysfs), if it can be read.

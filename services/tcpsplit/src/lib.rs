@@ -168,13 +168,7 @@ impl ServiceConfig for TcpSplitConfig {
 /// The interface index of `name`, in the calling thread's network namespace.
 fn ifindex(name: &str) -> Result<u32, String> {
     relay_core::ifname::check_msg(name).map_err(|e| format!("interface: {e}"))?;
-    let c = std::ffi::CString::new(name).map_err(|_| format!("interface `{name}`: bad name"))?;
-    // SAFETY: a NUL-terminated string that lives across the call.
-    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
-    if i == 0 {
-        return Err(format!("interface `{name}` does not exist"));
-    }
-    Ok(i)
+    relay_netlink::ifindex(name).map_err(|_| format!("interface `{name}` does not exist"))
 }
 
 #[derive(Debug, Clone, Copy)]

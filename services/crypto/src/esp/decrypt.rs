@@ -267,18 +267,15 @@ fn is_whole_packet(inner: &[u8], next: u8) -> bool {
 
 /// The outer source address of an IP packet whose layout parsed (so its header is whole).
 fn source(d: &[u8], version: IpVersion) -> Option<IpAddr> {
-    IpPacket::new_checked(d)
-        .ok()
-        .filter(|ip| ip.version() == version)
-        .map(|ip| ip.src_addr())
+    addresses(d, version).map(|(src, _)| src)
 }
 
-/// The destination address of an IP packet, if its fixed header is there.
-fn destination(d: &[u8], version: IpVersion) -> Option<IpAddr> {
+/// The source and destination addresses of an IP packet whose layout parsed.
+fn addresses(d: &[u8], version: IpVersion) -> Option<(IpAddr, IpAddr)> {
     IpPacket::new_checked(d)
         .ok()
         .filter(|ip| ip.version() == version)
-        .map(|ip| ip.dst_addr())
+        .map(|ip| (ip.src_addr(), ip.dst_addr()))
 }
 
 /// Why the length of an ESP packet (SPI to ICV, `len` bytes) cannot be one of `cipher`'s,
@@ -495,9 +492,7 @@ impl Decrypt {
         let flow = if tunnel {
             selectors::inner_flow(inner)
         } else {
-            let d = pkt.data();
-            source(d, version)
-                .zip(destination(d, version))
+            addresses(pkt.data(), version)
                 .map(|(s, t)| selectors::transport_flow(s, t, next, inner))
         };
         flow.is_some_and(|f| ts.allow(&f))
