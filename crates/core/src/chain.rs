@@ -3,6 +3,7 @@
 
 use crate::counters::{Counter, QueueCounters};
 use crate::hook::{Hook, StageMark};
+use crate::offload::Offload;
 use crate::packet::{IpVersion, Packet};
 use crate::ratelimit::RateLimit;
 use crate::service::{Action, Context, Service};
@@ -32,6 +33,10 @@ pub struct Decision {
     /// Set when a service held the packet ([`Action::Hold`]): the verdict (accept, with
     /// `mark` and `payload`) is due then, not now.
     pub hold: Option<Instant>,
+    /// Set when every service of the chain voted to offload the packet's flow
+    /// ([`Context::offload`]) and the verdict is an accept: the combined vote
+    /// ([`Offload::and`]). Never set with a hold, a drop or a repeat.
+    pub offload: Option<Offload>,
 }
 
 impl Decision {
@@ -41,6 +46,7 @@ impl Decision {
         mark: None,
         payload: false,
         hold: None,
+        offload: None,
     };
     /// Drop.
     pub const DROP: Decision = Decision {
@@ -48,6 +54,7 @@ impl Decision {
         mark: None,
         payload: false,
         hold: None,
+        offload: None,
     };
 }
 
@@ -157,9 +164,17 @@ impl Chain {
             }
             return self.count(q, self.settings.malformed, None, false);
         }
+        // The combined offload vote, and how many services voted: a flow leaves the queue
+        // only when every service saw the packet and voted.
+        let (mut vote, mut voters) = (None::<Offload>, 0);
         for e in &mut self.entries {
             e.packets.inc();
-            match e.service.process(pkt, cx) {
+            let action = e.service.process(pkt, cx);
+            if let Some(v) = cx.take_vote() {
+                vote = Some(vote.map_or(v, |c| c.and(v)));
+                voters += 1;
+            }
+            match action {
                 Action::Continue => {}
                 Action::Accept => break,
                 Action::Drop => return self.count(q, Verdict::Drop, None, false),
@@ -185,6 +200,7 @@ impl Chain {
                         mark: self.verdict_mark(pkt),
                         payload,
                         hold: Some(until),
+                        offload: None,
                     };
                 }
             }
@@ -192,7 +208,9 @@ impl Chain {
         let Some(payload) = self.payload(pkt, cx, q) else {
             return self.count(q, Verdict::Drop, None, false);
         };
-        self.count(q, Verdict::Accept, self.verdict_mark(pkt), payload)
+        let mut d = self.count(q, Verdict::Accept, self.verdict_mark(pkt), payload);
+        d.offload = vote.filter(|_| voters == self.entries.len());
+        d
     }
 
     /// The mark a service set, keeping the stage bits the packet came with: a service
@@ -257,6 +275,7 @@ impl Chain {
             mark,
             payload,
             hold: None,
+            offload: None,
         }
     }
 }
@@ -303,6 +322,7 @@ mod tests {
                 mark: Some(7),
                 payload: false,
                 hold: Some(until),
+                offload: None,
             }
         );
         assert_eq!(later.get(), 0, "a hold ends the chain");
@@ -345,6 +365,66 @@ mod tests {
         let mut pkt = Packet::from_bytes(&udp4(b"x"));
         pkt.meta.mark = 0x4000_0000;
         assert_eq!(chain.run(&mut pkt, &mut cx, &q).mark, Some(0x4000_0007));
+    }
+
+    /// Votes `vote` on every packet and answers `action`.
+    struct Voter(Option<Offload>, Action);
+    impl Service for Voter {
+        fn process(&mut self, _pkt: &mut Packet, cx: &mut Context) -> Action {
+            if let Some(v) = self.0 {
+                cx.offload(v);
+            }
+            self.1
+        }
+    }
+
+    #[test]
+    fn a_flow_is_offloaded_only_when_every_service_votes_on_an_accepted_packet() {
+        use crate::offload::OffloadReason::{Decided, StreamDepth};
+        let settings = ChainSettings {
+            malformed: Verdict::Drop,
+            hook: Hook::Forward,
+            stages: StageMark::DEFAULT,
+        };
+        let both = Some(Offload::both(Decided));
+        let depth = Some(Offload::direction(StreamDepth));
+        let cont = Action::Continue;
+        for (services, want) in [
+            (vec![(both, cont)], both),
+            (vec![(both, cont), (depth, cont)], depth),
+            // One service that says nothing keeps the flow inline.
+            (vec![(both, cont), (None, cont)], None),
+            (vec![(None, cont), (both, cont)], None),
+            // A service the packet never reached did not vote.
+            (vec![(both, Action::Accept), (both, cont)], None),
+            // Never with a drop, a repeat or a hold.
+            (vec![(both, Action::Drop)], None),
+            (vec![(both, Action::Repeat { mark: 1 })], None),
+            (
+                vec![(
+                    both,
+                    Action::Hold {
+                        until: Instant::now() + Duration::from_secs(1),
+                    },
+                )],
+                None,
+            ),
+        ] {
+            let mut chain = Chain::new(settings);
+            for (vote, action) in &services {
+                chain.push("v", Box::new(Voter(*vote, *action)), Counter::new());
+            }
+            let mut cx = Context::new(0, Instant::now());
+            let mut pkt = Packet::from_bytes(&udp4(b"x"));
+            let d = chain.run(&mut pkt, &mut cx, &QueueCounters::default());
+            assert_eq!(d.offload, want, "{services:?}");
+            // A vote never outlives its packet.
+            let mut next = Packet::from_bytes(&udp4(b"y"));
+            let mut quiet = Chain::new(settings);
+            quiet.push("q", Box::new(Voter(None, cont)), Counter::new());
+            let d = quiet.run(&mut next, &mut cx, &QueueCounters::default());
+            assert_eq!(d.offload, None);
+        }
     }
 
     /// Turns the packet into a 40-byte IPv6 header.

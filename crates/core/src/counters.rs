@@ -130,6 +130,8 @@ pub struct QueueCounters {
     /// Holds the datapath refused because its hold store was full: those packets got the
     /// queue's overflow verdict at once.
     pub hold_overflow: Counter,
+    /// Flows offloaded, failed offloads, revocations and what skipped the queue.
+    pub offload: crate::offload::OffloadCounters,
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ pub mod describe;
 pub mod hook;
 pub mod ifname;
 pub mod manifest;
+pub mod offload;
 pub mod outbox;
 pub mod packet;
 pub mod prefix;
@@ -32,6 +33,7 @@ pub use counters::{Counter, CounterKind, Counters, QueueCounters};
 pub use describe::format_packet;
 pub use hook::{Hook, StageMark};
 pub use manifest::{Capability, FailPolicy, LogFile, Manifest, MssClamp, ProxyDiversion};
+pub use offload::{Offload, OffloadCounters, OffloadReason, OffloadScope};
 pub use outbox::{EmitError, Emitted, Outbox, Route, Tally};
 pub use packet::{
     Checksum, CtInfo, CtMarkBits, CtState, HeadersMut, IpVersion, Layout, Packet, PacketMeta,

@@ -167,6 +167,11 @@ pub struct Manifest {
     pub state_dirs: Vec<PathBuf>,
     /// Files the service appends to while it runs, and what each becomes ([`LogFile`]).
     pub logs: Vec<LogFile>,
+    /// The service votes to offload flows it needs no more packets of
+    /// ([`Context::offload`](crate::Context::offload)). A queue offloads only when every
+    /// service of its chain declares this (and its configuration allows it): one that
+    /// does not would never vote, so relayd installs nothing for offload on its queue.
+    pub offloads: bool,
 }
 
 impl Manifest {
@@ -186,6 +191,7 @@ impl Manifest {
             queue_monitor: false,
             state_dirs: Vec::new(),
             logs: Vec::new(),
+            offloads: false,
         }
     }
 

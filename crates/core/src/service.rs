@@ -8,6 +8,7 @@
 use crate::counters::Counters;
 use crate::hook::{Hook, StageMark};
 use crate::manifest::Manifest;
+use crate::offload::Offload;
 use crate::outbox::{self, EmitError, Outbox, Route, Tally};
 use crate::packet::Packet;
 use crate::resources::Resources;
@@ -69,6 +70,9 @@ pub struct Context {
     /// read them ([`Context::set_local_addresses`]); empty where unknown (tests, replay).
     local: Arc<[IpAddr]>,
     outbox: Outbox,
+    /// The current service's offload vote on the current packet ([`Context::offload`]);
+    /// the chain reads and clears it after each service.
+    vote: Option<Offload>,
 }
 
 impl Context {
@@ -82,6 +86,7 @@ impl Context {
             stages: StageMark::DEFAULT,
             local: Arc::from([]),
             outbox: Outbox::new(),
+            vote: None,
         }
     }
 
@@ -91,6 +96,22 @@ impl Context {
     /// second; a clone of the same snapshot costs no allocation.
     pub fn set_local_addresses(&mut self, addrs: Arc<[IpAddr]>) {
         self.local = addrs;
+    }
+
+    /// Votes to offload the current packet's flow: the service needs no more of its packets
+    /// (in `offload.scope`), and its answer for them would not change. The flow leaves the
+    /// queue only if every service of the chain votes on the same packet and the verdict
+    /// is an accept (see [`crate::offload`]); the vote holds for this packet only, so a
+    /// service repeats it on later packets of the flow until they stop coming. A service
+    /// whose manifest does not declare [`Manifest::offloads`](crate::Manifest::offloads)
+    /// is never asked.
+    pub fn offload(&mut self, offload: Offload) {
+        self.vote = Some(offload);
+    }
+
+    /// Takes the current service's vote (the chain, after each service).
+    pub(crate) fn take_vote(&mut self) -> Option<Offload> {
+        self.vote.take()
     }
 
     /// Whether `ip` is one of the box's own addresses as last set (false where unknown).

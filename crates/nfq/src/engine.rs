@@ -622,6 +622,8 @@ fn settings(cfg: &QueueConfig) -> Settings {
         held_bytes: HeldBytes::Modified,
         ct_mark_bits: cfg.ct_mark_bits,
         max_payload: u16::MAX as usize - 4,
+        // Carried out by the nfq helper's conntrack-mark offload (not yet).
+        offload: false,
     }
 }
 

@@ -36,8 +36,10 @@ pub use hold::Held;
 
 use hold::HoldStore;
 use relay_core::ratelimit::RateLimit;
+use relay_core::wire::FiveTuple;
 use relay_core::{
-    Chain, Context, CtMarkBits, Decision, Outbox, Packet, PacketMeta, QueueCounters, Verdict,
+    Chain, Context, CtMarkBits, Decision, Offload, Outbox, Packet, PacketMeta, QueueCounters,
+    Verdict,
 };
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -97,11 +99,15 @@ pub struct Settings {
     /// The largest modified packet the datapath's verdict can carry: a larger one keeps
     /// its original bytes and counts an error (a netlink attribute carries at most 64 KiB).
     pub max_payload: usize,
+    /// The datapath carries out offloads ([`Pipeline::take_offloads`]): the queue's
+    /// configuration allows them and every service of its chain may vote. Without it a
+    /// chain's offload vote is ignored and no packet's flow leaves the queue.
+    pub offload: bool,
 }
 
 impl Settings {
     /// Settings for queue `num`: no holding, no conntrack bits, any payload size, held
-    /// packets copied whole.
+    /// packets copied whole, no offload.
     pub fn new(num: u16) -> Settings {
         Settings {
             num,
@@ -109,6 +115,7 @@ impl Settings {
             held_bytes: HeldBytes::All,
             ct_mark_bits: None,
             max_payload: usize::MAX,
+            offload: false,
         }
     }
 }
@@ -133,6 +140,27 @@ pub enum Outcome {
     Held,
 }
 
+/// A flow the chain offloaded, for the datapath to carry out after the batch's verdicts
+/// ([`Pipeline::take_offloads`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OffloadRequest {
+    /// The tuple of the packet that carried the vote, as it left (the direction is the
+    /// packet's: with [`OffloadScope::Direction`](relay_core::OffloadScope) only packets
+    /// of this tuple leave the queue).
+    pub tuple: FiveTuple,
+    /// What the chain agreed to.
+    pub offload: Offload,
+    /// The mark the packet's verdict gave it, if any: the flow's later packets, which the
+    /// services no longer see, should carry it too.
+    pub mark: Option<u32>,
+    /// The packet's conntrack direction, where the datapath knew it (true: reply).
+    pub reply: Option<bool>,
+}
+
+/// The most offloads one batch may ask for; beyond it they count as failed (the flows'
+/// next packets vote again).
+pub const MAX_OFFLOADS: usize = 256;
+
 /// A queue's chain with everything around it that does not depend on how packets arrive
 /// (see the module docs). `H` is the datapath's handle for a held packet.
 pub struct Pipeline<H> {
@@ -144,6 +172,8 @@ pub struct Pipeline<H> {
     hold: HoldStore<H>,
     /// Held packets being released (slots of `hold`).
     releasing: Vec<u32>,
+    /// Offloads asked for since the datapath last took them.
+    offloads: Vec<OffloadRequest>,
     log: RateLimit,
 }
 
@@ -167,6 +197,7 @@ impl<H: Copy + Default> Pipeline<H> {
         let mut p = Pipeline {
             hold: store(&settings.hold),
             releasing: Vec::with_capacity(64),
+            offloads: Vec::with_capacity(MAX_OFFLOADS),
             settings,
             chain,
             counters,
@@ -282,6 +313,11 @@ impl<H: Copy + Default> Pipeline<H> {
             });
         }
         self.strip_ct_bits(&mut decision, restore);
+        if let Some(offload) = decision.offload.take() {
+            if self.offload(&decision, offload, buf.get(start..end), &meta) {
+                decision.offload = Some(offload);
+            }
+        }
         if let Some(until) = decision.hold.take() {
             if until <= now {
                 self.counters.accepted.inc(); // due already: answered at once
@@ -314,6 +350,41 @@ impl<H: Copy + Default> Pipeline<H> {
         }
     }
 
+    /// Records the chain's offload of the packet's flow for the datapath, if the queue
+    /// offloads. Returns whether it did (else the decision carries no offload).
+    fn offload(
+        &mut self,
+        d: &Decision,
+        offload: Offload,
+        data: Option<&[u8]>,
+        meta: &PacketMeta,
+    ) -> bool {
+        if !self.settings.offload || d.verdict != Verdict::Accept {
+            return false;
+        }
+        let Some((tuple, _)) = data.and_then(FiveTuple::parse) else {
+            return false;
+        };
+        if self.offloads.len() >= MAX_OFFLOADS {
+            self.counters.offload.failed.inc();
+            return false;
+        }
+        self.offloads.push(OffloadRequest {
+            tuple,
+            offload,
+            mark: d.mark,
+            reply: meta.ct.map(|ct| ct.reply),
+        });
+        true
+    }
+
+    /// The flows offloaded since the last call, for the datapath to carry out (and count,
+    /// in [`QueueCounters::offload`], by what the kernel made of them). Nothing is
+    /// allocated: the requests' room is kept.
+    pub fn take_offloads(&mut self) -> std::vec::Drain<'_, OffloadRequest> {
+        self.offloads.drain(..)
+    }
+
     /// The decision for a packet the datapath received but could not read (a message cut
     /// short, no payload): the malformed policy, counted as an error with `what` logged.
     pub fn unreadable(&mut self, now: Instant, what: &'static str) -> Decision {
@@ -328,6 +399,7 @@ impl<H: Copy + Default> Pipeline<H> {
             mark: None,
             payload: false,
             hold: None,
+            offload: None,
         }
     }
 

@@ -4,7 +4,9 @@
 //! pipeline.
 
 use super::*;
-use relay_core::{Action, ChainSettings, CtInfo, CtState, Hook, Service, StageMark, Tally};
+use relay_core::{
+    Action, ChainSettings, CtInfo, CtState, Hook, OffloadReason, Service, StageMark, Tally,
+};
 use std::time::Duration;
 
 const NUM: u16 = 3;
@@ -27,6 +29,10 @@ const EMIT: u32 = 0xa;
 const REWRITE_HOLD: u32 = 0xb;
 /// ... held until a deadline already past.
 const HOLD_PAST: u32 = 0xc;
+/// ... voted offloaded (both directions) and accepted.
+const OFFLOAD: u32 = 0xd;
+/// ... voted offloaded and dropped.
+const OFFLOAD_DROP: u32 = 0xe;
 
 /// One service that does what the packet's mark (with the conntrack bits taken off) says.
 struct Script {
@@ -62,6 +68,14 @@ impl Service for Script {
             MARK => {
                 pkt.set_mark(0x1234);
                 Action::Continue
+            }
+            OFFLOAD => {
+                cx.offload(Offload::both(OffloadReason::Pass));
+                Action::Continue
+            }
+            OFFLOAD_DROP => {
+                cx.offload(Offload::both(OffloadReason::Pass));
+                Action::Drop
             }
             EMIT => {
                 let copy = pkt.data().to_vec();
@@ -184,7 +198,50 @@ fn verdict(v: Verdict, mark: Option<u32>, payload: bool) -> Decision {
         mark,
         payload,
         hold: None,
+        offload: None,
     }
+}
+
+#[test]
+fn offloads_are_handed_to_the_datapath_only_where_the_queue_offloads() {
+    let tuple = FiveTuple::parse(&ipv4()).unwrap().0;
+    for on in [false, true] {
+        let mut h = harness(
+            Settings {
+                offload: on,
+                ..Settings::new(NUM)
+            },
+            Verdict::Accept,
+        );
+        let d = decision(h.run(0, 1, OFFLOAD));
+        assert_eq!(d.verdict, Verdict::Accept);
+        assert_eq!(d.offload.is_some(), on, "offload {on}");
+        // A dropped packet's flow is never offloaded, whatever the vote.
+        assert_eq!(decision(h.run(0, 2, OFFLOAD_DROP)).offload, None);
+        assert_eq!(decision(h.run(0, 3, 0)).offload, None);
+        let got: Vec<_> = h.p.take_offloads().collect();
+        let want = on.then_some(OffloadRequest {
+            tuple,
+            offload: Offload::both(OffloadReason::Pass),
+            mark: None,
+            reply: None,
+        });
+        assert_eq!(got, want.into_iter().collect::<Vec<_>>());
+        assert_eq!(h.p.take_offloads().count(), 0, "taken once");
+    }
+    // A batch asks for at most MAX_OFFLOADS; the rest count as failed and vote again.
+    let mut h = harness(
+        Settings {
+            offload: true,
+            ..Settings::new(NUM)
+        },
+        Verdict::Accept,
+    );
+    for id in 0..MAX_OFFLOADS as u32 + 3 {
+        h.run(0, id, OFFLOAD);
+    }
+    assert_eq!(h.p.take_offloads().count(), MAX_OFFLOADS);
+    assert_eq!(h.q.offload.failed.get(), 3);
 }
 
 #[test]
