@@ -313,10 +313,10 @@ impl<H: Copy + Default> Pipeline<H> {
             });
         }
         self.strip_ct_bits(&mut decision, restore);
-        if let Some(offload) = decision.offload.take() {
-            if self.offload(&decision, offload, buf.get(start..end), &meta) {
-                decision.offload = Some(offload);
-            }
+        if let Some(offload) = decision.offload.take()
+            && self.offload(&decision, offload, buf.get(start..end), &meta)
+        {
+            decision.offload = Some(offload);
         }
         if let Some(until) = decision.hold.take() {
             if until <= now {
