@@ -16,9 +16,9 @@ mod netns;
 mod rtnl;
 
 pub use netns::{ifindex, in_netns};
-#[doc(hidden)]
-pub use rtnl::fuzz_parse_dump;
 pub use rtnl::{ClassStats, QdiscStats, RtnlSocket};
+#[doc(hidden)]
+pub use rtnl::{fuzz_parse_class_dump, fuzz_parse_dump};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
