@@ -1,8 +1,9 @@
 //! Keeping the state files ([`crate::persist`]) ahead of the queue threads without ever
 //! making one wait for a disk: a background thread per daemon extends each outbound SA's
 //! reservation while half of it is still unused, and writes each inbound SA's window edge
-//! every [`INTERVAL`] it moved. Nothing starts or is written until a service is built from
-//! the configuration (`relayd check` only reads).
+//! every [`INTERVAL`] it moved. Nothing starts or is written until the daemon starts the
+//! services' state ([`relay_core::Start`]); building a service, `relayd check` and
+//! `relayd replay` only read.
 
 use crate::persist::SaFile;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -55,6 +56,12 @@ impl Persister {
                 }
             }
         });
+    }
+
+    /// Whether the thread was started.
+    #[cfg(test)]
+    pub(crate) fn started(&self) -> bool {
+        self.thread.get().is_some()
     }
 
     /// Wakes the thread (an outbound SA is running out of reserved numbers).
@@ -140,10 +147,15 @@ impl OutSeq {
     }
 
     /// The next sequence number (0 after a wrap of the 64-bit counter: the caller checks
-    /// the end of the space), or why none may be used. Two relaxed atomics; no lock.
+    /// the end of the space), or why none may be used. Two atomics; no lock.
+    ///
+    /// The limit is read before the number is taken: a reservation that finds another
+    /// writer's numbers on disk moves the counter past them before it publishes its new
+    /// limit ([`OutSeq::reserve`]), so a number taken before that move is checked against
+    /// the old limit and refused, never against the new one.
     pub(crate) fn next(&self) -> Result<u64, NoSeq> {
-        let n = self.seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
         let limit = self.limit.load(Ordering::Acquire);
+        let n = self.seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
         if n > limit {
             self.persister.wake();
             return Err(NoSeq::Unreserved);
@@ -161,8 +173,9 @@ impl OutSeq {
     }
 
     /// Starts keeping the reservation ahead: reserves the first range now (so the first
-    /// packet finds numbers) and hands the SA to the background thread. Called when a
-    /// service is built, never while a configuration is only checked.
+    /// packet finds numbers) and hands the SA to the background thread. Called by the
+    /// daemon's start of the service's state ([`relay_core::Start`]), never by `build`,
+    /// `relayd check` or `relayd replay`. Again on a kept SA (a reload): nothing.
     pub(crate) fn activate(self: &Arc<Self>) {
         if self.file.is_none() || self.active.swap(true, Ordering::AcqRel) {
             return;
@@ -173,16 +186,27 @@ impl OutSeq {
     }
 
     /// Writes the next reservation and, once it is on disk, lets the queue threads use it.
+    /// Above what this counter used and reserved and above what the file holds, under the
+    /// state directory's lock ([`SaFile::reserve_above`]): if another writer of the SA (a
+    /// second process on the same state directory) reserved numbers since this one's last
+    /// write, the counter skips them before the new limit is published.
     fn reserve(&self, now: Instant) {
         let Some(file) = &self.file else { return };
         let mut failed = lock(&self.writing);
-        let base = self
-            .seq
-            .load(Ordering::Relaxed)
-            .max(self.limit.load(Ordering::Relaxed));
-        let new = base.saturating_add(self.reserve);
-        match file.store(new) {
-            Ok(()) => {
+        let limit = self.limit.load(Ordering::Acquire);
+        let floor = self.seq.load(Ordering::Acquire).max(limit);
+        match file.reserve_above(floor, self.reserve) {
+            Ok((held, new)) => {
+                if let Some(theirs) = held.filter(|&h| h > limit) {
+                    // (limit, theirs] are another writer's: never hand them out.
+                    self.seq.fetch_max(theirs, Ordering::AcqRel);
+                    tracing::warn!(
+                        file = %file.path().display(),
+                        "ESP sequence state: another process reserved numbers of this SA (up \
+                         to {theirs}); they are skipped. Two relayd sending with one key is a \
+                         configuration error"
+                    );
+                }
                 self.limit.store(new, Ordering::Release);
                 *failed = None;
             }

@@ -26,7 +26,7 @@ fn a_restarted_sender_resumes_past_every_number_it_used() {
     let mut enc = cfg()
         .into_factory_kept("e", &kept)
         .unwrap()
-        .build(&Counters::new(), &relay_core::Resources::new());
+        .build_started(&Counters::new());
     let first: Vec<_> = (0..3).map(|_| seq_of(&mut enc).unwrap()).collect();
     assert_eq!(first, [1, 2, 3]);
     drop((enc, kept));
@@ -34,7 +34,7 @@ fn a_restarted_sender_resumes_past_every_number_it_used() {
     let mut enc = cfg()
         .into_factory_kept("e", &kept)
         .unwrap()
-        .build(&Counters::new(), &relay_core::Resources::new());
+        .build_started(&Counters::new());
     assert_eq!(seq_of(&mut enc), Some(4), "after a clean stop");
     // A crash (the process gone without its stop): the next one starts past the
     // reservation, whatever was used of it.
@@ -43,7 +43,7 @@ fn a_restarted_sender_resumes_past_every_number_it_used() {
     let mut enc = cfg()
         .into_factory_kept("e", &kept)
         .unwrap()
-        .build(&Counters::new(), &relay_core::Resources::new());
+        .build_started(&Counters::new());
     assert_eq!(seq_of(&mut enc), Some(4 + 65536), "after a crash");
     drop((enc, kept));
     // The same SPI with a new key is a new SA: it starts at 1.
@@ -52,7 +52,7 @@ fn a_restarted_sender_resumes_past_every_number_it_used() {
     let mut enc = cfg()
         .into_factory("e")
         .unwrap()
-        .build(&Counters::new(), &relay_core::Resources::new());
+        .build_started(&Counters::new());
     assert_eq!(seq_of(&mut enc), Some(1), "a new key");
 }
 
@@ -149,7 +149,7 @@ fn a_restarted_receiver_still_refuses_what_it_accepted() {
     let mut dec = dec_config(cipher, k, false)
         .into_factory("d")
         .unwrap()
-        .build(&dc, &relay_core::Resources::new());
+        .build_started(&dc);
     for s in &sent {
         assert_eq!(
             dec.process(&mut Packet::from_bytes(s), &mut cx()),
