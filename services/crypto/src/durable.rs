@@ -579,7 +579,14 @@ mod tests {
         let file = || SaFile::new(&dir, Dir::Out, 0x1001, fingerprint(b"k"));
         // Both read the file (nothing yet) before either reserves.
         let writers: Vec<Arc<OutSeq>> = (0..2)
-            .map(|_| Arc::new(OutSeq::durable(file(), 0, 16, Arc::new(Persister::default()))))
+            .map(|_| {
+                Arc::new(OutSeq::durable(
+                    file(),
+                    0,
+                    16,
+                    Arc::new(Persister::default()),
+                ))
+            })
             .collect();
         let all: Vec<Vec<u64>> = writers
             .iter()
@@ -604,7 +611,12 @@ mod tests {
         let dir = std::path::Path::new(dir);
         let file = SaFile::new(dir, Dir::Out, 0x1001, fingerprint(b"k"));
         let reserved = file.load().unwrap().unwrap_or(0);
-        let s = Arc::new(OutSeq::durable(file, reserved, 16, Arc::new(Persister::default())));
+        let s = Arc::new(OutSeq::durable(
+            file,
+            reserved,
+            16,
+            Arc::new(Persister::default()),
+        ));
         std::fs::write(dir.join(format!("ready-{i}")), "").unwrap();
         while !dir.join("go").exists() {
             std::thread::sleep(Duration::from_millis(1));

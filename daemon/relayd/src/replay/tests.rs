@@ -111,7 +111,11 @@ fn replay_writes_no_esp_state_while_a_daemon_holds_it() {
     while let Some(p) = r.next_packet() {
         let p = p.unwrap();
         assert_eq!(p.data.get(9), Some(&50), "not ESP");
-        seqs.push(p.data.get(24..28).map(|s| u32::from_be_bytes(s.try_into().unwrap())));
+        seqs.push(
+            p.data
+                .get(24..28)
+                .map(|s| u32::from_be_bytes(s.try_into().unwrap())),
+        );
     }
     assert_eq!(seqs, [Some(1), Some(2), Some(3)]);
     drop(daemon);
