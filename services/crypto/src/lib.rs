@@ -362,37 +362,6 @@ mod tests {
         );
     }
 
-    /// What a reload does: the daemon's [`relay_core::Kept`] carries the SA over, so the
-    /// sequence counter goes on; a fresh one (another daemon) starts again at 1.
-    #[test]
-    fn a_kept_sa_keeps_its_sequence_across_a_reload() {
-        let cipher = Cipher::Aes128Gcm;
-        let k = key_file("reload", cipher);
-        let seq_of = |enc: &mut Box<dyn Service>| {
-            let mut p = Packet::from_bytes(&udp_packet(10));
-            enc.process(&mut p, &mut cx());
-            u32::from_be_bytes(p.data()[24..28].try_into().unwrap())
-        };
-        let kept = relay_core::Kept::new();
-        let build = |kept: &relay_core::Kept| {
-            enc_config(cipher, k.clone())
-                .into_factory_kept("e", kept)
-                .unwrap()
-                .build_started(&Counters::new())
-        };
-        let mut first = build(&kept);
-        assert_eq!((seq_of(&mut first), seq_of(&mut first)), (1, 2));
-        let mut reloaded = build(&kept);
-        assert_eq!(seq_of(&mut reloaded), 3, "the same SA goes on");
-        // Another daemon (a restart) resumes after the reservation on disk, never at 1.
-        let mut fresh = build(&relay_core::Kept::new());
-        assert_eq!(
-            seq_of(&mut fresh),
-            65537,
-            "a restart resumes after the reservation"
-        );
-    }
-
     /// 6in4: an IPv6 packet queued from an IPv6 hook, in a tunnel with IPv4 ends. The
     /// verdict cannot carry the ESP packet: it is emitted and the original dropped; the
     /// peer's decrypt, on an IPv4 hook, forwards the inner IPv6 packet (hop limit less
