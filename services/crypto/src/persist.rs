@@ -12,6 +12,9 @@
 //!   is relied on: a missing or unreadable file of an SA in the ledger is an error (rotate
 //!   the key), a key never seen is a new SA starting at 1. A state directory wiped entirely
 //!   looks like a fresh install: that is the one case nothing here can detect.
+//! - Every write holds an exclusive `flock` on the directory's `esp.lock`, and an outbound
+//!   reservation goes above what the file holds ([`SaFile::reserve_above`]): a second
+//!   process on the same directory never reserves the numbers the first one uses.
 
 use crate::keys::{KeyFileError, secure_dir};
 use sha2::{Digest, Sha256};
