@@ -592,7 +592,7 @@ mod tests {
             .iter()
             .map(|s| {
                 let s = s.clone();
-                std::thread::spawn(move || take(&s, 3000))
+                std::thread::spawn(move || take(&s, 800))
             })
             .collect::<Vec<_>>()
             .into_iter()
@@ -621,7 +621,7 @@ mod tests {
         while !dir.join("go").exists() {
             std::thread::sleep(Duration::from_millis(1));
         }
-        let got: Vec<String> = take(&s, 3000).iter().map(u64::to_string).collect();
+        let got: Vec<String> = take(&s, 800).iter().map(u64::to_string).collect();
         std::fs::write(dir.join(format!("out-{i}")), got.join("\n")).unwrap();
     }
 
@@ -663,7 +663,7 @@ mod tests {
                     .collect()
             })
             .collect();
-        assert!(all.iter().all(|a| a.len() == 3000));
+        assert!(all.iter().all(|a| a.len() == 800));
         let on_disk = SaFile::new(&dir, Dir::Out, 0x1001, fingerprint(b"k"))
             .load()
             .unwrap()
