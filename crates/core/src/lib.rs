@@ -32,7 +32,9 @@ pub use chain::{Chain, ChainSettings, Decision, Verdict};
 pub use counters::{Counter, CounterKind, Counters, QueueCounters};
 pub use describe::format_packet;
 pub use hook::{Hook, StageMark};
-pub use manifest::{Capability, FailPolicy, LogFile, Manifest, MssClamp, ProxyDiversion};
+pub use manifest::{
+    Capability, FailPolicy, LogFile, Manifest, MssClamp, ProxyDiversion, Start, Started,
+};
 pub use offload::{Offload, OffloadCounters, OffloadReason, OffloadScope};
 pub use outbox::{EmitError, Emitted, Outbox, Route, Tally};
 pub use packet::{

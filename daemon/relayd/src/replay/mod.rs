@@ -12,6 +12,8 @@
 
 mod capture;
 mod flows;
+#[cfg(test)]
+mod tests;
 
 pub use capture::{Capture, CaptureError, Record, strip_link};
 pub use flows::FlowTracker;
