@@ -42,8 +42,8 @@ pub fn prepare(cfg: &Config, user: &DaemonUser) -> Result<(), String> {
     for dir in of(cfg) {
         prepare_one(&dir, user).map_err(|why| {
             format!(
-                "{}:{}: daemon.user: relayd drops to `{}` (uid {}), which {why}: every ESP \
-                 sequence reservation after the first would fail; as root: chown -R {}:{} {} \
+                "{}:{}: daemon.user: relayd drops to `{}` (uid {}), which {why}: its ESP \
+                 sequence reservations would fail; as root: chown -R {}:{} {} \
                  && chmod 700 {}",
                 cfg.path.display(),
                 user.line,
