@@ -1,7 +1,7 @@
 //! The directories services write into while they run (the ESP sequence state), made
 //! ready for `daemon.user` before relayd started as root drops to it: after the drop it
-//! could neither create them nor write into root's, and every sequence reservation after
-//! the first would fail.
+//! could neither create them nor write into root's, and every sequence reservation (the
+//! first included: the daemon starts the ESP state as `daemon.user`) would fail.
 
 use crate::config::{Config, DaemonUser};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
