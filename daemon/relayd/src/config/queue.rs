@@ -118,6 +118,8 @@ pub(super) struct RawQueue {
     cpu: Option<Spanned<toml::Value>>,
     #[serde(default)]
     nice: Option<Spanned<toml::Value>>,
+    #[serde(default)]
+    offload: Option<Spanned<bool>>,
 }
 
 /// The field path of key `key` of queue entry `index` (`queue[1].num`).
@@ -137,6 +139,7 @@ pub(super) fn check_queue(
     registry: &Registry,
     taken: &mut BTreeMap<u16, String>,
     ct_bits: CtMarkBits,
+    offload_mark: u32,
 ) -> Option<QueueSpec> {
     let errors_before = cx.errors.len();
     let (line, _) = cx.line_col(q.num.span().start);
@@ -164,6 +167,14 @@ pub(super) fn check_queue(
     let mut found = check_configs(&queue, first, threads.cpus.as_deref().unwrap_or(&[]));
     report_kernel(cx, index, &q, &chain, table, &mut found);
     report_threads(cx, index, &q, &threads, first == last, &mut found);
+    queue.offload = super::offload::check_offload(
+        cx,
+        index,
+        q.offload.as_ref(),
+        &chain,
+        table,
+        offload_mark,
+    );
     // What relayd does not set from the file (its mark bits and hold overflow are
     // valid by construction): at the entry, in relay_nfq's words.
     for e in found {
