@@ -195,6 +195,40 @@ pub fn encode(s: &Status) -> String {
         "relayd_queue_datapath",
         "A datapath's own counters per queue (XDP: transmitted, tx_full, to_kernel, the AF_XDP sockets' statistics).",
     );
+    let off_flows = b.counter(
+        "relayd_queue_offload_flows",
+        "Flows offloaded (their later packets skip the queue), by reason.",
+    );
+    let off_other: Vec<(Counters, fn(&crate::status::OffloadStatus) -> u64)> = vec![
+        (
+            b.counter(
+                "relayd_queue_offload_failed",
+                "Offloads the datapath could not carry out (the flow stayed inline).",
+            ),
+            |o| o.failed,
+        ),
+        (
+            b.counter(
+                "relayd_queue_offload_revoked",
+                "Offloaded flows taken back (a reload's new generation, or expiry).",
+            ),
+            |o| o.revoked,
+        ),
+        (
+            b.counter(
+                "relayd_queue_offload_skipped_packets",
+                "Packets of offloaded flows that skipped the queue.",
+            ),
+            |o| o.skipped_packets,
+        ),
+        (
+            b.counter(
+                "relayd_queue_offload_skipped_bytes",
+                "Bytes of offloaded flows that skipped the queue.",
+            ),
+            |o| o.skipped_bytes,
+        ),
+    ];
     let up = b.gauge(
         "relayd_queue_thread_up",
         "1 while the queue's thread runs its loop, 0 if it has ended or is stuck.",
@@ -227,6 +261,18 @@ pub fn encode(s: &Status) -> String {
                 labels(&[("queue", &num), ("hook", &q.hook), ("counter", counter)]),
                 *v,
             );
+        }
+        if let Some(o) = &q.offload {
+            for (reason, v) in &o.flows {
+                set(
+                    &off_flows,
+                    labels(&[("queue", &num), ("hook", &q.hook), ("reason", reason)]),
+                    *v,
+                );
+            }
+            for (f, get) in &off_other {
+                set(f, l.clone(), get(o));
+            }
         }
         let healthy = !s.unhealthy_queues.contains(&q.num);
         put(&up, l, if healthy { 1.0 } else { 0.0 });
