@@ -128,9 +128,16 @@ fn a_reload_that_changes_the_chain_revokes_the_offload() {
     let before = settled(&r);
     let q = queue(&r);
     assert_eq!(q.offload.as_ref().map(|o| o.revoked), Some(0), "{q:?}");
+    // Counts the flow's packets that leave the relay carrying the `mark` service's bits.
+    let out = l.relay.exec(&[
+        "iptables", "-t", "filter", "-A", "FORWARD", "-p", "udp", "--dport", "5700", "-m",
+        "mark", "--mark", "0x20/0xff",
+    ]);
+    assert!(out.status.success(), "{out:?}");
     // A new chain: the old generation's skip rules are gone, the flow comes back.
     r.rewrite(&config("[\"m\", \"accept\"]", true));
     reload(&r, 1);
+    let skipped_at_reload = queue(&r).offload.map_or(0, |o| o.skipped_packets);
     let after = settled(&r);
     let (sent, got) = flow.finish();
     let q = queue(&r);
@@ -139,7 +146,20 @@ fn a_reload_that_changes_the_chain_revokes_the_offload() {
     assert_eq!(o.revoked, 1, "{o:?}");
     assert_eq!(o.flows.get("decided"), Some(&2), "offloaded again: {o:?}");
     assert_eq!(got.packets, sent.packets, "{q:?}");
-    // The new chain's mark is restored onto the packets that skip the queue.
+    // The new chain's mark is restored onto the packets that skip the queue: every
+    // packet after the reload carries it, queued or not.
+    let listed = l.relay.exec(&["iptables", "-t", "filter", "-L", "FORWARD", "-v", "-x", "-n"]);
+    let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
+    let marked: u64 = listed
+        .lines()
+        .find(|l| l.contains("dpt:5700"))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no counting rule in\n{listed}"));
+    assert!(
+        marked >= 2000 && marked + 20 >= o.skipped_packets - skipped_at_reload,
+        "{marked} marked packets, skipped {o:?}\n{listed}"
+    );
     let rules = iptables_save(&l.relay);
     assert!(
         rules.contains("-j CONNMARK --restore-mark --nfmask 0x20 --ctmask 0x20"),
@@ -148,7 +168,15 @@ fn a_reload_that_changes_the_chain_revokes_the_offload() {
     // The flow's conntrack mark carries the new generation, both directions and the mark.
     let ct = std::fs::read_to_string(format!("/proc/{}/net/nf_conntrack", r.proc.pid()))
         .unwrap_or_default();
-    if let Some(line) = ct.lines().find(|l| l.contains("dport=5700")) {
-        assert!(!line.contains("mark=0 "), "{line}");
-    }
+    let line = ct
+        .lines()
+        .find(|l| l.contains("dport=5700"))
+        .unwrap_or_else(|| panic!("no conntrack entry for the flow:\n{ct}"));
+    let mark: u32 = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("mark="))
+        .and_then(|m| m.parse().ok())
+        .unwrap_or_else(|| panic!("no mark in {line}"));
+    assert_eq!(mark & 0x3_00ff, 0x3_0020, "directions and restored mark: {line}");
+    assert_ne!(mark & 0xfc_0000, 0, "a generation: {line}");
 }
