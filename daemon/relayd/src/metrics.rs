@@ -604,6 +604,13 @@ pub(crate) mod tests {
                     } else {
                         Default::default()
                     },
+                    offload: (num == 1).then(|| crate::status::OffloadStatus {
+                        flows: BTreeMap::from([("decided".into(), 4), ("pass".into(), 1)]),
+                        failed: 2,
+                        revoked: 1,
+                        skipped_packets: 300,
+                        skipped_bytes: 45_000,
+                    }),
                 })
                 .collect(),
             services: vec![ServiceStatus {
@@ -655,6 +662,12 @@ pub(crate) mod tests {
             "relayd_queue_thread_up{queue=\"0\",hook=\"forward\"} 1.0",
             "relayd_queue_thread_up{queue=\"1\",hook=\"forward\"} 0.0",
             "relayd_queue_datapath_total{queue=\"1\",hook=\"forward\",counter=\"transmitted\"} 12",
+            "relayd_queue_offload_flows_total{queue=\"1\",hook=\"forward\",reason=\"decided\"} 4",
+            "relayd_queue_offload_flows_total{queue=\"1\",hook=\"forward\",reason=\"pass\"} 1",
+            "relayd_queue_offload_failed_total{queue=\"1\",hook=\"forward\"} 2",
+            "relayd_queue_offload_revoked_total{queue=\"1\",hook=\"forward\"} 1",
+            "relayd_queue_offload_skipped_packets_total{queue=\"1\",hook=\"forward\"} 300",
+            "relayd_queue_offload_skipped_bytes_total{queue=\"1\",hook=\"forward\"} 45000",
             "relayd_xdp_program_packets_total{interface=\"veth0\",outcome=\"redirected\"} 13",
             "relayd_build_info{version=\"1.2.3\"} 1.0",
             "relayd_start_time_seconds 1700000000.5",

@@ -347,7 +347,7 @@ mod tests {
                     0x60000/0xfe0000 -j CONNMARK --restore-mark --nfmask 0x20 --ctmask 0x20\n\
                     -A RELAYD-FORWARD -p udp -m conntrack --ctdir REPLY -m connmark --mark \
                     0x60000/0xfe0000 -m comment --comment relayd-offload-3 -j ACCEPT\n\
-                    -A RELAYD-FORWARD -p udp -j NFQUEUE --queue-num 3";
+                    -A RELAYD-FORWARD -p udp -m conntrack --ctstate NEW,ESTABLISHED,RELATED";
         assert!(text.contains(want), "{text}");
         // A queue without offload has no skip rule.
         assert_eq!(text.matches("connmark").count(), 4, "{text}");

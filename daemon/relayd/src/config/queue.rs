@@ -175,6 +175,12 @@ pub(super) fn check_queue(
         table,
         offload_mark,
     );
+    if queue.offload.is_some() {
+        // A one-direction offload needs the packet's conntrack direction: the mark bits
+        // tell it (this kernel sends no conntrack state with queued packets).
+        queue.conntrack = true;
+        queue.ct_mark_bits = Some(ct_bits);
+    }
     // What relayd does not set from the file (its mark bits and hold overflow are
     // valid by construction): at the entry, in relay_nfq's words.
     for e in found {

@@ -109,6 +109,7 @@ fn a_queue_lists_its_services_by_the_configuration_name() {
         batches: 0,
         kernel: None,
         datapath: Default::default(),
+        offload: None,
     });
     let json: serde_json::Value = serde_json::to_value(&st).unwrap();
     assert_eq!(
