@@ -180,3 +180,43 @@ fn a_reload_that_changes_the_chain_revokes_the_offload() {
     assert_eq!(mark & 0x3_00ff, 0x3_0020, "directions and restored mark: {line}");
     assert_ne!(mark & 0xfc_0000, 0, "a generation: {line}");
 }
+
+/// A flow the relay DNATs (10.0.1.2:5800 -> 10.0.2.2:5700) is queued at FORWARD with its
+/// translated tuple, which is neither of its conntrack entry's tuples: the update finds
+/// the entry by the reply tuple (the packet's turned round) and the flow is offloaded.
+#[test]
+fn a_flow_the_relay_translated_is_offloaded_too() {
+    let l = line3("offl-dnat");
+    let out = l.relay.exec(&[
+        "iptables", "-t", "nat", "-A", "PREROUTING", "-p", "udp", "--dport", "5800", "-j",
+        "DNAT", "--to-destination", DST,
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let r = Relayd::start(&l.relay, &config("[\"accept\"]", true));
+    let sock = l.dst.run(|| std::net::UdpSocket::bind(addr(DST)).unwrap());
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop_sink = stop.clone();
+    let sink = std::thread::spawn(move || {
+        relay_traffic::udp_sink_on(
+            sock,
+            Duration::from_millis(800),
+            Duration::from_secs(60),
+            Some(&*stop_sink),
+        )
+        .unwrap()
+    });
+    let mut cfg = relay_traffic::UdpSendConfig::new(addr("10.0.1.2:5800"));
+    cfg.size = 200;
+    cfg.rate_bps = Some(1000 * 228 * 8);
+    cfg.duration = Duration::from_secs(3);
+    cfg.ratio = 1.0;
+    let sent = l.src.run(move || relay_traffic::udp_send(&cfg).unwrap());
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let got = sink.join().unwrap();
+    let q = queue(&r);
+    assert_eq!(got.packets, sent.packets, "{q:?}");
+    let o = q.offload.clone().expect("offload counters");
+    assert_eq!(o.flows.get("decided"), Some(&1), "{o:?}\n{}", r.log());
+    assert!(q.packets < 100, "the translated flow stayed in the queue: {q:?}");
+}

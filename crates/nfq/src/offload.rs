@@ -37,14 +37,41 @@ struct Slot {
     pending: u8,
 }
 
-/// One update in flight.
+/// One update in flight: enough to send it again with the tuple turned round.
 #[derive(Debug, Clone, Copy)]
 struct Inflight {
     seq: u32,
     tag: u64,
     bits: u8,
     reason: OffloadReason,
+    tuple: CtTuple,
+    value: u32,
+    mask: u32,
+    /// Already the second try (the tuple turned round).
+    retried: bool,
     live: bool,
+}
+
+impl Default for Inflight {
+    fn default() -> Inflight {
+        Inflight {
+            seq: 0,
+            tag: 0,
+            bits: 0,
+            reason: OffloadReason::Decided,
+            tuple: CtTuple {
+                src: std::net::Ipv4Addr::UNSPECIFIED.into(),
+                dst: std::net::Ipv4Addr::UNSPECIFIED.into(),
+                proto: 0,
+                sport: 0,
+                dport: 0,
+            },
+            value: 0,
+            mask: 0,
+            retried: false,
+            live: false,
+        }
+    }
 }
 
 /// The queue thread's offload shell (see the module docs).
@@ -53,6 +80,8 @@ pub(crate) struct Offloader {
     sock: Option<CtSocket>,
     table: Box<[Slot]>,
     inflight: Box<[Inflight]>,
+    /// Updates the kernel found no entry for, to send again with the tuple turned round.
+    retry: Vec<Inflight>,
     seq: u32,
     out: Vec<u8>,
     counters: QueueCounters,
@@ -69,17 +98,8 @@ impl Offloader {
             mark: None,
             sock: None,
             table: vec![Slot::default(); TABLE].into_boxed_slice(),
-            inflight: vec![
-                Inflight {
-                    seq: 0,
-                    tag: 0,
-                    bits: 0,
-                    reason: OffloadReason::Decided,
-                    live: false,
-                };
-                INFLIGHT
-            ]
-            .into_boxed_slice(),
+            inflight: vec![Inflight::default(); INFLIGHT].into_boxed_slice(),
+            retry: Vec::with_capacity(MAX_OFFLOADS),
             seq: 0,
             out: Vec::with_capacity(MAX_OFFLOADS * UPDATE_MAX),
             counters,
@@ -117,7 +137,8 @@ impl Offloader {
     }
 
     /// Carries out the batch's offloads: one update per flow not yet offloaded in the
-    /// directions asked, all in one send, then reads the answers that came.
+    /// directions asked, all in one send, then reads the answers that came; the updates
+    /// that found no entry go once more with the tuple turned round.
     pub(crate) fn carry_out(&mut self, requests: impl Iterator<Item = OffloadRequest>) {
         let Some(mark) = self.mark else {
             // The pipeline only asks when the queue offloads; nothing to do otherwise.
@@ -128,9 +149,33 @@ impl Offloader {
         for r in requests {
             self.push(&mark, &r);
         }
-        if self.out.is_empty() {
-            return;
+        for _ in 0..2 {
+            if self.out.is_empty() || !self.send() {
+                return;
+            }
+            self.read_acks();
+            self.out.clear();
+            let mut retry = std::mem::take(&mut self.retry);
+            for f in retry.drain(..) {
+                let turned = CtTuple {
+                    src: f.tuple.dst,
+                    dst: f.tuple.src,
+                    sport: f.tuple.dport,
+                    dport: f.tuple.sport,
+                    ..f.tuple
+                };
+                self.emit(Inflight {
+                    tuple: turned,
+                    retried: true,
+                    ..f
+                });
+            }
+            self.retry = retry;
         }
+    }
+
+    /// Sends the updates in `out`; false (and all in flight failed) if the kernel refused.
+    fn send(&mut self) -> bool {
         let sent = match &self.sock {
             Some(s) => s.send(&self.out),
             None => Err(io::Error::from_raw_os_error(libc::ENOTCONN)),
@@ -138,9 +183,9 @@ impl Offloader {
         if let Err(e) = sent {
             tracing::debug!(queue = self.num, "conntrack updates not sent: {e}");
             self.fail_all_inflight();
-            return;
+            return false;
         }
-        self.read_acks();
+        true
     }
 
     /// Adds the update for request `r` to the outgoing datagram, unless the flow is
@@ -162,8 +207,7 @@ impl Offloader {
             self.counters.offload.failed.inc();
             return;
         };
-        let idx = (tag as usize) & (TABLE - 1);
-        let slot = &mut self.table[idx];
+        let slot = &mut self.table[(tag as usize) & (TABLE - 1)];
         if slot.tag != tag {
             *slot = Slot {
                 tag,
@@ -181,43 +225,49 @@ impl Offloader {
             | if bits & ORIG != 0 { mark.orig } else { 0 }
             | if bits & REPLY != 0 { mark.reply } else { 0 }
             | (r.mark.unwrap_or(0) & mark.restore);
-        let tuple = CtTuple {
-            src: r.tuple.src,
-            dst: r.tuple.dst,
-            proto: r.tuple.proto,
-            sport,
-            dport,
-        };
-        self.seq = self.seq.wrapping_add(1);
-        let at = self.out.len();
-        self.out.resize(at + UPDATE_MAX, 0);
-        let Some(n) = conntrack::mark_update(
-            &mut self.out[at..],
-            self.seq,
-            &tuple,
-            Lookup::Orig,
-            value,
-            mark.mask(),
-        ) else {
-            self.out.truncate(at);
-            self.table[idx].pending &= !want;
-            self.counters.offload.failed.inc();
-            return;
-        };
-        self.out.truncate(at + n);
-        let f = &mut self.inflight[self.seq as usize & (INFLIGHT - 1)];
-        if f.live {
-            // Its answer never came (a lost acknowledgement): let the flow vote again.
-            self.counters.offload.failed.inc();
-            Self::settle(&mut self.table, f.tag, f.bits, false);
-        }
-        *f = Inflight {
-            seq: self.seq,
+        self.emit(Inflight {
+            seq: 0,
             tag,
             bits: want,
             reason: r.offload.reason,
+            tuple: CtTuple {
+                src: r.tuple.src,
+                dst: r.tuple.dst,
+                proto: r.tuple.proto,
+                sport,
+                dport,
+            },
+            value,
+            mask: mark.mask(),
+            retried: false,
             live: true,
+        });
+    }
+
+    /// Writes update `f` into `out` under a new sequence number and keeps it in flight.
+    fn emit(&mut self, mut f: Inflight) {
+        self.seq = self.seq.wrapping_add(1);
+        f.seq = self.seq;
+        f.live = true;
+        let at = self.out.len();
+        self.out.resize(at + UPDATE_MAX, 0);
+        let lookup = if f.retried { Lookup::Reply } else { Lookup::Orig };
+        let Some(n) =
+            conntrack::mark_update(&mut self.out[at..], f.seq, &f.tuple, lookup, f.value, f.mask)
+        else {
+            self.out.truncate(at);
+            self.counters.offload.failed.inc();
+            Self::settle(&mut self.table, f.tag, f.bits, false);
+            return;
         };
+        self.out.truncate(at + n);
+        let old = &mut self.inflight[f.seq as usize & (INFLIGHT - 1)];
+        if old.live {
+            // Its answer never came (a lost acknowledgement): let the flow vote again.
+            self.counters.offload.failed.inc();
+            Self::settle(&mut self.table, old.tag, old.bits, false);
+        }
+        *old = f;
     }
 
     /// Reads every acknowledgement that has come, without waiting.
@@ -229,13 +279,19 @@ impl Offloader {
                 Ok(Some(n)) => {
                     let (table, inflight, counters) =
                         (&mut self.table, &mut self.inflight, &self.counters);
-                    let live = &mut self.live;
+                    let (live, retry) = (&mut self.live, &mut self.retry);
                     conntrack::acks(buf.get(..n).unwrap_or_default(), |seq, err| {
                         let f = &mut inflight[seq as usize & (INFLIGHT - 1)];
                         if !f.live || f.seq != seq {
                             return;
                         }
                         f.live = false;
+                        if err == -libc::ENOENT && !f.retried && retry.len() < MAX_OFFLOADS {
+                            // Not found by this tuple: a packet NAT changed is found by
+                            // the other direction's tuple, its own turned round.
+                            retry.push(*f);
+                            return;
+                        }
                         Self::settle(table, f.tag, f.bits, err == 0);
                         if err == 0 {
                             counters.offload.offloaded(f.reason);
@@ -273,6 +329,10 @@ impl Offloader {
     fn fail_all_inflight(&mut self) {
         for f in self.inflight.iter_mut().filter(|f| f.live) {
             f.live = false;
+            self.counters.offload.failed.inc();
+            Self::settle(&mut self.table, f.tag, f.bits, false);
+        }
+        for f in self.retry.drain(..) {
             self.counters.offload.failed.inc();
             Self::settle(&mut self.table, f.tag, f.bits, false);
         }
