@@ -61,8 +61,14 @@ fn an_offloaded_flow_skips_the_queue_while_its_bytes_arrive() {
     let late = queue(&r).packets;
     let (sent, got) = flow.finish();
     let q = queue(&r);
-    assert_eq!(late, early, "the queue's counter moved after the offload: {q:?}");
-    assert!(early < 100, "more than the first packets were queued: {q:?}");
+    assert_eq!(
+        late, early,
+        "the queue's counter moved after the offload: {q:?}"
+    );
+    assert!(
+        early < 100,
+        "more than the first packets were queued: {q:?}"
+    );
     assert_eq!(got.packets, sent.packets, "datagrams lost: {q:?}");
     assert!(sent.packets >= 3500, "{sent:?}");
     let o = q.offload.clone().expect("offload counters");
@@ -92,7 +98,10 @@ fn without_offload_the_queue_sees_every_packet() {
     let (sent, got) = udp_exchange(&l.src, &l.dst, addr(DST), 2000, 1000, 200);
     let q = queue(&r);
     assert_eq!(got, sent, "{q:?}");
-    assert!(q.packets >= sent, "the queue missed packets: {q:?} sent {sent}");
+    assert!(
+        q.packets >= sent,
+        "the queue missed packets: {q:?} sent {sent}"
+    );
     assert_eq!(q.offload, None, "{q:?}");
 }
 
@@ -108,7 +117,9 @@ fn a_chain_with_a_service_that_never_votes_is_never_offloaded() {
     assert!(q.packets >= sent, "{q:?} sent {sent}");
     assert_eq!(q.offload, None, "{q:?}");
     // And `relayd check` refuses offload = true for it, naming the field and service.
-    let f = r.dir.file("never.toml", &config("[\"dump\", \"accept\"]", true));
+    let f = r
+        .dir
+        .file("never.toml", &config("[\"dump\", \"accept\"]", true));
     let (code, out, err) = relayd_cmd(&l.relay, &["check", "-c", f.to_str().unwrap()]);
     assert_ne!(code, 0, "{out}{err}");
     assert!(
@@ -130,8 +141,19 @@ fn a_reload_that_changes_the_chain_revokes_the_offload() {
     assert_eq!(q.offload.as_ref().map(|o| o.revoked), Some(0), "{q:?}");
     // Counts the flow's packets that leave the relay carrying the `mark` service's bits.
     let out = l.relay.exec(&[
-        "iptables", "-t", "filter", "-A", "FORWARD", "-p", "udp", "--dport", "5700", "-m",
-        "mark", "--mark", "0x20/0xff",
+        "iptables",
+        "-t",
+        "filter",
+        "-A",
+        "FORWARD",
+        "-p",
+        "udp",
+        "--dport",
+        "5700",
+        "-m",
+        "mark",
+        "--mark",
+        "0x20/0xff",
     ]);
     assert!(out.status.success(), "{out:?}");
     // A new chain: the old generation's skip rules are gone, the flow comes back.
@@ -148,7 +170,9 @@ fn a_reload_that_changes_the_chain_revokes_the_offload() {
     assert_eq!(got.packets, sent.packets, "{q:?}");
     // The new chain's mark is restored onto the packets that skip the queue: every
     // packet after the reload carries it, queued or not.
-    let listed = l.relay.exec(&["iptables", "-t", "filter", "-L", "FORWARD", "-v", "-x", "-n"]);
+    let listed = l.relay.exec(&[
+        "iptables", "-t", "filter", "-L", "FORWARD", "-v", "-x", "-n",
+    ]);
     let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
     let marked: u64 = listed
         .lines()
@@ -177,7 +201,11 @@ fn a_reload_that_changes_the_chain_revokes_the_offload() {
         .find_map(|w| w.strip_prefix("mark="))
         .and_then(|m| m.parse().ok())
         .unwrap_or_else(|| panic!("no mark in {line}"));
-    assert_eq!(mark & 0x3_00ff, 0x3_0020, "directions and restored mark: {line}");
+    assert_eq!(
+        mark & 0x3_00ff,
+        0x3_0020,
+        "directions and restored mark: {line}"
+    );
     assert_ne!(mark & 0xfc_0000, 0, "a generation: {line}");
 }
 
@@ -188,8 +216,19 @@ fn a_reload_that_changes_the_chain_revokes_the_offload() {
 fn a_flow_the_relay_translated_is_offloaded_too() {
     let l = line3("offl-dnat");
     let out = l.relay.exec(&[
-        "iptables", "-t", "nat", "-A", "PREROUTING", "-p", "udp", "--dport", "5800", "-j",
-        "DNAT", "--to-destination", DST,
+        "iptables",
+        "-t",
+        "nat",
+        "-A",
+        "PREROUTING",
+        "-p",
+        "udp",
+        "--dport",
+        "5800",
+        "-j",
+        "DNAT",
+        "--to-destination",
+        DST,
     ]);
     assert!(out.status.success(), "{out:?}");
     let r = Relayd::start(&l.relay, &config("[\"accept\"]", true));
@@ -218,5 +257,8 @@ fn a_flow_the_relay_translated_is_offloaded_too() {
     assert_eq!(got.packets, sent.packets, "{q:?}");
     let o = q.offload.clone().expect("offload counters");
     assert_eq!(o.flows.get("decided"), Some(&1), "{o:?}\n{}", r.log());
-    assert!(q.packets < 100, "the translated flow stayed in the queue: {q:?}");
+    assert!(
+        q.packets < 100,
+        "the translated flow stayed in the queue: {q:?}"
+    );
 }

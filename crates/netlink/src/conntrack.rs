@@ -11,9 +11,7 @@
 //! the mark given must lie inside the mask. Messages are built into fixed buffers: the
 //! datapath calls this after each batch and allocates nothing.
 
-use crate::frame::{
-    Header, Messages, NLM_F_ACK, NLM_F_REQUEST, NLMSG_HDRLEN, attr_header,
-};
+use crate::frame::{Header, Messages, NLM_F_ACK, NLM_F_REQUEST, NLMSG_HDRLEN, attr_header};
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -103,7 +101,9 @@ impl Cursor<'_> {
 
     fn close(&mut self, at: usize) -> Option<()> {
         let len = u16::try_from(self.at.checked_sub(at)?).ok()?;
-        self.buf.get_mut(at..at + 2)?.copy_from_slice(&len.to_ne_bytes());
+        self.buf
+            .get_mut(at..at + 2)?
+            .copy_from_slice(&len.to_ne_bytes());
         Some(())
     }
 }
@@ -163,7 +163,9 @@ pub fn mark_update(
         seq,
         pid: 0,
     };
-    c.buf.get_mut(..NLMSG_HDRLEN)?.copy_from_slice(&header.to_bytes());
+    c.buf
+        .get_mut(..NLMSG_HDRLEN)?
+        .copy_from_slice(&header.to_bytes());
     Some(len)
 }
 
@@ -355,7 +357,11 @@ mod tests {
         let inner: Vec<_> = Attrs::new(attrs[0].data).collect();
         let ip: Vec<_> = Attrs::new(inner[0].data).collect();
         assert_eq!((ip[0].ty, ip[0].data.len()), (CTA_IP_V6_SRC, 16));
-        assert_eq!(attrs[1].be32(), Some(0x0003_0000), "the mark stays inside the mask");
+        assert_eq!(
+            attrs[1].be32(),
+            Some(0x0003_0000),
+            "the mark stays inside the mask"
+        );
         assert_eq!(attrs[2].be32(), Some(0x0003_0000));
     }
 

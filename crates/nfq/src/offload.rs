@@ -24,17 +24,21 @@ const TABLE: usize = 4096;
 const INFLIGHT: usize = 1024;
 /// The socket's receive buffer: room for every acknowledgement in flight.
 const RCVBUF: usize = 256 << 10;
+/// Failed updates after which a flow is left inline for the rest of the generation (an
+/// untracked flow, a tuple conntrack does not know): each costs a system call.
+const MAX_FAILS: u8 = 4;
 /// Bit of a direction in a table slot.
 const ORIG: u8 = 1;
 const REPLY: u8 = 2;
 
 /// One remembered flow: a hash of its direction-free key (0: empty), the directions the
-/// kernel confirmed and those in flight.
+/// kernel confirmed and those in flight, and its failed updates.
 #[derive(Debug, Clone, Copy, Default)]
 struct Slot {
     tag: u64,
     done: u8,
     pending: u8,
+    fails: u8,
 }
 
 /// One update in flight: enough to send it again with the tuple turned round.
@@ -211,12 +215,11 @@ impl Offloader {
         if slot.tag != tag {
             *slot = Slot {
                 tag,
-                done: 0,
-                pending: 0,
+                ..Slot::default()
             };
         }
-        if (slot.done | slot.pending) & want == want {
-            return; // asked already in this generation
+        if (slot.done | slot.pending) & want == want || slot.fails >= MAX_FAILS {
+            return; // asked already in this generation, or given up
         }
         // The directions set so far stay set: the update writes all bits of the mask.
         let bits = slot.done | slot.pending | want;
@@ -251,10 +254,19 @@ impl Offloader {
         f.live = true;
         let at = self.out.len();
         self.out.resize(at + UPDATE_MAX, 0);
-        let lookup = if f.retried { Lookup::Reply } else { Lookup::Orig };
-        let Some(n) =
-            conntrack::mark_update(&mut self.out[at..], f.seq, &f.tuple, lookup, f.value, f.mask)
-        else {
+        let lookup = if f.retried {
+            Lookup::Reply
+        } else {
+            Lookup::Orig
+        };
+        let Some(n) = conntrack::mark_update(
+            &mut self.out[at..],
+            f.seq,
+            &f.tuple,
+            lookup,
+            f.value,
+            f.mask,
+        ) else {
             self.out.truncate(at);
             self.counters.offload.failed.inc();
             Self::settle(&mut self.table, f.tag, f.bits, false);
@@ -323,6 +335,8 @@ impl Offloader {
         slot.pending &= !bits;
         if ok {
             slot.done |= bits;
+        } else {
+            slot.fails = slot.fails.saturating_add(1);
         }
     }
 
@@ -383,10 +397,28 @@ mod tests {
 
     #[test]
     fn both_directions_share_one_tag() {
-        let a = req("10.0.0.1", "10.0.1.1", 1000, 80, Offload::both(OffloadReason::Decided));
-        let b = req("10.0.1.1", "10.0.0.1", 80, 1000, Offload::both(OffloadReason::Decided));
+        let a = req(
+            "10.0.0.1",
+            "10.0.1.1",
+            1000,
+            80,
+            Offload::both(OffloadReason::Decided),
+        );
+        let b = req(
+            "10.0.1.1",
+            "10.0.0.1",
+            80,
+            1000,
+            Offload::both(OffloadReason::Decided),
+        );
         assert_eq!(flow_tag(&a.tuple), flow_tag(&b.tuple));
-        let c = req("10.0.1.1", "10.0.0.1", 81, 1000, Offload::both(OffloadReason::Decided));
+        let c = req(
+            "10.0.1.1",
+            "10.0.0.1",
+            81,
+            1000,
+            Offload::both(OffloadReason::Decided),
+        );
         assert_ne!(flow_tag(&a.tuple), flow_tag(&c.tuple));
     }
 
@@ -396,7 +428,13 @@ mod tests {
         let mut o = Offloader::new(0, None, counters.clone());
         // No socket: build only (the socket is not needed to fill the datagram).
         o.mark = Some(mark());
-        let both = req("10.0.0.1", "10.0.1.1", 1000, 80, Offload::both(OffloadReason::Decided));
+        let both = req(
+            "10.0.0.1",
+            "10.0.1.1",
+            1000,
+            80,
+            Offload::both(OffloadReason::Decided),
+        );
         o.push(&mark(), &both);
         let one = o.out.len();
         assert!(one > 0);
@@ -415,14 +453,24 @@ mod tests {
         let attrs: Vec<_> = relay_netlink::frame::Attrs::new(&m.payload[4..]).collect();
         assert_eq!(attrs[1].be32(), Some(0x4_0000 | 0x3_0000 | 0x77));
         assert_eq!(attrs[2].be32(), Some(mark().mask()));
-        let dir = req("10.0.0.2", "10.0.1.1", 1000, 80, Offload::direction(OffloadReason::Pass));
+        let dir = req(
+            "10.0.0.2",
+            "10.0.1.1",
+            1000,
+            80,
+            Offload::direction(OffloadReason::Pass),
+        );
         o.push(&mark(), &dir);
         assert_eq!(o.out.len(), one, "no direction known: nothing sent");
         assert_eq!(counters.offload.failed.get(), 1);
-        // A failed answer lets the flow ask again.
-        Offloader::settle(&mut o.table, flow_tag(&both.tuple).unwrap(), ORIG | REPLY, false);
-        o.push(&mark(), &both);
-        assert_eq!(o.out.len(), 2 * one);
+        // A failed answer lets the flow ask again, up to MAX_FAILS times.
+        let tag = flow_tag(&both.tuple).unwrap();
+        for k in 1..=MAX_FAILS as usize {
+            Offloader::settle(&mut o.table, tag, ORIG | REPLY, false);
+            o.push(&mark(), &both);
+            let want = if k < MAX_FAILS as usize { k + 1 } else { k };
+            assert_eq!(o.out.len(), want * one, "after {k} failures");
+        }
     }
 
     #[test]
@@ -438,6 +486,10 @@ mod tests {
         assert_eq!(counters.offload.revoked.get(), 3);
         assert_eq!(o.table[5].tag, 0);
         o.set_mark(Some(next));
-        assert_eq!(counters.offload.revoked.get(), 3, "same bits: nothing revoked");
+        assert_eq!(
+            counters.offload.revoked.get(),
+            3,
+            "same bits: nothing revoked"
+        );
     }
 }

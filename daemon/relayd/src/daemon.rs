@@ -28,6 +28,10 @@ struct Running {
     spec: QueueSpec,
 }
 
+/// Per offload skip-rule comment: the kernel's counters last read and the running totals,
+/// each (packets, bytes).
+type SkipTotals = BTreeMap<String, ([u64; 2], [u64; 2])>;
+
 /// A running relayd.
 pub struct Daemon {
     _lock: crate::lock::InstanceLock,
@@ -55,7 +59,7 @@ pub struct Daemon {
     epoch: u32,
     /// Per skip-rule comment: the kernel's counters last read and the running totals
     /// (packets, bytes), so that the totals survive a reload's fresh rules.
-    skipped: std::sync::Mutex<BTreeMap<String, ([u64; 2], [u64; 2])>>,
+    skipped: std::sync::Mutex<SkipTotals>,
 }
 
 /// What a reload leaves to the caller, which runs the tokio side: listeners to drain

@@ -199,7 +199,8 @@ pub fn encode(s: &Status) -> String {
         "relayd_queue_offload_flows",
         "Flows offloaded (their later packets skip the queue), by reason.",
     );
-    let off_other: Vec<(Counters, fn(&crate::status::OffloadStatus) -> u64)> = vec![
+    type OffloadField = fn(&crate::status::OffloadStatus) -> u64;
+    let off_other: Vec<(Counters, OffloadField)> = vec![
         (
             b.counter(
                 "relayd_queue_offload_failed",

@@ -662,7 +662,8 @@ impl Status {
                 "queue", "offloaded", "failed", "revoked", "skipped", "skipped_bytes"
             ));
             for (num, f) in offloads {
-                let reasons: Vec<String> = f.flows.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                let reasons: Vec<String> =
+                    f.flows.iter().map(|(k, v)| format!("{k}={v}")).collect();
                 o.push_str(&format!(
                     "{:>5} {:>10} {:>8} {:>8} {:>14} {:>16}  {}\n",
                     num,

@@ -9,8 +9,8 @@ pub use dump::DumpConfig;
 pub use mark::MarkConfig;
 
 use relay_core::{
-    Action, Context, Counters, FailPolicy, InvalidConfig, Manifest, Offload, OffloadReason,
-    Packet, Resources, Service, ServiceConfig, ServiceFactory,
+    Action, Context, Counters, FailPolicy, InvalidConfig, Manifest, Offload, OffloadReason, Packet,
+    Resources, Service, ServiceConfig, ServiceFactory,
 };
 use serde::Deserialize;
 use std::sync::Arc;
@@ -125,7 +125,7 @@ mod tests {
     fn accept_and_mark_offload_the_flow_and_drop_never_does() {
         let accept = AcceptConfig {}.into_factory("a").unwrap();
         let both = Some(Offload::both(OffloadReason::Decided));
-        assert_eq!(run(&[accept.clone()]).offload, both);
+        assert_eq!(run(std::slice::from_ref(&accept)).offload, both);
         let mark = MarkConfig {
             mark: 0x20,
             mask: 0xff,

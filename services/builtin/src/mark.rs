@@ -3,9 +3,9 @@
 
 use relay_core::counters::Counters;
 use relay_core::manifest::Manifest;
+use relay_core::offload::{Offload, OffloadReason};
 use relay_core::packet::Packet;
 use relay_core::resources::Resources;
-use relay_core::offload::{Offload, OffloadReason};
 use relay_core::service::{Action, Context, Service, ServiceConfig, ServiceFactory};
 use relay_core::units::de_u32;
 use serde::Deserialize;

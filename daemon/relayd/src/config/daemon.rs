@@ -133,7 +133,11 @@ fn check_offload_mark(cx: &mut Ctx<'_>, d: &RawDaemon, out: &mut DaemonConfig) {
     let span = d.offload_mark.as_ref().map(|m| m.span());
     if let Some(m) = &d.offload_mark {
         match parse_u32(m.get_ref()) {
-            Some(v) if v.count_ones() >= 4 && (v >> v.trailing_zeros()).count_ones() == 32 - v.leading_zeros() - v.trailing_zeros() => {
+            Some(v)
+                if v.count_ones() >= 4
+                    && (v >> v.trailing_zeros()).count_ones()
+                        == 32 - v.leading_zeros() - v.trailing_zeros() =>
+            {
                 out.offload_mark = v
             }
             _ => {

@@ -19,8 +19,8 @@ mod tproxy;
 mod xdp;
 
 pub use daemon::{
-    DEFAULT_CT_MARK_BITS, DEFAULT_OFFLOAD_MARK, DEFAULT_SOCKET, DaemonConfig, DaemonUser, IptablesFlavor,
-    ct_bits_from_mask,
+    DEFAULT_CT_MARK_BITS, DEFAULT_OFFLOAD_MARK, DEFAULT_SOCKET, DaemonConfig, DaemonUser,
+    IptablesFlavor, ct_bits_from_mask,
 };
 pub use error::{ConfigError, ConfigErrors};
 pub use ike::{
@@ -139,8 +139,10 @@ pub fn parse(text: &str, path: &Path, registry: &Registry) -> Result<Config, Con
             &services,
             registry,
             &mut taken,
-            daemon.ct_mark_bits,
-            daemon.offload_mark,
+            queue::Marks {
+                ct: daemon.ct_mark_bits,
+                offload: daemon.offload_mark,
+            },
         ) {
             queues.push(spec);
         }

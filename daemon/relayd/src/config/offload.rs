@@ -37,7 +37,11 @@ fn generations(mark: &OffloadMark) -> u32 {
 /// equal to any queue's under `epoch - 1`, so that a reload revokes every offload and no
 /// queue's skip rule matches a flow another queue offloaded.
 pub fn set_generations(cfg: &mut Config, epoch: u32) {
-    let n = cfg.queues.iter().filter(|q| q.queue.offload.is_some()).count() as u32;
+    let n = cfg
+        .queues
+        .iter()
+        .filter(|q| q.queue.offload.is_some())
+        .count() as u32;
     let mut k = 0u32;
     for q in &mut cfg.queues {
         if let Some(m) = &mut q.queue.offload {
@@ -124,7 +128,10 @@ mod tests {
     #[test]
     fn bits_and_generations() {
         let m = offload_bits(0x00ff_0000, 0xff);
-        assert_eq!((m.orig, m.reply, m.gen_mask), (0x1_0000, 0x2_0000, 0xfc_0000));
+        assert_eq!(
+            (m.orig, m.reply, m.gen_mask),
+            (0x1_0000, 0x2_0000, 0xfc_0000)
+        );
         assert_eq!(m.generation, 0x4_0000);
         assert_eq!(m.mask(), 0x00ff_00ff);
         assert_eq!(generations(&m), 63);

@@ -314,9 +314,15 @@ mod offload {
             "{MARK}[[queue]]\nnum = 1\nhook = \"forward\"\nservices = [\"m\", \"accept\"]\noffload = true\n"
         ));
         let m = cfg.queues[0].queue.offload.expect("offload");
-        assert_eq!((m.orig, m.reply, m.gen_mask), (0x1_0000, 0x2_0000, 0xfc_0000));
+        assert_eq!(
+            (m.orig, m.reply, m.gen_mask),
+            (0x1_0000, 0x2_0000, 0xfc_0000)
+        );
         assert_eq!(m.restore, 0x20);
-        assert!(cfg.queues[0].queue.conntrack, "the direction comes with the mark bits");
+        assert!(
+            cfg.queues[0].queue.conntrack,
+            "the direction comes with the mark bits"
+        );
         let plain = parsed("[[queue]]\nnum = 1\nhook = \"forward\"\nservices = [\"accept\"]\n");
         assert_eq!(plain.queues[0].queue.offload, None);
         assert!(!plain.queues[0].queue.conntrack);
@@ -358,7 +364,9 @@ mod offload {
         ] {
             let found = errs(text);
             assert!(
-                found.iter().any(|e| e.field == field && e.message.contains(what) && (e.line > 0 || field.starts_with("daemon"))),
+                found.iter().any(|e| e.field == field
+                    && e.message.contains(what)
+                    && (e.line > 0 || field.starts_with("daemon"))),
                 "{text}\n{found:#?}"
             );
         }
