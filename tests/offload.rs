@@ -262,3 +262,22 @@ fn a_flow_the_relay_translated_is_offloaded_too() {
         "the translated flow stayed in the queue: {q:?}"
     );
 }
+
+/// One TCP connection through an `accept` queue with offload: it leaves the queue with its
+/// first packets (the SYN's update finds the entry confirmed) and its bulk data arrives
+/// whole, by the kernel's forwarding.
+#[test]
+fn a_tcp_connection_leaves_the_queue_after_its_first_packets() {
+    let l = line3("offl-tcp");
+    let r = Relayd::start(
+        &l.relay,
+        &config("[\"accept\"]", true).replace("-p udp --dport 5700", "-p tcp --dport 5701"),
+    );
+    let (sent, got) = tcp_exchange(&l.src, &l.dst, addr("10.0.2.2:5701"), 1.0);
+    let q = queue(&r);
+    let o = q.offload.clone().expect("offload counters");
+    assert!(sent > 1_000_000 && got == sent, "TCP sent {sent} received {got}: {q:?}");
+    assert_eq!(o.flows.get("decided"), Some(&1), "{o:?}\n{}", r.log());
+    assert!(q.packets < 50, "the connection stayed in the queue: {q:?}");
+    assert!(o.skipped_bytes >= got, "{o:?} for {got} bytes");
+}
