@@ -276,7 +276,10 @@ fn a_tcp_connection_leaves_the_queue_after_its_first_packets() {
     let (sent, got) = tcp_exchange(&l.src, &l.dst, addr("10.0.2.2:5701"), 1.0);
     let q = queue(&r);
     let o = q.offload.clone().expect("offload counters");
-    assert!(sent > 1_000_000 && got == sent, "TCP sent {sent} received {got}: {q:?}");
+    assert!(
+        sent > 1_000_000 && got == sent,
+        "TCP sent {sent} received {got}: {q:?}"
+    );
     assert_eq!(o.flows.get("decided"), Some(&1), "{o:?}\n{}", r.log());
     assert!(q.packets < 50, "the connection stayed in the queue: {q:?}");
     assert!(o.skipped_bytes >= got, "{o:?} for {got} bytes");

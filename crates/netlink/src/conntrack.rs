@@ -184,6 +184,10 @@ pub fn acks(datagram: &[u8], mut f: impl FnMut(u32, i32)) {
 /// request's payload.
 pub const ACK_LEN: usize = NLMSG_HDRLEN + 4 + NLMSG_HDRLEN;
 
+/// The room [`CtSocket::try_recv_many`] gives each datagram: an acknowledgement with room
+/// to spare.
+pub const ACK_SLOT: usize = 128;
+
 const SOL_NETLINK: libc::c_int = 270;
 const NETLINK_CAP_ACK: libc::c_int = 10;
 
@@ -249,25 +253,46 @@ impl CtSocket {
         Ok(())
     }
 
-    /// Receives one datagram into `buf` if one waits: `Ok(None)` when none does.
-    pub fn try_recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
-        // SAFETY: buf is a live writable buffer of buf.len() bytes.
+    /// Receives as many datagrams as wait, up to one per slot of `bufs`, in one recvmmsg
+    /// without waiting: how many came (0 when none did), each slot's length in `lens`.
+    /// The kernel sends each acknowledgement as its own datagram; [`ACK_LEN`] bytes each.
+    pub fn try_recv_many<const N: usize>(
+        &self,
+        bufs: &mut [[u8; ACK_SLOT]; N],
+        lens: &mut [usize; N],
+    ) -> io::Result<usize> {
+        let mut iov: [libc::iovec; N] = std::array::from_fn(|i| libc::iovec {
+            iov_base: bufs[i].as_mut_ptr() as *mut libc::c_void,
+            iov_len: ACK_SLOT,
+        });
+        // SAFETY: an all-zero mmsghdr is a valid (empty) value.
+        let mut hdrs: [libc::mmsghdr; N] = unsafe { std::mem::zeroed() };
+        for (h, v) in hdrs.iter_mut().zip(iov.iter_mut()) {
+            h.msg_hdr.msg_iov = v;
+            h.msg_hdr.msg_iovlen = 1;
+        }
+        // SAFETY: hdrs and the iovecs and buffers they point to are live for the call.
         let r = unsafe {
-            libc::recv(
+            libc::recvmmsg(
                 self.fd.as_raw_fd(),
-                buf.as_mut_ptr() as *mut libc::c_void,
-                buf.len(),
+                hdrs.as_mut_ptr(),
+                N as libc::c_uint,
                 libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
             )
         };
         if r < 0 {
             let e = io::Error::last_os_error();
             return match e.raw_os_error() {
-                Some(libc::EAGAIN | libc::EINTR) => Ok(None),
+                Some(libc::EAGAIN | libc::EINTR) => Ok(0),
                 _ => Err(e),
             };
         }
-        Ok(Some(r as usize))
+        let n = (r as usize).min(N);
+        for (len, h) in lens.iter_mut().zip(&hdrs).take(n) {
+            *len = (h.msg_len as usize).min(ACK_SLOT);
+        }
+        Ok(n)
     }
 }
 
@@ -379,6 +404,40 @@ mod tests {
                 "{len}"
             );
         }
+    }
+
+    #[test]
+    fn the_kernel_answers_an_update_of_an_entry_it_does_not_have() {
+        // An address pair nothing uses: ENOENT as root, EPERM without CAP_NET_ADMIN.
+        let t = CtTuple {
+            src: "192.0.2.77".parse().unwrap(),
+            dst: "198.51.100.77".parse().unwrap(),
+            proto: 17,
+            sport: 9,
+            dport: 9,
+        };
+        let sock = CtSocket::open(64 << 10).unwrap();
+        let mut out = Vec::new();
+        for seq in [41u32, 42] {
+            let mut buf = [0u8; UPDATE_MAX];
+            let n = mark_update(&mut buf, seq, &t, Lookup::Orig, 1 << 16, 3 << 16).unwrap();
+            out.extend_from_slice(&buf[..n]);
+        }
+        sock.send(&out).unwrap();
+        let mut bufs = [[0u8; ACK_SLOT]; 4];
+        let mut lens = [0usize; 4];
+        let n = sock.try_recv_many(&mut bufs, &mut lens).unwrap();
+        let mut got = Vec::new();
+        for (b, len) in bufs.iter().zip(lens).take(n) {
+            assert_eq!(len, ACK_LEN, "capped acknowledgements");
+            acks(&b[..len], |seq, err| got.push((seq, err)));
+        }
+        assert_eq!(got.len(), 2, "both answered within the send: {got:?}");
+        for (i, (seq, err)) in got.into_iter().enumerate() {
+            assert_eq!(seq, 41 + i as u32);
+            assert!(err == -libc::ENOENT || err == -libc::EPERM, "{err}");
+        }
+        assert_eq!(sock.try_recv_many(&mut bufs, &mut lens).unwrap(), 0);
     }
 
     #[test]

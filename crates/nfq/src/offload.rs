@@ -12,7 +12,7 @@
 
 use crate::config::OffloadMark;
 use relay_core::{OffloadReason, OffloadScope, QueueCounters};
-use relay_netlink::conntrack::{self, CtSocket, CtTuple, Lookup, UPDATE_MAX};
+use relay_netlink::conntrack::{self, ACK_SLOT, CtSocket, CtTuple, Lookup, UPDATE_MAX};
 use relay_pipeline::{MAX_OFFLOADS, OffloadRequest};
 use std::hash::{Hash, Hasher};
 use std::io;
@@ -27,6 +27,8 @@ const RCVBUF: usize = 256 << 10;
 /// Failed updates after which a flow is left inline for the rest of the generation (an
 /// untracked flow, a tuple conntrack does not know): each costs a system call.
 const MAX_FAILS: u8 = 4;
+/// Acknowledgements read per recvmmsg.
+const ACK_BATCH: usize = 32;
 /// Bit of a direction in a table slot.
 const ORIG: u8 = 1;
 const REPLY: u8 = 2;
@@ -282,48 +284,56 @@ impl Offloader {
         *old = f;
     }
 
-    /// Reads every acknowledgement that has come, without waiting.
+    /// Reads every acknowledgement that has come, several per recvmmsg, without waiting.
     fn read_acks(&mut self) {
-        let Some(sock) = &self.sock else { return };
-        let mut buf = [0u8; 4096];
+        let mut bufs = [[0u8; ACK_SLOT]; ACK_BATCH];
+        let mut lens = [0usize; ACK_BATCH];
         loop {
-            match sock.try_recv(&mut buf) {
-                Ok(Some(n)) => {
-                    let (table, inflight, counters) =
-                        (&mut self.table, &mut self.inflight, &self.counters);
-                    let (live, retry) = (&mut self.live, &mut self.retry);
-                    conntrack::acks(buf.get(..n).unwrap_or_default(), |seq, err| {
-                        let f = &mut inflight[seq as usize & (INFLIGHT - 1)];
-                        if !f.live || f.seq != seq {
-                            return;
-                        }
-                        f.live = false;
-                        if err == -libc::ENOENT && !f.retried && retry.len() < MAX_OFFLOADS {
-                            // Not found by this tuple: a packet NAT changed is found by
-                            // the other direction's tuple, its own turned round.
-                            retry.push(*f);
-                            return;
-                        }
-                        Self::settle(table, f.tag, f.bits, err == 0);
-                        if err == 0 {
-                            counters.offload.offloaded(f.reason);
-                            *live += 1;
-                        } else {
-                            // ENOENT: the entry is not confirmed yet (or gone); the flow's
-                            // next packet votes again.
-                            counters.offload.failed.inc();
-                        }
-                    });
-                }
-                Ok(None) => return,
+            let Some(sock) = &self.sock else { return };
+            let n = match sock.try_recv_many(&mut bufs, &mut lens) {
+                Ok(n) => n,
                 Err(e) => {
                     // ENOBUFS: answers were lost; those updates count as failed.
                     tracing::debug!(queue = self.num, "conntrack answers: {e}");
                     self.fail_all_inflight();
                     return;
                 }
+            };
+            for (buf, len) in bufs.iter().zip(lens).take(n) {
+                self.answered(buf.get(..len).unwrap_or_default());
+            }
+            if n < ACK_BATCH {
+                return;
             }
         }
+    }
+
+    /// Takes the kernel's answers in one datagram.
+    fn answered(&mut self, datagram: &[u8]) {
+        let (table, inflight, counters) = (&mut self.table, &mut self.inflight, &self.counters);
+        let (live, retry) = (&mut self.live, &mut self.retry);
+        conntrack::acks(datagram, |seq, err| {
+            let f = &mut inflight[seq as usize & (INFLIGHT - 1)];
+            if !f.live || f.seq != seq {
+                return;
+            }
+            f.live = false;
+            if err == -libc::ENOENT && !f.retried && retry.len() < MAX_OFFLOADS {
+                // Not found by this tuple: a packet NAT changed is found by the other
+                // direction's tuple, its own turned round.
+                retry.push(*f);
+                return;
+            }
+            Self::settle(table, f.tag, f.bits, err == 0);
+            if err == 0 {
+                counters.offload.offloaded(f.reason);
+                *live += 1;
+            } else {
+                // ENOENT: the entry is not confirmed yet (or gone); the flow's next
+                // packet votes again.
+                counters.offload.failed.inc();
+            }
+        });
     }
 
     /// Records the kernel's answer for `bits` of flow `tag`.
