@@ -9,8 +9,10 @@
 //! (`Manifest::queue_monitor`, found in their `Resources`); replay hands a fixed one.
 //!
 //! [`frame`] is the netlink framing (message and attribute iteration and building) that
-//! this crate's rtnetlink dump and relay-nfq's NFQUEUE layer share.
+//! this crate's rtnetlink dump and relay-nfq's NFQUEUE layer share; [`conntrack`] is the
+//! ctnetlink mark update relay-nfq's flow offload sends.
 
+pub mod conntrack;
 pub mod frame;
 mod netns;
 mod rtnl;
