@@ -2,6 +2,7 @@
 //! (payload and header tests, one prefilter over their payload fast patterns) and
 //! transaction rules (`set::tx`), with flowbit names interned. Built once per service.
 
+pub(crate) mod later;
 pub(crate) mod tx;
 
 use crate::applayer::buffer::Buffer;
