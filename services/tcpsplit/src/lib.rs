@@ -585,8 +585,14 @@ mark = 0x4",
         let decided = Some(Offload::both(OffloadReason::Decided));
         assert_eq!(vote(&mut s, &tcp4([192, 0, 2, 1], 22, SYN)), decided);
         assert_eq!(vote(&mut s, &tcp4([192, 0, 2, 1], 80, SYN)), None);
-        assert_eq!(vote(&mut s, &tcp4([192, 0, 2, 1], 22, tcp::flags::ACK)), None);
-        assert_eq!(vote(&mut s, &tcp4([192, 0, 2, 1], 80, tcp::flags::ACK)), None);
+        assert_eq!(
+            vote(&mut s, &tcp4([192, 0, 2, 1], 22, tcp::flags::ACK)),
+            None
+        );
+        assert_eq!(
+            vote(&mut s, &tcp4([192, 0, 2, 1], 80, tcp::flags::ACK)),
+            None
+        );
     }
 
     fn s_manifest_offloads(text: &str) -> bool {
