@@ -45,40 +45,15 @@ impl RuleSet {
     /// stream is done; a transaction rule of the flow's protocol while its parser can
     /// still progress. Not live: `pass` rules (a match only lets packets through) and
     /// rules whose protocol, addresses, ports or application protocol exclude the flow.
+    ///
+    /// Cost: one pass over `tcp_later`, stopping at the first live rule; the engine asks
+    /// at most once per trigger and flow.
     pub(crate) fn live_rule(&self, v: &FlowView, dirs: [bool; 2]) -> Option<usize> {
-        self.rules.iter().enumerate().position(|(i, r)| {
-            r.action != RuleAction::Pass
-                && self.applies(r, v, dirs)
-                && self.could_match(i, r, v, dirs)
+        self.tcp_later.iter().map(|&i| i as usize).find(|&i| {
+            self.rules
+                .get(i)
+                .is_some_and(|r| applies(r, v, dirs) && self.could_match(i, r, v, dirs))
         })
-    }
-
-    /// True if `r`'s protocol, ends and application protocol admit packets of `v` in one
-    /// of `dirs`.
-    fn applies(&self, r: &Rule, v: &FlowView, dirs: [bool; 2]) -> bool {
-        if !matches!(
-            r.proto,
-            RuleProto::Tcp | RuleProto::Ip | RuleProto::TcpOrUdp
-        ) {
-            return false;
-        }
-        let way = |(s, sp): (u128, u16), (d, dp): (u128, u16)| {
-            r.src.eval(&|n| n.contains(s))
-                && port_match(&r.sport, Some(sp))
-                && r.dst.eval(&|n| n.contains(d))
-                && port_match(&r.dport, Some(dp))
-        };
-        let dir_ok = |d: Dir| {
-            let (s, t) = match d {
-                Dir::ToServer => (v.client, v.server),
-                Dir::ToClient => (v.server, v.client),
-            };
-            way(s, t) || r.bidir && way(t, s)
-        };
-        let ends = [Dir::ToServer, Dir::ToClient]
-            .into_iter()
-            .any(|d| dirs[d.index()] && dir_ok(d));
-        ends && app_admits(r, v)
     }
 
     /// True if rule `i` (`r`), which applies to `v`, could match a later packet in `dirs`.
@@ -96,6 +71,46 @@ impl RuleSet {
         }
         true
     }
+}
+
+/// The rules that may apply to a TCP flow's packets and do more than pass, ascending:
+/// what [`RuleSet::live_rule`] reads.
+pub(crate) fn candidates(rules: &[Rule]) -> Vec<u32> {
+    let tcp = |r: &Rule| {
+        matches!(
+            r.proto,
+            RuleProto::Tcp | RuleProto::Ip | RuleProto::TcpOrUdp
+        )
+    };
+    (0..rules.len())
+        .filter(|&i| {
+            rules
+                .get(i)
+                .is_some_and(|r| r.action != RuleAction::Pass && tcp(r))
+        })
+        .map(|i| i as u32)
+        .collect()
+}
+
+/// True if `r`'s ends and application protocol admit packets of `v` in one of `dirs`.
+fn applies(r: &Rule, v: &FlowView, dirs: [bool; 2]) -> bool {
+    let way = |(s, sp): (u128, u16), (d, dp): (u128, u16)| {
+        r.src.eval(&|n| n.contains(s))
+            && port_match(&r.sport, Some(sp))
+            && r.dst.eval(&|n| n.contains(d))
+            && port_match(&r.dport, Some(dp))
+    };
+    let dir_ok = |d: Dir| {
+        let (s, t) = match d {
+            Dir::ToServer => (v.client, v.server),
+            Dir::ToClient => (v.server, v.client),
+        };
+        way(s, t) || r.bidir && way(t, s)
+    };
+    let ends = [Dir::ToServer, Dir::ToClient]
+        .into_iter()
+        .any(|d| dirs[d.index()] && dir_ok(d));
+    ends && app_admits(r, v)
 }
 
 /// True if `r`'s application protocol and `app-layer-protocol` tests may hold for `v`.
