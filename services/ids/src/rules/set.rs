@@ -2,6 +2,7 @@
 //! (payload and header tests, one prefilter over their payload fast patterns) and
 //! transaction rules (`set::tx`), with flowbit names interned. Built once per service.
 
+pub(crate) mod later;
 pub(crate) mod tx;
 
 use crate::applayer::buffer::Buffer;
@@ -83,6 +84,9 @@ pub struct RuleSet {
     /// Per rule, whether it is IP-only (checked once per flow direction, see
     /// `tx::is_ip_only`).
     pub(crate) ip_only: Vec<bool>,
+    /// The rules an offload check reads (`set::later`): those that may apply to a TCP
+    /// flow and do more than pass (ascending).
+    pub(crate) tcp_later: Vec<u32>,
     /// The rules that inspect application-layer transactions.
     pub(crate) tx: TxRules,
     /// Some rule needs the flow table: flowbits, an application protocol, stream
@@ -256,6 +260,7 @@ impl RuleSet {
         let ip_only: Vec<bool> = rules.iter().map(tx::is_ip_only).collect();
         // IP-only rules are checked once per flow direction: that needs the flows.
         needs_flows |= ip_only.contains(&true);
+        let tcp_later = later::candidates(&rules);
         Ok(RuleSet {
             rules,
             errors,
@@ -266,6 +271,7 @@ impl RuleSet {
             pcre_base,
             bitops,
             ip_only,
+            tcp_later,
             tx,
             needs_flows,
             needs_app,
