@@ -10,12 +10,18 @@
 //! `Packet` owns a growable buffer, which services that grow packets need), and once more,
 //! with its Ethernet header, into a frame of the egress socket; the rx frame goes straight
 //! back to the fill ring. Nothing is allocated, locked or asked of the kernel per packet.
+//!
+//! With offload on, the flows the round's chain offloaded are written to the program's
+//! `flows` map after the round (one system call per flow direction, never per packet of a
+//! flow that stays inline), and the program's offload counters are read once a second.
 
 use crate::counters::XdpCounters;
 use crate::egress::EgressTable;
 use crate::forward::{self, Framed};
+use crate::offload::{Offloader, monotonic_ns};
 use crate::program::{FrameMeta, META_LEN};
 use crate::xsk::Socket;
+use relay_core::wire::FiveTuple;
 use relay_core::{Chain, PacketMeta, Tally, Verdict};
 use relay_dataio::Emitter;
 use relay_pipeline::{Control, Outcome, Pipeline};
@@ -35,8 +41,9 @@ pub(crate) const PACKET_BUF: usize = HEADROOM + 65_536;
 /// Held packets sent per release at most.
 const RELEASE_CHUNK: usize = 64;
 
-/// What the control plane shares with an XDP queue thread: a reload brings a new chain.
-pub(crate) type Shared = Control<Chain>;
+/// What the control plane shares with an XDP queue thread: a reload brings a new chain,
+/// with the generation its offloaded flows are written for.
+pub(crate) type Shared = Control<(Chain, u32)>;
 
 /// The queue thread's state.
 pub(crate) struct Worker {
@@ -56,8 +63,11 @@ impl Worker {
         let mut stats_at = Instant::now();
         loop {
             loops = loops.wrapping_add(1);
-            if let Some(chain) = self.shared.tick(loops) {
+            if let Some((chain, generation)) = self.shared.tick(loops) {
                 self.path.pipeline.set_chain(chain);
+                if let Some(o) = &mut self.path.offload {
+                    o.set_generation(generation);
+                }
             }
             if self.shared.stop_requested() {
                 break;
@@ -67,6 +77,7 @@ impl Worker {
             let local = self.emitter.local_addresses(now);
             self.path.pipeline.set_local_addresses(local);
             let n = self.round(now);
+            self.path.carry_offloads();
             self.path.release(Some(now));
             self.flush(now);
             // New egress interfaces' sockets: between rounds, never for a packet.
@@ -74,6 +85,9 @@ impl Worker {
             if now.duration_since(stats_at) >= Duration::from_secs(1) {
                 stats_at = now;
                 self.path.egress.refresh_mtus();
+                if let Some(o) = &mut self.path.offload {
+                    o.read_stats();
+                }
                 self.publish_stats();
             }
             if n == 0 {
@@ -84,7 +98,11 @@ impl Worker {
         }
         // What is still held leaves now, as a stopping NFQUEUE queue answers its own.
         self.path.release(None);
+        self.path.carry_offloads();
         self.flush(Instant::now());
+        if let Some(o) = &mut self.path.offload {
+            o.read_stats();
+        }
         self.publish_stats();
         tracing::debug!(queue = num, "XDP queue thread stopped");
     }
@@ -169,9 +187,38 @@ pub(crate) struct PacketPath {
     pub(crate) tally: Tally,
     pub(crate) buf: Vec<u8>,
     pub(crate) scratch: Vec<u8>,
+    /// Carries out the chain's offloads, if the port offloads.
+    pub(crate) offload: Option<Offloader>,
 }
 
 impl PacketPath {
+    /// Writes the flows the round offloaded to the program's map (after the round).
+    fn carry_offloads(&mut self) {
+        let requests = self.pipeline.take_offloads();
+        if requests.len() == 0 {
+            return;
+        }
+        match &mut self.offload {
+            Some(o) => o.carry_out(requests, monotonic_ns()),
+            // The pipeline asks only when its settings say the datapath offloads.
+            None => drop(requests),
+        }
+    }
+
+    /// Refuses the offload of a packet a service rewrote into another flow (addresses,
+    /// ports or protocol): the kernel would forward the flow's later packets as they
+    /// come. `ip` is the packet as received, `out` as it left.
+    #[cold]
+    fn check_rewrite(&mut self, ip: &[u8], out: Option<&[u8]>) {
+        let before = FiveTuple::parse(ip).map(|t| t.0);
+        let after = out.and_then(FiveTuple::parse).map(|t| t.0);
+        if let (Some(o), Some(after)) = (&mut self.offload, after)
+            && before != Some(after)
+        {
+            o.veto(after);
+        }
+    }
+
     fn packet(&mut self, frame: &[u8], head: &[u8], now: Instant) {
         let meta = head
             .len()
@@ -206,13 +253,18 @@ impl PacketPath {
             decision,
             start,
             end,
-            ..
+            modified,
         } = outcome
         else {
             return; // held: sent when released
         };
         if decision.verdict == Verdict::Drop {
             return;
+        }
+        if modified && decision.offload.is_some() {
+            let buf = std::mem::take(&mut self.buf);
+            self.check_rewrite(ip, buf.get(start..end));
+            self.buf = buf;
         }
         // The packet as the chain left it, or as it came (unchanged, or its service
         // panicked and the malformed policy accepts it).
@@ -348,6 +400,7 @@ mod tests {
             xdp,
             buf: vec![0u8; PACKET_BUF],
             scratch: vec![0u8; PACKET_BUF],
+            offload: None,
         }
     }
 

@@ -6,7 +6,8 @@
 //! policy or socket settings changed is started anew: its threads stop with its program
 //! left attached (matched packets meanwhile get the old failure policy: a fail-closed
 //! port stays closed), and the new program replaces it. A port whose entry is gone is
-//! detached.
+//! detached. With `offload` on, a reload that reaches a running port revokes the flows it
+//! offloaded (XdpPort::update), so that the new chain sees every flow.
 
 use crate::config::XdpSpec;
 use crate::counter_store::CounterStore;
@@ -18,6 +19,30 @@ use relay_xdp::XdpPort;
 use relay_xdp::queue::XdpCounters;
 use std::collections::BTreeMap;
 use std::time::Duration;
+
+/// Adds the program's offload counters to a port's status, and with offload on the flows
+/// in its map now (`offload_flows`, and the packets and bytes they passed).
+fn offload_status(
+    m: &mut BTreeMap<String, u64>,
+    port: &XdpPort,
+    spec: &XdpSpec,
+    p: relay_xdp::program::ProgramStats,
+) {
+    m.insert("pass_offloaded".into(), p.pass_offloaded);
+    m.insert("offload_expired".into(), p.offload_expired);
+    m.insert("offload_revoked".into(), p.offload_revoked);
+    if spec.port.offload.is_none() {
+        return;
+    }
+    match port.offload_table() {
+        Ok(t) => {
+            m.insert("offload_flows".into(), t.flows);
+            m.insert("offload_flow_packets".into(), t.packets);
+            m.insert("offload_flow_bytes".into(), t.bytes);
+        }
+        Err(e) => tracing::debug!(interface = %spec.port.interface, "XDP offloaded flows: {e}"),
+    }
+}
 
 /// The running ports, by interface.
 #[derive(Default)]
@@ -188,7 +213,11 @@ impl XdpPorts {
                     None
                 }
             };
-            ports.push(XdpStatus::new(spec, program));
+            let mut status = XdpStatus::new(spec, program);
+            if let (Some(m), Some(p)) = (&mut status.program, program) {
+                offload_status(m, port, spec, p);
+            }
+            ports.push(status);
         }
         (queues, ports)
     }
