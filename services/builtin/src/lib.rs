@@ -9,8 +9,8 @@ pub use dump::DumpConfig;
 pub use mark::MarkConfig;
 
 use relay_core::{
-    Action, Context, Counters, FailPolicy, InvalidConfig, Manifest, Packet, Resources, Service,
-    ServiceConfig, ServiceFactory,
+    Action, Context, Counters, FailPolicy, InvalidConfig, Manifest, Offload, OffloadReason,
+    Packet, Resources, Service, ServiceConfig, ServiceFactory,
 };
 use serde::Deserialize;
 use std::sync::Arc;
@@ -35,6 +35,8 @@ impl Fixed {
         let manifest = Manifest {
             fail_policy,
             needs_bytes: Some(0),
+            // Its answer never changes, so an accepting one needs no more of any flow.
+            offloads: action == Action::Accept,
             ..Manifest::new()
         };
         Fixed(kind, action, manifest)
@@ -42,7 +44,10 @@ impl Fixed {
 }
 
 impl Service for Fixed {
-    fn process(&mut self, _pkt: &mut Packet, _cx: &mut Context) -> Action {
+    fn process(&mut self, _pkt: &mut Packet, cx: &mut Context) -> Action {
+        if self.1 == Action::Accept {
+            cx.offload(Offload::both(OffloadReason::Decided));
+        }
         self.1
     }
 }
