@@ -510,4 +510,55 @@ mod tests {
             "xdp[1].interface",
         );
     }
+
+    #[test]
+    fn reads_offload_keys_with_their_defaults() {
+        let c = parsed(XDP);
+        assert_eq!(c.xdp[0].port.offload, None, "off by default");
+        let c = parsed(&format!("{XDP}offload = true\n"));
+        assert_eq!(
+            c.xdp[0].port.offload,
+            Some(relay_xdp::OffloadConfig::default())
+        );
+        let c = parsed(&format!(
+            "{XDP}offload = true\noffload_idle = \"2.5s\"\noffload_flows = 4096\n"
+        ));
+        let o = c.xdp[0].port.offload.unwrap();
+        assert_eq!(
+            (o.idle, o.flows),
+            (std::time::Duration::from_millis(2500), 4096)
+        );
+        // Sizes checked even while offload is off.
+        let c = parsed(&format!("{XDP}offload = false\noffload_flows = 1024\n"));
+        assert_eq!(c.xdp[0].port.offload, None);
+    }
+
+    #[test]
+    fn refuses_offload_on_a_chain_that_cannot_vote_and_bad_sizes() {
+        let e = first_err(
+            "[[xdp]]\nnum = 1\ninterface = \"veth0\"\nservices = [\"accept\", \"d\"]\noffload = true\n[service.d]\nkind = \"dump\"\n",
+            5,
+            "xdp[0].offload",
+        );
+        assert!(e[0].message.contains("`d` (dump)"), "{e:?}");
+        first_err(
+            &format!("{XDP}offload = true\noffload_idle = \"0s\"\n"),
+            6,
+            "xdp[0].offload_idle",
+        );
+        first_err(
+            &format!("{XDP}offload = true\noffload_idle = \"30\"\n"),
+            6,
+            "xdp[0].offload_idle",
+        );
+        for bad in ["0", "63", "4194305", "-1"] {
+            let e = first_err(
+                &format!("{XDP}offload = true\noffload_flows = {bad}\n"),
+                6,
+                "xdp[0].offload_flows",
+            );
+            assert!(e[0].message.contains("64-4194304"), "{e:?}");
+        }
+        first_err(&format!("{XDP}offload = 1\n"), 5, "offload");
+    }
 }

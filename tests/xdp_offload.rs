@@ -1,0 +1,176 @@
+//! Flow offload on the AF_XDP datapath, on the real kernel (docs/xdp.md, "Flow offload"):
+//! a flow the chain offloads stops reaching the XDP queue while its packets keep
+//! arriving, forwarded by the kernel and counted in the program's map; with offload off
+//! every packet reaches the queue; a reload that changes the chain revokes, and so does
+//! a new program; an idle flow comes back to the queue. Needs root.
+//!
+//! Topology (relay_testbed::line3): src 10.0.1.1 -- relay (XDP on eth0) -- dst 10.0.2.2.
+
+mod support;
+
+use relay_testbed::{Line3, Node, line3};
+use std::net::UdpSocket;
+use std::time::Duration;
+use support::*;
+
+/// Turns off transmit checksum offload on `node`'s `ifname` (see tests/xdp.rs: XDP sees
+/// the bytes, which a veth that offloads leaves unfinished).
+fn no_tx_offload(node: &Node, ifname: &str) {
+    let out = node.exec(&["ethtool", "-K", ifname, "tx", "off"]);
+    assert!(out.status.success(), "ethtool: {out:?}");
+}
+
+fn config(offload: bool, services: &str, extra: &str) -> String {
+    format!(
+        r#"
+[[xdp]]
+num = 0
+interface = "eth0"
+fail_open = true
+services = [{services}]
+offload = {offload}
+{extra}
+[service.again]
+kind = "accept"
+"#
+    )
+}
+
+/// Sends `n` datagrams of one flow, 10.0.1.1:`sport` -> 10.0.2.2:`dport`, 2 ms apart,
+/// and returns how many dst received.
+fn flow(l: &Line3, sport: u16, dport: u16, n: u32) -> u32 {
+    let bind = format!("10.0.2.2:{dport}");
+    let rx = l.dst.run(move || UdpSocket::bind(&bind).unwrap());
+    rx.set_read_timeout(Some(Duration::from_millis(600)))
+        .unwrap();
+    let to = format!("10.0.2.2:{dport}");
+    l.src.run(move || {
+        let s = UdpSocket::bind(format!("10.0.1.1:{sport}")).unwrap();
+        for i in 0..n {
+            s.send_to(&i.to_be_bytes(), &to).unwrap();
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    });
+    let mut got = 0;
+    let mut buf = [0u8; 64];
+    while rx.recv_from(&mut buf).is_ok() {
+        got += 1;
+    }
+    got
+}
+
+/// The packets XDP queue 0 has handled.
+fn queue_packets(r: &Relayd) -> u64 {
+    let st = r.status();
+    st.queues
+        .iter()
+        .find(|q| q.num == 0)
+        .expect("xdp queue 0")
+        .packets
+}
+
+/// Program counter `name` of the port (0 if absent).
+fn program(r: &Relayd, name: &str) -> u64 {
+    let st = r.status();
+    let p = st.xdp[0].program.clone().expect("program counters");
+    p.get(name).copied().unwrap_or(0)
+}
+
+fn start(l: &Line3, body: &str) -> Relayd {
+    let r = Relayd::start(&l.relay, body);
+    // Neighbours resolved, so that the flow's first packets leave by AF_XDP.
+    assert!(l.src.ping("10.0.2.2"), "ping through the relay");
+    r
+}
+
+#[test]
+fn an_offloaded_flow_skips_the_queue_and_a_reload_revokes_it() {
+    let l = line3("xdpoff-on");
+    no_tx_offload(&l.src, "eth0");
+    let mut r = start(&l, &config(true, "\"accept\"", ""));
+    // The flow's first packet goes through the chain, which offloads it.
+    assert_eq!(flow(&l, 40000, 5000, 20), 20);
+    let before = queue_packets(&r);
+    let map_before = program(&r, "offload_flow_packets");
+    // Its later packets arrive, forwarded by the kernel, and skip the queue.
+    assert_eq!(flow(&l, 40000, 5000, 200), 200, "the sink keeps receiving");
+    assert_eq!(queue_packets(&r), before, "the queue saw none of them");
+    let map_after = program(&r, "offload_flow_packets");
+    assert!(map_after >= map_before + 200, "{map_before} -> {map_after}");
+    assert!(program(&r, "pass_offloaded") >= 200);
+    assert!(program(&r, "offload_flows") >= 1);
+    // Only the first packets of the warm-up were the queue's (and the pings').
+    assert!(before < 20, "queue packets {before}");
+
+    // TCP through an offloaded connection arrives intact.
+    assert_tcp_intact(&l.src, &l.dst, addr("10.0.2.2:6000"), 4 << 20, "offloaded tcp");
+    let after_tcp = queue_packets(&r);
+    assert!(
+        after_tcp < before + 100,
+        "a 4 MiB transfer offloaded after its first packets: {before} -> {after_tcp}"
+    );
+
+    // A reload that changes the chain revokes: the flow's next packet is the new
+    // chain's, which offloads it again.
+    r.rewrite(&config(true, "\"again\"", ""));
+    reload(&r, 1);
+    let before = queue_packets(&r);
+    assert_eq!(flow(&l, 40000, 5000, 50), 50);
+    let after = queue_packets(&r);
+    assert!(after > before, "the revoked flow came back to the queue");
+    assert!(after < before + 10, "and was offloaded again: {before} -> {after}");
+    assert!(program(&r, "offload_revoked") >= 1);
+
+    // A reload that turns offload off starts the port anew: every packet is relayd's.
+    r.rewrite(&config(false, "\"again\"", ""));
+    reload(&r, 2);
+    let before = queue_packets(&r);
+    assert_eq!(flow(&l, 40000, 5000, 50), 50);
+    assert!(queue_packets(&r) >= before + 50, "every packet back in the queue");
+    assert!(r.stop(libc::SIGTERM), "{}", r.log());
+}
+
+#[test]
+fn without_offload_every_packet_reaches_the_queue() {
+    let l = line3("xdpoff-off");
+    no_tx_offload(&l.src, "eth0");
+    // The same chain, which votes to offload, on a port without offload.
+    let mut r = start(&l, &config(false, "\"accept\"", ""));
+    assert_eq!(flow(&l, 40000, 5000, 20), 20);
+    let before = queue_packets(&r);
+    assert_eq!(flow(&l, 40000, 5000, 200), 200);
+    assert!(
+        queue_packets(&r) >= before + 200,
+        "every packet through the queue"
+    );
+    assert_eq!(program(&r, "pass_offloaded"), 0);
+    assert!(r.stop(libc::SIGTERM), "{}", r.log());
+}
+
+#[test]
+fn an_idle_offloaded_flow_comes_back_to_the_queue() {
+    let l = line3("xdpoff-idle");
+    no_tx_offload(&l.src, "eth0");
+    let mut r = start(&l, &config(true, "\"accept\"", "offload_idle = \"1s\""));
+    assert_eq!(flow(&l, 40001, 5001, 20), 20);
+    let before = queue_packets(&r);
+    // 2 ms apart, and 600 ms since the warm-up: never idle for 1 s, so it stays offloaded.
+    assert_eq!(flow(&l, 40001, 5001, 200), 200);
+    assert_eq!(queue_packets(&r), before, "offloaded");
+    // Idle for 1.6 s (the receiver's wait above, and this): the next packet finds the
+    // entry expired and goes to the queue, whose chain offloads the flow again.
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(flow(&l, 40001, 5001, 50), 50);
+    let after = queue_packets(&r);
+    assert!(
+        after > before && after < before + 10,
+        "{before} -> {after}"
+    );
+    assert!(program(&r, "offload_expired") >= 1);
+    // The queue counts the expiry too (read from the program once a second).
+    assert!(wait_for(Duration::from_secs(3), || {
+        let st = r.status();
+        st.queues[0].datapath.get("offload_expired").copied() >= Some(1)
+    }));
+    assert!(r.stop(libc::SIGTERM), "{}", r.log());
+}
