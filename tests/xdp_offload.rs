@@ -103,7 +103,13 @@ fn an_offloaded_flow_skips_the_queue_and_a_reload_revokes_it() {
     assert!(before < 20, "queue packets {before}");
 
     // TCP through an offloaded connection arrives intact.
-    assert_tcp_intact(&l.src, &l.dst, addr("10.0.2.2:6000"), 4 << 20, "offloaded tcp");
+    assert_tcp_intact(
+        &l.src,
+        &l.dst,
+        addr("10.0.2.2:6000"),
+        4 << 20,
+        "offloaded tcp",
+    );
     let after_tcp = queue_packets(&r);
     assert!(
         after_tcp < before + 100,
@@ -118,7 +124,10 @@ fn an_offloaded_flow_skips_the_queue_and_a_reload_revokes_it() {
     assert_eq!(flow(&l, 40000, 5000, 50), 50);
     let after = queue_packets(&r);
     assert!(after > before, "the revoked flow came back to the queue");
-    assert!(after < before + 10, "and was offloaded again: {before} -> {after}");
+    assert!(
+        after < before + 10,
+        "and was offloaded again: {before} -> {after}"
+    );
     assert!(program(&r, "offload_revoked") >= 1);
 
     // A reload that turns offload off starts the port anew: every packet is relayd's.
@@ -126,7 +135,10 @@ fn an_offloaded_flow_skips_the_queue_and_a_reload_revokes_it() {
     reload(&r, 2);
     let before = queue_packets(&r);
     assert_eq!(flow(&l, 40000, 5000, 50), 50);
-    assert!(queue_packets(&r) >= before + 50, "every packet back in the queue");
+    assert!(
+        queue_packets(&r) >= before + 50,
+        "every packet back in the queue"
+    );
     assert!(r.stop(libc::SIGTERM), "{}", r.log());
 }
 
@@ -162,10 +174,7 @@ fn an_idle_offloaded_flow_comes_back_to_the_queue() {
     std::thread::sleep(Duration::from_millis(1000));
     assert_eq!(flow(&l, 40001, 5001, 50), 50);
     let after = queue_packets(&r);
-    assert!(
-        after > before && after < before + 10,
-        "{before} -> {after}"
-    );
+    assert!(after > before && after < before + 10, "{before} -> {after}");
     assert!(program(&r, "offload_expired") >= 1);
     // The queue counts the expiry too (read from the program once a second).
     assert!(wait_for(Duration::from_secs(3), || {

@@ -477,7 +477,12 @@ mod tests {
         let both = Offload::both(OffloadReason::Decided);
         let one = Offload::direction(OffloadReason::StreamDepth);
         // Three packets of `a` in one round, the reply of `a`, and one direction of `b`.
-        let reqs = [req(a, both), req(a, both), req(a.reversed(), both), req(b, one)];
+        let reqs = [
+            req(a, both),
+            req(a, both),
+            req(a.reversed(), both),
+            req(b, one),
+        ];
         o.carry_out(reqs.into_iter(), 1000);
         let f = fake.lock().unwrap();
         assert_eq!(f.map.len(), 3, "a both ways, b one way: {:?}", f.map);
@@ -501,24 +506,15 @@ mod tests {
         let (mut o, fake, c, _) = offloader();
         let a = tuple("10.0.1.1", "10.0.2.2", 17, Some((1, 2)));
         fake.lock().unwrap().fail = true;
-        o.carry_out(
-            [req(a, Offload::both(OffloadReason::Pass))].into_iter(),
-            1,
-        );
+        o.carry_out([req(a, Offload::both(OffloadReason::Pass))].into_iter(), 1);
         assert_eq!((c.failed.get(), c.total()), (1, 0));
         fake.lock().unwrap().fail = false;
         o.veto(a);
-        o.carry_out(
-            [req(a, Offload::both(OffloadReason::Pass))].into_iter(),
-            1,
-        );
+        o.carry_out([req(a, Offload::both(OffloadReason::Pass))].into_iter(), 1);
         assert_eq!((c.failed.get(), c.total()), (2, 0));
         assert!(fake.lock().unwrap().map.is_empty());
         // A veto lasts one round.
-        o.carry_out(
-            [req(a, Offload::both(OffloadReason::Pass))].into_iter(),
-            1,
-        );
+        o.carry_out([req(a, Offload::both(OffloadReason::Pass))].into_iter(), 1);
         assert_eq!(c.total(), 1);
     }
 

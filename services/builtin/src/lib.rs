@@ -9,8 +9,8 @@ pub use dump::DumpConfig;
 pub use mark::MarkConfig;
 
 use relay_core::{
-    Action, Context, Counters, FailPolicy, InvalidConfig, Manifest, Offload, OffloadReason,
-    Packet, Resources, Service, ServiceConfig, ServiceFactory,
+    Action, Context, Counters, FailPolicy, InvalidConfig, Manifest, Offload, OffloadReason, Packet,
+    Resources, Service, ServiceConfig, ServiceFactory,
 };
 use serde::Deserialize;
 use std::sync::Arc;
