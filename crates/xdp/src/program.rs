@@ -644,6 +644,35 @@ impl Program {
         })
     }
 
+    /// Runs the program `repeat` times on `frame` as [`Program::test_run`] does, and
+    /// returns the kernel's mean time per run: for measuring the program's own cost per
+    /// packet (benches, `tests/offload.rs`). A redirecting frame's later runs take the
+    /// metadata path's failure (the kernel reuses one buffer), so compare like with like.
+    pub fn time_runs(
+        &self,
+        frame: &[u8],
+        ifindex: u32,
+        queue: u32,
+        repeat: u32,
+    ) -> Result<Duration, XdpError> {
+        let prog: &Xdp = self.xdp()?;
+        let mut ctx_in = [0u8; 24];
+        ctx_in[4..8].copy_from_slice(&(frame.len() as u32).to_ne_bytes());
+        ctx_in[12..16].copy_from_slice(&ifindex.to_ne_bytes());
+        ctx_in[16..20].copy_from_slice(&queue.to_ne_bytes());
+        let mut out = vec![0u8; frame.len() + 256];
+        let r = prog
+            .test_run(TestRunOptions {
+                data_in: Some(frame),
+                data_out: Some(&mut out),
+                ctx_in: Some(&ctx_in),
+                repeat: repeat.max(1),
+                ..TestRunOptions::default()
+            })
+            .map_err(|e| XdpError::Load { detail: chain(&e) })?;
+        Ok(r.duration)
+    }
+
     fn xdp(&self) -> Result<&Xdp, XdpError> {
         self.ebpf
             .program(PROGRAM_NAME)

@@ -194,3 +194,70 @@ fn the_flows_map_holds_what_it_was_sized_for_and_evicts_the_oldest() {
     assert!(prog.flow(&k).unwrap().is_some(), "the newest is there");
     assert!(prog.flow_maps(64).is_err(), "rx queues 0-63");
 }
+
+/// The program's cost per packet on the miss path (`cargo test -p relay-xdp --test
+/// offload -- --ignored --nocapture miss_path`): the same matched UDP frame, whose flow is
+/// not offloaded, with offload off, on with an empty map, on with a full map of other
+/// flows, and (for scale) a hit. OFFLOAD_MODE=off|empty|full|hit runs only that case,
+/// OFFLOAD_REPEAT times, for `perf stat -e instructions:k` (subtract a run with
+/// OFFLOAD_REPEAT=1 for the setup).
+#[test]
+#[ignore = "a measurement, not a check"]
+fn miss_path_cost() {
+    let l = line3("xdpoff-cost");
+    assert!(l.relay.ping("10.0.2.2"), "relay reaches dst");
+    let in_if = l.src_link.b_if.clone();
+    let only = std::env::var("OFFLOAD_MODE").ok();
+    let repeat: u32 = std::env::var("OFFLOAD_REPEAT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2_000_000);
+    l.relay.run(move || {
+        let ingress = ifindex(&in_if);
+        let setup = |mode: &str| {
+            let mut prog = Program::load_with_flows(65_536).expect("load");
+            prog.set_rules(&[MatchRule::ANY]).unwrap();
+            prog.set_fail_open(false).unwrap();
+            if mode != "off" {
+                prog.set_offload(Some(Duration::from_secs(30))).unwrap();
+            }
+            let mut maps = prog.flow_maps(0).unwrap();
+            if mode == "full" {
+                for i in 0..65_536u32 {
+                    let k = key("10.0.1.1", "10.0.2.2", 17, ((i >> 16) as u16 + 1, i as u16));
+                    maps.insert(&k, &fresh(0)).unwrap();
+                }
+            }
+            if mode == "hit" {
+                let k = key("10.0.1.1", "10.0.2.2", 17, (40000, 5000));
+                maps.insert(&k, &fresh(0)).unwrap();
+            }
+            prog
+        };
+        let frame = udp4(5000, 0);
+        let modes: Vec<&str> = match &only {
+            Some(m) => vec![m.as_str()],
+            None => vec!["off", "empty", "full", "hit"],
+        };
+        let progs: Vec<_> = modes.iter().map(|m| (*m, setup(m))).collect();
+        let mut ns: Vec<Vec<f64>> = vec![Vec::new(); progs.len()];
+        let rounds = if only.is_some() { 1 } else { 7 };
+        for _ in 0..rounds {
+            for (i, (_, prog)) in progs.iter().enumerate() {
+                let d = prog.time_runs(&frame, ingress, 0, repeat).unwrap();
+                ns[i].push(d.as_nanos() as f64);
+            }
+        }
+        for (i, (m, _)) in progs.iter().enumerate() {
+            let mut v = ns[i].clone();
+            v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            println!(
+                "offload {m:>5}: median {:.1} ns/run (min {:.1}, max {:.1}, {} rounds of {repeat})",
+                v[v.len() / 2],
+                v[0],
+                v[v.len() - 1],
+                v.len()
+            );
+        }
+    });
+}
