@@ -240,6 +240,19 @@ fn miss_path_cost() {
             None => vec!["off", "empty", "full", "hit"],
         };
         let progs: Vec<_> = modes.iter().map(|m| (*m, setup(m))).collect();
+        // The flows maps' kernel memory (map_type 9: LRU hash), from fdinfo.
+        for e in std::fs::read_dir("/proc/self/fdinfo").unwrap().flatten() {
+            let info = std::fs::read_to_string(e.path()).unwrap_or_default();
+            if info.contains("map_type:\t9\n") {
+                let field = |k: &str| {
+                    info.lines()
+                        .find(|l| l.starts_with(k))
+                        .unwrap_or("")
+                        .to_string()
+                };
+                println!("flows map: {} {}", field("max_entries"), field("memlock"));
+            }
+        }
         let mut ns: Vec<Vec<f64>> = vec![Vec::new(); progs.len()];
         let rounds = if only.is_some() { 1 } else { 7 };
         for _ in 0..rounds {

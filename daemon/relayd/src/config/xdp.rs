@@ -89,8 +89,9 @@ pub(super) struct RawXdp {
 }
 
 /// The fewest and most flow directions `offload_flows` may ask for (the map is allocated
-/// whole, some 150 bytes per entry: at most about 600 MiB).
-const OFFLOAD_FLOWS: std::ops::RangeInclusive<i64> = 64..=(1 << 22);
+/// whole, 136 bytes per entry on x86-64: at most 544 MiB).
+const OFFLOAD_FLOWS: std::ops::RangeInclusive<i64> =
+    64..=relay_xdp::program::MAX_OFFLOAD_FLOWS as i64;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
