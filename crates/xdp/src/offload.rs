@@ -214,6 +214,84 @@ impl FlowMaps {
 /// `BPF_NOEXIST`: insert only.
 const NOEXIST: u64 = 1;
 
+/// `BPF_MAP_LOOKUP_BATCH`.
+const LOOKUP_BATCH: libc::c_long = 24;
+
+/// The batch part of `union bpf_attr`.
+#[repr(C)]
+#[derive(Default)]
+struct BatchAttr {
+    in_batch: u64,
+    out_batch: u64,
+    keys: u64,
+    values: u64,
+    count: u32,
+    map_fd: u32,
+    elem_flags: u64,
+    flags: u64,
+}
+
+/// Entries read per `BPF_MAP_LOOKUP_BATCH`.
+const BATCH: usize = 4096;
+
+/// Calls `f` with every entry of the `flows` map `fd`, a few thousand per system call
+/// (`BPF_MAP_LOOKUP_BATCH`, Linux 5.6): the status walks the whole map while holding the
+/// daemon's lock, which one `get_next_key` and one lookup per entry would make long.
+/// Entries inserted or deleted meanwhile may be missed or seen; none twice.
+pub(crate) fn walk(fd: &OwnedFd, mut f: impl FnMut(&FlowKey, &FlowValue)) -> Result<(), XdpError> {
+    use std::os::fd::AsRawFd;
+    let mut keys = vec![FlowKey::default(); BATCH];
+    let mut values = vec![FlowValue::default(); BATCH];
+    // A hash map's batch token is a bucket index (u32).
+    let (mut token_in, mut token_out) = (0u32, 0u32);
+    let mut first = true;
+    loop {
+        let mut attr = BatchAttr {
+            in_batch: if first {
+                0
+            } else {
+                &token_in as *const u32 as u64
+            },
+            out_batch: &mut token_out as *mut u32 as u64,
+            keys: keys.as_mut_ptr() as u64,
+            values: values.as_mut_ptr() as u64,
+            count: BATCH as u32,
+            map_fd: fd.as_raw_fd() as u32,
+            ..BatchAttr::default()
+        };
+        // SAFETY: attr points at buffers of `count` keys and values of the map's sizes
+        // (FlowKey and FlowValue are the map's key and value), and at two u32 tokens, all
+        // alive for the call; the kernel writes only within them.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                LOOKUP_BATCH,
+                &mut attr as *mut BatchAttr,
+                std::mem::size_of::<BatchAttr>() as u32,
+            )
+        };
+        let err = (rc < 0).then(std::io::Error::last_os_error);
+        let n = (attr.count as usize).min(BATCH);
+        for (k, v) in keys.iter().zip(&values).take(n) {
+            f(k, v);
+        }
+        match err {
+            None => {}
+            // The end of the map.
+            Some(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
+            Some(e) => {
+                return Err(XdpError::Map {
+                    map: "flows",
+                    op: "reading its entries".into(),
+                    detail: e.to_string(),
+                });
+            }
+        }
+        token_in = token_out;
+        first = false;
+    }
+}
+
 impl FlowSink for FlowMaps {
     fn insert(&mut self, key: &FlowKey, value: &FlowValue) -> Result<bool, XdpError> {
         match self.flows.insert(key, value, NOEXIST) {

@@ -27,7 +27,7 @@ use aya::{Ebpf, EbpfLoader, Pod};
 
 use crate::attach;
 use crate::error::{XdpError, chain, errno_of, map_error};
-use crate::offload::{FlowKey, FlowMaps, FlowValue, monotonic_ns, reopen};
+use crate::offload::{FlowKey, FlowMaps, FlowValue, monotonic_ns, reopen, walk};
 
 pub use crate::abi::{MAX_QUEUES, MAX_RULES, META_LEN, PROGRAM_NAME};
 pub use crate::attach::Mode;
@@ -511,26 +511,22 @@ impl Program {
         }
     }
 
-    /// The live offloaded flows and what they passed, summed over the `flows` map (two
-    /// system calls per entry: for the status, never on a packet's path).
+    /// The live offloaded flows and what they passed, summed over the `flows` map (a
+    /// few thousand entries per system call: for the status, never on a packet's path).
     pub fn offload_table(&self) -> Result<OffloadTable, XdpError> {
-        let flows: HashMap<MapData, FlowKey, FlowValue> = reopen(&self.flows_fd, "flows")?;
         let now = monotonic_ns();
         let mut t = OffloadTable::default();
-        for entry in flows.iter() {
-            // An entry deleted while walking the map: skipped.
-            let Ok((_, v)) = entry else { continue };
-            let idle = now.saturating_sub(v.last_ns);
-            if self.cfg.offload == 0
-                || v.generation != self.cfg.generation
-                || idle > self.cfg.idle_ns
-            {
-                continue;
-            }
-            t.flows += 1;
-            t.packets = t.packets.wrapping_add(v.packets);
-            t.bytes = t.bytes.wrapping_add(v.bytes);
+        if self.cfg.offload == 0 {
+            return Ok(t);
         }
+        walk(&self.flows_fd, |_, v| {
+            let idle = now.saturating_sub(v.last_ns);
+            if v.generation == self.cfg.generation && idle <= self.cfg.idle_ns {
+                t.flows += 1;
+                t.packets = t.packets.wrapping_add(v.packets);
+                t.bytes = t.bytes.wrapping_add(v.bytes);
+            }
+        })?;
         Ok(t)
     }
 

@@ -274,3 +274,23 @@ fn miss_path_cost() {
         }
     });
 }
+
+#[test]
+fn the_status_walk_sums_every_live_entry() {
+    let mut prog = Program::load_with_flows(65_536).expect("load");
+    prog.set_offload(Some(Duration::from_secs(30))).unwrap();
+    let mut maps = prog.flow_maps(0).unwrap();
+    // More entries than one batch, and some of another generation or idle.
+    for i in 0..10_000u32 {
+        let k = key("10.0.1.1", "10.0.2.2", 6, ((i >> 8) as u16 + 1, i as u16));
+        let mut v = fresh(u32::from(i % 10 == 0));
+        v.packets = 2;
+        v.bytes = 100;
+        if i % 10 == 1 {
+            v.last_ns -= 60_000_000_000;
+        }
+        assert!(maps.insert(&k, &v).unwrap());
+    }
+    let t = prog.offload_table().unwrap();
+    assert_eq!((t.flows, t.packets, t.bytes), (8_000, 16_000, 800_000));
+}
