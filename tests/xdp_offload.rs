@@ -76,6 +76,13 @@ fn program(r: &Relayd, name: &str) -> u64 {
     p.get(name).copied().unwrap_or(0)
 }
 
+/// Offload figure `name` of the port (`flows`, `packets`, `expired`, ...).
+fn offload(r: &Relayd, name: &str) -> u64 {
+    let st = r.status();
+    let o = st.xdp[0].offload.clone().expect("offload figures");
+    o.get(name).copied().unwrap_or(0)
+}
+
 fn start(l: &Line3, body: &str) -> Relayd {
     let r = Relayd::start(&l.relay, body);
     // Neighbours resolved, so that the flow's first packets leave by AF_XDP.
@@ -91,14 +98,14 @@ fn an_offloaded_flow_skips_the_queue_and_a_reload_revokes_it() {
     // The flow's first packet goes through the chain, which offloads it.
     assert_eq!(flow(&l, 40000, 5000, 20), 20);
     let before = queue_packets(&r);
-    let map_before = program(&r, "offload_flow_packets");
+    let map_before = offload(&r, "packets");
     // Its later packets arrive, forwarded by the kernel, and skip the queue.
     assert_eq!(flow(&l, 40000, 5000, 200), 200, "the sink keeps receiving");
     assert_eq!(queue_packets(&r), before, "the queue saw none of them");
-    let map_after = program(&r, "offload_flow_packets");
+    let map_after = offload(&r, "packets");
     assert!(map_after >= map_before + 200, "{map_before} -> {map_after}");
     assert!(program(&r, "pass_offloaded") >= 200);
-    assert!(program(&r, "offload_flows") >= 1);
+    assert!(offload(&r, "flows") >= 1);
     // Only the first packets of the warm-up were the queue's (and the pings').
     assert!(before < 20, "queue packets {before}");
 
@@ -128,7 +135,7 @@ fn an_offloaded_flow_skips_the_queue_and_a_reload_revokes_it() {
         after < before + 10,
         "and was offloaded again: {before} -> {after}"
     );
-    assert!(program(&r, "offload_revoked") >= 1);
+    assert!(offload(&r, "revoked") >= 1);
 
     // A reload that turns offload off starts the port anew: every packet is relayd's.
     r.rewrite(&config(false, "\"again\"", ""));
@@ -156,6 +163,7 @@ fn without_offload_every_packet_reaches_the_queue() {
         "every packet through the queue"
     );
     assert_eq!(program(&r, "pass_offloaded"), 0);
+    assert_eq!(r.status().xdp[0].offload, None, "no offload figures");
     assert!(r.stop(libc::SIGTERM), "{}", r.log());
 }
 
@@ -175,7 +183,7 @@ fn an_idle_offloaded_flow_comes_back_to_the_queue() {
     assert_eq!(flow(&l, 40001, 5001, 50), 50);
     let after = queue_packets(&r);
     assert!(after > before && after < before + 10, "{before} -> {after}");
-    assert!(program(&r, "offload_expired") >= 1);
+    assert!(offload(&r, "expired") >= 1);
     // The queue counts the expiry too (read from the program once a second).
     assert!(wait_for(Duration::from_secs(3), || {
         let st = r.status();

@@ -20,28 +20,28 @@ use relay_xdp::queue::XdpCounters;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// Adds the program's offload counters to a port's status, and with offload on the flows
-/// in its map now (`offload_flows`, and the packets and bytes they passed).
+/// With offload on, the port's offload figures: the flows in its map now, and the
+/// entries its program deleted.
 fn offload_status(
-    m: &mut BTreeMap<String, u64>,
     port: &XdpPort,
     spec: &XdpSpec,
-    p: relay_xdp::program::ProgramStats,
-) {
-    m.insert("pass_offloaded".into(), p.pass_offloaded);
-    m.insert("offload_expired".into(), p.offload_expired);
-    m.insert("offload_revoked".into(), p.offload_revoked);
-    if spec.port.offload.is_none() {
-        return;
+    p: Option<relay_xdp::program::ProgramStats>,
+) -> Option<BTreeMap<String, u64>> {
+    spec.port.offload?;
+    let mut m = BTreeMap::new();
+    if let Some(p) = p {
+        m.insert("expired".to_string(), p.offload_expired);
+        m.insert("revoked".to_string(), p.offload_revoked);
     }
     match port.offload_table() {
         Ok(t) => {
-            m.insert("offload_flows".into(), t.flows);
-            m.insert("offload_flow_packets".into(), t.packets);
-            m.insert("offload_flow_bytes".into(), t.bytes);
+            m.insert("flows".into(), t.flows);
+            m.insert("packets".into(), t.packets);
+            m.insert("bytes".into(), t.bytes);
         }
         Err(e) => tracing::debug!(interface = %spec.port.interface, "XDP offloaded flows: {e}"),
     }
+    Some(m)
 }
 
 /// The running ports, by interface.
@@ -215,8 +215,9 @@ impl XdpPorts {
             };
             let mut status = XdpStatus::new(spec, program);
             if let (Some(m), Some(p)) = (&mut status.program, program) {
-                offload_status(m, port, spec, p);
+                m.insert("pass_offloaded".into(), p.pass_offloaded);
             }
+            status.offload = offload_status(port, spec, program);
             ports.push(status);
         }
         (queues, ports)
