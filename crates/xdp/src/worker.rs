@@ -494,4 +494,90 @@ mod tests {
         assert_eq!((q.packets.get(), q.dropped.get()), (2, 2));
         assert!(to_kernel(&mut p).is_empty());
     }
+
+    /// Votes to offload every packet's flow; rewrites destination port 77 to 78 first.
+    struct Vote;
+
+    impl Service for Vote {
+        fn process(&mut self, pkt: &mut Packet, cx: &mut Context) -> Action {
+            if pkt.data().get(22..24) == Some(&[0, 77]) {
+                // A rewrite into another flow (the checksum is no matter here).
+                if let Some(b) = pkt.data_mut().get_mut(23) {
+                    *b = 78;
+                }
+            }
+            cx.offload(relay_core::Offload::both(
+                relay_core::OffloadReason::Decided,
+            ));
+            Action::Accept
+        }
+    }
+
+    /// What the offloader wrote, in memory.
+    #[derive(Default)]
+    struct Written(std::sync::Mutex<Vec<crate::offload::FlowKey>>);
+
+    impl crate::offload::FlowSink for Arc<Written> {
+        fn insert(
+            &mut self,
+            key: &crate::offload::FlowKey,
+            _: &crate::offload::FlowValue,
+        ) -> Result<bool, crate::XdpError> {
+            let mut w = self.0.lock().unwrap();
+            let new = !w.contains(key);
+            if new {
+                w.push(*key);
+            }
+            Ok(new)
+        }
+        fn queue_stats(&self) -> Result<crate::offload::QueueOffloadStats, crate::XdpError> {
+            Ok(Default::default())
+        }
+    }
+
+    #[test]
+    fn offloaded_flows_are_written_after_the_round_and_rewritten_ones_refused() {
+        let mut p = path(Verdict::Drop);
+        let mut chain = Chain::new(ChainSettings {
+            malformed: Verdict::Drop,
+            hook: Hook::Prerouting,
+            stages: StageMark::DEFAULT,
+        });
+        chain.push("vote", Box::new(Vote), Default::default());
+        let q = relay_core::QueueCounters::default();
+        let settings = Settings {
+            offload: true,
+            ..Settings::new(1)
+        };
+        p.pipeline = Pipeline::new(settings, chain, q.clone(), Instant::now());
+        let written = Arc::new(Written::default());
+        let expired = relay_core::Counter::new();
+        p.offload = Some(Offloader::new(
+            Box::new(written.clone()),
+            q.offload.clone(),
+            expired,
+            0,
+        ));
+        // Three packets of one flow in a round: one flow, both directions written.
+        for _ in 0..3 {
+            run(&mut p, 1);
+        }
+        assert!(
+            written.0.lock().unwrap().is_empty(),
+            "not before the round ends"
+        );
+        p.carry_offloads();
+        assert_eq!(written.0.lock().unwrap().len(), 2);
+        assert_eq!(q.offload.total(), 1);
+        // Rewritten into another flow (port 77 -> 78): refused, counted.
+        run(&mut p, 77);
+        p.carry_offloads();
+        assert_eq!(written.0.lock().unwrap().len(), 2);
+        assert_eq!(q.offload.failed.get(), 1);
+        assert_eq!(
+            to_kernel(&mut p).len(),
+            4,
+            "every packet forwarded all the same"
+        );
+    }
 }
