@@ -191,3 +191,83 @@ fn an_idle_offloaded_flow_comes_back_to_the_queue() {
     }));
     assert!(r.stop(libc::SIGTERM), "{}", r.log());
 }
+
+/// The XDP program's own time per packet on real traffic (`kernel.bpf_stats_enabled`,
+/// read from relayd's program descriptor): offload off against on, for one flow (on: the
+/// flow is offloaded after its first packet, so the hit path) and for a new flow on
+/// every packet (on: every lookup a miss, in a map that fills up). Only the program's
+/// time: with offload on and new flows, relayd also writes each flow to the map.
+/// `cargo test -p relayd --test xdp_offload -- --ignored --nocapture program_cost`.
+#[test]
+#[ignore = "a measurement, not a check"]
+fn program_cost_on_real_traffic() {
+    let old = std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").unwrap();
+    std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "1").unwrap();
+    let n: u32 = std::env::var("OFFLOAD_PACKETS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30_000);
+    let mut rows = Vec::new();
+    for round in 0..3 {
+        for (offload, new_flows) in [(false, false), (true, false), (false, true), (true, true)] {
+            let l = line3(&format!(
+                "xdpoff-cost{round}{}{}",
+                offload as u8, new_flows as u8
+            ));
+            no_tx_offload(&l.src, "eth0");
+            let r = start(&l, &config(offload, "\"accept\"", ""));
+            let dst_mac = mac_of(&l.relay, "eth0");
+            let frames: Vec<(u16, Vec<u8>)> = (0..n)
+                .map(|i| {
+                    let sport = if new_flows {
+                        1024 + (i % 60_000) as u16
+                    } else {
+                        40000
+                    };
+                    let mut p = vec![0x45, 0, 0, 64, 0, 1, 0, 0, 64, 17, 0, 0];
+                    p.extend_from_slice(&[10, 0, 1, 1, 10, 0, 2, 2]);
+                    p.extend_from_slice(&sport.to_be_bytes());
+                    p.extend_from_slice(&9000u16.to_be_bytes());
+                    p.extend_from_slice(&[0, 44, 0, 0]);
+                    p.resize(64, 0x5a);
+                    relay_core::wire::Ipv4Packet::new_unchecked(&mut p[..]).fill_checksum();
+                    (0x0800, p)
+                })
+                .collect();
+            let before = prog_stats(r.proc.pid());
+            send_frames(&l.src, "eth0", dst_mac, frames, 20_000);
+            std::thread::sleep(Duration::from_millis(300));
+            let after = prog_stats(r.proc.pid());
+            let (t, c) = (after.0 - before.0, after.1 - before.1);
+            rows.push((offload, new_flows, t as f64 / c.max(1) as f64, c));
+            drop(r);
+        }
+    }
+    std::fs::write("/proc/sys/kernel/bpf_stats_enabled", old.trim()).unwrap();
+    for (offload, new_flows, ns, c) in &rows {
+        println!(
+            "offload {offload:5} new flows {new_flows:5}: {ns:6.1} ns/packet in the program ({c} runs)"
+        );
+    }
+}
+
+/// `run_time_ns` and `run_cnt` of the XDP program whose descriptor process `pid` holds.
+fn prog_stats(pid: u32) -> (u64, u64) {
+    for e in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .unwrap()
+        .flatten()
+    {
+        let info = std::fs::read_to_string(e.path()).unwrap_or_default();
+        if !info.contains("prog_type:\t6\n") {
+            continue;
+        }
+        let field = |k: &str| -> u64 {
+            info.lines()
+                .find_map(|l| l.strip_prefix(k))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        return (field("run_time_ns:"), field("run_cnt:"));
+    }
+    panic!("relayd holds no XDP program");
+}
