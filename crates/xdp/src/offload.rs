@@ -142,6 +142,14 @@ fn addr(a: IpAddr) -> ([u8; 16], u8) {
     }
 }
 
+/// What the queue thread saw of one offloaded packet ([`Offloader::note`]).
+#[derive(Debug, Clone, Copy)]
+struct Note {
+    egress: FiveTuple,
+    reply_here: bool,
+    rewritten: bool,
+}
+
 /// `CLOCK_MONOTONIC` in nanoseconds: the program's clock (`bpf_ktime_get_ns`).
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -329,9 +337,9 @@ pub struct Offloader {
     /// Keys written this round (dedup: a round often holds several packets of a flow
     /// that voted before its entry was in).
     written: Vec<FlowKey>,
-    /// Egress tuples of offloaded packets a service rewrote into another flow: their
-    /// requests are refused (the kernel would forward the flow unrewritten).
-    vetoed: Vec<FiveTuple>,
+    /// What the thread saw of this round's offloaded packets, in the pipeline's order
+    /// ([`Offloader::note`]).
+    notes: Vec<Note>,
     /// The program's counters as last read.
     seen: QueueOffloadStats,
 }
@@ -359,7 +367,7 @@ impl Offloader {
             expired,
             generation,
             written: Vec::with_capacity(2 * MAX_OFFLOADS),
-            vetoed: Vec::with_capacity(MAX_OFFLOADS),
+            notes: Vec::with_capacity(MAX_OFFLOADS),
             seen: QueueOffloadStats::default(),
         }
     }
@@ -369,19 +377,30 @@ impl Offloader {
         self.generation = generation;
     }
 
-    /// Refuses this round's request for the flow that left as `egress`: a service
-    /// rewrote the packet's addresses, ports or protocol, which the kernel would not do
-    /// for the flow's later packets. (Rare: the offloaded packets of a round that a
-    /// service also rewrote into another flow.)
-    pub fn veto(&mut self, egress: FiveTuple) {
-        if self.vetoed.len() < MAX_OFFLOADS {
-            self.vetoed.push(egress);
+    /// Notes what the thread knows of an offloaded packet that the pipeline does not,
+    /// for its request (matched by `egress`, the tuple it left with, in order):
+    /// - `reply_here`: the flow's replies may arrive on this port's interface (the packet
+    ///   leaves by it, or its egress is unknown). Else a reply's entry would never be
+    ///   looked up: the replies arrive on the egress interface, which another program (or
+    ///   none) serves, so only the packet's own direction is written;
+    /// - `rewritten`: a service changed its addresses, ports or protocol, which the
+    ///   kernel would not do for the flow's later packets: the request is refused.
+    ///
+    /// A request without a note (a held packet's) gets both directions, if voted.
+    pub fn note(&mut self, egress: FiveTuple, reply_here: bool, rewritten: bool) {
+        if self.notes.len() < MAX_OFFLOADS {
+            self.notes.push(Note {
+                egress,
+                reply_here,
+                rewritten,
+            });
         }
     }
 
     /// Carries out one round's offload requests at `now_ns` (the program's clock): one
     /// insert per key not written already this round, each flow counted once by reason
-    /// when one of its keys went in, `failed` when the map refused one.
+    /// when one of its keys went in, `failed` when the map refused one (or the flow was
+    /// rewritten).
     pub fn carry_out(&mut self, requests: impl Iterator<Item = OffloadRequest>, now_ns: u64) {
         self.written.clear();
         let value = FlowValue {
@@ -389,15 +408,27 @@ impl Offloader {
             generation: self.generation,
             ..FlowValue::default()
         };
+        let mut next = 0;
         for r in requests {
-            if self.vetoed.contains(&r.tuple) {
+            let note = self
+                .notes
+                .get(next)
+                .filter(|n| n.egress == r.tuple)
+                .copied();
+            if note.is_some() {
+                next += 1;
+            }
+            if note.is_some_and(|n| n.rewritten) {
                 self.counters.failed.inc();
                 continue;
             }
-            let Some((one, other)) = FlowKey::keys(&r.tuple, r.offload.scope) else {
+            let Some((one, mut other)) = FlowKey::keys(&r.tuple, r.offload.scope) else {
                 // Nothing the program would look up (a later fragment): stays inline.
                 continue;
             };
+            if note.is_some_and(|n| !n.reply_here) {
+                other = None;
+            }
             let (mut inserted, mut failed) = (false, false);
             for key in std::iter::once(one).chain(other) {
                 if self.written.contains(&key) {
@@ -420,7 +451,7 @@ impl Offloader {
                 self.counters.offloaded(r.offload.reason);
             }
         }
-        self.vetoed.clear();
+        self.notes.clear();
     }
 
     /// Adds what the program counted for the queue since the last call: packets and bytes
@@ -587,13 +618,39 @@ mod tests {
         o.carry_out([req(a, Offload::both(OffloadReason::Pass))].into_iter(), 1);
         assert_eq!((c.failed.get(), c.total()), (1, 0));
         fake.lock().unwrap().fail = false;
-        o.veto(a);
+        o.note(a, true, true);
         o.carry_out([req(a, Offload::both(OffloadReason::Pass))].into_iter(), 1);
         assert_eq!((c.failed.get(), c.total()), (2, 0));
         assert!(fake.lock().unwrap().map.is_empty());
-        // A veto lasts one round.
+        // A note lasts one round.
         o.carry_out([req(a, Offload::both(OffloadReason::Pass))].into_iter(), 1);
         assert_eq!(c.total(), 1);
+    }
+
+    #[test]
+    fn a_replys_entry_is_written_only_where_replies_can_arrive() {
+        let (mut o, fake, c, _) = offloader();
+        let a = tuple("10.0.1.1", "10.0.2.2", 17, Some((1, 2)));
+        let b = tuple("10.0.1.1", "10.0.2.3", 17, Some((1, 2)));
+        let h = tuple("10.0.1.1", "10.0.2.4", 17, Some((1, 2)));
+        let both = Offload::both(OffloadReason::Decided);
+        // a leaves by another interface: its replies arrive there. b leaves by this one
+        // (or to an unknown next hop). h has no note (a held packet's request).
+        o.note(a, false, false);
+        o.note(a, false, false);
+        o.note(b, true, false);
+        let reqs = [req(a, both), req(a, both), req(h, both), req(b, both)];
+        o.carry_out(reqs.into_iter(), 1);
+        let keys: Vec<FlowKey> = fake.lock().unwrap().map.iter().map(|e| e.0).collect();
+        let want = [
+            FlowKey::of(&a),
+            FlowKey::of(&h),
+            FlowKey::of(&h.reversed()),
+            FlowKey::of(&b),
+            FlowKey::of(&b.reversed()),
+        ];
+        assert_eq!(keys, want.map(Option::unwrap));
+        assert_eq!(c.total(), 3);
     }
 
     #[test]

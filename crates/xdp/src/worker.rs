@@ -205,18 +205,20 @@ impl PacketPath {
         }
     }
 
-    /// Refuses the offload of a packet a service rewrote into another flow (addresses,
-    /// ports or protocol): the kernel would forward the flow's later packets as they
-    /// come. `ip` is the packet as received, `out` as it left.
+    /// Tells the offloader what the pipeline's request for this packet cannot say: whether
+    /// the flow's replies can arrive on this port's interface (the packet leaves by it, or
+    /// to a next hop not known here: `egress` 0), and whether a service rewrote it into
+    /// another flow. `ip` is the packet as received, `out` as it left. Only for packets
+    /// whose flow the chain offloaded.
     #[cold]
-    fn check_rewrite(&mut self, ip: &[u8], out: Option<&[u8]>) {
-        let before = FiveTuple::parse(ip).map(|t| t.0);
-        let after = out.and_then(FiveTuple::parse).map(|t| t.0);
-        if let (Some(o), Some(after)) = (&mut self.offload, after)
-            && before != Some(after)
-        {
-            o.veto(after);
-        }
+    fn note_offload(&mut self, ip: &[u8], out: Option<&[u8]>, modified: bool, egress: u32) {
+        let Some(o) = &mut self.offload else { return };
+        let Some((after, _)) = out.and_then(FiveTuple::parse) else {
+            return;
+        };
+        let rewritten = modified && FiveTuple::parse(ip).map(|t| t.0) != Some(after);
+        let reply_here = egress == 0 || egress == self.ingress;
+        o.note(after, reply_here, rewritten);
     }
 
     fn packet(&mut self, frame: &[u8], head: &[u8], now: Instant) {
@@ -261,9 +263,14 @@ impl PacketPath {
         if decision.verdict == Verdict::Drop {
             return;
         }
-        if modified && decision.offload.is_some() {
+        if decision.offload.is_some() {
             let buf = std::mem::take(&mut self.buf);
-            self.check_rewrite(ip, buf.get(start..end));
+            let out = if modified {
+                buf.get(start..end)
+            } else {
+                Some(ip)
+            };
+            self.note_offload(ip, out, modified, meta.ifindex);
             self.buf = buf;
         }
         // The packet as the chain left it, or as it came (unchanged, or its service
@@ -536,7 +543,7 @@ mod tests {
     }
 
     #[test]
-    fn offloaded_flows_are_written_after_the_round_and_rewritten_ones_refused() {
+    fn offloaded_flows_are_written_after_the_round_one_way_unless_replies_come_here() {
         let mut p = path(Verdict::Drop);
         let mut chain = Chain::new(ChainSettings {
             malformed: Verdict::Drop,
@@ -558,7 +565,8 @@ mod tests {
             expired,
             0,
         ));
-        // Three packets of one flow in a round: one flow, both directions written.
+        // Three packets of one flow in a round: one flow, written once. It leaves by
+        // interface 7, where its replies arrive: only its own direction is written.
         for _ in 0..3 {
             run(&mut p, 1);
         }
@@ -567,16 +575,23 @@ mod tests {
             "not before the round ends"
         );
         p.carry_offloads();
-        assert_eq!(written.0.lock().unwrap().len(), 2);
+        assert_eq!(written.0.lock().unwrap().len(), 1);
         assert_eq!(q.offload.total(), 1);
+        // A flow leaving by the interface it came in on (2): its replies come in here too.
+        let (f, mut head) = frame(2);
+        head[8..12].copy_from_slice(&2u32.to_ne_bytes());
+        p.packet(&f, &head, Instant::now());
+        p.carry_offloads();
+        assert_eq!(written.0.lock().unwrap().len(), 3, "both directions");
+        assert_eq!(q.offload.total(), 2);
         // Rewritten into another flow (port 77 -> 78): refused, counted.
         run(&mut p, 77);
         p.carry_offloads();
-        assert_eq!(written.0.lock().unwrap().len(), 2);
+        assert_eq!(written.0.lock().unwrap().len(), 3);
         assert_eq!(q.offload.failed.get(), 1);
         assert_eq!(
             to_kernel(&mut p).len(),
-            4,
+            5,
             "every packet forwarded all the same"
         );
     }
