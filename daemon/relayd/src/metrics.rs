@@ -282,12 +282,23 @@ pub fn encode(s: &Status) -> String {
         "relayd_xdp_program_packets",
         "Packets an XDP port's program saw, by outcome (redirected, no_socket, pass_unmatched, ...).",
     );
+    let offload = b.gauge(
+        "relayd_xdp_offload",
+        "An XDP port's offloaded flows: live entries of its map (flows) and the packets and bytes they passed, entries deleted when idle (expired) or after a reload (revoked).",
+    );
     for x in &s.xdp {
         for (outcome, v) in x.program.iter().flatten() {
             set(
                 &program,
                 labels(&[("interface", &x.interface), ("outcome", outcome)]),
                 *v,
+            );
+        }
+        for (what, v) in x.offload.iter().flatten() {
+            put(
+                &offload,
+                labels(&[("interface", &x.interface), ("counter", what)]),
+                *v as f64,
             );
         }
     }
@@ -642,6 +653,7 @@ pub(crate) mod tests {
                 fail_open: true,
                 mode: "native".into(),
                 program: Some([("redirected".to_string(), 13)].into_iter().collect()),
+                offload: Some([("flows".to_string(), 2)].into_iter().collect()),
             }],
             ike: Vec::new(),
         }
@@ -670,6 +682,7 @@ pub(crate) mod tests {
             "relayd_queue_offload_skipped_packets_total{queue=\"1\",hook=\"forward\"} 300",
             "relayd_queue_offload_skipped_bytes_total{queue=\"1\",hook=\"forward\"} 45000",
             "relayd_xdp_program_packets_total{interface=\"veth0\",outcome=\"redirected\"} 13",
+            "relayd_xdp_offload{interface=\"veth0\",counter=\"flows\"} 2.0",
             "relayd_build_info{version=\"1.2.3\"} 1.0",
             "relayd_start_time_seconds 1700000000.5",
             "relayd_reloads_total 2",

@@ -68,6 +68,11 @@ pub struct XdpStatus {
     /// The program's counters (`seen`, `redirected`, `no_socket`, `pass_unmatched`, ...),
     /// if they could be read.
     pub program: Option<BTreeMap<String, u64>>,
+    /// With `offload` on (docs/xdp.md, "Flow offload"): the live entries of the program's
+    /// map of offloaded flows now (`flows`, and the `packets` and `bytes` they passed),
+    /// and the entries the program deleted (`expired`, `revoked`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offload: Option<BTreeMap<String, u64>>,
 }
 
 impl XdpStatus {
@@ -96,6 +101,7 @@ impl XdpStatus {
                 .map(|(k, v)| (k.to_string(), v))
                 .collect()
             }),
+            offload: None,
         }
     }
 }
