@@ -199,6 +199,9 @@ struct pkt {
 	 * traffic past the chain; relayd runs the chain and hands it to the kernel. */
 	__u8 irregular;
 	__u8 proto_unknown;
+	/* A TCP segment with SYN set (a SYN or SYN-ACK): a new connection, perhaps on the
+	 * tuple of an old offloaded one, which relayd's chain must see from its start. */
+	__u8 syn;
 };
 
 static __always_inline int count(__u32 idx)
@@ -277,8 +280,9 @@ static __always_inline int ipv6_ext_header(__u8 nexthdr)
 }
 
 /* Whether the packet's flow is offloaded: a live entry of the current generation in
- * `flows`, which this packet then refreshes and counts. A stale entry (idle too long, or
- * from before a reload) is deleted and counted, and the packet goes on to relayd.
+ * `flows`, which this packet then refreshes and counts. A stale entry (idle too long,
+ * from before a reload, or met by a SYN) is deleted and counted, and the packet goes on
+ * to relayd.
  *
  * The entry's packet and byte counts are atomic adds on the shared entry rather than a
  * per-CPU hash: RSS keeps a flow on one rx queue, so on one CPU, and an uncontended
@@ -286,7 +290,7 @@ static __always_inline int ipv6_ext_header(__u8 nexthdr)
  * the CPU count and leave no single last-seen time to judge idleness by. The last-seen
  * store is plain: racing CPUs write nearly the same time. */
 static __always_inline int offloaded(struct xdp_md *ctx, const struct relay_cfg *cfg,
-				     const struct relay_flow *k, __u64 len)
+				     const struct relay_flow *k, __u64 len, int syn)
 {
 	struct relay_flow_val *v = bpf_map_lookup_elem(&flows, k);
 	struct relay_qstat *q;
@@ -297,7 +301,9 @@ static __always_inline int offloaded(struct xdp_md *ctx, const struct relay_cfg 
 		return 0;
 	now = bpf_ktime_get_ns();
 	q = bpf_map_lookup_elem(&offload_stats, &qi);
-	if (v->generation != cfg->generation) {
+	/* A SYN opens a new connection on the tuple (a port reused after the old one
+	 * closed): the old flow's offload ends with it, as conntrack makes a new entry. */
+	if (syn || v->generation != cfg->generation) {
 		bpf_map_delete_elem(&flows, k);
 		count(STAT_OFFLOAD_REVOKED);
 		if (q)
@@ -405,6 +411,7 @@ int relayd_xdp(struct xdp_md *ctx)
 		p.k.sport = bpf_ntohs(th->source);
 		p.k.dport = bpf_ntohs(th->dest);
 		p.has_ports = 1;
+		p.syn = th->syn;
 	} else if (p.k.proto == IPPROTO_UDP) {
 		struct udphdr *uh = l4;
 
@@ -437,7 +444,7 @@ int relayd_xdp(struct xdp_md *ctx)
 	}
 	/* One load and branch on the miss path while offload is off. The kernel forwards an
 	 * offloaded flow's packets: no FIB lookup here. */
-	if (cfg->offload && !p.irregular && offloaded(ctx, cfg, &p.k, iplen)) {
+	if (cfg->offload && !p.irregular && offloaded(ctx, cfg, &p.k, iplen, p.syn)) {
 		count(STAT_PASS_OFFLOADED);
 		return XDP_PASS;
 	}

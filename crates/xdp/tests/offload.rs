@@ -44,6 +44,11 @@ fn udp4_back(dport: u16) -> Vec<u8> {
 
 /// An IPv6 TCP segment header fd00:1::1:40000 -> fd00:2::2:`dport`.
 fn tcp6(dport: u16) -> Vec<u8> {
+    tcp6_flags(dport, 0x10)
+}
+
+/// The same with TCP flags `flags` (0x02 SYN, 0x10 ACK).
+fn tcp6_flags(dport: u16, flags: u8) -> Vec<u8> {
     let mut f = vec![0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2, 0x86, 0xdd];
     f.extend_from_slice(&[0x60, 0, 0, 0, 0, 20, 6, 64]);
     f.extend_from_slice(&"fd00:1::1".parse::<std::net::Ipv6Addr>().unwrap().octets());
@@ -52,6 +57,7 @@ fn tcp6(dport: u16) -> Vec<u8> {
     tcp[0..2].copy_from_slice(&40000u16.to_be_bytes());
     tcp[2..4].copy_from_slice(&dport.to_be_bytes());
     tcp[12] = 0x50;
+    tcp[13] = flags;
     f.extend_from_slice(&tcp);
     f
 }
@@ -140,6 +146,20 @@ fn offloaded_flows_pass_until_idle_or_revoked() {
         assert_eq!(run(&prog, &tcp6(443)), (XDP_PASS, offloaded(1)));
         let t = prog.offload_table().unwrap();
         assert_eq!((t.flows, t.packets), (2, 3), "{t:?}");
+        // A SYN (or SYN-ACK) on an offloaded tuple is a new connection: relayd's, and the
+        // old entry is gone, so the new connection is inspected from its start.
+        let ksyn = key("fd00:1::1", "fd00:2::2", 6, (40000, 444));
+        prog.insert_flow(&ksyn, &fresh(0)).unwrap();
+        assert_eq!(run(&prog, &tcp6_flags(444, 0x10)), (XDP_PASS, offloaded(1)));
+        for flags in [0x02, 0x12] {
+            prog.insert_flow(&ksyn, &fresh(0)).unwrap();
+            let syn = ProgramStats {
+                offload_revoked: 1,
+                ..relayds
+            };
+            assert_eq!(run(&prog, &tcp6_flags(444, flags)), (XDP_DROP, syn), "{flags:#x}");
+            assert_eq!(prog.flow(&ksyn).unwrap(), None, "deleted by {flags:#x}");
+        }
 
         // Offload off: nothing is looked up, entries stay.
         prog.set_offload(None).unwrap();
@@ -175,7 +195,8 @@ fn offloaded_flows_pass_until_idle_or_revoked() {
         assert_eq!(run(&prog, &frame), (XDP_DROP, expired));
         assert_eq!(prog.flow(&k).unwrap(), None, "deleted");
         let q = maps.queue_stats().unwrap();
-        assert_eq!((q.expired, q.revoked), (1, 1), "{q:?}");
+        // Revoked: the two SYNs' entries and the reload's.
+        assert_eq!((q.expired, q.revoked), (1, 3), "{q:?}");
         // The v6 entry is from generation 0: not live.
         assert_eq!(prog.offload_table().unwrap().flows, 0);
     });
