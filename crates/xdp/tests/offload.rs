@@ -157,7 +157,11 @@ fn offloaded_flows_pass_until_idle_or_revoked() {
                 offload_revoked: 1,
                 ..relayds
             };
-            assert_eq!(run(&prog, &tcp6_flags(444, flags)), (XDP_DROP, syn), "{flags:#x}");
+            assert_eq!(
+                run(&prog, &tcp6_flags(444, flags)),
+                (XDP_DROP, syn),
+                "{flags:#x}"
+            );
             assert_eq!(prog.flow(&ksyn).unwrap(), None, "deleted by {flags:#x}");
         }
 

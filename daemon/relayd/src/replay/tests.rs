@@ -120,3 +120,75 @@ fn replay_writes_no_esp_state_while_a_daemon_holds_it() {
     assert_eq!(seqs, [Some(1), Some(2), Some(3)]);
     drop(daemon);
 }
+
+/// Replays `n` datagrams of one flow through an `accept` queue, offloading or not, and
+/// returns the JSON lines and the status.
+fn replay_offload(tag: &str, offload: bool, n: u32) -> (Vec<serde_json::Value>, Status) {
+    let dir = KeyDir::new(tag);
+    let config = dir.0.join("relayd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[queue]]\nnum = 1\nhook = \"forward\"\nmatch = \"-p udp\"\n\
+             services = [\"accept\"]\noffload = {offload}\n"
+        ),
+    )
+    .unwrap();
+    let cfg = crate::config::load(&config, &Registry::with_builtins()).unwrap();
+    let pcap = dir.0.join("in.pcap");
+    let out = dir.0.join("out.pcap");
+    udp_pcap(&pcap, n);
+    let opts = ReplayOptions {
+        pcap,
+        queue: None,
+        write: Some(out.clone()),
+        json: true,
+        egress: (0, 0),
+    };
+    let mut json = Vec::new();
+    let status = run(&cfg, &opts, &mut json).unwrap();
+    let lines: Vec<serde_json::Value> = String::from_utf8(json)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // Every packet comes out, offloaded or not.
+    let mut r = pcap_file::pcap::PcapReader::new(std::fs::File::open(&out).unwrap()).unwrap();
+    let mut written = 0;
+    while let Some(p) = r.next_packet() {
+        p.unwrap();
+        written += 1;
+    }
+    assert_eq!(written, n);
+    (lines, status)
+}
+
+#[test]
+fn replay_carries_out_offloads_as_the_live_datapaths_do() {
+    let (lines, status) = replay_offload("offload-on", true, 5);
+    assert_eq!(lines.len(), 5);
+    // The first packet runs the chain, which offloads its flow; the rest skip the chain.
+    assert_eq!(lines[0]["offload"], "decided", "{:?}", lines[0]);
+    assert_eq!(lines[0]["offloaded"], false);
+    for l in &lines[1..] {
+        assert_eq!(
+            (&l["offloaded"], &l["verdict"]),
+            (&true.into(), &"accept".into())
+        );
+    }
+    let q = &status.queues[0];
+    assert_eq!(q.packets, 1, "{q:?}");
+    let o = q.offload.as_ref().expect("offload counters");
+    assert_eq!(o.flows.get("decided"), Some(&1), "{o:?}");
+    assert_eq!((o.skipped_packets, o.skipped_bytes), (4, 4 * 36), "{o:?}");
+
+    // Without offload every packet runs the chain.
+    let (lines, status) = replay_offload("offload-off", false, 5);
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["offloaded"] == false && l["offload"].is_null())
+    );
+    assert_eq!(status.queues[0].packets, 5);
+    assert_eq!(status.queues[0].offload, None);
+}
