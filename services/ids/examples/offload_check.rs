@@ -20,6 +20,7 @@ use relay_core::wire::{link, proto};
 use relay_core::{Checksum, Counters, OffloadScope, Packet};
 use relay_svc_ids::{
     Detector, DetectorOptions, LoadOptions, OffloadOptions, Outcome, RuleAction, RuleSet,
+    SURICATA_VARS,
 };
 use std::collections::{BTreeMap, HashSet};
 use std::io::Read;
@@ -27,37 +28,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-// The same variables as the rulecheck example (and the conformance harness).
-/// Suricata's default `vars` (suricata.yaml), so rules written against them load.
-const SURICATA_VARS: &[(&str, &str)] = &[
-    ("HOME_NET", "[192.168.0.0/16,10.0.0.0/8,172.16.0.0/12]"),
-    ("EXTERNAL_NET", "!$HOME_NET"),
-    ("HTTP_SERVERS", "$HOME_NET"),
-    ("SMTP_SERVERS", "$HOME_NET"),
-    ("SQL_SERVERS", "$HOME_NET"),
-    ("DNS_SERVERS", "$HOME_NET"),
-    ("TELNET_SERVERS", "$HOME_NET"),
-    ("AIM_SERVERS", "$EXTERNAL_NET"),
-    ("DC_SERVERS", "$HOME_NET"),
-    ("DNP3_SERVER", "$HOME_NET"),
-    ("DNP3_CLIENT", "$HOME_NET"),
-    ("MODBUS_CLIENT", "$HOME_NET"),
-    ("MODBUS_SERVER", "$HOME_NET"),
-    ("ENIP_CLIENT", "$HOME_NET"),
-    ("ENIP_SERVER", "$HOME_NET"),
-    ("HTTP_PORTS", "80"),
-    ("SHELLCODE_PORTS", "!80"),
-    ("ORACLE_PORTS", "1521"),
-    ("SSH_PORTS", "22"),
-    ("DNP3_PORTS", "20000"),
-    ("MODBUS_PORTS", "502"),
-    ("FILE_DATA_PORTS", "[$HTTP_PORTS,110,143]"),
-    ("FTP_PORTS", "21"),
-    ("GENEVE_PORTS", "6081"),
-    ("VXLAN_PORTS", "4789"),
-    ("TEREDO_PORTS", "3544"),
-];
 
 /// The IP packets of a capture with their timestamps, or `None` if it cannot be read.
 fn packets(path: &Path) -> Option<Vec<(Duration, Vec<u8>)>> {

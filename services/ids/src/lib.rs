@@ -30,4 +30,5 @@ pub use engine::{ExceptionPolicy, OffloadOptions};
 pub use eve::{AlertEvent, EveWriter, flow_id, format_line, timestamp};
 pub use rules::parse::RuleError;
 pub use rules::rule::{Rule, RuleAction, RuleProto};
+pub use rules::vars::SURICATA_VARS;
 pub use service::{EncryptionHandling, IdsConfig};

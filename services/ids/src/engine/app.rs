@@ -174,13 +174,9 @@ pub(crate) fn flow_verdict(
     over: &[(u32, crate::rules::rule::RuleAction)],
 ) -> FlowAction {
     for &i in matched {
-        let Some(r) = set.rules.get(i as usize) else {
+        let Some((r, act)) = set.acting(i, over) else {
             continue;
         };
-        let act = over
-            .iter()
-            .find(|(x, _)| *x == i)
-            .map_or(r.action, |(_, a)| *a);
         let action = match act {
             crate::rules::rule::RuleAction::Pass => FlowAction::Pass,
             crate::rules::rule::RuleAction::Drop => FlowAction::Drop,

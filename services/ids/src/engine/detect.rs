@@ -550,11 +550,7 @@ impl Detector {
             return Outcome::Clean;
         };
         let over = &self.over;
-        let action = |i: u32| {
-            over.iter()
-                .find(|(r, _)| *r == i)
-                .map_or(set.rules[i as usize].action, |(_, a)| *a)
-        };
+        let action = |i: u32| set.acting(i, over).map_or(RuleAction::Alert, |(_, a)| a);
         if action(first) == RuleAction::Pass {
             self.hits[first as usize].inc();
             self.stats.passed.inc();

@@ -10,7 +10,7 @@ use crate::prefilter::Prefilter;
 use crate::rules::classify::Classes;
 use crate::rules::flowbits::{self, BitOp};
 use crate::rules::parse::{Ctx, RuleError, apply_threshold_file, parse_text};
-use crate::rules::rule::{Rule, RuleProto, StreamMode, Track};
+use crate::rules::rule::{Rule, RuleAction, RuleProto, StreamMode, Track};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -100,6 +100,17 @@ pub struct RuleSet {
 }
 
 impl RuleSet {
+    /// Matched rule `i` and the action it takes: its own, or the one `over` gives it (a
+    /// threshold's or rate filter's); `None` for an index no rule has.
+    pub(crate) fn acting(&self, i: u32, over: &[(u32, RuleAction)]) -> Option<(&Rule, RuleAction)> {
+        let r = self.rules.get(i as usize)?;
+        let act = over
+            .iter()
+            .find(|(x, _)| *x == i)
+            .map_or(r.action, |(_, a)| *a);
+        Some((r, act))
+    }
+
     /// Loads the rules files. A file that cannot be read is an error; rules that cannot be
     /// parsed are left out and listed in [`RuleSet::errors`].
     pub fn load(opts: &LoadOptions) -> Result<RuleSet, LoadError> {

@@ -461,13 +461,9 @@ pub(super) fn settle_flow(
 fn bypassed(set: &RuleSet, matched: &[u32], over: &[(u32, RuleAction)]) -> bool {
     let mut by = false;
     for &i in matched {
-        let Some(r) = set.rules.get(i as usize) else {
+        let Some((r, act)) = set.acting(i, over) else {
             continue;
         };
-        let act = over
-            .iter()
-            .find(|(x, _)| *x == i)
-            .map_or(r.action, |(_, a)| *a);
         by |= r.bypass;
         if act == RuleAction::Pass {
             break;
