@@ -602,12 +602,7 @@ impl Program {
     /// redirect goes nowhere. For tests and diagnostics of the rules; allocates.
     pub fn test_run(&self, frame: &[u8], ifindex: u32, queue: u32) -> Result<TestRun, XdpError> {
         let prog: &Xdp = self.xdp()?;
-        // struct xdp_md: data (metadata length in), data_end, data_meta, ingress_ifindex,
-        // rx_queue_index, egress_ifindex.
-        let mut ctx_in = [0u8; 24];
-        ctx_in[4..8].copy_from_slice(&(frame.len() as u32).to_ne_bytes());
-        ctx_in[12..16].copy_from_slice(&ifindex.to_ne_bytes());
-        ctx_in[16..20].copy_from_slice(&queue.to_ne_bytes());
+        let ctx_in = xdp_md(frame, ifindex, queue);
         let mut ctx_out = [0u8; 24];
         let mut out = vec![0u8; frame.len() + 256];
         let r = prog
@@ -618,15 +613,7 @@ impl Program {
                 ctx_out: Some(&mut ctx_out),
                 ..TestRunOptions::default()
             })
-            .map_err(|e| {
-                if errno_of(&e) == Some(libc::EPERM) {
-                    XdpError::Permission {
-                        what: "running the XDP program on a test frame".into(),
-                    }
-                } else {
-                    XdpError::Load { detail: chain(&e) }
-                }
-            })?;
+            .map_err(test_run_error)?;
         // On the way out, xdp_md.data is the metadata's length: the output starts with it.
         let meta_len = u32::from_ne_bytes([ctx_out[0], ctx_out[1], ctx_out[2], ctx_out[3]]);
         out.truncate((r.data_size_out as usize).min(out.len()));
@@ -652,10 +639,7 @@ impl Program {
         repeat: u32,
     ) -> Result<Duration, XdpError> {
         let prog: &Xdp = self.xdp()?;
-        let mut ctx_in = [0u8; 24];
-        ctx_in[4..8].copy_from_slice(&(frame.len() as u32).to_ne_bytes());
-        ctx_in[12..16].copy_from_slice(&ifindex.to_ne_bytes());
-        ctx_in[16..20].copy_from_slice(&queue.to_ne_bytes());
+        let ctx_in = xdp_md(frame, ifindex, queue);
         let mut out = vec![0u8; frame.len() + 256];
         let r = prog
             .test_run(TestRunOptions {
@@ -665,7 +649,7 @@ impl Program {
                 repeat: repeat.max(1),
                 ..TestRunOptions::default()
             })
-            .map_err(|e| XdpError::Load { detail: chain(&e) })?;
+            .map_err(test_run_error)?;
         Ok(r.duration)
     }
 
@@ -682,5 +666,27 @@ impl Program {
     /// relayd's); another program is left alone. See [`attach::detach`].
     pub fn detach(&mut self, ifindex: u32) -> Result<(), XdpError> {
         attach::detach(ifindex).map(drop)
+    }
+}
+
+/// The `struct xdp_md` a test run of `frame` passes in: data (the metadata's length on
+/// the way in: none), data_end, data_meta, ingress_ifindex, rx_queue_index,
+/// egress_ifindex.
+fn xdp_md(frame: &[u8], ifindex: u32, queue: u32) -> [u8; 24] {
+    let mut ctx = [0u8; 24];
+    ctx[4..8].copy_from_slice(&(frame.len() as u32).to_ne_bytes());
+    ctx[12..16].copy_from_slice(&ifindex.to_ne_bytes());
+    ctx[16..20].copy_from_slice(&queue.to_ne_bytes());
+    ctx
+}
+
+/// What a failed `BPF_PROG_TEST_RUN` means.
+fn test_run_error(e: aya::programs::ProgramError) -> XdpError {
+    if errno_of(&e) == Some(libc::EPERM) {
+        XdpError::Permission {
+            what: "running the XDP program on a test frame".into(),
+        }
+    } else {
+        XdpError::Load { detail: chain(&e) }
     }
 }
