@@ -220,8 +220,9 @@ impl Worker {
             truncated: m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
         });
         // Decapsulating services must know the box's addresses (renewed once a second).
-        let local = self.emitter.local_addresses(now);
-        self.engine.set_local_addresses(local);
+        if let Some(local) = self.emitter.renewed_local_addresses(now) {
+            self.engine.set_local_addresses(local);
+        }
         self.engine.handle_batch(received, now, &mut self.sock);
         // After the verdicts: the first packet's entry is confirmed by now.
         self.offloader.carry_out(self.engine.take_offloads());

@@ -74,8 +74,9 @@ impl Worker {
             }
             let now = Instant::now();
             // Decapsulating services must know the box's addresses (renewed once a second).
-            let local = self.emitter.local_addresses(now);
-            self.path.pipeline.set_local_addresses(local);
+            if let Some(local) = self.emitter.renewed_local_addresses(now) {
+                self.path.pipeline.set_local_addresses(local);
+            }
             let n = self.round(now);
             self.path.carry_offloads();
             self.path.release(Some(now));
