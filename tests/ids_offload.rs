@@ -254,6 +254,33 @@ fn padding_one_direction_past_stream_depth_does_not_get_a_payload_past_the_ips()
     assert!(ids.get("stream_truncated").copied() >= Some(1), "past the depth: {ids:?}");
 }
 
+/// A response carrying what the `file.data` rule below drops.
+fn evil_response(_req: &[u8]) -> Vec<u8> {
+    b"HTTP/1.1 200 OK\r\nContent-Length: 20\r\n\r\nhere: EVIL-PAYLOAD..".to_vec()
+}
+
+/// The client pads its own direction past `stream_depth` before the server answers:
+/// the server's direction is not done, so the flow stays inline and the answer, which a
+/// `drop` rule on the response body matches, is dropped.
+#[test]
+fn padding_the_client_past_stream_depth_leaves_the_answer_inspected() {
+    let l = line3("idsoff-pad3");
+    let dir = TempDir::new("idsoff-pad3");
+    let rules = "drop http any any -> any any (msg:\"evil body\"; file.data; content:\"EVIL-PAYLOAD\"; sid:3;)\n";
+    let r = Relayd::start(&l.relay, &config(&dir, rules, true, "stream_depth = 4096"));
+    let seen = http_server(&l, 8080, evil_response);
+    let mut c = Client::connect(&l, 8080);
+    let answer = c.ask(&padded_post(20_000));
+    assert!(answer.is_err(), "the forbidden answer arrived: {answer:?}");
+    assert_eq!(seen.lock().unwrap().len(), 1, "the server read the request");
+    assert_never_offloaded(&r);
+    let q = queue(&r);
+    assert!(q.dropped >= 2, "the answer and its retransmissions: {q:?}");
+    let ids = r.counters("ids");
+    assert!(ids.get("sid:3").copied() >= Some(1), "{ids:?}");
+    assert!(ids.get("stream_truncated").copied() >= Some(1), "past the depth: {ids:?}");
+}
+
 /// A response as large as the server's whole direction needs to pass the depth too.
 fn big_response(_req: &[u8]) -> Vec<u8> {
     let mut r = b"HTTP/1.1 200 OK\r\nContent-Length: 20000\r\n\r\n".to_vec();
