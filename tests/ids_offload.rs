@@ -423,6 +423,68 @@ fn a_long_transfer_leaves_the_queue_once_both_streams_are_done() {
     assert!(ids.get("offload_votes_stream_depth").copied() >= Some(1), "{ids:?}");
 }
 
+/// A flow offloaded at its depth, then a reload that adds a `drop` rule for its packets:
+/// the flow comes back to the queue (a new generation), is not offloaded again on the
+/// old rules' say-so by a harmless packet, and the forbidden bytes are dropped.
+#[test]
+fn a_reload_that_adds_a_drop_rule_brings_an_offloaded_flow_back_under_it() {
+    let l = line3("idsoff-reload");
+    let dir = TempDir::new("idsoff-reload");
+    let rules = "drop http any any -> any any (msg:\"admin\"; http.uri; content:\"/admin\"; sid:1;)\n";
+    let r = Relayd::start(&l.relay, &config(&dir, rules, true, "stream_depth = 4096"));
+    let listener = l
+        .dst
+        .run(move || TcpListener::bind(("10.0.2.2", 5704)).unwrap());
+    // What the server read (it is not waited for: the dropped bytes hold its end back).
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let read = got.clone();
+    std::thread::spawn(move || {
+        let (mut c, _) = listener.accept().unwrap();
+        c.write_all(b"hello\n").unwrap();
+        c.shutdown(Shutdown::Write).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut buf = [0u8; 65536];
+        while let Ok(n @ 1..) = c.read(&mut buf) {
+            read.lock().unwrap().extend_from_slice(&buf[..n]);
+        }
+    });
+    let mut c = l.src.run(|| TcpStream::connect(("10.0.2.2", 5704)).unwrap());
+    let mut hello = Vec::new();
+    c.read_to_end(&mut hello).unwrap();
+    c.write_all(&[b'p'; 100_000]).unwrap();
+    assert!(
+        wait_for(Duration::from_secs(3), || queue(&r)
+            .offload
+            .is_some_and(|o| o.flows.get("stream_depth") == Some(&1))),
+        "not offloaded at its depth: {:?}",
+        queue(&r)
+    );
+    let rules = format!(
+        "{rules}drop tcp any any -> any 5704 (msg:\"admin bytes\"; content:\"/admin\"; sid:2;)\n"
+    );
+    r.rewrite(&config(&dir, &rules, true, "stream_depth = 4096"));
+    reload(&r, 1);
+    let before = queue(&r);
+    // A harmless packet first: were the flow offloaded again on its old record, the
+    // forbidden bytes after it would skip the queue.
+    c.write_all(b"nothing to see\n").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    c.write_all(b"GET /admin HTTP/1.1\r\n\r\n").unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let q = queue(&r);
+    let ids = r.counters("ids");
+    let got = got.lock().unwrap();
+    assert!(got.len() >= 100_000, "the padding arrived: {}", got.len());
+    assert!(
+        !got.windows(6).any(|w| w == b"/admin"),
+        "the server read the forbidden bytes: {before:?} -> {q:?}\n{ids:?}"
+    );
+    assert!(q.packets > before.packets, "{before:?} -> {q:?}");
+    assert!(q.dropped > before.dropped, "{before:?} -> {q:?}");
+    assert_eq!(q.offload.as_ref().map(|o| o.revoked), Some(1), "{q:?}");
+    assert!(ids.get("sid:2").copied() >= Some(1), "{ids:?}");
+}
+
 /// A `pass` rule decides the flow on its first packet: it is offloaded with reason `pass`
 /// (a broad `drop` rule, which would keep any other flow inline, does not matter to it).
 #[test]
