@@ -485,6 +485,125 @@ fn a_reload_that_adds_a_drop_rule_brings_an_offloaded_flow_back_under_it() {
     assert!(ids.get("sid:2").copied() >= Some(1), "{ids:?}");
 }
 
+/// A TCP connection from src's 10.0.1.1:`sport` to dst:`port`, its port bound with
+/// `SO_REUSEADDR` (so that a new connection can take an aborted one's tuple).
+fn connect_from(l: &Line3, sport: u16, port: u16) -> TcpStream {
+    use std::os::fd::FromRawFd;
+    l.src.run(move || {
+        // SAFETY: plain socket calls on a descriptor this closure owns, with a
+        // sockaddr_in that outlives them.
+        unsafe {
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+            assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+            let one: libc::c_int = 1;
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_REUSEADDR,
+                &one as *const libc::c_int as *const libc::c_void,
+                std::mem::size_of::<libc::c_int>() as u32,
+            );
+            let sa = |ip: [u8; 4], p: u16| libc::sockaddr_in {
+                sin_family: libc::AF_INET as u16,
+                sin_port: p.to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(ip),
+                },
+                sin_zero: [0; 8],
+            };
+            let len = std::mem::size_of::<libc::sockaddr_in>() as u32;
+            let me = sa([10, 0, 1, 1], sport);
+            let rc = libc::bind(fd, &me as *const _ as *const libc::sockaddr, len);
+            assert_eq!(rc, 0, "bind: {}", std::io::Error::last_os_error());
+            let to = sa([10, 0, 2, 2], port);
+            let rc = libc::connect(fd, &to as *const _ as *const libc::sockaddr, len);
+            assert_eq!(rc, 0, "connect: {}", std::io::Error::last_os_error());
+            TcpStream::from_raw_fd(fd)
+        }
+    })
+}
+
+/// Closes `c` with a reset (`SO_LINGER` 0): the tuple is free at once on both ends.
+fn abort(c: TcpStream) {
+    use std::os::fd::AsRawFd;
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: setsockopt on the stream's own descriptor with a value that outlives it.
+    let rc = unsafe {
+        libc::setsockopt(
+            c.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            &linger as *const libc::linger as *const libc::c_void,
+            std::mem::size_of::<libc::linger>() as u32,
+        )
+    };
+    assert_eq!(rc, 0, "SO_LINGER: {}", std::io::Error::last_os_error());
+}
+
+/// The attacker takes an offloaded connection's tuple: it aborts the connection (its
+/// reset skips the queue with the rest of the flow) and opens a new one from the same
+/// port. The new connection is inspected from its SYN, and its forbidden request dropped.
+#[test]
+fn a_new_connection_on_an_offloaded_tuple_is_inspected_from_its_start() {
+    let l = line3("idsoff-reuse");
+    let dir = TempDir::new("idsoff-reuse");
+    let rules = "drop http any any -> any any (msg:\"admin\"; http.uri; content:\"/admin\"; sid:1;)\n";
+    let r = Relayd::start(&l.relay, &config(&dir, rules, true, "stream_depth = 4096"));
+    // The first connection: the server says hello and closes its side, the client pads
+    // past the depth; the second: an HTTP server.
+    let listener = l
+        .dst
+        .run(move || TcpListener::bind(("10.0.2.2", 8080)).unwrap());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        let (mut c, _) = listener.accept().unwrap();
+        c.write_all(b"hello\n").unwrap();
+        c.shutdown(Shutdown::Write).unwrap();
+        let mut sink = Vec::new();
+        let _ = c.read_to_end(&mut sink);
+        let (mut c, _) = listener.accept().unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).ok();
+        let mut buf = Vec::new();
+        while let Ok(req) = read_message(&mut c, &mut buf) {
+            log.lock().unwrap().push(req);
+            if c.write_all(&ok_response(b"")).is_err() {
+                return;
+            }
+        }
+    });
+    let mut c = connect_from(&l, 41000, 8080);
+    let mut hello = Vec::new();
+    c.read_to_end(&mut hello).unwrap();
+    c.write_all(&[b'p'; 100_000]).unwrap();
+    assert!(
+        wait_for(Duration::from_secs(3), || queue(&r)
+            .offload
+            .is_some_and(|o| o.flows.get("stream_depth") == Some(&1))),
+        "not offloaded at its depth: {:?}",
+        queue(&r)
+    );
+    let before = queue(&r);
+    abort(c);
+    std::thread::sleep(Duration::from_millis(200));
+    let c = connect_from(&l, 41000, 8080);
+    c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut c = Client { c, buf: Vec::new() };
+    let answer = c.ask(b"GET /admin HTTP/1.1\r\nHost: dst\r\n\r\n");
+    let q = queue(&r);
+    assert!(answer.is_err(), "the forbidden request was answered: {answer:?}");
+    assert!(seen.lock().unwrap().is_empty(), "the server read it");
+    assert!(
+        q.packets >= before.packets + 3 && q.dropped > before.dropped,
+        "the new connection was not queued: {before:?} -> {q:?}"
+    );
+    let ids = r.counters("ids");
+    assert!(ids.get("sid:1").copied() >= Some(1), "{ids:?}");
+}
+
 /// A `pass` rule decides the flow on its first packet: it is offloaded with reason `pass`
 /// (a broad `drop` rule, which would keep any other flow inline, does not matter to it).
 #[test]
