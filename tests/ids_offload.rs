@@ -543,17 +543,10 @@ fn abort(c: TcpStream) {
     assert_eq!(rc, 0, "SO_LINGER: {}", std::io::Error::last_os_error());
 }
 
-/// The attacker takes an offloaded connection's tuple: it aborts the connection (its
-/// reset skips the queue with the rest of the flow) and opens a new one from the same
-/// port. The new connection is inspected from its SYN, and its forbidden request dropped.
-#[test]
-fn a_new_connection_on_an_offloaded_tuple_is_inspected_from_its_start() {
-    let l = line3("idsoff-reuse");
-    let dir = TempDir::new("idsoff-reuse");
-    let rules = "drop http any any -> any any (msg:\"admin\"; http.uri; content:\"/admin\"; sid:1;)\n";
-    let r = Relayd::start(&l.relay, &config(&dir, rules, true, "stream_depth = 4096"));
-    // The first connection: the server says hello and closes its side, the client pads
-    // past the depth; the second: an HTTP server.
+/// An HTTP server on dst:8080 for [`offloaded_then_aborted`]: its first connection says
+/// hello, closes its side and reads what comes; the later ones answer requests with
+/// [`ok_response`]. Returns the requests those read.
+fn reuse_server(l: &Line3) -> Arc<Mutex<Vec<Vec<u8>>>> {
     let listener = l
         .dst
         .run(move || TcpListener::bind(("10.0.2.2", 8080)).unwrap());
@@ -565,17 +558,35 @@ fn a_new_connection_on_an_offloaded_tuple_is_inspected_from_its_start() {
         c.shutdown(Shutdown::Write).unwrap();
         let mut sink = Vec::new();
         let _ = c.read_to_end(&mut sink);
-        let (mut c, _) = listener.accept().unwrap();
-        c.set_read_timeout(Some(Duration::from_secs(5))).ok();
-        let mut buf = Vec::new();
-        while let Ok(req) = read_message(&mut c, &mut buf) {
-            log.lock().unwrap().push(req);
-            if c.write_all(&ok_response(b"")).is_err() {
-                return;
-            }
+        for c in listener.incoming() {
+            let Ok(mut c) = c else { continue };
+            let log = log.clone();
+            std::thread::spawn(move || {
+                c.set_read_timeout(Some(Duration::from_secs(5))).ok();
+                let mut buf = Vec::new();
+                while let Ok(req) = read_message(&mut c, &mut buf) {
+                    log.lock().unwrap().push(req);
+                    if c.write_all(&ok_response(b"")).is_err() {
+                        return;
+                    }
+                }
+            });
         }
     });
-    let mut c = connect_from(&l, 41000, 8080);
+    seen
+}
+
+/// Relayd with a fail-closed IDS (an `http.uri` drop rule, `stream_depth` 4096, a `pass`
+/// rule for UDP to port 9999) on all packets, and one connection from src port 41000 to
+/// dst:8080 offloaded at its depth, then aborted by the client: its reset skips the queue
+/// with the rest of the flow, so the IDS never sees the connection end.
+fn offloaded_then_aborted(l: &Line3, dir: &TempDir) -> (Relayd, Arc<Mutex<Vec<Vec<u8>>>>) {
+    let rules = "drop http any any -> any any (msg:\"admin\"; http.uri; content:\"/admin\"; sid:1;)\n\
+                 pass udp any any -> any 9999 (msg:\"udp\"; sid:7;)\n";
+    let body = config(dir, rules, true, "stream_depth = 4096").replace("match = \"-p tcp\"\n", "");
+    let r = Relayd::start(&l.relay, &body);
+    let seen = reuse_server(l);
+    let mut c = connect_from(l, 41000, 8080);
     let mut hello = Vec::new();
     c.read_to_end(&mut hello).unwrap();
     c.write_all(&[b'p'; 100_000]).unwrap();
@@ -586,22 +597,87 @@ fn a_new_connection_on_an_offloaded_tuple_is_inspected_from_its_start() {
         "not offloaded at its depth: {:?}",
         queue(&r)
     );
-    let before = queue(&r);
     abort(c);
     std::thread::sleep(Duration::from_millis(200));
+    (r, seen)
+}
+
+/// A new connection on an offloaded, aborted connection's tuple (a client reusing its
+/// port) is a new connection: conntrack gives it a new entry, and the IDS must inspect it
+/// from its SYN, so a clean request is answered and a forbidden one dropped by its rule.
+#[test]
+#[ignore = "bug: the IDS keeps the offloaded flow's record (it never saw the reset) and judges the new connection's segments against the old stream: a clean request is dropped as stream_invalid_window, the new connection is never parsed"]
+fn a_new_connection_on_an_offloaded_tuple_is_inspected_from_its_start() {
+    let l = line3("idsoff-reuse");
+    let dir = TempDir::new("idsoff-reuse");
+    let (r, seen) = offloaded_then_aborted(&l, &dir);
+    let c = connect_from(&l, 41000, 8080);
+    c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut c = Client { c, buf: Vec::new() };
+    let ok = c.ask(b"GET /index.html HTTP/1.1\r\nHost: dst\r\n\r\n");
+    let ids = r.counters("ids");
+    assert!(
+        ok.as_ref().is_ok_and(|a| a.starts_with(b"HTTP/1.1 200")),
+        "a clean request on the new connection was not answered: {ok:?}\n{:?}\n{ids:?}",
+        queue(&r)
+    );
+    assert_dropped_inline(&r, &mut c, &seen, b"GET /admin HTTP/1.1\r\nHost: dst\r\n\r\n");
+    let ids = r.counters("ids");
+    assert!(ids.get("sid:1").copied() >= Some(1), "{ids:?}");
+}
+
+/// The offload table's slot of a flow on the NFQUEUE datapath: crates/nfq/src/offload.rs
+/// `flow_tag` (a `DefaultHasher` of the direction-free tuple) in a table of 4096 slots.
+fn nfq_slot(a: (std::net::IpAddr, u16), b: (std::net::IpAddr, u16), proto: u8) -> usize {
+    use std::hash::{Hash, Hasher};
+    let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
+    let mut h = std::hash::DefaultHasher::new();
+    (lo, hi, proto).hash(&mut h);
+    (h.finish().max(1) as usize) & 4095
+}
+
+/// The attacker's version: after the abort, a few UDP flows a `pass` rule offloads take
+/// the old connection's slot in the datapath's table of flows offloaded (which alone kept
+/// the stale vote from being carried out); the new connection on the old tuple is then
+/// offloaded at its SYN on the old flow's `stream_depth` record, and its forbidden
+/// request must still be dropped.
+#[test]
+#[ignore = "bug: the IDS votes stream_depth on the new connection's SYN from the stale record of the offloaded, aborted flow on the same tuple; once the datapath has forgotten the old flow, the new connection is offloaded from its SYN and a request the drop rule matches reaches the server"]
+fn a_new_connection_on_an_offloaded_tuple_is_not_offloaded_on_the_old_record() {
+    let l = line3("idsoff-reuse2");
+    let dir = TempDir::new("idsoff-reuse2");
+    let (r, seen) = offloaded_then_aborted(&l, &dir);
+    let (src, dst) = (addr("10.0.1.1:41000"), addr("10.0.2.2:8080"));
+    let target = nfq_slot((src.ip(), src.port()), (dst.ip(), dst.port()), 6);
+    let ports: Vec<u16> = (20000..60000)
+        .filter(|p| nfq_slot((src.ip(), *p), (dst.ip(), 9999), 17) == target)
+        .take(3)
+        .collect();
+    assert!(!ports.is_empty());
+    l.src.run(move || {
+        for p in ports {
+            let s = std::net::UdpSocket::bind(("10.0.1.1", p)).unwrap();
+            s.send_to(b"x", "10.0.2.2:9999").unwrap();
+        }
+    });
+    assert!(
+        wait_for(Duration::from_secs(2), || queue(&r)
+            .offload
+            .is_some_and(|o| o.flows.get("pass").copied() >= Some(1))),
+        "the UDP flows were not offloaded: {:?}",
+        queue(&r)
+    );
+    let before = queue(&r);
     let c = connect_from(&l, 41000, 8080);
     c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
     let mut c = Client { c, buf: Vec::new() };
     let answer = c.ask(b"GET /admin HTTP/1.1\r\nHost: dst\r\n\r\n");
     let q = queue(&r);
-    assert!(answer.is_err(), "the forbidden request was answered: {answer:?}");
-    assert!(seen.lock().unwrap().is_empty(), "the server read it");
     assert!(
-        q.packets >= before.packets + 3 && q.dropped > before.dropped,
-        "the new connection was not queued: {before:?} -> {q:?}"
+        answer.is_err() && seen.lock().unwrap().is_empty(),
+        "the forbidden request reached the server: {answer:?}\n{before:?}\n-> {q:?}\n{:?}",
+        r.counters("ids")
     );
-    let ids = r.counters("ids");
-    assert!(ids.get("sid:1").copied() >= Some(1), "{ids:?}");
 }
 
 /// A `pass` rule decides the flow on its first packet: it is offloaded with reason `pass`
