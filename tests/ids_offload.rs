@@ -432,6 +432,7 @@ fn a_long_transfer_leaves_the_queue_once_both_streams_are_done() {
     let skipped_early = queue(&r).offload.map_or(0, |o| o.skipped_packets);
     let (sent, got, n) = t.finish();
     let q = queue(&r);
+    eprintln!("settled at {early} packets, {at} bytes sent\n{q:?}");
     assert_eq!(n, total, "bytes received: {q:?}");
     assert_eq!(sent, got, "content differs");
     assert!(
@@ -745,6 +746,7 @@ fn a_pass_rule_offloads_its_flow() {
     let r = Relayd::start(&l.relay, &config(&dir, rules, true, ""));
     let (sent, got) = tcp_exchange(&l.src, &l.dst, addr("10.0.2.2:5703"), 1.0);
     let q = queue(&r);
+    eprintln!("{q:?}");
     assert!(
         sent > 1_000_000 && got == sent,
         "TCP sent {sent} received {got}: {q:?}"
@@ -839,11 +841,12 @@ fn tls_with_encryption_bypass_is_offloaded_after_the_handshake() {
     assert_eq!(tls_session(&l, &dir, bytes), bytes, "{}", r.log());
     std::thread::sleep(Duration::from_millis(300));
     let q = queue(&r);
+    eprintln!("{q:?}");
     let o = q.offload.clone().expect("offload counters");
     assert_eq!(o.flows.get("encrypted"), Some(&1), "{o:?}\n{}", r.log());
     assert_eq!(o.total(), 1, "{o:?}");
     assert!(o.skipped_bytes >= bytes as u64, "{o:?}");
-    assert!(q.packets < 60, "the session stayed in the queue: {q:?}");
+    assert!(q.packets < 30, "the session stayed in the queue: {q:?}");
     let ids = r.counters("ids");
     assert!(
         ids.get("sid:1").copied() >= Some(1),
@@ -867,6 +870,7 @@ fn tls_at_the_default_encryption_handling_stays_in_the_queue() {
     std::thread::sleep(Duration::from_millis(300));
     assert_never_offloaded(&r);
     let q = queue(&r);
+    eprintln!("{q:?}");
     assert!(q.packets >= 60, "{q:?}");
     let ids = r.counters("ids");
     assert!(
@@ -917,6 +921,7 @@ fn the_ids_votes_are_carried_out_on_af_xdp() {
         "passed tcp over xdp",
     );
     let q = xdp_queue(&r);
+    eprintln!("{before} -> {q:?}");
     assert!(
         q.packets < before + 20,
         "a 4 MiB transfer stayed in the queue: {before} -> {q:?}"
