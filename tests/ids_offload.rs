@@ -527,64 +527,6 @@ fn a_reload_that_adds_a_drop_rule_brings_an_offloaded_flow_back_under_it() {
     assert!(ids.get("sid:2").copied() >= Some(1), "{ids:?}");
 }
 
-/// A TCP connection from src's 10.0.1.1:`sport` to dst:`port`, its port bound with
-/// `SO_REUSEADDR` (so that a new connection can take an aborted one's tuple).
-fn connect_from(l: &Line3, sport: u16, port: u16) -> TcpStream {
-    use std::os::fd::FromRawFd;
-    l.src.run(move || {
-        // SAFETY: plain socket calls on a descriptor this closure owns, with a
-        // sockaddr_in that outlives them.
-        unsafe {
-            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
-            assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
-            let one: libc::c_int = 1;
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_REUSEADDR,
-                &one as *const libc::c_int as *const libc::c_void,
-                std::mem::size_of::<libc::c_int>() as u32,
-            );
-            let sa = |ip: [u8; 4], p: u16| libc::sockaddr_in {
-                sin_family: libc::AF_INET as u16,
-                sin_port: p.to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from_ne_bytes(ip),
-                },
-                sin_zero: [0; 8],
-            };
-            let len = std::mem::size_of::<libc::sockaddr_in>() as u32;
-            let me = sa([10, 0, 1, 1], sport);
-            let rc = libc::bind(fd, &me as *const _ as *const libc::sockaddr, len);
-            assert_eq!(rc, 0, "bind: {}", std::io::Error::last_os_error());
-            let to = sa([10, 0, 2, 2], port);
-            let rc = libc::connect(fd, &to as *const _ as *const libc::sockaddr, len);
-            assert_eq!(rc, 0, "connect: {}", std::io::Error::last_os_error());
-            TcpStream::from_raw_fd(fd)
-        }
-    })
-}
-
-/// Closes `c` with a reset (`SO_LINGER` 0): the tuple is free at once on both ends.
-fn abort(c: TcpStream) {
-    use std::os::fd::AsRawFd;
-    let linger = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    // SAFETY: setsockopt on the stream's own descriptor with a value that outlives it.
-    let rc = unsafe {
-        libc::setsockopt(
-            c.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            &linger as *const libc::linger as *const libc::c_void,
-            std::mem::size_of::<libc::linger>() as u32,
-        )
-    };
-    assert_eq!(rc, 0, "SO_LINGER: {}", std::io::Error::last_os_error());
-}
-
 /// An HTTP server on dst:8080 for [`offloaded_then_closed`]: its first connection says
 /// hello, closes its side and reads what comes; the later ones answer requests with
 /// [`ok_response`]. Returns the requests those read.
@@ -633,7 +575,7 @@ fn offloaded_then_closed(
     let body = config(dir, rules, true, "stream_depth = 4096").replace("match = \"-p tcp\"\n", "");
     let r = Relayd::start(&l.relay, &body);
     let seen = reuse_server(l);
-    let mut c = connect_from(l, 41000, 8080);
+    let mut c = connect_from(&l.src, addr("10.0.1.1:41000"), addr("10.0.2.2:8080"));
     let mut hello = Vec::new();
     c.read_to_end(&mut hello).unwrap();
     c.write_all(&[b'p'; 100_000]).unwrap();
@@ -645,7 +587,7 @@ fn offloaded_then_closed(
         queue(&r)
     );
     if reset {
-        abort(c);
+        close_with_reset(c);
     }
     std::thread::sleep(Duration::from_millis(200));
     (r, seen)
@@ -660,7 +602,7 @@ fn a_new_connection_on_an_offloaded_tuple_is_inspected_from_its_start() {
     let l = line3("idsoff-reuse");
     let dir = TempDir::new("idsoff-reuse");
     let (r, seen) = offloaded_then_closed(&l, &dir, true);
-    let c = connect_from(&l, 41000, 8080);
+    let c = connect_from(&l.src, addr("10.0.1.1:41000"), addr("10.0.2.2:8080"));
     c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
     let mut c = Client { c, buf: Vec::new() };
     let ok = c.ask(b"GET /index.html HTTP/1.1\r\nHost: dst\r\n\r\n");
@@ -723,7 +665,7 @@ fn a_new_connection_on_an_offloaded_tuple_is_not_offloaded_on_the_old_record() {
         queue(&r)
     );
     let before = queue(&r);
-    let c = connect_from(&l, 41000, 8080);
+    let c = connect_from(&l.src, addr("10.0.1.1:41000"), addr("10.0.2.2:8080"));
     c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
     let mut c = Client { c, buf: Vec::new() };
     let answer = c.ask(b"GET /admin HTTP/1.1\r\nHost: dst\r\n\r\n");
