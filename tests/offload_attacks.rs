@@ -92,7 +92,8 @@ fn collect(
 ) -> std::thread::JoinHandle<Vec<u8>> {
     std::thread::spawn(move || {
         let (mut c, _) = listener.accept().unwrap();
-        c.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+        c.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
         let mut all = Vec::new();
         let mut buf = [0u8; 4096];
         loop {
@@ -310,14 +311,40 @@ fn ct_mark(r: &Relayd, needle: &str) -> Option<u32> {
 fn turned_round(tag: &str, sport: u16, flags: u8, forward_drop: bool) -> (String, u32, u32) {
     let l = line3(tag);
     let nat = [
-        "iptables", "-t", "nat", "-A", "PREROUTING", "-p", "tcp", "-d", "10.0.1.2",
-        "--dport", "5802", "-j", "DNAT", "--to-destination", SERVER,
+        "iptables",
+        "-t",
+        "nat",
+        "-A",
+        "PREROUTING",
+        "-p",
+        "tcp",
+        "-d",
+        "10.0.1.2",
+        "--dport",
+        "5802",
+        "-j",
+        "DNAT",
+        "--to-destination",
+        SERVER,
     ];
     let fwd = [
-        "iptables", "-A", "FORWARD", "-d", "10.0.2.2", "-m", "conntrack", "!", "--ctstate",
-        "DNAT", "-j", "DROP",
+        "iptables",
+        "-A",
+        "FORWARD",
+        "-d",
+        "10.0.2.2",
+        "-m",
+        "conntrack",
+        "!",
+        "--ctstate",
+        "DNAT",
+        "-j",
+        "DROP",
     ];
-    for rule in [&nat[..], &fwd[..]].into_iter().take(1 + usize::from(forward_drop)) {
+    for rule in [&nat[..], &fwd[..]]
+        .into_iter()
+        .take(1 + usize::from(forward_drop))
+    {
         let out = l.relay.exec(rule);
         assert!(out.status.success(), "{out:?}");
     }
@@ -345,7 +372,9 @@ fn turned_round(tag: &str, sport: u16, flags: u8, forward_drop: bool) -> (String
     c.write_all(b"hello ").unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let _ = settled(&r);
-    let flows = queue(&r).offload.map_or(0, |o| o.flows.values().sum::<u64>());
+    let flows = queue(&r)
+        .offload
+        .map_or(0, |o| o.flows.values().sum::<u64>());
     assert_eq!(flows, 0, "C was offloaded on its own:\n{}", r.log());
     let needle = format!("sport={sport} dport=5802");
     let before = ct_mark(&r, &needle).expect("C's conntrack entry");
@@ -513,15 +542,28 @@ fn an_icmp_error_about_an_offloaded_flow_is_still_inspected() {
     let r = Relayd::start(&l.relay, &cfg);
     // Counts, after relayd's mangle rules, the errors that got through.
     let count = [
-        "iptables", "-A", "FORWARD", "-p", "icmp", "--icmp-type", "3", "-m", "comment",
-        "--comment", "unreach",
+        "iptables",
+        "-A",
+        "FORWARD",
+        "-p",
+        "icmp",
+        "--icmp-type",
+        "3",
+        "-m",
+        "comment",
+        "--comment",
+        "unreach",
     ];
     let out = l.relay.exec(&count);
     assert!(out.status.success(), "{out:?}");
     let server = addr("10.0.2.2:5700");
     let client = addr("10.0.1.1:41030");
-    let _sink = l.dst.run(move || std::net::UdpSocket::bind(server).unwrap());
-    let sock = l.src.run(move || std::net::UdpSocket::bind(client).unwrap());
+    let _sink = l
+        .dst
+        .run(move || std::net::UdpSocket::bind(server).unwrap());
+    let sock = l
+        .src
+        .run(move || std::net::UdpSocket::bind(client).unwrap());
     for _ in 0..5 {
         sock.send_to(b"hello", server).unwrap();
         std::thread::sleep(Duration::from_millis(20));
@@ -529,9 +571,14 @@ fn an_icmp_error_about_an_offloaded_flow_is_still_inspected() {
     let _ = settled(&r);
     let o = queue(&r).offload.expect("offload counters");
     assert_eq!(o.flows.get("pass"), Some(&1), "{o:?}\n{}", r.log());
-    send_raw(&l.dst, vec![icmp_unreachable(server, client, b"EVIL payload")]);
+    send_raw(
+        &l.dst,
+        vec![icmp_unreachable(server, client, b"EVIL payload")],
+    );
     std::thread::sleep(Duration::from_millis(300));
-    let listed = l.relay.exec(&["iptables", "-L", "FORWARD", "-v", "-x", "-n"]);
+    let listed = l
+        .relay
+        .exec(&["iptables", "-L", "FORWARD", "-v", "-x", "-n"]);
     let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
     let passed: u64 = listed
         .lines()
@@ -539,5 +586,57 @@ fn an_icmp_error_about_an_offloaded_flow_is_still_inspected() {
         .and_then(|l| l.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no counting rule in\n{listed}"));
-    assert_eq!(passed, 0, "the ICMP error got past the IPS: {:?}", queue(&r));
+    assert_eq!(
+        passed,
+        0,
+        "the ICMP error got past the IPS: {:?}",
+        queue(&r)
+    );
+}
+
+/// The generations `set_generations` gives the offloading queues of `cfg` at `epoch`.
+fn generations_at(cfg: &relayd::config::Config, epoch: u32) -> Vec<u32> {
+    let mut c = cfg.clone();
+    relayd::config::set_generations(&mut c, epoch);
+    c.queues
+        .iter()
+        .filter_map(|q| q.queue.offload.map(|m| m.generation))
+        .collect()
+}
+
+/// Five offloading queues (allowed: up to 31 with the default bits). The daemon's
+/// epoch starts at a random value up to about 2^30 and counts reloads; `epoch * n`
+/// is taken modulo 2^32 (`wrapping_mul`) before the modulo of the generation field,
+/// so around epoch 2^32 / 5 two queues of one epoch share a generation, and a queue's
+/// skip rules match what the other offloaded, which its own chain never decided.
+/// (Checked over the first 10,000 epochs too, where the wrap is not reached: distinct.)
+#[test]
+#[ignore = "bug: set_generations wraps epoch * n at 2^32 (wrapping_mul): two queues, or \
+            two consecutive epochs, can share a generation; compute in u64"]
+fn queues_never_share_a_generation_whatever_the_epoch() {
+    let mut text = String::new();
+    for n in 0..5 {
+        text += &format!(
+            "[[queue]]\nnum = {n}\nhook = \"forward\"\nmatch = \"-p udp --dport {}\"\n\
+             services = [\"accept\"]\noffload = true\n\n",
+            6000 + n
+        );
+    }
+    let cfg = relayd::config::parse(
+        &text,
+        std::path::Path::new("five.toml"),
+        &relayd::Registry::with_builtins(),
+    )
+    .unwrap();
+    let wrap = u32::MAX / 5 + 1;
+    for epoch in (1..10_000).chain(wrap - 100..wrap + 100) {
+        let now = generations_at(&cfg, epoch);
+        let before = generations_at(&cfg, epoch.wrapping_sub(1));
+        for (k, g) in now.iter().enumerate() {
+            assert!(
+                !now[..k].contains(g) && !before.contains(g),
+                "epoch {epoch}: generations {now:x?}, the epoch before {before:x?}"
+            );
+        }
+    }
 }
