@@ -640,3 +640,92 @@ fn queues_never_share_a_generation_whatever_the_epoch() {
         }
     }
 }
+
+/// An FTP control connection the IPS passes (offloaded at its SYN) announces a passive
+/// data port; the kernel's FTP helper (assigned by the box's own `CT --helper ftp` rule)
+/// expects the data connection, and conntrack gives the expected connection its
+/// master's mark (`init_conntrack`: `ct->mark = exp->master->mark`): relayd's offload
+/// bits and generation included. The data connection then skips the IPS from its SYN,
+/// though no chain ever voted on it, and its "EVIL" reaches the server. (It can fail:
+/// without the helper rule the data connection is queued and "EVIL" dropped; checked.)
+#[test]
+#[ignore = "bug: a helper's expected connection inherits the master's connmark, offload \
+            bits included, and skips the queue from its first packet"]
+fn an_expected_connection_of_an_offloaded_one_is_inspected() {
+    let l = line3("offa-ftp");
+    let dir = TempDir::new("offa-ftp");
+    let rules = dir.file(
+        "ips.rules",
+        "pass tcp any any -> any 21 (sid:1;)\n\
+         drop tcp any any -> any any (msg:\"evil\"; content:\"EVIL\"; sid:2;)\n",
+    );
+    let cfg = format!(
+        "[[queue]]\nnum = 7\nhook = \"forward\"\nmatch = \"-p tcp\"\n\
+         services = [\"ids\"]\noffload = true\n\n[service.ids]\nkind = \"ids\"\n\
+         rules = [\"{}\"]\n",
+        rules.display()
+    );
+    let r = Relayd::start(&l.relay, &cfg);
+    let out = l.relay.exec(&[
+        "iptables",
+        "-t",
+        "raw",
+        "-A",
+        "PREROUTING",
+        "-p",
+        "tcp",
+        "--dport",
+        "21",
+        "-j",
+        "CT",
+        "--helper",
+        "ftp",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let control = l
+        .dst
+        .run(|| std::net::TcpListener::bind(addr("10.0.2.2:21")).unwrap());
+    let data = l
+        .dst
+        .run(|| std::net::TcpListener::bind(addr("10.0.2.2:6000")).unwrap());
+    let ftpd = std::thread::spawn(move || {
+        let (mut c, _) = control.accept().unwrap();
+        // The helper parses a line only after one it saw end (a server's banner).
+        c.write_all(b"220 ready\r\n").unwrap();
+        let mut buf = [0u8; 64];
+        let _ = c.read(&mut buf);
+        // 6000 = 23 * 256 + 112.
+        c.write_all(b"227 Entering Passive Mode (10,0,2,2,23,112).\r\n")
+            .unwrap();
+        std::thread::sleep(Duration::from_secs(3));
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let server = collect(data, stop.clone());
+    let mut c = l
+        .src
+        .run(|| TcpStream::connect(addr("10.0.2.2:21")))
+        .unwrap();
+    let mut reply = [0u8; 64];
+    c.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let n = c.read(&mut reply).unwrap();
+    assert!(reply[..n].starts_with(b"220 "), "{:?}", &reply[..n]);
+    std::thread::sleep(Duration::from_millis(300));
+    c.write_all(b"PASV\r\n").unwrap();
+    let n = c.read(&mut reply).unwrap();
+    assert!(reply[..n].starts_with(b"227 "), "{:?}", &reply[..n]);
+    let o = queue(&r).offload.expect("offload counters");
+    assert_eq!(o.flows.get("pass"), Some(&1), "{o:?}\n{}", r.log());
+    let mut d = l
+        .src
+        .run(|| TcpStream::connect(addr("10.0.2.2:6000")))
+        .unwrap();
+    d.write_all(b"hello EVIL ").unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::Relaxed);
+    drop(d);
+    let got = String::from_utf8_lossy(&server.join().unwrap()).into_owned();
+    let q = queue(&r);
+    drop(c);
+    ftpd.join().unwrap();
+    assert!(!got.contains("EVIL"), "the server read {got:?}: {q:?}");
+}
