@@ -52,7 +52,9 @@ fn connect_from(sport: u16, to: SocketAddr) -> std::io::Result<TcpStream> {
     // SAFETY: plain socket calls on stack values that outlive them; the descriptor is
     // handed to TcpStream (which closes it) or closed here on error.
     unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        // CLOEXEC: a process another test spawns must not keep the socket open (a
+        // close would then neither reset nor free the port).
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
         if fd < 0 {
             return Err(std::io::Error::last_os_error());
         }
