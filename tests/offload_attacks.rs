@@ -731,3 +731,47 @@ fn an_expected_connection_of_an_offloaded_one_is_inspected() {
     ftpd.join().unwrap();
     assert!(!got.contains("EVIL"), "the server read {got:?}: {q:?}");
 }
+
+/// The skip rules in `node`'s rule set.
+fn skip_rules(node: &relay_testbed::Node) -> Vec<String> {
+    iptables_save(node)
+        .lines()
+        .filter(|l| l.contains("relayd-offload-"))
+        .map(String::from)
+        .collect()
+}
+
+/// relayd killed with SIGKILL right after offloading a connection leaves its skip rules
+/// (the offloaded flow keeps flowing, the queue rule without a reader drops the rest):
+/// the next start removes them before installing its own, with its own generation, and
+/// a clean stop (SIGTERM) leaves none. The connection's conntrack mark is not cleared
+/// by either (see `a_revoked_flow_stays_revoked_when_the_generation_comes_round`).
+#[test]
+fn skip_rules_a_killed_relayd_left_are_replaced_at_the_next_start() {
+    let l = line3("offa-kill");
+    let mut r = Relayd::start(&l.relay, ACCEPT_TCP);
+    let to = addr(SERVER);
+    let listener = l.dst.run(move || std::net::TcpListener::bind(to).unwrap());
+    let stop = Arc::new(AtomicBool::new(false));
+    let server = collect(listener, stop.clone());
+    let mut c = l.src.run(move || connect_from(40010, to)).unwrap();
+    c.write_all(b"hello ").unwrap();
+    let _ = settled(&r);
+    let first = skip_rules(&l.relay);
+    assert_eq!(first.len(), 2, "{first:?}");
+    r.proc.signal(libc::SIGKILL).unwrap();
+    let _ = r.proc.wait_timeout(Duration::from_secs(5));
+    assert_eq!(skip_rules(&l.relay), first, "SIGKILL removed nothing");
+    // The offloaded connection still flows while relayd is down.
+    c.write_all(b"while down ").unwrap();
+    r.respawn();
+    r.wait_running();
+    let second = skip_rules(&l.relay);
+    assert_eq!(second.len(), 2, "stale skip rules stayed: {second:?}");
+    assert!(r.stop(libc::SIGTERM), "{}", r.log());
+    assert_eq!(skip_rules(&l.relay), Vec::<String>::new());
+    stop.store(true, Ordering::Relaxed);
+    drop(c);
+    let got = String::from_utf8_lossy(&server.join().unwrap()).into_owned();
+    assert!(got.contains("while down"), "{got:?}");
+}
