@@ -88,7 +88,6 @@ fn offloaded_then_closed(
 /// port) is a new connection: conntrack gives it a new entry, and the IDS must inspect it
 /// from its SYN, so a clean request is answered and a forbidden one dropped by its rule.
 #[test]
-#[ignore = "bug: the IDS keeps the offloaded flow's record (it never saw the reset) and judges the new connection's segments against the old stream: a clean request is dropped as stream_invalid_window, the new connection is never parsed"]
 fn a_new_connection_on_an_offloaded_tuple_is_inspected_from_its_start() {
     let l = line3("idsoff-reuse");
     let dir = TempDir::new("idsoff-reuse");
@@ -159,7 +158,6 @@ fn a_passed_connections_tuple_reused_is_a_new_flow() {
 
 /// The same with offload: the first connection's FINs skipped the queue.
 #[test]
-#[ignore = "bug: the IDS keeps the passed, offloaded flow's record; the new connection's packets count flow_passed, its SYN votes pass again, and its data is dropped as stream_invalid_window against the old stream (sid:1 never runs)"]
 fn a_passed_and_offloaded_connections_tuple_reused_is_a_new_flow() {
     passed_tuple_reused("idsoff-passre1", true);
 }
@@ -181,7 +179,6 @@ fn nfq_slot(a: (std::net::IpAddr, u16), b: (std::net::IpAddr, u16), proto: u8) -
 /// flows may do it, these are picked by the table's hash). The new connection on the old
 /// tuple must still be inspected, and its forbidden request dropped.
 #[test]
-#[ignore = "bug: the IDS votes stream_depth on the new connection's SYN from the stale record of the offloaded, closed flow on the same tuple; once the datapath has forgotten the old flow, the new connection is offloaded from its SYN and a request the drop rule matches reaches the server"]
 fn a_new_connection_on_an_offloaded_tuple_is_not_offloaded_on_the_old_record() {
     let l = line3("idsoff-reuse2");
     let dir = TempDir::new("idsoff-reuse2");

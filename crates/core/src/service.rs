@@ -73,6 +73,8 @@ pub struct Context {
     /// The current service's offload vote on the current packet ([`Context::offload`]);
     /// the chain reads and clears it after each service.
     vote: Option<Offload>,
+    /// The datapath carries out the chain's offload votes ([`Context::offloads`]).
+    offloads: bool,
 }
 
 impl Context {
@@ -87,6 +89,7 @@ impl Context {
             local: Arc::from([]),
             outbox: Outbox::new(),
             vote: None,
+            offloads: false,
         }
     }
 
@@ -112,6 +115,19 @@ impl Context {
     /// The current service's vote so far (for a service's own tests: the chain takes it).
     pub fn offload_vote(&self) -> Option<Offload> {
         self.vote
+    }
+
+    /// Whether the queue carries out offload votes (`offload = true` and a datapath that
+    /// can): a service may skip the work of deciding a vote otherwise, and must not act
+    /// as if its flows' later packets could go by unseen. False in a new context.
+    pub fn offloads(&self) -> bool {
+        self.offloads
+    }
+
+    /// Tells the services whether the queue carries out offload votes (the pipeline, from
+    /// its settings).
+    pub fn set_offloads(&mut self, on: bool) {
+        self.offloads = on;
     }
 
     /// Takes the current service's vote (the chain, after each service).

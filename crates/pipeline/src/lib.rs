@@ -233,6 +233,7 @@ impl<H: Copy + Default> Pipeline<H> {
         self.cx.queue = self.settings.num;
         self.cx.bypass_mark = self.chain.bypass_mark();
         self.cx.stages = self.chain.stages();
+        self.cx.set_offloads(self.settings.offload);
     }
 
     /// Takes new settings. Release every held packet first ([`Pipeline::release_due`]

@@ -389,6 +389,15 @@ pub(crate) struct FlowRef<'a, T> {
 }
 
 impl<T> FlowRef<'_, T> {
+    /// Records that the flow's later packets may skip inspection (the engine voted to
+    /// offload it): a new SYN on its tuple then starts a new flow
+    /// ([`TcpSession::reuse`](tcp::TcpSession::reuse)).
+    pub(crate) fn set_offloaded(&mut self) {
+        if let Some(t) = &mut self.flow.tcp {
+            t.set_offloaded();
+        }
+    }
+
     /// Stops reassembling the flow's streams for good and frees what they hold: the flow
     /// was decided (a `pass` or `drop` rule, an exception policy) and nothing of it will
     /// be inspected again, so its memory must not stay charged until it times out.

@@ -549,6 +549,7 @@ struct Ids {
 
 impl Service for Ids {
     fn process(&mut self, pkt: &mut Packet, cx: &mut Context) -> Action {
+        self.det.set_datapath_offloads(cx.offloads());
         match self.det.inspect(pkt, cx.now) {
             Outcome::Drop => Action::Drop,
             Outcome::Reject => {

@@ -259,7 +259,10 @@ fn a_pass_rule_and_the_bypass_keyword_vote_for_the_rest_of_the_flow() {
         opts(true, false, true),
         &pkts,
     );
-    assert!(seen.iter().all(|s| s.2 == pass), "{seen:?}");
+    // Every packet after the handshake's SYN and SYN-ACK: a connection starts on those,
+    // perhaps on an old one's tuple, and is inspected from there.
+    assert!(seen[..2].iter().all(|s| s.2.is_none()), "{seen:?}");
+    assert!(seen[2..].iter().all(|s| s.2 == pass), "{seen:?}");
     assert!(counter(&c, "offload_votes_pass") > 0);
     let rules = "alert tcp any any -> any 9000 (content:\"aaaa\"; bypass; sid:1;)\n\
                  alert tcp any 9000 -> any any (content:\"bbbb\"; sid:2;)";
@@ -300,17 +303,63 @@ fn the_service_declares_offloads_and_votes_through_its_context() {
             .is_err()
     );
     cfg("tls_encryption_handling = \"bypass\"\n");
-    let vote = |f: &std::sync::Arc<dyn relay_core::ServiceFactory>| {
+    let vote = |f: &std::sync::Arc<dyn relay_core::ServiceFactory>, datapath: bool| {
         let mut s: Box<dyn Service> = f.build(&relay_core::Counters::new(), &Default::default());
         let mut conv = Conv::new(9000);
         let mut last = None;
         for mut p in conv.handshake() {
             let mut cx = Context::new(0, Instant::now());
+            cx.set_offloads(datapath);
             s.process(&mut p, &mut cx);
             last = cx.offload_vote();
         }
         last
     };
-    assert_eq!(vote(&f), Some(Offload::both(OffloadReason::Pass)));
-    assert_eq!(vote(&off), None);
+    assert_eq!(vote(&f, true), Some(Offload::both(OffloadReason::Pass)));
+    assert_eq!(vote(&off, true), None);
+    // A queue that does not offload gets no vote (nor the flow state a vote implies).
+    assert_eq!(vote(&f, false), None);
+}
+
+#[test]
+fn a_new_connection_on_an_offloaded_tuple_is_a_new_flow() {
+    // A `pass` rule with content decides the first connection and offloads it; its end
+    // goes by unseen. A new connection on the same tuple (a new ISN) must be judged
+    // afresh: its request meets the drop rule.
+    let rules = "pass tcp any any -> any 9000 (content:\"hello\"; sid:1;)\n\
+                 drop tcp any any -> any 9000 (content:\"EVIL\"; sid:2;)";
+    let (mut d, _) = det(rules, opts(true, false, true));
+    let mut first = Conv::new(9000);
+    let mut pkts = first.handshake();
+    pkts.push(first.data(true, b"hello"));
+    pkts.push(first.data(true, b"more"));
+    let seen = feed(&mut d, &pkts);
+    let pass = Some(Offload::both(OffloadReason::Pass));
+    assert_eq!(seen[4].2, pass, "{seen:?}");
+    // The same tuple, a new ISN: SYN, SYN-ACK, ACK, then the request.
+    let mut again = Conv::new(9000);
+    again.seq = [0x1000_0000, 0x2000_0000];
+    let mut pkts = again.handshake();
+    pkts.push(again.data(true, b"EVIL"));
+    let seen = feed(&mut d, &pkts);
+    assert!(
+        seen[..2].iter().all(|s| s.2.is_none()),
+        "no vote on a SYN: {seen:?}"
+    );
+    assert_eq!(
+        seen[3].0,
+        Outcome::Drop,
+        "the new connection's request: {seen:?}"
+    );
+    assert_eq!(seen[3].1, [2]);
+    assert_eq!(seen[3].2, None);
+    // A retransmission of the first connection's SYN is not a new connection.
+    let (mut d, _) = det(rules, opts(true, false, true));
+    let mut c = Conv::new(9000);
+    let mut pkts = c.handshake();
+    pkts.push(c.data(true, b"hello"));
+    pkts.push(Conv::new(9000).handshake().remove(0));
+    pkts.push(c.data(true, b"EVIL"));
+    let seen = feed(&mut d, &pkts);
+    assert_eq!(seen[5].0, Outcome::Pass, "still the passed flow: {seen:?}");
 }

@@ -238,6 +238,9 @@ pub struct Detector {
     vote: Option<Offload>,
     /// The offload counters.
     offload_stats: OffloadStats,
+    /// Votes are configured ([`OffloadOptions::enabled`] as built); they are cast only
+    /// while the datapath also carries them out ([`Detector::set_datapath_offloads`]).
+    offload_configured: bool,
 }
 
 impl Detector {
@@ -319,6 +322,7 @@ impl Detector {
             reclaim: Reclaim::new(counters),
             vote: None,
             offload_stats: OffloadStats::register(counters),
+            offload_configured: opts.offload.enabled,
             decoder,
             layer_matched: Vec::new(),
             st: State {
@@ -364,6 +368,14 @@ impl Detector {
     /// a packet carrying inner packets (a tunnel's).
     pub fn offload(&self) -> Option<Offload> {
         self.vote
+    }
+
+    /// Tells the detector whether the datapath carries out its votes (the queue's
+    /// `offload`, [`relay_core::Context::offloads`]): where it does not, no vote is cast
+    /// and no flow is taken for one whose end may go unseen. A detector is built voting
+    /// as configured.
+    pub fn set_datapath_offloads(&mut self, on: bool) {
+        self.opts.offload.enabled = self.offload_configured && on;
     }
 
     /// Flows tracked now, and the stream bytes they hold.
@@ -490,8 +502,13 @@ impl Detector {
                 out
             }
         };
-        // Votes only for an unfragmented TCP or UDP packet whose verdict is not a drop already.
-        let voting = opts.offload.enabled && p.class <= 1 && p.l4.is_some() && !drop_invalid;
+        // Votes only for an unfragmented TCP or UDP packet whose verdict is not a drop
+        // already, and never on a SYN or SYN-ACK: a connection starts there (perhaps on
+        // the tuple of an old one whose conntrack entry still carries its offload), and
+        // is inspected from its start.
+        let syn = p.class == 0 && p.tcp_flags & relay_core::wire::tcp::flags::SYN != 0;
+        let voting =
+            opts.offload.enabled && p.class <= 1 && p.l4.is_some() && !drop_invalid && !syn;
         let mut fs = match fref.as_mut() {
             Some(f) => {
                 match stages::flow_stage(f, set, opts, stats, app_budget, exceptions, &p, payload) {
@@ -499,6 +516,9 @@ impl Detector {
                     Err(out) => {
                         *vote =
                             (voting && out == Outcome::Pass).then(|| f.flow.state.offload.passed());
+                        if vote.is_some() {
+                            f.set_offloaded();
+                        }
                         return or_drop(out);
                     }
                 }
@@ -539,6 +559,9 @@ impl Detector {
         };
         if let Some(f) = fref.as_mut() {
             *vote = vote::settle(f, decided_now, set, opts, voting, offload_stats);
+            if vote.is_some() {
+                f.set_offloaded();
+            }
         }
         let out = self.decide(&p, flow, now);
         or_drop(out)

@@ -81,6 +81,9 @@ pub(crate) struct TcpSession {
     synced: bool,
     /// An RST accepted as the host would accept it ended the connection.
     reset: bool,
+    /// The engine voted to offload the flow: later packets (its FIN or RST among them)
+    /// may have gone by unseen, so a new SYN on the tuple starts a new connection.
+    offloaded: bool,
 }
 
 fn ignored() -> SegmentResult {
@@ -116,6 +119,7 @@ impl TcpSession {
             sides: [Side::default(); 2],
             synced: false,
             reset: false,
+            offloaded: false,
         }
     }
 
@@ -146,16 +150,25 @@ impl TcpSession {
 
     /// True if a packet starting a new connection on this tuple should replace the flow
     /// (Suricata's `TcpSessionPacketSsnReuse`): a SYN without ACK on a flow picked up
-    /// without one or closed, unless it repeats the client's ISN (a retransmission).
+    /// without one or closed, unless it repeats the client's ISN (a retransmission). Also
+    /// on a flow whose later packets were offloaded ([`TcpSession::set_offloaded`]): its
+    /// end went by unseen, and judging a new connection by the old one's stream and
+    /// decision would let it through unread or drop it for an old window.
     pub(crate) fn reuse(&self, dir: Dir, h: &TcpHeader) -> bool {
         if h.flags & (SYN | ACK | RST | FIN) != SYN {
             return false;
         }
+        let retransmitted = dir == Dir::ToServer && self.isn[0] == Some(h.seq);
         match self.state {
             TcpState::Unsynced => true,
-            TcpState::Closed => !(dir == Dir::ToServer && self.isn[0] == Some(h.seq)),
-            _ => false,
+            TcpState::Closed => !retransmitted,
+            _ => self.offloaded && !retransmitted,
         }
+    }
+
+    /// Records that the engine voted to offload the flow (see [`TcpSession::reuse`]).
+    pub(crate) fn set_offloaded(&mut self) {
+        self.offloaded = true;
     }
 
     /// Sets each direction's overlap policy (by [`Dir::index`]: that of the direction's
