@@ -459,6 +459,7 @@ fn note_queue(bed: &Bed, path: Path) {
             })
             .collect();
         println!("    relay FORWARD: {}", rules.join(", "));
+        suricata_stats(path);
         return;
     }
     if !matches!(path, Path::Ids { .. }) {
@@ -484,6 +485,45 @@ fn note_queue(bed: &Bed, path: Path) {
             }
         }
         Err(e) => println!("    relayd status: {e}"),
+    }
+}
+
+/// Suricata's drop and bypass counters from the last block of its stats.log (written every
+/// 8 s), printed: what it dropped (a stalled flow's reason) and what it bypassed.
+fn suricata_stats(path: Path) {
+    let Path::Suricata { bypass } = path else {
+        return;
+    };
+    let dir = run_dir().join(if bypass {
+        "suricata-bypass"
+    } else {
+        "suricata"
+    });
+    let text = std::fs::read_to_string(dir.join("stats.log")).unwrap_or_default();
+    let Some(last) = text.rsplit("Date:").next() else {
+        return;
+    };
+    let counters: Vec<String> = last
+        .lines()
+        .filter(|l| {
+            [
+                "ips.",
+                "flow_bypassed",
+                "exception_policy",
+                "memcap",
+                "flow.end.state",
+            ]
+            .iter()
+            .any(|k| l.contains(k))
+        })
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split('|').map(str::trim).collect();
+            let (name, value) = (f.first()?, f.get(2)?);
+            (*value != "0").then(|| format!("{name} {value}"))
+        })
+        .collect();
+    if !counters.is_empty() {
+        println!("    Suricata stats.log: {}", counters.join(", "));
     }
 }
 
@@ -556,6 +596,9 @@ pub(super) fn section(bed: &mut Bed, report: &mut String) {
         }
     }
     drop(w);
+    for d in ["flows", "suricata", "suricata-bypass"] {
+        let _ = std::fs::remove_dir_all(run_dir().join(d));
+    }
     writeln!(
         report,
         "\n### Flow offload: one TCP flow through `ids` (22 rules) and Suricata (load average per round: {})\n",
