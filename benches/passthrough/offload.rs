@@ -66,9 +66,10 @@ const TLS_SHARE: &str = "every other flow by size (50 % of flows)";
 /// Default offered flows per second of the mixed workload (about 400 Mbit/s of responses).
 const MIX_RATE: f64 = 400.0;
 
-/// The `[service.ids]` keys that let `ids` offload (IDS_OFFLOAD_KEYS overrides): the
-/// names h-idsoff gives Suricata's `stream.bypass` and TLS `encryption-handling: bypass`.
-const IDS_OFFLOAD_KEYS: &str = "stream_bypass = true\nencryption_handling = \"bypass\"\n";
+/// The `[service.ids]` keys of the offload path (IDS_OFFLOAD_KEYS overrides): the IDS votes
+/// (`offload`, its default; a flow past `stream_depth` both ways) and offloads TLS after
+/// the handshake (`tls_encryption_handling`, Suricata's `encryption-handling: bypass`).
+const IDS_OFFLOAD_KEYS: &str = "offload = true\ntls_encryption_handling = \"bypass\"\n";
 
 /// The `[service.ids]` keys of [`Path::Ids`] with offload.
 pub(super) fn ids_keys() -> String {
