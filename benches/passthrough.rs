@@ -470,8 +470,8 @@ enum Path {
     XdpEncrypt,
     /// Row `i` of the sizing table (SIZING=1; see [`sized`]).
     Sized(usize),
-    /// relayd `ids` with the sizing rules (UDP and TCP parts), fail-closed, with or without
-    /// `offload` (OFFLOAD=1; see `passthrough/offload.rs`).
+    /// relayd `ids` with the offload section's rules (OFFLOAD_RULES), fail-closed, with or
+    /// without `offload` (OFFLOAD=1; see `passthrough/offload.rs`).
     Ids {
         offload: bool,
     },
@@ -537,7 +537,7 @@ impl Path {
                 } else {
                     String::new()
                 };
-                queue(extra, "\"ids\"") + &ids_section(&ids_rules(&run_dir()), &keys)
+                queue(extra, "\"ids\"") + &ids_section(&offload::rules(), &keys)
             }
             Path::Accept { fail_open } => {
                 queue(&format!("fail_open = {fail_open}\n"), "\"accept\"")

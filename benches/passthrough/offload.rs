@@ -5,9 +5,9 @@
 //! Every path runs on the bench's testbed as the rest of the bench: relay work on the relay
 //! core (threaded NAPI or RPS there, relayd's queue thread or Suricata's worker thread
 //! pinned there at the queues' nice value), the generator and the sinks on the traffic
-//! core, the relay core's busy time from /proc/stat. The rules are the sizing rules
-//! (benches/sizing-ids.rules and sizing-ids-tcp.rules, 22 rules: header, payload, stream
-//! and HTTP rules), the same file for relayd and Suricata.
+//! core, the relay core's busy time from /proc/stat. relayd and Suricata load the same
+//! rules ([`rules`]): by default 30 public-style rules (benches/offload-ids.rules), or with
+//! OFFLOAD_RULES=sizing the sizing rules, which keep every flow inline in relayd.
 //!
 //! The mixed workload ([`FLOW_SIZES`], [`TLS_SHARE`]): HTTP/1.1 downloads from dst to src,
 //! one per connection, plain or over TLS (benches/passthrough/flows.py: Python's ssl, which
@@ -70,6 +70,40 @@ const MIX_RATE: f64 = 400.0;
 /// (`offload`, its default; a flow past `stream_depth` both ways) and offloads TLS after
 /// the handshake (`tls_encryption_handling`, Suricata's `encryption-handling: bypass`).
 const IDS_OFFLOAD_KEYS: &str = "offload = true\ntls_encryption_handling = \"bypass\"\n";
+
+/// The rule files of [`Path::Ids`] and [`Path::Suricata`] (written to the run directory):
+/// OFFLOAD_RULES=web (the default) benches/offload-ids.rules, 30 public-style rules of
+/// which none reads every packet of every flow; OFFLOAD_RULES=sizing the sizing rules
+/// (22: sizing-ids.rules and sizing-ids-tcp.rules), with a header rule on every IP packet
+/// and a payload rule on every TCP flow, which keep every flow inline in relayd.
+pub(super) fn rules() -> Vec<std::path::PathBuf> {
+    let dir = run_dir();
+    if rule_set() == "sizing" {
+        return ids_rules(&dir).to_vec();
+    }
+    std::fs::create_dir_all(&dir).expect("run directory");
+    let web = dir.join("offload-ids.rules");
+    std::fs::write(&web, include_str!("../offload-ids.rules")).expect("offload rules");
+    vec![web]
+}
+
+/// OFFLOAD_RULES: "web" (default) or "sizing" (see [`rules`]).
+fn rule_set() -> &'static str {
+    match std::env::var("OFFLOAD_RULES").as_deref() {
+        Ok("sizing") => "sizing",
+        Ok("web") | Err(_) => "web",
+        Ok(other) => panic!("OFFLOAD_RULES={other}: web or sizing"),
+    }
+}
+
+/// The rule set's name in the report.
+fn rule_label() -> &'static str {
+    if rule_set() == "sizing" {
+        "the 22 sizing rules (OFFLOAD_RULES=sizing)"
+    } else {
+        "30 public-style rules, benches/offload-ids.rules (OFFLOAD_RULES=web)"
+    }
+}
 
 /// The `[service.ids]` keys of [`Path::Ids`] with offload.
 pub(super) fn ids_keys() -> String {
@@ -342,18 +376,18 @@ pub(super) fn suricata(bed: &Bed, bypass: bool) -> Relayd {
     });
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("Suricata's log directory");
-    let rules = dir.join("bench.rules");
-    let text: String = ids_rules(&run_dir())
+    let file = dir.join("bench.rules");
+    let text: String = rules()
         .iter()
         .map(|r| std::fs::read_to_string(r).expect("ids rules"))
         .collect();
-    std::fs::write(&rules, text).expect("Suricata's rules");
+    std::fs::write(&file, text).expect("Suricata's rules");
     let relay = &bed.l.relay;
     let (setup, teardown) = suricata_rules(bypass);
     sh(relay, &setup);
     let mut cmd = relay.cmd("suricata");
     cmd.args(["-c", "/etc/suricata/suricata.yaml", "-q", "0", "-S"])
-        .arg(&rules)
+        .arg(&file)
         .arg("-l")
         .arg(&dir)
         .args(["-k", "none", "--runmode", "workers"]);
@@ -475,8 +509,14 @@ fn note_queue(bed: &Bed, path: Path) {
                     .filter(|&(_, &v)| v != 0)
                     .map(|(k, v)| format!("{k} {v}"))
                     .collect();
+                // The queue's offload counters, read by name (absent while nothing was
+                // offloaded, and before issue 27's datapath work).
+                let offload = serde_json::to_value(q)
+                    .ok()
+                    .and_then(|v| v.get("offload").map(|o| o.to_string()))
+                    .unwrap_or_else(|| "none".into());
                 println!(
-                    "    relayd status: queue {} packets {} accepted {} dropped {} {}",
+                    "    relayd status: queue {} packets {} accepted {} dropped {} {}; offload {offload}",
                     q.num,
                     q.packets,
                     q.accepted,
@@ -602,7 +642,8 @@ pub(super) fn section(bed: &mut Bed, report: &mut String) {
     }
     writeln!(
         report,
-        "\n### Flow offload: one TCP flow through `ids` (22 rules) and Suricata (load average per round: {})\n",
+        "\n### Flow offload: one TCP flow through `ids` and Suricata with {} (load average per round: {})\n",
+        rule_label(),
         loads.join("; ")
     )
     .unwrap();
