@@ -621,12 +621,20 @@ pub(super) fn section(bed: &mut Bed, report: &mut String) {
     for round in 0..bed.k.rounds {
         let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
         let load: Vec<&str> = load.split_whitespace().take(3).collect();
-        loads.push(load.join(" "));
+        // The relay core's busy share with no traffic and no relay running: other
+        // processes' work, which every figure of the round carries too.
+        let idle = background(bed);
+        loads.push(format!(
+            "{}, relay core {} busy idle",
+            load.join(" "),
+            pct(idle)
+        ));
         println!(
-            "Flow offload, round {}/{} (load average {})",
+            "Flow offload, round {}/{} (load average {}; relay core {} busy with no traffic)",
             round + 1,
             bed.k.rounds,
-            load.join(" ")
+            load.join(" "),
+            pct(idle)
         );
         for (j, &path) in paths.iter().enumerate() {
             let _r = start(bed, path);
@@ -642,7 +650,7 @@ pub(super) fn section(bed: &mut Bed, report: &mut String) {
     }
     writeln!(
         report,
-        "\n### Flow offload: one TCP flow through `ids` and Suricata with {} (load average per round: {})\n",
+        "\n### Flow offload: one TCP flow through `ids` and Suricata with {} (per round: load average, and the relay core's busy share with no traffic: {})\n",
         rule_label(),
         loads.join("; ")
     )
@@ -650,6 +658,14 @@ pub(super) fn section(bed: &mut Bed, report: &mut String) {
     tcp_table(report, bed.k.traffic_cpu, &paths, &tcps);
     mixed_table(report, bed.k.traffic_cpu, &paths, &mixes);
     notes(report, &paths, &tcps, &mixes, &offload, &peer);
+}
+
+/// The relay core's busy share over a second without traffic (0.2 s in SMOKE runs).
+fn background(bed: &Bed) -> f64 {
+    let c1 = read_cpus();
+    std::thread::sleep(Duration::from_secs_f64(if bed.k.smoke { 0.2 } else { 1.0 }));
+    let c2 = read_cpus();
+    cpu_use(&c1, &c2).share[bed.k.relay_cpu]
 }
 
 /// The mixed workload's table: medians per path, CPU per byte as a ratio to the kernel's.
