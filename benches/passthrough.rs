@@ -578,9 +578,14 @@ fn esp_section() -> String {
 fn xdp_body(cpu: usize, services: &str, matches: &str) -> String {
     // XDP_BATCH: the port's `batch` (packets per round), for tuning; relayd's default
     // otherwise.
-    let batch = std::env::var("XDP_BATCH")
+    let mut batch = std::env::var("XDP_BATCH")
         .map(|b| format!("batch = {b}\n"))
         .unwrap_or_default();
+    // XDP_OFFLOAD=1: the port carries out the chain's flow offloads (`accept` offloads
+    // the bench's flow after its first packet; docs/xdp.md, "Flow offload").
+    if std::env::var("XDP_OFFLOAD").is_ok_and(|v| v == "1") {
+        batch.push_str("offload = true\n");
+    }
     format!(
         "[[xdp]]\nnum = 0\ninterface = \"eth0\"\ncpu = {cpu}\nfail_open = false\n{batch}services = [{services}]\n{matches}"
     )

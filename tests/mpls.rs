@@ -288,6 +288,34 @@ fn vcans_get_their_rates_arrive_intact_and_unknown_labels_are_dropped() {
     )
     .to_string();
     assert!(classes.contains("rate 12Mbit"), "{classes}");
+
+    // A reload whose tc step succeeds but whose queues cannot start (queue 77 is bound by
+    // another relayd) is refused whole: the tc tree is back as it was on the kernel.
+    const QUEUE_77: &str = "[[queue]]\nnum = 77\nhook = \"forward\"\n\
+                            match = \"-p udp --dport 7777\"\nservices = [\"accept\"]\n";
+    let mut squatter = Relayd::start(
+        &m.edge_a,
+        &format!("chain_prefix = \"SQUAT\"\n\n{QUEUE_77}"),
+    );
+    let tree = |node: &Node| {
+        String::from_utf8_lossy(&node.exec(&["tc", "class", "show", "dev", &core_if]).stdout)
+            .to_string()
+    };
+    let kept = tree(&m.edge_a);
+    a.rewrite(&format!(
+        "{}\n{QUEUE_77}",
+        edge_a_config(&m, "ip", "15mbit")
+    ));
+    a.proc.signal(libc::SIGHUP).unwrap();
+    assert!(
+        wait_for(Duration::from_secs(5), || a.status().reload_failures == 1),
+        "the reload was not refused:\n{}",
+        a.log()
+    );
+    assert_eq!(a.status().reloads, 1, "{}", a.log());
+    assert_eq!(tree(&m.edge_a), kept, "the tc tree was not restored");
+    assert!(!tree(&m.edge_a).contains("rate 15Mbit"));
+    assert!(squatter.stop(libc::SIGTERM));
     assert!(a.stop(libc::SIGTERM));
     assert_eq!(tc_qdiscs(&m.edge_a, &core_if), before, "tc left behind");
 }

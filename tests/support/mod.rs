@@ -903,3 +903,68 @@ pub fn write_psk(path: &Path, psk: &str) {
         .unwrap();
     writeln!(f, "{psk}").unwrap();
 }
+
+/// A TCP connection from `node`, from the IPv4 address and port `from` (bound with
+/// `SO_REUSEADDR`, so that a new connection can take a closed one's tuple at once) to
+/// `to`.
+pub fn connect_from(node: &Node, from: SocketAddr, to: SocketAddr) -> std::net::TcpStream {
+    use std::os::fd::FromRawFd;
+    let sin = |a: SocketAddr| {
+        let SocketAddr::V4(a) = a else {
+            panic!("connect_from: IPv4 only, not {a}")
+        };
+        libc::sockaddr_in {
+            sin_family: libc::AF_INET as u16,
+            sin_port: a.port().to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from_ne_bytes(a.ip().octets()),
+            },
+            sin_zero: [0; 8],
+        }
+    };
+    let (me, peer) = (sin(from), sin(to));
+    node.run(move || {
+        let len = std::mem::size_of::<libc::sockaddr_in>() as u32;
+        // SAFETY: plain socket calls on a descriptor this closure owns (handed to the
+        // stream at the end), with values that outlive the calls.
+        unsafe {
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+            assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+            let one: libc::c_int = 1;
+            let rc = libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_REUSEADDR,
+                &one as *const libc::c_int as *const libc::c_void,
+                std::mem::size_of::<libc::c_int>() as u32,
+            );
+            assert_eq!(rc, 0, "SO_REUSEADDR: {}", std::io::Error::last_os_error());
+            let rc = libc::bind(fd, &me as *const _ as *const libc::sockaddr, len);
+            assert_eq!(rc, 0, "bind: {}", std::io::Error::last_os_error());
+            let rc = libc::connect(fd, &peer as *const _ as *const libc::sockaddr, len);
+            assert_eq!(rc, 0, "connect: {}", std::io::Error::last_os_error());
+            std::net::TcpStream::from_raw_fd(fd)
+        }
+    })
+}
+
+/// Closes `c` with a reset (`SO_LINGER` 0) instead of a FIN: the connection is gone at
+/// once on both ends.
+pub fn close_with_reset(c: std::net::TcpStream) {
+    use std::os::fd::AsRawFd;
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: setsockopt on the stream's own descriptor with a value that outlives it.
+    let rc = unsafe {
+        libc::setsockopt(
+            c.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            &linger as *const libc::linger as *const libc::c_void,
+            std::mem::size_of::<libc::linger>() as u32,
+        )
+    };
+    assert_eq!(rc, 0, "SO_LINGER: {}", std::io::Error::last_os_error());
+}

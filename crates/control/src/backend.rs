@@ -88,6 +88,12 @@ impl Backend {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
+    /// Runs `iptables-save -c`: the rules with their packet and byte counters.
+    pub(crate) fn run_save_counters(&self) -> Result<String, ControlError> {
+        let out = self.run(&self.save, &["-c"], None)?;
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
     fn run(
         &self,
         program: &str,

@@ -31,6 +31,6 @@ pub use error::ControlError;
 pub use model::{
     Hook, IpVersion, OwnedRule, PreRule, QueueRule, RuleSet, Table, parse_queue_range,
 };
-pub use ops::cleanup;
+pub use ops::{cleanup, commented_counters};
 pub use render::{CleanupReport, InstallReport};
 pub use tc::{ClassStats, HtbClass, HtbPlan, InstallOutcome, Tc, TcError};

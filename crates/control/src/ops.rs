@@ -172,3 +172,16 @@ fn apply_removal(
     );
     Ok(())
 }
+
+/// The packet and byte counters of the backend family's rules whose comment starts with
+/// `prefix`, summed by comment (relayd's offload skip rules: `offload.skipped_packets`).
+/// One iptables-save run: for the control plane, never the datapath.
+pub fn commented_counters(
+    backend: &Backend,
+    prefix: &str,
+) -> Result<Vec<(String, u64, u64)>, ControlError> {
+    Ok(crate::saved::commented_counters(
+        &backend.run_save_counters()?,
+        prefix,
+    ))
+}

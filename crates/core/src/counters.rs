@@ -8,6 +8,8 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
+use crate::offload::OffloadReason;
+
 /// One monotonically increasing (or gauge) value with a single writer thread.
 #[derive(Debug, Clone, Default)]
 pub struct Counter(Arc<AtomicU64>);
@@ -131,7 +133,37 @@ pub struct QueueCounters {
     /// queue's overflow verdict at once.
     pub hold_overflow: Counter,
     /// Flows offloaded, failed offloads, revocations and what skipped the queue.
-    pub offload: crate::offload::OffloadCounters,
+    pub offload: OffloadCounters,
+}
+
+/// A queue's offload counters: written by its datapath thread (flows, failures,
+/// revocations) and by the control plane (what skipped the queue, read from the kernel's
+/// rule counters or BPF map), one writer each.
+#[derive(Debug, Clone, Default)]
+pub struct OffloadCounters {
+    /// Flows offloaded, by reason ([`OffloadReason::index`]).
+    pub flows: [Counter; OffloadReason::ALL.len()],
+    /// Offloads the datapath could not carry out (no conntrack entry yet, a full map, a
+    /// netlink error): the flow stays inline and its next packets vote again.
+    pub failed: Counter,
+    /// Offloaded flows taken back by a reload that changed the chain, or expired.
+    pub revoked: Counter,
+    /// Packets of offloaded flows the kernel forwarded without queueing them.
+    pub skipped_packets: Counter,
+    /// Their bytes.
+    pub skipped_bytes: Counter,
+}
+
+impl OffloadCounters {
+    /// Counts a flow offloaded for `reason`.
+    pub fn offloaded(&self, reason: OffloadReason) {
+        self.flows[reason.index()].inc();
+    }
+
+    /// All flows offloaded, whatever the reason.
+    pub fn total(&self) -> u64 {
+        self.flows.iter().map(Counter::get).sum()
+    }
 }
 
 #[cfg(test)]
@@ -148,5 +180,14 @@ mod tests {
         let snap = set.snapshot();
         assert_eq!(snap[0], ("seen".to_string(), CounterKind::Total, 3));
         assert_eq!(snap[1], ("ratio".to_string(), CounterKind::Gauge, 950));
+    }
+
+    #[test]
+    fn offloaded_flows_are_counted_by_reason() {
+        let c = OffloadCounters::default();
+        c.offloaded(OffloadReason::Encrypted);
+        c.offloaded(OffloadReason::Pass);
+        assert_eq!(c.total(), 2);
+        assert_eq!(c.flows[OffloadReason::Encrypted.index()].get(), 1);
     }
 }

@@ -29,11 +29,13 @@ pub mod units;
 pub use relay_wire as wire;
 
 pub use chain::{Chain, ChainSettings, Decision, Verdict};
-pub use counters::{Counter, CounterKind, Counters, QueueCounters};
+pub use counters::{Counter, CounterKind, Counters, OffloadCounters, QueueCounters};
 pub use describe::format_packet;
 pub use hook::{Hook, StageMark};
-pub use manifest::{Capability, FailPolicy, LogFile, Manifest, MssClamp, ProxyDiversion};
-pub use offload::{Offload, OffloadCounters, OffloadReason, OffloadScope};
+pub use manifest::{
+    Capability, FailPolicy, LogFile, Manifest, MssClamp, ProxyDiversion, Start, Started,
+};
+pub use offload::{Offload, OffloadReason, OffloadScope};
 pub use outbox::{EmitError, Emitted, Outbox, Route, Tally};
 pub use packet::{
     Checksum, CtInfo, CtMarkBits, CtState, HeadersMut, IpVersion, Layout, Packet, PacketMeta,

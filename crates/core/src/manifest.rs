@@ -9,7 +9,8 @@
 //! copy range, GSO, conntrack, hold capacity), iptables rules (`rules.rs`, `config/tproxy.rs`:
 //! MSS clamp, TPROXY diversion, mark checks), tc trees (`qos.rs`), state directories
 //! (`state_dirs.rs`), a capability set (`privilege.rs`) and the resources handed to
-//! `build` (`resources.rs`: the queue monitor, opened log files), and it reads nothing else
+//! `build` (`resources.rs`: the queue monitor, opened log files, whatever the service's
+//! [`Start`]s make), and it reads nothing else
 //! of a service. A new need is one field here and its setup there; a new service that only
 //! combines existing needs changes nothing in relayd.
 
@@ -67,7 +68,7 @@ pub enum Capability {
     NetRaw,
 }
 
-/// What [`LogFile::start`] makes of the opened file: the value a service's `build` finds
+/// What a [`LogFile`]'s or a [`Start`]'s start function made: the value a service's `build` finds
 /// in its [`Resources`](crate::Resources) by type ([`Resources::get`](crate::Resources::get)).
 pub type Started = Arc<dyn Any + Send + Sync>;
 
@@ -109,6 +110,52 @@ impl LogFile {
         LogFile {
             path: path.into(),
             start: Arc::new(move |file| start(file).map(|t| Arc::new(t) as Started)),
+        }
+    }
+}
+
+/// Something a service needs running while it runs, which the daemon starts for it: state
+/// that outlives the process (the ESP sequence reservations, written to the service's
+/// [`Manifest::state_dirs`], and the thread that keeps them ahead). relayd, and only a
+/// relayd that runs the service (never `relayd check`, never `relayd replay`, which must
+/// not touch a running daemon's state), calls `start` once per configuration, after it
+/// made the state directories and dropped to `daemon.user` and before any queue starts,
+/// and hands what it made to every `build` of the service through
+/// [`Resources`](crate::Resources). A service built without it (a tool, a test) runs
+/// detached: in memory, writing nothing.
+///
+/// `start` may be called again for a later configuration whose factory keeps the same
+/// state (a reload): it must then hand back the running state, not start it twice.
+#[derive(Clone)]
+pub struct Start {
+    /// What is started, for errors ("ESP sequence state in /var/lib/relayd").
+    pub what: String,
+    /// Starts it (the only I/O of the service's setup: files written, threads started).
+    pub start: Arc<dyn Fn() -> std::io::Result<Started> + Send + Sync>,
+}
+
+impl std::fmt::Debug for Start {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Start").field("what", &self.what).finish()
+    }
+}
+
+impl PartialEq for Start {
+    fn eq(&self, other: &Start) -> bool {
+        self.what == other.what && Arc::ptr_eq(&self.start, &other.start)
+    }
+}
+
+impl Start {
+    /// A start described by `what` whose value `start` makes.
+    pub fn new<T, F>(what: impl Into<String>, start: F) -> Start
+    where
+        T: Any + Send + Sync,
+        F: Fn() -> std::io::Result<T> + Send + Sync + 'static,
+    {
+        Start {
+            what: what.into(),
+            start: Arc::new(move || start().map(|t| Arc::new(t) as Started)),
         }
     }
 }
@@ -167,6 +214,8 @@ pub struct Manifest {
     pub state_dirs: Vec<PathBuf>,
     /// Files the service appends to while it runs, and what each becomes ([`LogFile`]).
     pub logs: Vec<LogFile>,
+    /// What the daemon starts for the service before its queues start ([`Start`]).
+    pub starts: Vec<Start>,
     /// The service votes to offload flows it needs no more packets of
     /// ([`Context::offload`](crate::Context::offload)). A queue offloads only when every
     /// service of its chain declares this (and its configuration allows it): one that
@@ -191,6 +240,7 @@ impl Manifest {
             queue_monitor: false,
             state_dirs: Vec::new(),
             logs: Vec::new(),
+            starts: Vec::new(),
             offloads: false,
         }
     }

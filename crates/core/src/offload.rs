@@ -10,8 +10,6 @@
 //! could still change a verdict of the flow (a rule on a later transaction, a threshold,
 //! flow bits) must not vote.
 
-use crate::counters::Counter;
-
 /// Which packets of the flow the vote covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum OffloadScope {
@@ -63,7 +61,7 @@ impl OffloadReason {
         }
     }
 
-    /// The reason's place in [`OffloadReason::ALL`] (and in [`OffloadCounters::flows`]).
+    /// The reason's place in [`OffloadReason::ALL`] (and in [`OffloadCounters::flows`](crate::OffloadCounters::flows)).
     pub fn index(self) -> usize {
         match self {
             OffloadReason::Decided => 0,
@@ -116,36 +114,6 @@ impl Offload {
     }
 }
 
-/// A queue's offload counters: written by its datapath thread (flows, failures,
-/// revocations) and by the control plane (what skipped the queue, read from the kernel's
-/// rule counters or BPF map), one writer each.
-#[derive(Debug, Clone, Default)]
-pub struct OffloadCounters {
-    /// Flows offloaded, by reason ([`OffloadReason::index`]).
-    pub flows: [Counter; OffloadReason::ALL.len()],
-    /// Offloads the datapath could not carry out (no conntrack entry yet, a full map, a
-    /// netlink error): the flow stays inline and its next packets vote again.
-    pub failed: Counter,
-    /// Offloaded flows taken back by a reload that changed the chain, or expired.
-    pub revoked: Counter,
-    /// Packets of offloaded flows the kernel forwarded without queueing them.
-    pub skipped_packets: Counter,
-    /// Their bytes.
-    pub skipped_bytes: Counter,
-}
-
-impl OffloadCounters {
-    /// Counts a flow offloaded for `reason`.
-    pub fn offloaded(&self, reason: OffloadReason) {
-        self.flows[reason.index()].inc();
-    }
-
-    /// All flows offloaded, whatever the reason.
-    pub fn total(&self) -> u64 {
-        self.flows.iter().map(Counter::get).sum()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,10 +134,5 @@ mod tests {
         for (i, r) in OffloadReason::ALL.iter().enumerate() {
             assert_eq!(r.index(), i, "{}", r.as_str());
         }
-        let c = OffloadCounters::default();
-        c.offloaded(OffloadReason::Encrypted);
-        c.offloaded(OffloadReason::Pass);
-        assert_eq!(c.total(), 2);
-        assert_eq!(c.flows[2].get(), 1);
     }
 }

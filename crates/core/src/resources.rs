@@ -1,6 +1,7 @@
 //! What the daemon hands a service's `build`: the resources it made from the service's
-//! [`Manifest`](crate::Manifest) (the queue monitor, the writers of its log files) and the
-//! clock the service measures its own work with. Building a chain therefore does no I/O:
+//! [`Manifest`](crate::Manifest) (the queue monitor, the writers of its log files, what
+//! its [`Start`](crate::Start)s started) and the clock the service measures its own work
+//! with. Building a chain therefore does no I/O:
 //! whatever opens a file or starts a thread was done by the daemon, once, beforehand.
 
 use std::any::{Any, TypeId};
@@ -46,7 +47,7 @@ impl Resources {
     }
 
     /// Adds `value` by the type it holds, replacing one of the same type (what a
-    /// [`LogFile`](crate::LogFile)'s start made).
+    /// [`LogFile`](crate::LogFile)'s or a [`Start`](crate::Start)'s start made).
     pub fn insert_any(&mut self, value: Arc<dyn Any + Send + Sync>) {
         let id = (*value).type_id();
         self.items.retain(|(t, _)| *t != id);

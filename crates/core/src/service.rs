@@ -109,6 +109,11 @@ impl Context {
         self.vote = Some(offload);
     }
 
+    /// The current service's vote so far (for a service's own tests: the chain takes it).
+    pub fn offload_vote(&self) -> Option<Offload> {
+        self.vote
+    }
+
     /// Takes the current service's vote (the chain, after each service).
     pub(crate) fn take_vote(&mut self) -> Option<Offload> {
         self.vote.take()

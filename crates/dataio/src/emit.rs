@@ -127,12 +127,13 @@ impl Emitter {
         }
     }
 
-    /// The box's addresses as of at most a second before `now` (the snapshot `flush`
-    /// checks forwarded packets against), for the services' context: decapsulating
-    /// services refuse inner packets addressed to them
-    /// ([`relay_core::Context::pass_inner`]).
-    pub fn local_addresses(&mut self, now: Instant) -> std::sync::Arc<[IpAddr]> {
-        self.local.snapshot(now).clone()
+    /// The box's addresses (the snapshot `flush` checks forwarded packets against) when
+    /// they were read anew at `now`, at most once a second, for the services' context:
+    /// decapsulating services refuse inner packets addressed to them
+    /// ([`relay_core::Context::pass_inner`]). `None` while the services' copy holds, so
+    /// that a batch costs one clock comparison, not a reference count.
+    pub fn renewed_local_addresses(&mut self, now: Instant) -> Option<std::sync::Arc<[IpAddr]>> {
+        self.local.renewed(now).cloned()
     }
 
     /// Sends everything in `outbox` (at most one `sendmmsg` per socket, more only after a

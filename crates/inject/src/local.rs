@@ -100,6 +100,21 @@ impl LocalAddrs {
     /// IPv4-mapped ones as IPv4), for the services' [`relay_core::Context`]: a clone of
     /// the same snapshot until it is read again, so no allocation per batch.
     pub fn snapshot(&mut self, now: Instant) -> &Arc<[IpAddr]> {
+        self.renew(now);
+        &self.addrs
+    }
+
+    /// The snapshot as [`LocalAddrs::snapshot`] gives it, but only when it was read anew
+    /// at `now` (the first call, then at most once per [`LocalAddrs::MAX_AGE`]); `None`
+    /// while the last one holds. A datapath hands the services its addresses only then:
+    /// one clock comparison per batch.
+    pub fn renewed(&mut self, now: Instant) -> Option<&Arc<[IpAddr]>> {
+        self.renew(now).then_some(&self.addrs)
+    }
+
+    /// Reads the addresses again if the snapshot is older than [`LocalAddrs::MAX_AGE`];
+    /// returns whether it did. If they cannot be read, the last snapshot serves.
+    fn renew(&mut self, now: Instant) -> bool {
         let stale = self
             .read
             .is_none_or(|t| now.saturating_duration_since(t) >= Self::MAX_AGE);
@@ -109,7 +124,7 @@ impl LocalAddrs {
             }
             self.read = Some(now);
         }
-        &self.addrs
+        stale
     }
 }
 
@@ -122,6 +137,20 @@ impl Default for LocalAddrs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_snapshot_is_handed_on_only_when_renewed() {
+        let mut l = LocalAddrs::new();
+        let t = Instant::now();
+        assert!(l.renewed(t).is_some(), "the first call reads");
+        assert!(l.renewed(t + Duration::from_millis(500)).is_none());
+        assert!(
+            l.snapshot(t + Duration::from_millis(900))
+                .contains(&IpAddr::from([127, 0, 0, 1]))
+        );
+        assert!(l.renewed(t + LocalAddrs::MAX_AGE).is_some(), "read again");
+        assert!(l.renewed(t + LocalAddrs::MAX_AGE).is_none());
+    }
 
     #[test]
     fn the_box_knows_its_loopback_address() {

@@ -9,16 +9,18 @@
 //! (`Manifest::queue_monitor`, found in their `Resources`); replay hands a fixed one.
 //!
 //! [`frame`] is the netlink framing (message and attribute iteration and building) that
-//! this crate's rtnetlink dump and relay-nfq's NFQUEUE layer share.
+//! this crate's rtnetlink dump and relay-nfq's NFQUEUE layer share; [`conntrack`] is the
+//! ctnetlink mark update relay-nfq's flow offload sends.
 
+pub mod conntrack;
 pub mod frame;
 mod netns;
 mod rtnl;
 
 pub use netns::{ifindex, in_netns};
-#[doc(hidden)]
-pub use rtnl::fuzz_parse_dump;
 pub use rtnl::{ClassStats, QdiscStats, RtnlSocket};
+#[doc(hidden)]
+pub use rtnl::{fuzz_parse_class_dump, fuzz_parse_dump};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};

@@ -330,6 +330,21 @@ pub fn fuzz_parse_dump(
     })
 }
 
+/// For the fuzz targets in `fuzz/` only, as [`fuzz_parse_dump`]: the class dump parser
+/// (`relayd status`'s tc classes) on one datagram answering request `seq`.
+#[doc(hidden)]
+pub fn fuzz_parse_class_dump(
+    dgram: &[u8],
+    seq: u32,
+    mut f: impl FnMut(ClassStats),
+) -> Option<io::Result<()>> {
+    parse_dump(dgram, seq, RTM_NEWTCLASS, &mut |b| {
+        if let Some(c) = parse_class(b) {
+            f(c);
+        }
+    })
+}
+
 /// Parses one RTM_NEWQDISC body (tcmsg + attributes); `None` for a non-root qdisc.
 fn parse_qdisc(body: &[u8]) -> Option<QdiscStats> {
     // struct tcmsg { u8 family, pad[3]; i32 ifindex; u32 handle; u32 parent; u32 info }

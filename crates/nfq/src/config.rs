@@ -51,6 +51,35 @@ pub struct QueueConfig {
     /// served under overload. Applied at start and on every update; lowering it needs
     /// CAP_SYS_NICE.
     pub nice: Option<i32>,
+    /// Carry out the chain's flow offloads with these conntrack mark bits
+    /// (docs/offload.md); `None`: the queue does not offload.
+    pub offload: Option<OffloadMark>,
+}
+
+/// The conntrack mark bits of a queue's flow offload: the queue thread writes them into
+/// an offloaded flow's conntrack entry, and relayd's skip rules in front of the queue rule
+/// match them (docs/offload.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OffloadMark {
+    /// Set when the flow's original direction skips the queue.
+    pub orig: u32,
+    /// Set when its reply direction skips the queue.
+    pub reply: u32,
+    /// The bits of the generation field.
+    pub gen_mask: u32,
+    /// This queue's generation (inside `gen_mask`, never 0): a reload that changes the
+    /// chain gives a new one, and the skip rules stop matching the old.
+    pub generation: u32,
+    /// Bits of the verdict's mark stored with the offload, which the skip rules restore
+    /// onto the flow's later packets (the marks the chain's services set).
+    pub restore: u32,
+}
+
+impl OffloadMark {
+    /// Every bit an offload writes in the conntrack mark.
+    pub fn mask(&self) -> u32 {
+        self.orig | self.reply | self.gen_mask | self.restore
+    }
 }
 
 pub use relay_pipeline::HoldConfig;
@@ -74,6 +103,7 @@ impl QueueConfig {
             hold: HoldConfig::default(),
             cpu: None,
             nice: None,
+            offload: None,
         }
     }
 

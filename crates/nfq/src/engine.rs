@@ -203,6 +203,11 @@ impl Engine {
         self.pipeline.outbox_mut()
     }
 
+    /// The flows the last batch offloaded, for the shell to carry out after its verdicts.
+    pub(crate) fn take_offloads(&mut self) -> std::vec::Drain<'_, relay_pipeline::OffloadRequest> {
+        self.pipeline.take_offloads()
+    }
+
     /// Takes a new configuration (with its granted send buffer `sndbuf`) after the held
     /// packets were released, and asks the kernel for the parameters that changed (its
     /// answer comes with the packets; see [`Engine::handle_batch`]).
@@ -622,8 +627,8 @@ fn settings(cfg: &QueueConfig) -> Settings {
         held_bytes: HeldBytes::Modified,
         ct_mark_bits: cfg.ct_mark_bits,
         max_payload: u16::MAX as usize - 4,
-        // Carried out by the nfq helper's conntrack-mark offload (not yet).
-        offload: false,
+        // Carried out by the queue thread over ctnetlink (offload.rs).
+        offload: cfg.offload.is_some(),
     }
 }
 

@@ -19,13 +19,14 @@
 mod config;
 mod engine;
 mod netlink;
+mod offload;
 mod priority;
 pub mod procfs;
 mod queue;
 mod socket;
 mod worker;
 
-pub use config::{HoldConfig, QueueConfig, QueueConfigError, QueueConfigErrors};
+pub use config::{HoldConfig, OffloadMark, QueueConfig, QueueConfigError, QueueConfigErrors};
 #[doc(hidden)]
 pub use netlink::fuzz_decode_datagram;
 pub use priority::NICE_RANGE;

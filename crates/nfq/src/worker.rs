@@ -13,6 +13,7 @@ use crate::Emitter;
 use crate::config::{QueueConfig, sndbuf_for};
 use crate::engine::{AfterError, Engine, Kernel, Received};
 use crate::netlink::QueueParams;
+use crate::offload::Offloader;
 use crate::socket::Socket;
 use relay_core::{Chain, QueueCounters};
 use relay_pipeline::Control;
@@ -47,6 +48,8 @@ pub(crate) struct Worker {
     engine: Engine,
     shared: Arc<Shared>,
     emitter: Emitter,
+    /// Carries out the chain's offloads after each batch's verdicts.
+    offloader: Offloader,
     iov: Vec<libc::iovec>,
     mmsg: Vec<libc::mmsghdr>,
     /// Loop iterations so far (published in `shared.loops`).
@@ -69,6 +72,7 @@ impl Worker {
         kernel_conntrack: bool,
     ) -> Worker {
         let sndbuf = sock.sndbuf();
+        let offloader = Offloader::new(cfg.num, cfg.offload, counters.clone());
         let engine = Engine::new(
             cfg,
             chain,
@@ -82,6 +86,7 @@ impl Worker {
             engine,
             shared,
             emitter: Emitter::new(),
+            offloader,
             iov: Vec::new(),
             mmsg: Vec::new(),
             loops: 0,
@@ -166,6 +171,8 @@ impl Worker {
             }
             // Buffers first: from the kernel's next packet on, it may copy more.
             let sndbuf = self.sock.sndbuf();
+            // A new generation revokes the old offloads (the skip rules moved on too).
+            self.offloader.set_mark(cfg.offload);
             self.engine.reconfigure(cfg, sndbuf, &mut self.sock);
         }
         self.engine.set_chain(chain);
@@ -213,9 +220,12 @@ impl Worker {
             truncated: m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
         });
         // Decapsulating services must know the box's addresses (renewed once a second).
-        let local = self.emitter.local_addresses(now);
-        self.engine.set_local_addresses(local);
+        if let Some(local) = self.emitter.renewed_local_addresses(now) {
+            self.engine.set_local_addresses(local);
+        }
         self.engine.handle_batch(received, now, &mut self.sock);
+        // After the verdicts: the first packet's entry is confirmed by now.
+        self.offloader.carry_out(self.engine.take_offloads());
         let num = self.num();
         let outbox = self.engine.outbox_mut();
         if !outbox.is_empty() {

@@ -4,7 +4,11 @@
 //!
 //! [`GrePacket::new_checked`] fails with [`Malformed::Truncated`] on a buffer shorter than
 //! the header its flags announce, and with [`Malformed::BadVersion`] on a version other
-//! than 0 (1 is PPTP's enhanced GRE, which relayd does not decode).
+//! than 0 (1 is PPTP's enhanced GRE, which relayd's own tunnels never send).
+//!
+//! A receiver that must read every GRE a host accepts (the IDS, as Suricata's
+//! `DecodeGRE`) walks the header with [`GreHeader::parse`]: version 0 with RFC 1701's
+//! source routes, and version 1 (PPTP, RFC 2637).
 
 use super::Malformed;
 use super::ipv4::{be16, be32};
@@ -142,6 +146,94 @@ impl GreRepr {
     }
 }
 
+/// PPP's EtherType: the only payload of PPTP's enhanced GRE (version 1).
+pub const PROTO_PPP: u16 = 0x880b;
+
+const F_ROUTE: u16 = 0x4000;
+const F_SSR: u16 = 0x0800;
+const F_RECUR: u16 = 0x0700;
+const F_ACK: u16 = 0x0080;
+const F_VFLAGS: u16 = 0x0078;
+
+/// A GRE header as a receiver walks it: any header a host accepts, of either version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GreHeader {
+    /// 0 (RFC 1701/2784/2890) or 1 (PPTP's enhanced GRE, RFC 2637).
+    pub version: u8,
+    /// The payload's EtherType.
+    pub protocol: u16,
+    /// The sequence number field is present (ERSPAN type II has one, type I not).
+    pub has_seq: bool,
+    /// The header's length: the payload starts there.
+    pub len: usize,
+}
+
+impl GreHeader {
+    /// Walks the GRE header at the start of `b` as Suricata's `DecodeGRE` does, or `None`
+    /// for a header no host accepts or one cut short:
+    /// - version 0: no recursion control or reserved flags; the checksum and offset word
+    ///   (present with the checksum or the routing flag), key and sequence number, then
+    ///   RFC 1701 source route entries up to the null one;
+    /// - version 1 (PPTP): PPP only, key required, no checksum, routes or strict source
+    ///   route, and a non-zero payload length; optional sequence and acknowledgement
+    ///   numbers.
+    ///
+    /// The route walk reads at least four bytes per entry, so it ends within `b`.
+    pub fn parse(b: &[u8]) -> Option<GreHeader> {
+        let flags = be16_at(b, 0)?;
+        let protocol = be16_at(b, 2)?;
+        let has = |f: u16| flags & f != 0;
+        let mut len = HEADER_LEN;
+        let version = (flags & 0x7) as u8;
+        match version {
+            0 => {
+                if has(F_RECUR) || has(F_VFLAGS) {
+                    return None;
+                }
+                len += 4 * usize::from(has(F_KEY)) + 4 * usize::from(has(F_SEQ));
+                if has(F_CSUM) || has(F_ROUTE) {
+                    len += 4;
+                }
+                if has(F_ROUTE) {
+                    loop {
+                        let af = be16_at(b, len)?;
+                        let sre_len = *b.get(len + 3)?;
+                        len += 4;
+                        if af == 0 && sre_len == 0 {
+                            break;
+                        }
+                        len += usize::from(sre_len);
+                    }
+                }
+            }
+            1 => {
+                let refused = F_CSUM | F_ROUTE | F_SSR | F_RECUR | F_VFLAGS;
+                if flags & refused != 0 || protocol != PROTO_PPP || !has(F_KEY) {
+                    return None;
+                }
+                // The key's first half is the payload length: a packet without payload
+                // carries nothing.
+                if be16_at(b, 4)? == 0 {
+                    return None;
+                }
+                len += 4 + 4 * usize::from(has(F_SEQ)) + 4 * usize::from(has(F_ACK));
+            }
+            _ => return None,
+        }
+        (b.len() >= len).then_some(GreHeader {
+            version,
+            protocol,
+            has_seq: has(F_SEQ),
+            len,
+        })
+    }
+}
+
+fn be16_at(b: &[u8], at: usize) -> Option<u16> {
+    let x = b.get(at..at + 2)?;
+    Some(u16::from_be_bytes([x[0], x[1]]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,5 +258,45 @@ mod tests {
             GrePacket::new_checked(&b[..]).unwrap_err(),
             Malformed::BadVersion
         );
+    }
+
+    #[test]
+    fn receivers_walk_both_versions_and_source_routes() {
+        // Version 0 with checksum, key and a source route of one 4-byte entry.
+        let mut b = vec![0xa0, 0x00, 0x08, 0x00, 0, 0, 0, 0, 0, 0, 0, 7];
+        b[0] |= 0x40; // routing present
+        b.extend_from_slice(&[0x08, 0x00, 0, 4, 1, 2, 3, 4, 0, 0, 0, 0, 0x45]);
+        let h = GreHeader::parse(&b).unwrap();
+        assert_eq!((h.version, h.protocol, h.len), (0, 0x0800, 24));
+        assert_eq!(b.get(h.len), Some(&0x45));
+        // A route list without its null entry is cut short.
+        assert_eq!(GreHeader::parse(&b[..20]), None);
+        // Recursion control is refused.
+        assert_eq!(GreHeader::parse(&[0x01, 0, 0x08, 0]), None);
+        // PPTP: key (payload length 5, call id), sequence and ack numbers.
+        let pptp = [
+            0x30, 0x81, 0x88, 0x0b, 0, 5, 0, 1, 0, 0, 0, 9, 0, 0, 0, 8, 0xff,
+        ];
+        let h = GreHeader::parse(&pptp).unwrap();
+        assert_eq!(
+            (h.version, h.protocol, h.len, h.has_seq),
+            (1, PROTO_PPP, 16, true)
+        );
+        // PPTP without payload, without key, or carrying IPv4 is refused.
+        let mut empty = pptp;
+        empty[5] = 0;
+        assert_eq!(GreHeader::parse(&empty), None);
+        assert_eq!(
+            GreHeader::parse(&[0x10, 0x81, 0x88, 0x0b, 0, 0, 0, 1]),
+            None
+        );
+        assert_eq!(
+            GreHeader::parse(&[0x20, 0x01, 0x08, 0x00, 0, 5, 0, 1]),
+            None
+        );
+        // Every prefix of a valid header is refused, never a panic.
+        for n in 0..pptp.len() - 1 {
+            assert!(GreHeader::parse(&pptp[..n]).is_none() || n >= 16);
+        }
     }
 }

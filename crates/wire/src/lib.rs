@@ -57,7 +57,7 @@ mod captures;
 pub use esp::{EspPacket, EspRepr, EspTrailer};
 pub use ethernet::{EthernetFrame, EthernetRepr, NshHeader};
 pub use geneve::GenevePacket;
-pub use gre::{GrePacket, GreRepr};
+pub use gre::{GreHeader, GrePacket, GreRepr};
 pub use headers::Headers;
 pub use icmp::IcmpPacket;
 pub use icmpv4::Icmpv4Repr;

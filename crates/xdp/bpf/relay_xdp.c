@@ -23,9 +23,17 @@
  * The packet is never rewritten here: userland decrements the TTL and writes the
  * Ethernet header from the metadata after its chain ran.
  *
- * Every packet bumps exactly one of the outcome counters (STAT_REDIRECTED and after), so
- * seen == redirected + redirected_unresolved + no_socket + pass_unmatched + pass_fib +
- * pass_ttl + pass_unparsed.
+ * Offloaded flows (docs/xdp.md, "Flow offload"): with offload on (the config map), a
+ * matched packet is first looked up by its 5-tuple in `flows`, an LRU hash relayd fills
+ * with the flows its chain offloaded. A live entry of the current generation passes the
+ * packet to the kernel's forwarding (XDP_PASS) without a copy to userland; an entry idle
+ * for longer than the configured time, or of an older generation (a reload changed the
+ * chain), is deleted and the packet goes on as any other (to relayd). Packets parsed only
+ * as far as the addresses (options, fragments, extension headers) are never looked up.
+ *
+ * Every packet bumps exactly one of the outcome counters (STAT_REDIRECTED and after,
+ * except the offload events), so seen == redirected + redirected_unresolved + no_socket +
+ * pass_unmatched + pass_fib + pass_ttl + pass_unparsed + pass_offloaded.
  *
  * Licence: bpf_fib_lookup is a GPL-only helper, hence "Dual MIT/GPL".
  */
@@ -63,12 +71,51 @@ enum {
 	STAT_PASS_TTL = 5,
 	STAT_PASS_UNPARSED = 6,
 	STAT_REDIRECTED_UNRESOLVED = 7,
-	STAT_COUNT = 8,
+	STAT_PASS_OFFLOADED = 8,
+	/* Events, not outcomes: an offloaded flow's entry deleted, the packet going on. */
+	STAT_OFFLOAD_EXPIRED = 9,
+	STAT_OFFLOAD_REVOKED = 10,
+	STAT_COUNT = 11,
 };
 
+/* program.rs: Cfg (24 bytes). */
 struct relay_cfg {
-	__u32 fail_open; /* non-zero: XDP_PASS when no socket is bound, else XDP_DROP */
-	__u32 nrules;    /* rules[0..nrules) are in force */
+	__u32 fail_open;  /* non-zero: XDP_PASS when no socket is bound, else XDP_DROP */
+	__u32 nrules;     /* rules[0..nrules) are in force */
+	__u32 offload;    /* non-zero: matched packets are looked up in `flows` */
+	__u32 generation; /* entries of another generation are revoked */
+	__u64 idle_ns;    /* an entry unused for longer than this expires */
+};
+
+/* offload.rs: FlowKey (40 bytes). A packet's 5-tuple in its own direction: addresses in
+ * network order (IPv4 in the first word, the rest zero), ports in host order (zero for
+ * protocols other than TCP and UDP), family 4 or 6, the IP protocol, padding zero. */
+struct relay_flow {
+	__u32 src[4];
+	__u32 dst[4];
+	__u16 sport;
+	__u16 dport;
+	__u8 family;
+	__u8 proto;
+	__u8 pad[2];
+};
+
+/* offload.rs: FlowValue (32 bytes). relayd writes it once (last_ns = its insertion time,
+ * packets and bytes zero, generation its chain's); the program updates the rest. */
+struct relay_flow_val {
+	__u64 last_ns; /* bpf_ktime_get_ns() (CLOCK_MONOTONIC) of the last packet passed */
+	__u64 packets; /* passed to the kernel by this entry */
+	__u64 bytes;   /* their IP bytes */
+	__u32 generation;
+	__u32 pad;
+};
+
+/* offload.rs: QueueOffloadStats. Per rx queue, for the queue's own counters. */
+struct relay_qstat {
+	__u64 passed;
+	__u64 bytes;
+	__u64 expired;
+	__u64 revoked;
 };
 
 /* program.rs: MatchRule (#[repr(C)], 44 bytes). */
@@ -92,6 +139,9 @@ struct relay_meta {
 
 _Static_assert(sizeof(struct relay_rule) == 44, "relay_rule is 44 bytes");
 _Static_assert(sizeof(struct relay_meta) == 16, "relay_meta is 16 bytes");
+_Static_assert(sizeof(struct relay_cfg) == 24, "relay_cfg is 24 bytes");
+_Static_assert(sizeof(struct relay_flow) == 40, "relay_flow is 40 bytes");
+_Static_assert(sizeof(struct relay_flow_val) == 32, "relay_flow_val is 32 bytes");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_XSKMAP);
@@ -121,14 +171,27 @@ struct {
 	__type(value, __u64);
 } stats SEC(".maps");
 
-/* What the rules look at, in the rule's byte orders. */
+/* Offloaded flows. max_entries is the `[[xdp]] offload_flows` relayd loads the program
+ * with (1 when offload is off: an LRU hash is allocated whole up front). An LRU hash and
+ * not a plain one: when it is full, inserting a new flow evicts the least recently used
+ * one (which then comes back to relayd), rather than failing. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct relay_flow);
+	__type(value, struct relay_flow_val);
+} flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MAX_QUEUES);
+	__type(key, __u32);
+	__type(value, struct relay_qstat);
+} offload_stats SEC(".maps");
+
+/* What the rules look at, in the rule's byte orders; `k` is also the `flows` key. */
 struct pkt {
-	__u32 src[4]; /* network order; IPv4 in src[0], the rest zero */
-	__u32 dst[4];
-	__u16 sport; /* host order; 0 without ports */
-	__u16 dport;
-	__u8 family; /* 4 or 6 */
-	__u8 proto;
+	struct relay_flow k; /* addresses, ports (0 without), family, protocol */
 	__u8 has_ports; /* TCP or UDP */
 	/* IPv4 options, a fragment, IPv6 extension headers: the ports (and, behind IPv6
 	 * extension headers, the protocol) are not read here. Such a packet matches a rule
@@ -136,6 +199,9 @@ struct pkt {
 	 * traffic past the chain; relayd runs the chain and hands it to the kernel. */
 	__u8 irregular;
 	__u8 proto_unknown;
+	/* A TCP segment with SYN set (a SYN or SYN-ACK): a new connection, perhaps on the
+	 * tuple of an old offloaded one, which relayd's chain must see from its start. */
+	__u8 syn;
 };
 
 static __always_inline int count(__u32 idx)
@@ -169,27 +235,27 @@ static __always_inline int prefix_eq(const __u32 *a, const __u8 *b, __u32 len)
 
 static __always_inline int rule_matches(const struct relay_rule *r, const struct pkt *p)
 {
-	__u32 max_len = p->family == 4 ? 32 : 128;
+	__u32 max_len = p->k.family == 4 ? 32 : 128;
 
-	if (r->family && r->family != p->family)
+	if (r->family && r->family != p->k.family)
 		return 0;
-	if (r->proto && !p->proto_unknown && r->proto != p->proto)
+	if (r->proto && !p->proto_unknown && r->proto != p->k.proto)
 		return 0;
 	if (!p->irregular &&
 	    (r->sport_lo != 0 || r->sport_hi != 0xffff || r->dport_lo != 0 || r->dport_hi != 0xffff)) {
 		if (!p->has_ports)
 			return 0;
-		if (p->sport < r->sport_lo || p->sport > r->sport_hi)
+		if (p->k.sport < r->sport_lo || p->k.sport > r->sport_hi)
 			return 0;
-		if (p->dport < r->dport_lo || p->dport > r->dport_hi)
+		if (p->k.dport < r->dport_lo || p->k.dport > r->dport_hi)
 			return 0;
 	}
 	/* A prefix longer than the family's address never matches (program.rs refuses it). */
 	if (r->src_len > max_len || r->dst_len > max_len)
 		return 0;
-	if (r->src_len && !prefix_eq(p->src, r->src, r->src_len))
+	if (r->src_len && !prefix_eq(p->k.src, r->src, r->src_len))
 		return 0;
-	if (r->dst_len && !prefix_eq(p->dst, r->dst, r->dst_len))
+	if (r->dst_len && !prefix_eq(p->k.dst, r->dst, r->dst_len))
 		return 0;
 	return 1;
 }
@@ -213,6 +279,55 @@ static __always_inline int ipv6_ext_header(__u8 nexthdr)
 	return 0;
 }
 
+/* Whether the packet's flow is offloaded: a live entry of the current generation in
+ * `flows`, which this packet then refreshes and counts. A stale entry (idle too long,
+ * from before a reload, or met by a SYN) is deleted and counted, and the packet goes on
+ * to relayd.
+ *
+ * The entry's packet and byte counts are atomic adds on the shared entry rather than a
+ * per-CPU hash: RSS keeps a flow on one rx queue, so on one CPU, and an uncontended
+ * atomic add costs about a plain one; a per-CPU value would multiply the map's memory by
+ * the CPU count and leave no single last-seen time to judge idleness by. The last-seen
+ * store is plain: racing CPUs write nearly the same time. */
+static __always_inline int offloaded(struct xdp_md *ctx, const struct relay_cfg *cfg,
+				     const struct relay_flow *k, __u64 len, int syn)
+{
+	struct relay_flow_val *v = bpf_map_lookup_elem(&flows, k);
+	struct relay_qstat *q;
+	__u32 qi = ctx->rx_queue_index;
+	__u64 now;
+
+	if (!v)
+		return 0;
+	now = bpf_ktime_get_ns();
+	q = bpf_map_lookup_elem(&offload_stats, &qi);
+	/* A SYN opens a new connection on the tuple (a port reused after the old one
+	 * closed): the old flow's offload ends with it, as conntrack makes a new entry. */
+	if (syn || v->generation != cfg->generation) {
+		bpf_map_delete_elem(&flows, k);
+		count(STAT_OFFLOAD_REVOKED);
+		if (q)
+			q->revoked += 1; /* per-CPU slot */
+		return 0;
+	}
+	/* Signed: relayd's insertion time may be a little after this CPU's clock read. */
+	if ((__s64)(now - v->last_ns) > (__s64)cfg->idle_ns) {
+		bpf_map_delete_elem(&flows, k);
+		count(STAT_OFFLOAD_EXPIRED);
+		if (q)
+			q->expired += 1;
+		return 0;
+	}
+	v->last_ns = now;
+	__sync_fetch_and_add(&v->packets, 1);
+	__sync_fetch_and_add(&v->bytes, len);
+	if (q) {
+		q->passed += 1;
+		q->bytes += len;
+	}
+	return 1;
+}
+
 SEC("xdp")
 int relayd_xdp(struct xdp_md *ctx)
 {
@@ -225,6 +340,7 @@ int relayd_xdp(struct xdp_md *ctx)
 	struct ethhdr *eth = data;
 	void *l4;
 	__u32 zero = 0, i, nrules, ttl;
+	__u64 iplen;
 	int rc, matched = 0, unresolved = 0;
 
 	count(STAT_SEEN);
@@ -245,11 +361,12 @@ int relayd_xdp(struct xdp_md *ctx)
 		 * addresses and protocol alone (struct pkt). */
 		if (ip->ihl != 5 || (ip->frag_off & bpf_htons(IP_MF | IP_OFFSET)))
 			p.irregular = 1;
-		p.family = 4;
-		p.proto = ip->protocol;
-		p.src[0] = ip->saddr;
-		p.dst[0] = ip->daddr;
+		p.k.family = 4;
+		p.k.proto = ip->protocol;
+		p.k.src[0] = ip->saddr;
+		p.k.dst[0] = ip->daddr;
 		ttl = ip->ttl;
+		iplen = bpf_ntohs(ip->tot_len);
 		l4 = ip + 1;
 		fib.family = AF_INET;
 		fib.tos = ip->tos;
@@ -268,11 +385,12 @@ int relayd_xdp(struct xdp_md *ctx)
 			p.irregular = 1;
 			p.proto_unknown = 1;
 		}
-		p.family = 6;
-		p.proto = ip6->nexthdr;
-		__builtin_memcpy(p.src, &ip6->saddr, 16);
-		__builtin_memcpy(p.dst, &ip6->daddr, 16);
+		p.k.family = 6;
+		p.k.proto = ip6->nexthdr;
+		__builtin_memcpy(p.k.src, &ip6->saddr, 16);
+		__builtin_memcpy(p.k.dst, &ip6->daddr, 16);
 		ttl = ip6->hop_limit;
+		iplen = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
 		l4 = ip6 + 1;
 		fib.family = AF_INET6;
 		fib.flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0fffffff);
@@ -285,21 +403,22 @@ int relayd_xdp(struct xdp_md *ctx)
 
 	if (p.irregular) {
 		/* no ports to read */
-	} else if (p.proto == IPPROTO_TCP) {
+	} else if (p.k.proto == IPPROTO_TCP) {
 		struct tcphdr *th = l4;
 
 		if ((void *)(th + 1) > data_end)
 			goto unparsed;
-		p.sport = bpf_ntohs(th->source);
-		p.dport = bpf_ntohs(th->dest);
+		p.k.sport = bpf_ntohs(th->source);
+		p.k.dport = bpf_ntohs(th->dest);
 		p.has_ports = 1;
-	} else if (p.proto == IPPROTO_UDP) {
+		p.syn = th->syn;
+	} else if (p.k.proto == IPPROTO_UDP) {
 		struct udphdr *uh = l4;
 
 		if ((void *)(uh + 1) > data_end)
 			goto unparsed;
-		p.sport = bpf_ntohs(uh->source);
-		p.dport = bpf_ntohs(uh->dest);
+		p.k.sport = bpf_ntohs(uh->source);
+		p.k.dport = bpf_ntohs(uh->dest);
 		p.has_ports = 1;
 	}
 
@@ -323,10 +442,16 @@ int relayd_xdp(struct xdp_md *ctx)
 		count(STAT_PASS_TTL); /* the kernel sends the ICMP time exceeded */
 		return XDP_PASS;
 	}
+	/* One load and branch on the miss path while offload is off. The kernel forwards an
+	 * offloaded flow's packets: no FIB lookup here. */
+	if (cfg->offload && !p.irregular && offloaded(ctx, cfg, &p.k, iplen, p.syn)) {
+		count(STAT_PASS_OFFLOADED);
+		return XDP_PASS;
+	}
 
-	fib.l4_protocol = p.proto;
-	fib.sport = bpf_htons(p.sport);
-	fib.dport = bpf_htons(p.dport);
+	fib.l4_protocol = p.k.proto;
+	fib.sport = bpf_htons(p.k.sport);
+	fib.dport = bpf_htons(p.k.dport);
 	fib.ifindex = ctx->ingress_ifindex;
 	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
 	switch (rc) {

@@ -16,6 +16,9 @@ pub struct XdpCounters {
     pub to_kernel: Counter,
     /// Frames without the program's metadata, or not IP (counted, dropped).
     pub bad_frames: Counter,
+    /// Offloaded flows' entries the program deleted for idleness (also counted in the
+    /// queue's `offload.revoked`, with those a reload revoked).
+    pub offload_expired: Counter,
     /// The named set the counters above are in, with the sockets' own statistics as
     /// gauges (`rx_dropped`, `rx_ring_full`, `fill_ring_empty`, `tx_invalid`, ...).
     pub set: Counters,
@@ -29,6 +32,7 @@ impl XdpCounters {
             tx_full: set.counter("tx_full"),
             to_kernel: set.counter("to_kernel"),
             bad_frames: set.counter("bad_frames"),
+            offload_expired: set.counter("offload_expired"),
             set: set.clone(),
         }
     }

@@ -12,6 +12,10 @@
 //! the queue's chain on each packet through the pipeline every datapath shares
 //! (`relay-pipeline`: panic guard, holds, counters), decrements the TTL or hop limit, writes the Ethernet
 //! header from the metadata and transmits on an AF_XDP socket of the egress interface.
+//!
+//! Flows the chain offloads (every service voted that it needs no more of their packets)
+//! go into the program's `flows` map (`offload.rs`), and the program passes their later
+//! packets to the kernel's forwarding without a copy to relayd.
 
 mod abi;
 pub mod attach;
@@ -19,6 +23,7 @@ mod counters;
 mod egress;
 mod error;
 pub mod forward;
+pub mod offload;
 pub mod port;
 pub mod program;
 pub mod queue;
@@ -27,6 +32,6 @@ mod settings;
 mod worker;
 pub mod xsk;
 pub use error::XdpError;
-pub use port::{PortConfig, PortError, XdpPort, ZeroCopy};
+pub use port::{OffloadConfig, PortConfig, PortError, XdpPort, ZeroCopy};
 pub use program::Mode;
 pub use rules::{Match, PortRange};

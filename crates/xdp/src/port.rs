@@ -7,12 +7,14 @@
 //! traffic goes back to the kernel, as when relayd's iptables rules are removed), then
 //! the sockets are unbound and the threads stopped. A relayd that dies leaves the program
 //! attached, and its failure policy in force, until the next start or `relayd cleanup`.
+//! (Flows it offloaded keep going to the kernel until idle, as a flow NFQUEUE offloaded
+//! keeps skipping a queue whose relayd died; a new relayd loads a new, empty map.)
 
 use crate::XdpError;
-use crate::program::{MatchRule, Program, ProgramStats};
+use crate::program::{MatchRule, OffloadTable, Program, ProgramStats};
 use crate::queue::{QueueError, QueueSettings, XdpCounters, XdpQueue};
 use crate::rules::Match;
-pub use crate::settings::{PortConfig, ZeroCopy};
+pub use crate::settings::{OffloadConfig, PortConfig, ZeroCopy};
 use relay_core::{Chain, IpVersion, QueueCounters};
 
 /// Errors starting an XDP port.
@@ -139,11 +141,15 @@ impl XdpPort {
             interface: interface.clone(),
             source,
         };
-        let mut program = Program::load().map_err(program_err)?;
+        let flows = cfg.offload.map_or(1, |o| o.flows);
+        let mut program = Program::load_with_flows(flows).map_err(program_err)?;
         program
             .set_rules(&compile(&cfg.matches))
             .map_err(program_err)?;
         program.set_fail_open(cfg.fail_open).map_err(program_err)?;
+        program
+            .set_offload(cfg.offload.map(|o| o.idle))
+            .map_err(program_err)?;
         let mut port = XdpPort {
             cfg: cfg.clone(),
             ifindex,
@@ -159,8 +165,13 @@ impl XdpPort {
                 ifindex,
                 rx_queue,
                 cpu: (!cfg.cpus.is_empty()).then(|| cfg.cpus[i % cfg.cpus.len()]),
+                generation: port.program.generation(),
             };
-            let q = XdpQueue::start(cfg, &settings, chain, counters, xdp)?;
+            let flows = match cfg.offload {
+                Some(_) => Some(port.program.flow_maps(rx_queue).map_err(program_err)?),
+                None => None,
+            };
+            let q = XdpQueue::start(cfg, &settings, chain, counters, xdp, flows)?;
             let bound = port.program.bind_socket(rx_queue, q.fd());
             port.queues.push(q);
             bound.map_err(program_err)?;
@@ -187,12 +198,29 @@ impl XdpPort {
         self.program.stats()
     }
 
+    /// The offloaded flows in the program's map now (walks the map: for the status).
+    pub fn offload_table(&self) -> Result<OffloadTable, XdpError> {
+        self.program.offload_table()
+    }
+
     /// Gives each queue a new chain (between two rounds); `chains` as for
     /// [`XdpPort::start`]. Counters stay those the queue started with.
+    ///
+    /// With offload on, every flow offloaded so far is revoked first (a new generation:
+    /// each comes back to relayd with its next packet, counted in `offload.revoked`), so
+    /// that the new chain sees every flow. relayd cannot tell whether a reload changed a
+    /// service's options, so every reload that reaches a running port revokes.
     pub fn update(&mut self, chains: &mut ChainFor<'_>) {
+        let mut generation = self.program.generation();
+        if self.cfg.offload.is_some() {
+            generation = generation.wrapping_add(1);
+            if let Err(e) = self.program.set_generation(generation) {
+                tracing::warn!(interface = %self.cfg.interface, "revoking offloaded flows: {e}");
+            }
+        }
         for q in &self.queues {
             let (chain, _, _) = chains(q.num());
-            q.update(chain);
+            q.update(chain, generation);
         }
     }
 

@@ -18,14 +18,16 @@
 //! [`crate::attach::cleanup`].
 
 use std::net::IpAddr;
-use std::os::fd::{AsFd, RawFd};
+use std::os::fd::{AsFd, OwnedFd, RawFd};
+use std::time::Duration;
 
-use aya::maps::{Array, MapData, PerCpuArray, XskMap};
+use aya::maps::{Array, HashMap, Map, MapData, PerCpuArray, XskMap};
 use aya::programs::{TestRun as _, TestRunOptions, Xdp};
 use aya::{Ebpf, EbpfLoader, Pod};
 
 use crate::attach;
 use crate::error::{XdpError, chain, errno_of, map_error};
+use crate::offload::{FlowKey, FlowMaps, FlowValue, monotonic_ns, reopen, walk};
 
 pub use crate::abi::{MAX_QUEUES, MAX_RULES, META_LEN, PROGRAM_NAME};
 pub use crate::attach::Mode;
@@ -206,7 +208,8 @@ impl FrameMeta {
 ///
 /// In the `stats` map (a per-CPU array of `u64`) they sit at these indices: 0 `seen`,
 /// 1 `redirected`, 2 `no_socket`, 3 `pass_unmatched`, 4 `pass_fib`, 5 `pass_ttl`,
-/// 6 `pass_unparsed`, 7 `redirected_unresolved`.
+/// 6 `pass_unparsed`, 7 `redirected_unresolved`, 8 `pass_offloaded`, and two events that
+/// are not outcomes: 9 `offload_expired`, 10 `offload_revoked`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ProgramStats {
     /// Packets the program ran on.
@@ -235,6 +238,27 @@ pub struct ProgramStats {
     /// fragment or with IPv6 extension headers: its metadata says egress ifindex 0, and
     /// relayd hands the chain's result to the kernel's forwarding.
     pub redirected_unresolved: u64,
+    /// Matched, and of a flow relayd offloaded ([`Program::set_offload`]): passed to the
+    /// kernel's forwarding without going through relayd.
+    pub pass_offloaded: u64,
+    /// Not an outcome: offloaded flows' entries deleted by the packet that found them
+    /// idle for longer than the offload idle time (the packet went on to relayd).
+    pub offload_expired: u64,
+    /// Not an outcome: entries deleted by the packet that found them from an older
+    /// generation ([`Program::set_generation`]: a reload changed the chain).
+    pub offload_revoked: u64,
+}
+
+/// The offloaded flows in the `flows` map now: those of the current generation and not
+/// idle ([`Program::offload_table`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OffloadTable {
+    /// Live entries (one per direction offloaded).
+    pub flows: u64,
+    /// Packets they passed to the kernel.
+    pub packets: u64,
+    /// Their IP bytes.
+    pub bytes: u64,
 }
 
 /// What one [`Program::test_run`] did.
@@ -254,10 +278,14 @@ pub struct TestRun {
 struct Cfg {
     fail_open: u32,
     nrules: u32,
+    offload: u32,
+    generation: u32,
+    idle_ns: u64,
 }
 
-// SAFETY: repr(C), two u32, no padding.
+// SAFETY: repr(C), four u32 and a u64 at offset 16, no padding (24 bytes).
 unsafe impl Pod for Cfg {}
+const _: () = assert!(std::mem::size_of::<Cfg>() == 24);
 
 /// The loaded program and its maps. The program runs wherever it is attached until
 /// detached; dropping this value does not detach it.
@@ -267,6 +295,9 @@ pub struct Program {
     rules: Array<MapData, MatchRule>,
     stats: PerCpuArray<MapData, u64>,
     xsks: XskMap<MapData>,
+    /// `flows` and `offload_stats`, reopened for each queue thread ([`Program::flow_maps`]).
+    flows_fd: OwnedFd,
+    offload_stats_fd: OwnedFd,
     cfg: Cfg,
     id: u32,
 }
@@ -298,10 +329,48 @@ fn take<T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>>(
     T::try_from(map).map_err(|e| map_error(name, "opening".into(), e))
 }
 
+/// A duplicate of the descriptor of map `name`, for [`reopen`].
+fn take_fd(ebpf: &mut Ebpf, name: &'static str) -> Result<OwnedFd, XdpError> {
+    let map = ebpf.take_map(name).ok_or_else(|| XdpError::Map {
+        map: name,
+        op: "finding it in the object".into(),
+        detail: "no such map (bpf/relay_xdp.c and program.rs disagree)".into(),
+    })?;
+    let data = match &map {
+        Map::LruHashMap(d) | Map::PerCpuArray(d) => d,
+        _ => {
+            return Err(XdpError::Map {
+                map: name,
+                op: "opening".into(),
+                detail: "not of the type program.rs expects".into(),
+            });
+        }
+    };
+    data.fd()
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|e| XdpError::Map {
+            map: name,
+            op: "duplicating its descriptor".into(),
+            detail: e.to_string(),
+        })
+}
+
+/// The most flow directions `[[xdp]] offload_flows` may ask for (the map is allocated
+/// whole, 136 bytes per entry on x86-64: 544 MiB).
+pub const MAX_OFFLOAD_FLOWS: u32 = 1 << 22;
+
 impl Program {
     /// Loads the program into the kernel (verifier included) with no rules, fail-open,
-    /// and no socket bound: until [`Program::set_rules`], it steers nothing.
+    /// no socket bound and offload off, with room for no offloaded flow: until
+    /// [`Program::set_rules`], it steers nothing.
     pub fn load() -> Result<Program, XdpError> {
+        Program::load_with_flows(1)
+    }
+
+    /// [`Program::load`], with room for `flows` offloaded flow directions in its `flows`
+    /// map (at least 1, at most [`MAX_OFFLOAD_FLOWS`]; the map is allocated whole).
+    pub fn load_with_flows(flows: u32) -> Result<Program, XdpError> {
         let load_err = |e: &(dyn std::error::Error + 'static)| {
             if errno_of(e) == Some(libc::EPERM) {
                 XdpError::Permission {
@@ -315,6 +384,7 @@ impl Program {
         // (megabytes) would only slow the start.
         let mut ebpf = EbpfLoader::new()
             .btf(None)
+            .map_max_entries("flows", flows.clamp(1, MAX_OFFLOAD_FLOWS))
             .load(OBJECT)
             .map_err(|e| load_err(&e))?;
         let prog: &mut Xdp = ebpf
@@ -331,10 +401,15 @@ impl Program {
             rules: take(&mut ebpf, "rules")?,
             stats: take(&mut ebpf, "stats")?,
             xsks: take(&mut ebpf, "xsks")?,
+            flows_fd: take_fd(&mut ebpf, "flows")?,
+            offload_stats_fd: take_fd(&mut ebpf, "offload_stats")?,
             ebpf,
             cfg: Cfg {
                 fail_open: 1,
                 nrules: 0,
+                offload: 0,
+                generation: 0,
+                idle_ns: 0,
             },
             id,
         };
@@ -385,6 +460,76 @@ impl Program {
         self.write_cfg()
     }
 
+    /// Turns flow offload on (`Some(idle)`: an offloaded flow's entry expires after `idle`
+    /// without a packet) or off (`None`: matched packets are not looked up, whatever the
+    /// `flows` map holds).
+    pub fn set_offload(&mut self, idle: Option<Duration>) -> Result<(), XdpError> {
+        self.cfg.offload = u32::from(idle.is_some());
+        self.cfg.idle_ns = idle.map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        self.write_cfg()
+    }
+
+    /// Sets the generation of offloaded flows in force: an entry written for another one
+    /// is revoked (deleted, its packet to relayd) by the next packet that finds it. A
+    /// reload that changes the chain moves to a new generation, so that every offloaded
+    /// flow comes back to the new chain at once, without walking the map.
+    pub fn set_generation(&mut self, generation: u32) -> Result<(), XdpError> {
+        self.cfg.generation = generation;
+        self.write_cfg()
+    }
+
+    /// The generation in force.
+    pub fn generation(&self) -> u32 {
+        self.cfg.generation
+    }
+
+    /// A queue thread's own handles on the `flows` map and on rx queue `rx_queue`'s
+    /// offload counters.
+    pub fn flow_maps(&self, rx_queue: u32) -> Result<FlowMaps, XdpError> {
+        if rx_queue >= MAX_QUEUES {
+            return Err(XdpError::QueueOutOfRange { queue: rx_queue });
+        }
+        FlowMaps::open(&self.flows_fd, &self.offload_stats_fd, rx_queue)
+    }
+
+    /// Inserts (or replaces) one entry of the `flows` map: for tests and diagnostics (the
+    /// queue threads write through [`Program::flow_maps`]).
+    pub fn insert_flow(&self, key: &FlowKey, value: &FlowValue) -> Result<(), XdpError> {
+        let mut flows: HashMap<MapData, FlowKey, FlowValue> = reopen(&self.flows_fd, "flows")?;
+        flows
+            .insert(key, value, 0)
+            .map_err(|e| map_error("flows", "inserting a flow".into(), e))
+    }
+
+    /// The entry of `key` in the `flows` map, if any.
+    pub fn flow(&self, key: &FlowKey) -> Result<Option<FlowValue>, XdpError> {
+        let flows: HashMap<MapData, FlowKey, FlowValue> = reopen(&self.flows_fd, "flows")?;
+        match flows.get(key, 0) {
+            Ok(v) => Ok(Some(v)),
+            Err(aya::maps::MapError::KeyNotFound) => Ok(None),
+            Err(e) => Err(map_error("flows", "reading a flow".into(), e)),
+        }
+    }
+
+    /// The live offloaded flows and what they passed, summed over the `flows` map (a
+    /// few thousand entries per system call: for the status, never on a packet's path).
+    pub fn offload_table(&self) -> Result<OffloadTable, XdpError> {
+        let now = monotonic_ns();
+        let mut t = OffloadTable::default();
+        if self.cfg.offload == 0 {
+            return Ok(t);
+        }
+        walk(&self.flows_fd, |_, v| {
+            let idle = now.saturating_sub(v.last_ns);
+            if v.generation == self.cfg.generation && idle <= self.cfg.idle_ns {
+                t.flows += 1;
+                t.packets = t.packets.wrapping_add(v.packets);
+                t.bytes = t.bytes.wrapping_add(v.bytes);
+            }
+        })?;
+        Ok(t)
+    }
+
     /// Attaches the program to interface `ifindex` of the calling thread's network
     /// namespace, replacing a `relayd_xdp` left there by an earlier relayd; refuses if
     /// another program is attached ([`XdpError::Foreign`]). Attaching again in the same
@@ -428,7 +573,7 @@ impl Program {
 
     /// The counters, summed over CPUs (one system call per counter).
     pub fn stats(&self) -> Result<ProgramStats, XdpError> {
-        let mut v = [0u64; 8];
+        let mut v = [0u64; 11];
         for (i, slot) in v.iter_mut().enumerate() {
             let per_cpu = self
                 .stats
@@ -445,6 +590,9 @@ impl Program {
             pass_ttl: v[5],
             pass_unparsed: v[6],
             redirected_unresolved: v[7],
+            pass_offloaded: v[8],
+            offload_expired: v[9],
+            offload_revoked: v[10],
         })
     }
 
@@ -454,12 +602,7 @@ impl Program {
     /// redirect goes nowhere. For tests and diagnostics of the rules; allocates.
     pub fn test_run(&self, frame: &[u8], ifindex: u32, queue: u32) -> Result<TestRun, XdpError> {
         let prog: &Xdp = self.xdp()?;
-        // struct xdp_md: data (metadata length in), data_end, data_meta, ingress_ifindex,
-        // rx_queue_index, egress_ifindex.
-        let mut ctx_in = [0u8; 24];
-        ctx_in[4..8].copy_from_slice(&(frame.len() as u32).to_ne_bytes());
-        ctx_in[12..16].copy_from_slice(&ifindex.to_ne_bytes());
-        ctx_in[16..20].copy_from_slice(&queue.to_ne_bytes());
+        let ctx_in = xdp_md(frame, ifindex, queue);
         let mut ctx_out = [0u8; 24];
         let mut out = vec![0u8; frame.len() + 256];
         let r = prog
@@ -470,15 +613,7 @@ impl Program {
                 ctx_out: Some(&mut ctx_out),
                 ..TestRunOptions::default()
             })
-            .map_err(|e| {
-                if errno_of(&e) == Some(libc::EPERM) {
-                    XdpError::Permission {
-                        what: "running the XDP program on a test frame".into(),
-                    }
-                } else {
-                    XdpError::Load { detail: chain(&e) }
-                }
-            })?;
+            .map_err(test_run_error)?;
         // On the way out, xdp_md.data is the metadata's length: the output starts with it.
         let meta_len = u32::from_ne_bytes([ctx_out[0], ctx_out[1], ctx_out[2], ctx_out[3]]);
         out.truncate((r.data_size_out as usize).min(out.len()));
@@ -490,6 +625,32 @@ impl Program {
             meta,
             frame: out,
         })
+    }
+
+    /// Runs the program `repeat` times on `frame` as [`Program::test_run`] does, and
+    /// returns the kernel's mean time per run: for measuring the program's own cost per
+    /// packet (benches, `tests/offload.rs`). A redirecting frame's later runs take the
+    /// metadata path's failure (the kernel reuses one buffer), so compare like with like.
+    pub fn time_runs(
+        &self,
+        frame: &[u8],
+        ifindex: u32,
+        queue: u32,
+        repeat: u32,
+    ) -> Result<Duration, XdpError> {
+        let prog: &Xdp = self.xdp()?;
+        let ctx_in = xdp_md(frame, ifindex, queue);
+        let mut out = vec![0u8; frame.len() + 256];
+        let r = prog
+            .test_run(TestRunOptions {
+                data_in: Some(frame),
+                data_out: Some(&mut out),
+                ctx_in: Some(&ctx_in),
+                repeat: repeat.max(1),
+                ..TestRunOptions::default()
+            })
+            .map_err(test_run_error)?;
+        Ok(r.duration)
     }
 
     fn xdp(&self) -> Result<&Xdp, XdpError> {
@@ -505,5 +666,27 @@ impl Program {
     /// relayd's); another program is left alone. See [`attach::detach`].
     pub fn detach(&mut self, ifindex: u32) -> Result<(), XdpError> {
         attach::detach(ifindex).map(drop)
+    }
+}
+
+/// The `struct xdp_md` a test run of `frame` passes in: data (the metadata's length on
+/// the way in: none), data_end, data_meta, ingress_ifindex, rx_queue_index,
+/// egress_ifindex.
+fn xdp_md(frame: &[u8], ifindex: u32, queue: u32) -> [u8; 24] {
+    let mut ctx = [0u8; 24];
+    ctx[4..8].copy_from_slice(&(frame.len() as u32).to_ne_bytes());
+    ctx[12..16].copy_from_slice(&ifindex.to_ne_bytes());
+    ctx[16..20].copy_from_slice(&queue.to_ne_bytes());
+    ctx
+}
+
+/// What a failed `BPF_PROG_TEST_RUN` means.
+fn test_run_error(e: aya::programs::ProgramError) -> XdpError {
+    if errno_of(&e) == Some(libc::EPERM) {
+        XdpError::Permission {
+            what: "running the XDP program on a test frame".into(),
+        }
+    } else {
+        XdpError::Load { detail: chain(&e) }
     }
 }

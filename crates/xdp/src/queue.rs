@@ -18,9 +18,13 @@
 //! A panicking service is caught by the pipeline: the packet gets the queue's malformed
 //! verdict (its original bytes, from the rx frame, if that is accept) and the panic is
 //! counted.
+//!
+//! With offload on, a flow the chain offloads goes into the program's `flows` map after
+//! the round, and its later packets to the kernel's forwarding (`offload.rs`).
 
 pub use crate::counters::XdpCounters;
 use crate::egress::{EgressTable, bind_mode, ring_size};
+use crate::offload::{FlowMaps, Offloader};
 use crate::settings::PortConfig;
 use crate::worker::{PACKET_BUF, PacketPath, Shared, WAIT_MS, Worker};
 use crate::xsk::{Socket, SocketConfig};
@@ -87,17 +91,22 @@ pub struct QueueSettings {
     pub rx_queue: u32,
     /// The CPU the thread is pinned to, if any.
     pub cpu: Option<usize>,
+    /// The generation of offloaded flows in force
+    /// ([`Program::set_generation`](crate::program::Program::set_generation)).
+    pub generation: u32,
 }
 
 impl XdpQueue {
     /// Opens the rx socket of `q.rx_queue` and starts its thread. The caller then binds
     /// the socket into the program's XSKMAP ([`XdpQueue::fd`]), which starts the traffic.
+    /// `flows`: the program's maps for offload, when `port.offload` is on (else unused).
     pub fn start(
         port: &PortConfig,
         q: &QueueSettings,
         chain: Chain,
         counters: QueueCounters,
         xdp: XdpCounters,
+        flows: Option<FlowMaps>,
     ) -> Result<XdpQueue, QueueError> {
         let cfg = SocketConfig {
             ifindex: q.ifindex,
@@ -120,7 +129,19 @@ impl XdpQueue {
         // No hold limits: a port's services cannot hold (the configuration refuses them),
         // so a hold is an overflow, accepted at once; held packets are copied whole (the
         // rx frame goes back to the ring).
-        let pipeline = Pipeline::new(Settings::new(q.num), chain, counters.clone(), now);
+        let offload = flows.filter(|_| port.offload.is_some()).map(|maps| {
+            Offloader::new(
+                Box::new(maps),
+                counters.offload.clone(),
+                xdp.offload_expired.clone(),
+                q.generation,
+            )
+        });
+        let settings = Settings {
+            offload: offload.is_some(),
+            ..Settings::new(q.num)
+        };
+        let pipeline = Pipeline::new(settings, chain, counters.clone(), now);
         let mut worker = Worker {
             batch: port.batch.max(1),
             rx,
@@ -140,6 +161,7 @@ impl XdpQueue {
                 ),
                 buf: vec![0u8; PACKET_BUF],
                 scratch: vec![0u8; PACKET_BUF],
+                offload,
             },
         };
         let num = q.num;
@@ -201,9 +223,10 @@ impl XdpQueue {
         self.shared.since_last_loop(Instant::now())
     }
 
-    /// Switches the thread to a new chain between two rounds.
-    pub fn update(&self, chain: Chain) {
-        self.shared.post(chain);
+    /// Switches the thread to a new chain between two rounds; the flows it offloads from
+    /// then on are written for `generation`.
+    pub fn update(&self, chain: Chain, generation: u32) {
+        self.shared.post((chain, generation));
     }
 
     /// Asks the thread to stop after its round.

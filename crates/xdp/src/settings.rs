@@ -2,8 +2,38 @@
 //! threads (`queue.rs`) and their egress sockets (`egress.rs`) are started with. Apart from
 //! them so that those modules import it one way.
 
+use std::time::Duration;
+
 use crate::program::Mode;
 use crate::rules::Match;
+
+/// Flow offload on a port (`[[xdp]] offload = true`): the flows its chain offloads go to
+/// the program's `flows` map, and their later packets to the kernel's forwarding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OffloadConfig {
+    /// An offloaded flow direction without a packet for longer than this comes back to
+    /// relayd (`offload_idle`).
+    pub idle: Duration,
+    /// Room in the map, in flow directions (`offload_flows`); beyond it the least recently
+    /// used entry is evicted.
+    pub flows: u32,
+}
+
+impl OffloadConfig {
+    /// Default idle time: 30 s.
+    pub const DEFAULT_IDLE: Duration = Duration::from_secs(30);
+    /// Default room: 65,536 flow directions (8.5 MiB of kernel memory on x86-64).
+    pub const DEFAULT_FLOWS: u32 = 65_536;
+}
+
+impl Default for OffloadConfig {
+    fn default() -> OffloadConfig {
+        OffloadConfig {
+            idle: OffloadConfig::DEFAULT_IDLE,
+            flows: OffloadConfig::DEFAULT_FLOWS,
+        }
+    }
+}
 
 /// Whether the AF_XDP sockets ask for zero-copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -42,6 +72,9 @@ pub struct PortConfig {
     pub frames: u32,
     /// CPUs the threads are pinned to: thread `i` on `cpus[i % len]`; empty: unpinned.
     pub cpus: Vec<usize>,
+    /// Flow offload, if on: the chain's offload votes are carried out (every service of
+    /// the chain must declare [`Manifest::offloads`](relay_core::Manifest::offloads)).
+    pub offload: Option<OffloadConfig>,
 }
 
 impl PortConfig {

@@ -10,12 +10,18 @@
 //! `Packet` owns a growable buffer, which services that grow packets need), and once more,
 //! with its Ethernet header, into a frame of the egress socket; the rx frame goes straight
 //! back to the fill ring. Nothing is allocated, locked or asked of the kernel per packet.
+//!
+//! With offload on, the flows the round's chain offloaded are written to the program's
+//! `flows` map after the round (one system call per flow direction, never per packet of a
+//! flow that stays inline), and the program's offload counters are read once a second.
 
 use crate::counters::XdpCounters;
 use crate::egress::EgressTable;
 use crate::forward::{self, Framed};
+use crate::offload::{Offloader, monotonic_ns};
 use crate::program::{FrameMeta, META_LEN};
 use crate::xsk::Socket;
+use relay_core::wire::FiveTuple;
 use relay_core::{Chain, PacketMeta, Tally, Verdict};
 use relay_dataio::Emitter;
 use relay_pipeline::{Control, Outcome, Pipeline};
@@ -35,8 +41,9 @@ pub(crate) const PACKET_BUF: usize = HEADROOM + 65_536;
 /// Held packets sent per release at most.
 const RELEASE_CHUNK: usize = 64;
 
-/// What the control plane shares with an XDP queue thread: a reload brings a new chain.
-pub(crate) type Shared = Control<Chain>;
+/// What the control plane shares with an XDP queue thread: a reload brings a new chain,
+/// with the generation its offloaded flows are written for.
+pub(crate) type Shared = Control<(Chain, u32)>;
 
 /// The queue thread's state.
 pub(crate) struct Worker {
@@ -56,17 +63,22 @@ impl Worker {
         let mut stats_at = Instant::now();
         loop {
             loops = loops.wrapping_add(1);
-            if let Some(chain) = self.shared.tick(loops) {
+            if let Some((chain, generation)) = self.shared.tick(loops) {
                 self.path.pipeline.set_chain(chain);
+                if let Some(o) = &mut self.path.offload {
+                    o.set_generation(generation);
+                }
             }
             if self.shared.stop_requested() {
                 break;
             }
             let now = Instant::now();
             // Decapsulating services must know the box's addresses (renewed once a second).
-            let local = self.emitter.local_addresses(now);
-            self.path.pipeline.set_local_addresses(local);
+            if let Some(local) = self.emitter.renewed_local_addresses(now) {
+                self.path.pipeline.set_local_addresses(local);
+            }
             let n = self.round(now);
+            self.path.carry_offloads();
             self.path.release(Some(now));
             self.flush(now);
             // New egress interfaces' sockets: between rounds, never for a packet.
@@ -74,6 +86,9 @@ impl Worker {
             if now.duration_since(stats_at) >= Duration::from_secs(1) {
                 stats_at = now;
                 self.path.egress.refresh_mtus();
+                if let Some(o) = &mut self.path.offload {
+                    o.read_stats();
+                }
                 self.publish_stats();
             }
             if n == 0 {
@@ -84,7 +99,11 @@ impl Worker {
         }
         // What is still held leaves now, as a stopping NFQUEUE queue answers its own.
         self.path.release(None);
+        self.path.carry_offloads();
         self.flush(Instant::now());
+        if let Some(o) = &mut self.path.offload {
+            o.read_stats();
+        }
         self.publish_stats();
         tracing::debug!(queue = num, "XDP queue thread stopped");
     }
@@ -169,9 +188,40 @@ pub(crate) struct PacketPath {
     pub(crate) tally: Tally,
     pub(crate) buf: Vec<u8>,
     pub(crate) scratch: Vec<u8>,
+    /// Carries out the chain's offloads, if the port offloads.
+    pub(crate) offload: Option<Offloader>,
 }
 
 impl PacketPath {
+    /// Writes the flows the round offloaded to the program's map (after the round).
+    fn carry_offloads(&mut self) {
+        let requests = self.pipeline.take_offloads();
+        if requests.len() == 0 {
+            return;
+        }
+        match &mut self.offload {
+            Some(o) => o.carry_out(requests, monotonic_ns()),
+            // The pipeline asks only when its settings say the datapath offloads.
+            None => drop(requests),
+        }
+    }
+
+    /// Tells the offloader what the pipeline's request for this packet cannot say: whether
+    /// the flow's replies can arrive on this port's interface (the packet leaves by it, or
+    /// to a next hop not known here: `egress` 0), and whether a service rewrote it into
+    /// another flow. `ip` is the packet as received, `out` as it left. Only for packets
+    /// whose flow the chain offloaded.
+    #[cold]
+    fn note_offload(&mut self, ip: &[u8], out: Option<&[u8]>, modified: bool, egress: u32) {
+        let Some(o) = &mut self.offload else { return };
+        let Some((after, _)) = out.and_then(FiveTuple::parse) else {
+            return;
+        };
+        let rewritten = modified && FiveTuple::parse(ip).map(|t| t.0) != Some(after);
+        let reply_here = egress == 0 || egress == self.ingress;
+        o.note(after, reply_here, rewritten);
+    }
+
     fn packet(&mut self, frame: &[u8], head: &[u8], now: Instant) {
         let meta = head
             .len()
@@ -206,13 +256,23 @@ impl PacketPath {
             decision,
             start,
             end,
-            ..
+            modified,
         } = outcome
         else {
             return; // held: sent when released
         };
         if decision.verdict == Verdict::Drop {
             return;
+        }
+        if decision.offload.is_some() {
+            let buf = std::mem::take(&mut self.buf);
+            let out = if modified {
+                buf.get(start..end)
+            } else {
+                Some(ip)
+            };
+            self.note_offload(ip, out, modified, meta.ifindex);
+            self.buf = buf;
         }
         // The packet as the chain left it, or as it came (unchanged, or its service
         // panicked and the malformed policy accepts it).
@@ -348,6 +408,7 @@ mod tests {
             xdp,
             buf: vec![0u8; PACKET_BUF],
             scratch: vec![0u8; PACKET_BUF],
+            offload: None,
         }
     }
 
@@ -440,5 +501,99 @@ mod tests {
         let q = p.pipeline.counters();
         assert_eq!((q.packets.get(), q.dropped.get()), (2, 2));
         assert!(to_kernel(&mut p).is_empty());
+    }
+
+    /// Votes to offload every packet's flow; rewrites destination port 77 to 78 first.
+    struct Vote;
+
+    impl Service for Vote {
+        fn process(&mut self, pkt: &mut Packet, cx: &mut Context) -> Action {
+            if pkt.data().get(22..24) == Some(&[0, 77]) {
+                // A rewrite into another flow (the checksum is no matter here).
+                if let Some(b) = pkt.data_mut().get_mut(23) {
+                    *b = 78;
+                }
+            }
+            cx.offload(relay_core::Offload::both(
+                relay_core::OffloadReason::Decided,
+            ));
+            Action::Accept
+        }
+    }
+
+    /// What the offloader wrote, in memory.
+    #[derive(Default)]
+    struct Written(std::sync::Mutex<Vec<crate::offload::FlowKey>>);
+
+    impl crate::offload::FlowSink for Arc<Written> {
+        fn insert(
+            &mut self,
+            key: &crate::offload::FlowKey,
+            _: &crate::offload::FlowValue,
+        ) -> Result<bool, crate::XdpError> {
+            let mut w = self.0.lock().unwrap();
+            let new = !w.contains(key);
+            if new {
+                w.push(*key);
+            }
+            Ok(new)
+        }
+        fn queue_stats(&self) -> Result<crate::offload::QueueOffloadStats, crate::XdpError> {
+            Ok(Default::default())
+        }
+    }
+
+    #[test]
+    fn offloaded_flows_are_written_after_the_round_one_way_unless_replies_come_here() {
+        let mut p = path(Verdict::Drop);
+        let mut chain = Chain::new(ChainSettings {
+            malformed: Verdict::Drop,
+            hook: Hook::Prerouting,
+            stages: StageMark::DEFAULT,
+        });
+        chain.push("vote", Box::new(Vote), Default::default());
+        let q = relay_core::QueueCounters::default();
+        let settings = Settings {
+            offload: true,
+            ..Settings::new(1)
+        };
+        p.pipeline = Pipeline::new(settings, chain, q.clone(), Instant::now());
+        let written = Arc::new(Written::default());
+        let expired = relay_core::Counter::new();
+        p.offload = Some(Offloader::new(
+            Box::new(written.clone()),
+            q.offload.clone(),
+            expired,
+            0,
+        ));
+        // Three packets of one flow in a round: one flow, written once. It leaves by
+        // interface 7, where its replies arrive: only its own direction is written.
+        for _ in 0..3 {
+            run(&mut p, 1);
+        }
+        assert!(
+            written.0.lock().unwrap().is_empty(),
+            "not before the round ends"
+        );
+        p.carry_offloads();
+        assert_eq!(written.0.lock().unwrap().len(), 1);
+        assert_eq!(q.offload.total(), 1);
+        // A flow leaving by the interface it came in on (2): its replies come in here too.
+        let (f, mut head) = frame(2);
+        head[8..12].copy_from_slice(&2u32.to_ne_bytes());
+        p.packet(&f, &head, Instant::now());
+        p.carry_offloads();
+        assert_eq!(written.0.lock().unwrap().len(), 3, "both directions");
+        assert_eq!(q.offload.total(), 2);
+        // Rewritten into another flow (port 77 -> 78): refused, counted.
+        run(&mut p, 77);
+        p.carry_offloads();
+        assert_eq!(written.0.lock().unwrap().len(), 3);
+        assert_eq!(q.offload.failed.get(), 1);
+        assert_eq!(
+            to_kernel(&mut p).len(),
+            5,
+            "every packet forwarded all the same"
+        );
     }
 }

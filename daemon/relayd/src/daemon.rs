@@ -28,6 +28,10 @@ struct Running {
     spec: QueueSpec,
 }
 
+/// Per offload skip-rule comment: the kernel's counters last read and the running totals,
+/// each (packets, bytes).
+type SkipTotals = BTreeMap<String, ([u64; 2], [u64; 2])>;
+
 /// A running relayd.
 pub struct Daemon {
     _lock: crate::lock::InstanceLock,
@@ -50,6 +54,12 @@ pub struct Daemon {
     provider: Provider,
     /// The resources of the configuration in force's services.
     resources: ServiceResources,
+    /// Starts and reloads so far, from a random start: the offload generation
+    /// ([`crate::config::set_generations`]).
+    epoch: u32,
+    /// Per skip-rule comment: the kernel's counters last read and the running totals
+    /// (packets, bytes), so that the totals survive a reload's fresh rules.
+    skipped: std::sync::Mutex<SkipTotals>,
 }
 
 /// What a reload leaves to the caller, which runs the tokio side: listeners to drain
@@ -126,10 +136,16 @@ impl Daemon {
     /// [`Daemon::start_locked`] with the services' log files already opened (relayd
     /// opens them as root, before it drops to `daemon.user`: [`resources::open_logs`]).
     pub fn start_opened(
-        config: Config,
+        mut config: Config,
         lock: crate::lock::InstanceLock,
         logs: OpenLogs,
     ) -> anyhow::Result<Daemon> {
+        // A generation no earlier run is likely to have left in conntrack marks.
+        let epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos())
+            ^ std::process::id();
+        crate::config::set_generations(&mut config, epoch);
         let stale = cleanup_all(&config.daemon.chain_prefix, config.daemon.iptables)?
             + cleanup_routing(&config)?;
         if stale > 0 {
@@ -147,6 +163,8 @@ impl Daemon {
             started_wall: std::time::SystemTime::now(),
             reloads: 0,
             reload_failures: 0,
+            epoch,
+            skipped: std::sync::Mutex::default(),
             listeners: Listeners::default(),
             routing: None,
             qos: QosSet::new(Tc::system()),
@@ -419,8 +437,53 @@ impl Daemon {
         self.reload_failures += 1;
     }
 
+    /// Reads the packets and bytes the offloading queues' skip rules let by into their
+    /// first queue's `offload.skipped_*` (an iptables-save per family; control plane).
+    fn read_skipped(&self) {
+        let specs: Vec<&QueueSpec> = self
+            .config
+            .queues
+            .iter()
+            .filter(|q| q.queue.offload.is_some())
+            .collect();
+        if specs.is_empty() {
+            return;
+        }
+        let mut sums: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+        for f in rules::families(&self.config) {
+            let b = rules::backend(self.config.daemon.iptables, f);
+            match relay_control::commented_counters(&b, "relayd-offload-") {
+                Ok(found) => {
+                    for (c, p, n) in found {
+                        let e = sums.entry(c).or_default();
+                        e.0 += p;
+                        e.1 += n;
+                    }
+                }
+                Err(e) => tracing::debug!("offload skip counters unread: {e}"),
+            }
+        }
+        let mut totals = self.skipped.lock().unwrap_or_else(|e| e.into_inner());
+        for spec in specs {
+            let comment = rules::offload_comment(spec.first);
+            let (p, b) = sums.get(&comment).copied().unwrap_or_default();
+            let (seen, total) = totals.entry(comment).or_default();
+            for (i, now) in [p, b].into_iter().enumerate() {
+                // Lower than last time: the rules were installed afresh (a reload).
+                total[i] += if now >= seen[i] { now - seen[i] } else { now };
+                seen[i] = now;
+            }
+            if let Some(r) = self.queues.get(&spec.first) {
+                let o = &r.queue.counters().offload;
+                o.skipped_packets.set(total[0]);
+                o.skipped_bytes.set(total[1]);
+            }
+        }
+    }
+
     /// A snapshot of every counter.
     pub fn status(&self) -> Status {
+        self.read_skipped();
         let kernel = relay_nfq::procfs::read();
         let mut queues = Vec::new();
         for (num, r) in &self.queues {

@@ -195,6 +195,41 @@ pub fn encode(s: &Status) -> String {
         "relayd_queue_datapath",
         "A datapath's own counters per queue (XDP: transmitted, tx_full, to_kernel, the AF_XDP sockets' statistics).",
     );
+    let off_flows = b.counter(
+        "relayd_queue_offload_flows",
+        "Flows offloaded (their later packets skip the queue), by reason.",
+    );
+    type OffloadField = fn(&crate::status::OffloadStatus) -> u64;
+    let off_other: Vec<(Counters, OffloadField)> = vec![
+        (
+            b.counter(
+                "relayd_queue_offload_failed",
+                "Offloads the datapath could not carry out (the flow stayed inline).",
+            ),
+            |o| o.failed,
+        ),
+        (
+            b.counter(
+                "relayd_queue_offload_revoked",
+                "Offloaded flows taken back (a reload's new generation, or expiry).",
+            ),
+            |o| o.revoked,
+        ),
+        (
+            b.counter(
+                "relayd_queue_offload_skipped_packets",
+                "Packets of offloaded flows that skipped the queue.",
+            ),
+            |o| o.skipped_packets,
+        ),
+        (
+            b.counter(
+                "relayd_queue_offload_skipped_bytes",
+                "Bytes of offloaded flows that skipped the queue.",
+            ),
+            |o| o.skipped_bytes,
+        ),
+    ];
     let up = b.gauge(
         "relayd_queue_thread_up",
         "1 while the queue's thread runs its loop, 0 if it has ended or is stuck.",
@@ -228,6 +263,18 @@ pub fn encode(s: &Status) -> String {
                 *v,
             );
         }
+        if let Some(o) = &q.offload {
+            for (reason, v) in &o.flows {
+                set(
+                    &off_flows,
+                    labels(&[("queue", &num), ("hook", &q.hook), ("reason", reason)]),
+                    *v,
+                );
+            }
+            for (f, get) in &off_other {
+                set(f, l.clone(), get(o));
+            }
+        }
         let healthy = !s.unhealthy_queues.contains(&q.num);
         put(&up, l, if healthy { 1.0 } else { 0.0 });
     }
@@ -235,12 +282,23 @@ pub fn encode(s: &Status) -> String {
         "relayd_xdp_program_packets",
         "Packets an XDP port's program saw, by outcome (redirected, no_socket, pass_unmatched, ...).",
     );
+    let offload = b.gauge(
+        "relayd_xdp_offload",
+        "An XDP port's offloaded flows: live entries of its map (flows) and the packets and bytes they passed, entries deleted when idle (expired) or after a reload (revoked).",
+    );
     for x in &s.xdp {
         for (outcome, v) in x.program.iter().flatten() {
             set(
                 &program,
                 labels(&[("interface", &x.interface), ("outcome", outcome)]),
                 *v,
+            );
+        }
+        for (what, v) in x.offload.iter().flatten() {
+            put(
+                &offload,
+                labels(&[("interface", &x.interface), ("counter", what)]),
+                *v as f64,
             );
         }
     }
@@ -558,6 +616,13 @@ pub(crate) mod tests {
                     } else {
                         Default::default()
                     },
+                    offload: (num == 1).then(|| crate::status::OffloadStatus {
+                        flows: BTreeMap::from([("decided".into(), 4), ("pass".into(), 1)]),
+                        failed: 2,
+                        revoked: 1,
+                        skipped_packets: 300,
+                        skipped_bytes: 45_000,
+                    }),
                 })
                 .collect(),
             services: vec![ServiceStatus {
@@ -588,6 +653,7 @@ pub(crate) mod tests {
                 fail_open: true,
                 mode: "native".into(),
                 program: Some([("redirected".to_string(), 13)].into_iter().collect()),
+                offload: Some([("flows".to_string(), 2)].into_iter().collect()),
             }],
             ike: Vec::new(),
         }
@@ -609,7 +675,14 @@ pub(crate) mod tests {
             "relayd_queue_thread_up{queue=\"0\",hook=\"forward\"} 1.0",
             "relayd_queue_thread_up{queue=\"1\",hook=\"forward\"} 0.0",
             "relayd_queue_datapath_total{queue=\"1\",hook=\"forward\",counter=\"transmitted\"} 12",
+            "relayd_queue_offload_flows_total{queue=\"1\",hook=\"forward\",reason=\"decided\"} 4",
+            "relayd_queue_offload_flows_total{queue=\"1\",hook=\"forward\",reason=\"pass\"} 1",
+            "relayd_queue_offload_failed_total{queue=\"1\",hook=\"forward\"} 2",
+            "relayd_queue_offload_revoked_total{queue=\"1\",hook=\"forward\"} 1",
+            "relayd_queue_offload_skipped_packets_total{queue=\"1\",hook=\"forward\"} 300",
+            "relayd_queue_offload_skipped_bytes_total{queue=\"1\",hook=\"forward\"} 45000",
             "relayd_xdp_program_packets_total{interface=\"veth0\",outcome=\"redirected\"} 13",
+            "relayd_xdp_offload{interface=\"veth0\",counter=\"flows\"} 2.0",
             "relayd_build_info{version=\"1.2.3\"} 1.0",
             "relayd_start_time_seconds 1700000000.5",
             "relayd_reloads_total 2",

@@ -1,8 +1,11 @@
 //! The resources relayd makes from its services' manifests and hands to their `build`:
-//! the egress queue monitor (one per daemon, [`Manifest::queue_monitor`]) and the log
-//! files services append to ([`Manifest::logs`]: the IDS's EVE log), opened here and turned
-//! into the service's writer. Only a running relayd and `relayd replay` make them: `relayd
-//! check` (which only loads the configuration) opens no file and starts no thread.
+//! the egress queue monitor (one per daemon, [`Manifest::queue_monitor`]), the log files
+//! services append to ([`Manifest::logs`]: the IDS's EVE log), opened here and turned into
+//! the service's writer, and what a service needs started ([`Manifest::starts`]: the ESP
+//! sequence state). Only a running relayd and `relayd replay` make them, and replay only
+//! the monitor and the logs (its own outputs): it starts no service's persistent state,
+//! which belongs to the daemon that runs the service. `relayd check` (which only loads
+//! the configuration) opens no file and starts no thread.
 //!
 //! Opening is split from starting so that relayd started as root with `daemon.user` opens
 //! the files as root, before it drops (as it makes the state directories), while every
@@ -82,26 +85,35 @@ impl ServiceResources {
 
 /// Makes the resources of each configuration: keeps the queue monitor for the daemon's
 /// life once a service needed it (a live one, or replay's fixed one).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Provider {
     monitor: Option<Arc<QueueMonitor>>,
+    /// Whether the services' [`Manifest::starts`] run (a daemon that runs the services).
+    starts: bool,
 }
 
 impl Provider {
-    /// A provider that starts the live monitor when a service first asks for it.
+    /// A provider that starts the live monitor when a service first asks for it, and
+    /// starts what each service's manifest asks ([`Manifest::starts`]).
     pub fn live() -> Provider {
-        Provider::default()
+        Provider {
+            monitor: None,
+            starts: true,
+        }
     }
 
-    /// A provider whose monitor reports `monitor`'s fixed values (replay: no kernel).
+    /// A provider whose monitor reports `monitor`'s fixed values and that starts no
+    /// service's state (replay: no kernel, and never a running daemon's state).
     pub fn fixed(monitor: Arc<QueueMonitor>) -> Provider {
         Provider {
             monitor: Some(monitor),
+            starts: false,
         }
     }
 
     /// The resources of `cfg`'s services: the monitor for those that read the egress
-    /// queues, and the writers its opened `logs` start.
+    /// queues, the writers its opened `logs` start and (a live provider) what their
+    /// manifests' `starts` make, each started once per configuration.
     pub fn resources(&mut self, cfg: &Config, logs: OpenLogs) -> anyhow::Result<ServiceResources> {
         let all = services(cfg);
         let monitor = if all.values().any(|f| f.manifest().queue_monitor) {
@@ -120,13 +132,20 @@ impl Provider {
         let mut logs = logs.files;
         for (name, f) in all {
             let m: &Manifest = f.manifest();
-            let Some(files) = logs.remove(name) else {
+            let files = logs.remove(name).unwrap_or_default();
+            let starts = if self.starts { &m.starts[..] } else { &[] };
+            if files.is_empty() && starts.is_empty() {
                 continue;
-            };
+            }
             let mut res = common.clone();
             for (log, file) in m.logs.iter().zip(files) {
                 let started = (log.start)(file)
                     .with_context(|| format!("service {name}: {}", log.path.display()))?;
+                res.insert_any(started);
+            }
+            for s in starts {
+                let started =
+                    (s.start)().with_context(|| format!("service {name}: starting {}", s.what))?;
                 res.insert_any(started);
             }
             out.by_name.insert(name.to_string(), res);

@@ -136,7 +136,7 @@ fn tproxy_rules(cfg: &Config) -> Vec<OwnedRule> {
 /// conntrack state in the mark bits `ct` (if a service reads it), and the smallest TCP
 /// MSS clamp any of them asks for, per family.
 fn pre_rules(q: &QueueSpec, ct: CtMarkBits) -> Vec<PreRule> {
-    let mut out = Vec::new();
+    let mut out = offload_rules(q);
     if q.queue.conntrack {
         for (what, bit) in [
             (["--ctstate", "NEW,ESTABLISHED,RELATED"], ct.tracked),
@@ -171,6 +171,66 @@ fn pre_rules(q: &QueueSpec, ct: CtMarkBits) -> Vec<PreRule> {
         if let Some(mss) = mss.filter(|_| q.families.contains(&family)) {
             out.extend(PreRule::clamp_mss(family, q.matches.as_deref(), mss));
         }
+    }
+    out
+}
+
+/// The comment on the skip rules of the queue entry whose first queue is `first`, by which
+/// their counters are read (`offload.skipped_packets`).
+pub fn offload_comment(first: u16) -> String {
+    format!("relayd-offload-{first}")
+}
+
+/// The skip rules of an offloading queue, first before its queue rule: per direction, a
+/// packet whose connection carries this queue's generation and that direction's bit
+/// leaves relayd's chain with an accept, as the queue's accept verdict would have let
+/// it go; first its mark gets back the bits the chain's services set
+/// (docs/offload.md).
+fn offload_rules(q: &QueueSpec) -> Vec<PreRule> {
+    let Some(m) = q.queue.offload else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (dir, bit) in [("ORIGINAL", m.orig), ("REPLY", m.reply)] {
+        let matched = [
+            "-m".to_string(),
+            "conntrack".into(),
+            "--ctdir".into(),
+            dir.into(),
+            "-m".into(),
+            "connmark".into(),
+            "--mark".into(),
+            format!("{:#x}/{:#x}", m.generation | bit, m.gen_mask | bit),
+        ];
+        if m.restore != 0 {
+            let mut args = matched.to_vec();
+            args.extend(
+                [
+                    "-j",
+                    "CONNMARK",
+                    "--restore-mark",
+                    "--nfmask",
+                    &format!("{:#x}", m.restore),
+                    "--ctmask",
+                    &format!("{:#x}", m.restore),
+                ]
+                .map(String::from),
+            );
+            out.extend(PreRule::with_match(None, q.matches.as_deref(), args));
+        }
+        let mut args = matched.to_vec();
+        args.extend(
+            [
+                "-m",
+                "comment",
+                "--comment",
+                &offload_comment(q.first),
+                "-j",
+                "ACCEPT",
+            ]
+            .map(String::from),
+        );
+        out.extend(PreRule::with_match(None, q.matches.as_deref(), args));
     }
     out
 }
@@ -269,6 +329,29 @@ pub fn validate(cfg: &Config) -> Result<Option<String>, ConfigErrors> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_offloading_queue_skips_its_offloaded_flows_first() {
+        let cfg = crate::config::test_util::parsed(
+            "[service.m]\nkind = \"mark\"\nmark = \"0x20\"\nmask = \"0xff\"\n\
+             [[queue]]\nnum = 3\nhook = \"forward\"\nmatch = \"-p udp\"\n\
+             services = [\"m\", \"accept\"]\noffload = true\n\
+             [[queue]]\nnum = 4\nhook = \"forward\"\nservices = [\"accept\"]\n",
+        );
+        let text = ruleset(&cfg).restore_text(IpVersion::V4).unwrap();
+        let want = "-A RELAYD-FORWARD -p udp -m conntrack --ctdir ORIGINAL -m connmark --mark \
+                    0x50000/0xfd0000 -j CONNMARK --restore-mark --nfmask 0x20 --ctmask 0x20\n\
+                    -A RELAYD-FORWARD -p udp -m conntrack --ctdir ORIGINAL -m connmark --mark \
+                    0x50000/0xfd0000 -m comment --comment relayd-offload-3 -j ACCEPT\n\
+                    -A RELAYD-FORWARD -p udp -m conntrack --ctdir REPLY -m connmark --mark \
+                    0x60000/0xfe0000 -j CONNMARK --restore-mark --nfmask 0x20 --ctmask 0x20\n\
+                    -A RELAYD-FORWARD -p udp -m conntrack --ctdir REPLY -m connmark --mark \
+                    0x60000/0xfe0000 -m comment --comment relayd-offload-3 -j ACCEPT\n\
+                    -A RELAYD-FORWARD -p udp -m conntrack --ctstate NEW,ESTABLISHED,RELATED";
+        assert!(text.contains(want), "{text}");
+        // A queue without offload has no skip rule.
+        assert_eq!(text.matches("connmark").count(), 4, "{text}");
+    }
 
     #[test]
     fn ike_traffic_returns_before_the_queues() {

@@ -1,7 +1,7 @@
 //! The directories services write into while they run (the ESP sequence state), made
 //! ready for `daemon.user` before relayd started as root drops to it: after the drop it
-//! could neither create them nor write into root's, and every sequence reservation after
-//! the first would fail.
+//! could neither create them nor write into root's, and every sequence reservation (the
+//! first included: the daemon starts the ESP state as `daemon.user`) would fail.
 
 use crate::config::{Config, DaemonUser};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
@@ -42,8 +42,8 @@ pub fn prepare(cfg: &Config, user: &DaemonUser) -> Result<(), String> {
     for dir in of(cfg) {
         prepare_one(&dir, user).map_err(|why| {
             format!(
-                "{}:{}: daemon.user: relayd drops to `{}` (uid {}), which {why}: every ESP \
-                 sequence reservation after the first would fail; as root: chown -R {}:{} {} \
+                "{}:{}: daemon.user: relayd drops to `{}` (uid {}), which {why}: its ESP \
+                 sequence reservations would fail; as root: chown -R {}:{} {} \
                  && chmod 700 {}",
                 cfg.path.display(),
                 user.line,

@@ -68,6 +68,11 @@ pub struct XdpStatus {
     /// The program's counters (`seen`, `redirected`, `no_socket`, `pass_unmatched`, ...),
     /// if they could be read.
     pub program: Option<BTreeMap<String, u64>>,
+    /// With `offload` on (docs/xdp.md, "Flow offload"): the live entries of the program's
+    /// map of offloaded flows now (`flows`, and the `packets` and `bytes` they passed),
+    /// and the entries the program deleted (`expired`, `revoked`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offload: Option<BTreeMap<String, u64>>,
 }
 
 impl XdpStatus {
@@ -96,6 +101,7 @@ impl XdpStatus {
                 .map(|(k, v)| (k.to_string(), v))
                 .collect()
             }),
+            offload: None,
         }
     }
 }
@@ -163,6 +169,49 @@ pub struct QueueStatus {
     /// NFQUEUE.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub datapath: BTreeMap<String, u64>,
+    /// Flow offload (docs/offload.md): absent while nothing was offloaded, failed or
+    /// skipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offload: Option<OffloadStatus>,
+}
+
+/// A queue's flow offload counters ([`relay_core::OffloadCounters`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OffloadStatus {
+    /// Flows offloaded, by reason (`decided`, `stream_depth`, `encrypted`, `pass`,
+    /// `bypass`); reasons never seen are left out.
+    pub flows: BTreeMap<String, u64>,
+    /// Offloads the datapath could not carry out (the flow stayed inline).
+    pub failed: u64,
+    /// Offloaded flows taken back (a reload's new generation, or expiry).
+    pub revoked: u64,
+    /// Packets of offloaded flows that skipped the queue.
+    pub skipped_packets: u64,
+    /// Their bytes.
+    pub skipped_bytes: u64,
+}
+
+impl OffloadStatus {
+    /// The counters of `c`, or `None` while all are zero.
+    pub fn of(c: &relay_core::OffloadCounters) -> Option<OffloadStatus> {
+        let o = OffloadStatus {
+            flows: relay_core::OffloadReason::ALL
+                .iter()
+                .map(|r| (r.as_str().to_string(), c.flows[r.index()].get()))
+                .filter(|(_, n)| *n > 0)
+                .collect(),
+            failed: c.failed.get(),
+            revoked: c.revoked.get(),
+            skipped_packets: c.skipped_packets.get(),
+            skipped_bytes: c.skipped_bytes.get(),
+        };
+        (o != OffloadStatus::default()).then_some(o)
+    }
+
+    /// All flows offloaded, whatever the reason.
+    pub fn total(&self) -> u64 {
+        self.flows.values().sum()
+    }
 }
 
 impl QueueStatus {
@@ -236,6 +285,7 @@ impl QueueStatus {
             batches: c.batches.get(),
             kernel: None,
             datapath: BTreeMap::new(),
+            offload: OffloadStatus::of(&c.offload),
         }
     }
 }
@@ -606,6 +656,31 @@ impl Status {
                 kw,
                 q.services.join(" -> ")
             ));
+        }
+        let offloads: Vec<_> = self
+            .queues
+            .iter()
+            .filter_map(|q| q.offload.as_ref().map(|o| (q.num, o)))
+            .collect();
+        if !offloads.is_empty() {
+            o.push_str(&format!(
+                "\n{:>5} {:>10} {:>8} {:>8} {:>14} {:>16}  by reason\n",
+                "queue", "offloaded", "failed", "revoked", "skipped", "skipped_bytes"
+            ));
+            for (num, f) in offloads {
+                let reasons: Vec<String> =
+                    f.flows.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                o.push_str(&format!(
+                    "{:>5} {:>10} {:>8} {:>8} {:>14} {:>16}  {}\n",
+                    num,
+                    f.total(),
+                    f.failed,
+                    f.revoked,
+                    f.skipped_packets,
+                    f.skipped_bytes,
+                    reasons.join(" ")
+                ));
+            }
         }
         o.push_str(&format!(
             "\n{:<16} {:<10} {:<10} {:>12}  counters\n",

@@ -6,7 +6,8 @@
 //! policy or socket settings changed is started anew: its threads stop with its program
 //! left attached (matched packets meanwhile get the old failure policy: a fail-closed
 //! port stays closed), and the new program replaces it. A port whose entry is gone is
-//! detached.
+//! detached. With `offload` on, a reload that reaches a running port revokes the flows it
+//! offloaded (XdpPort::update), so that the new chain sees every flow.
 
 use crate::config::XdpSpec;
 use crate::counter_store::CounterStore;
@@ -18,6 +19,30 @@ use relay_xdp::XdpPort;
 use relay_xdp::queue::XdpCounters;
 use std::collections::BTreeMap;
 use std::time::Duration;
+
+/// With offload on, the port's offload figures: the flows in its map now, and the
+/// entries its program deleted.
+fn offload_status(
+    port: &XdpPort,
+    spec: &XdpSpec,
+    p: Option<relay_xdp::program::ProgramStats>,
+) -> Option<BTreeMap<String, u64>> {
+    spec.port.offload?;
+    let mut m = BTreeMap::new();
+    if let Some(p) = p {
+        m.insert("expired".to_string(), p.offload_expired);
+        m.insert("revoked".to_string(), p.offload_revoked);
+    }
+    match port.offload_table() {
+        Ok(t) => {
+            m.insert("flows".into(), t.flows);
+            m.insert("packets".into(), t.packets);
+            m.insert("bytes".into(), t.bytes);
+        }
+        Err(e) => tracing::debug!(interface = %spec.port.interface, "XDP offloaded flows: {e}"),
+    }
+    Some(m)
+}
 
 /// The running ports, by interface.
 #[derive(Default)]
@@ -188,7 +213,12 @@ impl XdpPorts {
                     None
                 }
             };
-            ports.push(XdpStatus::new(spec, program));
+            let mut status = XdpStatus::new(spec, program);
+            if let (Some(m), Some(p)) = (&mut status.program, program) {
+                m.insert("pass_offloaded".into(), p.pass_offloaded);
+            }
+            status.offload = offload_status(port, spec, program);
+            ports.push(status);
         }
         (queues, ports)
     }

@@ -3,6 +3,7 @@
 
 use relay_core::counters::Counters;
 use relay_core::manifest::Manifest;
+use relay_core::offload::{Offload, OffloadReason};
 use relay_core::packet::Packet;
 use relay_core::resources::Resources;
 use relay_core::service::{Action, Context, Service, ServiceConfig, ServiceFactory};
@@ -34,13 +35,17 @@ struct Mark {
 }
 
 impl Service for Mark {
-    fn process(&mut self, pkt: &mut Packet, _cx: &mut Context) -> Action {
+    fn process(&mut self, pkt: &mut Packet, cx: &mut Context) -> Action {
         let current = pkt.verdict_mark().unwrap_or(pkt.meta.mark);
         let mark = (current & !self.cfg.mask) | (self.cfg.mark & self.cfg.mask);
         if self.cfg.repeat {
             Action::Repeat { mark }
         } else {
             pkt.set_mark(mark);
+            // The bits it sets are the same for every packet of the flow, both ways: the
+            // offload keeps them in the conntrack mark and relayd's skip rule restores
+            // them onto the packets that no longer come here (docs/offload.md).
+            cx.offload(Offload::both(OffloadReason::Decided));
             Action::Continue
         }
     }
@@ -82,6 +87,8 @@ impl ServiceConfig for MarkConfig {
             mark_bits: self.mark & self.mask,
             // The mark is all it reads or writes: the kernel copies none of the packet.
             needs_bytes: Some(0),
+            // A repeated hook's later rules act on the mark per packet: inline.
+            offloads: !self.repeat,
             ..Manifest::new()
         };
         Ok(Arc::new(MarkFactory {

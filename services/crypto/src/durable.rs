@@ -1,8 +1,9 @@
 //! Keeping the state files ([`crate::persist`]) ahead of the queue threads without ever
 //! making one wait for a disk: a background thread per daemon extends each outbound SA's
 //! reservation while half of it is still unused, and writes each inbound SA's window edge
-//! every [`INTERVAL`] it moved. Nothing starts or is written until a service is built from
-//! the configuration (`relayd check` only reads).
+//! every [`INTERVAL`] it moved. Nothing starts or is written until the daemon starts the
+//! services' state ([`relay_core::Start`]); building a service, `relayd check` and
+//! `relayd replay` only read.
 
 use crate::persist::SaFile;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -55,6 +56,12 @@ impl Persister {
                 }
             }
         });
+    }
+
+    /// Whether the thread was started.
+    #[cfg(test)]
+    pub(crate) fn started(&self) -> bool {
+        self.thread.get().is_some()
     }
 
     /// Wakes the thread (an outbound SA is running out of reserved numbers).
@@ -140,10 +147,15 @@ impl OutSeq {
     }
 
     /// The next sequence number (0 after a wrap of the 64-bit counter: the caller checks
-    /// the end of the space), or why none may be used. Two relaxed atomics; no lock.
+    /// the end of the space), or why none may be used. Two atomics; no lock.
+    ///
+    /// The limit is read before the number is taken: a reservation that finds another
+    /// writer's numbers on disk moves the counter past them before it publishes its new
+    /// limit ([`OutSeq::reserve`]), so a number taken before that move is checked against
+    /// the old limit and refused, never against the new one.
     pub(crate) fn next(&self) -> Result<u64, NoSeq> {
-        let n = self.seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
         let limit = self.limit.load(Ordering::Acquire);
+        let n = self.seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
         if n > limit {
             self.persister.wake();
             return Err(NoSeq::Unreserved);
@@ -161,8 +173,9 @@ impl OutSeq {
     }
 
     /// Starts keeping the reservation ahead: reserves the first range now (so the first
-    /// packet finds numbers) and hands the SA to the background thread. Called when a
-    /// service is built, never while a configuration is only checked.
+    /// packet finds numbers) and hands the SA to the background thread. Called by the
+    /// daemon's start of the service's state ([`relay_core::Start`]), never by `build`,
+    /// `relayd check` or `relayd replay`. Again on a kept SA (a reload): nothing.
     pub(crate) fn activate(self: &Arc<Self>) {
         if self.file.is_none() || self.active.swap(true, Ordering::AcqRel) {
             return;
@@ -173,16 +186,27 @@ impl OutSeq {
     }
 
     /// Writes the next reservation and, once it is on disk, lets the queue threads use it.
+    /// Above what this counter used and reserved and above what the file holds, under the
+    /// state directory's lock ([`SaFile::reserve_above`]): if another writer of the SA (a
+    /// second process on the same state directory) reserved numbers since this one's last
+    /// write, the counter skips them before the new limit is published.
     fn reserve(&self, now: Instant) {
         let Some(file) = &self.file else { return };
         let mut failed = lock(&self.writing);
-        let base = self
-            .seq
-            .load(Ordering::Relaxed)
-            .max(self.limit.load(Ordering::Relaxed));
-        let new = base.saturating_add(self.reserve);
-        match file.store(new) {
-            Ok(()) => {
+        let limit = self.limit.load(Ordering::Acquire);
+        let floor = self.seq.load(Ordering::Acquire).max(limit);
+        match file.reserve_above(floor, self.reserve) {
+            Ok((held, new)) => {
+                if let Some(theirs) = held.filter(|&h| h > limit) {
+                    // (limit, theirs] are another writer's: never hand them out.
+                    self.seq.fetch_max(theirs, Ordering::AcqRel);
+                    tracing::warn!(
+                        file = %file.path().display(),
+                        "ESP sequence state: another process reserved numbers of this SA (up \
+                         to {theirs}); they are skipped. Two relayd sending with one key is a \
+                         configuration error"
+                    );
+                }
                 self.limit.store(new, Ordering::Release);
                 *failed = None;
             }
@@ -518,5 +542,132 @@ mod tests {
         let mut e = Arc::into_inner(e).unwrap();
         e.finish(2000);
         assert_eq!(file().load(), Ok(Some(2000)));
+    }
+
+    /// Takes `n` numbers from `s` (activated here), extending its reservation itself when
+    /// it runs out (as well as its thread): the numbers it handed out.
+    fn take(s: &Arc<OutSeq>, n: usize) -> Vec<u64> {
+        s.activate();
+        let mut got = Vec::with_capacity(n);
+        while got.len() < n {
+            match s.next() {
+                Ok(x) => got.push(x),
+                Err(NoSeq::Unreserved) => s.tick(Instant::now()),
+            }
+        }
+        got
+    }
+
+    /// No number is handed out twice, and every one is at or below the file's value.
+    fn assert_disjoint(all: &[Vec<u64>], on_disk: u64) {
+        let mut seen = std::collections::HashSet::new();
+        for (i, got) in all.iter().enumerate() {
+            for &x in got {
+                assert!(seen.insert(x), "writer {i}: {x} was handed out twice");
+                assert!(x <= on_disk, "writer {i}: {x} above the file's {on_disk}");
+            }
+        }
+    }
+
+    /// Two writers of one SA (a daemon, and a second process on the same state directory
+    /// that read the file at the same time) reserving at once: each reservation goes above
+    /// what the file holds, and the counter skips the other's, so they never hand out the
+    /// same number.
+    #[test]
+    fn two_writers_of_one_sa_never_hand_out_the_same_number() {
+        let dir = test_key_dir("durable-two");
+        let file = || SaFile::new(&dir, Dir::Out, 0x1001, fingerprint(b"k"));
+        // Both read the file (nothing yet) before either reserves.
+        let writers: Vec<Arc<OutSeq>> = (0..2)
+            .map(|_| {
+                Arc::new(OutSeq::durable(
+                    file(),
+                    0,
+                    16,
+                    Arc::new(Persister::default()),
+                ))
+            })
+            .collect();
+        let all: Vec<Vec<u64>> = writers
+            .iter()
+            .map(|s| {
+                let s = s.clone();
+                std::thread::spawn(move || take(&s, 800))
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .collect();
+        assert_disjoint(&all, file().load().unwrap().unwrap());
+    }
+
+    /// The environment variable that makes the test below a writer (its child process).
+    const WRITER: &str = "RELAYD_TEST_ESP_WRITER";
+
+    /// A child writer: reads the SA's file, says it is ready, waits for the word, takes
+    /// numbers, writes them out.
+    fn writer(spec: &str) {
+        let (dir, i) = spec.rsplit_once('|').unwrap();
+        let dir = std::path::Path::new(dir);
+        let file = SaFile::new(dir, Dir::Out, 0x1001, fingerprint(b"k"));
+        let reserved = file.load().unwrap().unwrap_or(0);
+        let s = Arc::new(OutSeq::durable(
+            file,
+            reserved,
+            16,
+            Arc::new(Persister::default()),
+        ));
+        std::fs::write(dir.join(format!("ready-{i}")), "").unwrap();
+        while !dir.join("go").exists() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let got: Vec<String> = take(&s, 800).iter().map(u64::to_string).collect();
+        std::fs::write(dir.join(format!("out-{i}")), got.join("\n")).unwrap();
+    }
+
+    /// Two processes on one state directory (a running relayd, and a second one started on
+    /// the same configuration) reserving at once never hand out the same number: the
+    /// state directory's lock makes each read-modify-write of the file atomic.
+    #[test]
+    fn two_processes_reserving_at_once_never_overlap() {
+        if let Ok(spec) = std::env::var(WRITER) {
+            return writer(&spec);
+        }
+        let dir = test_key_dir("durable-procs");
+        let me = "durable::tests::two_processes_reserving_at_once_never_overlap";
+        let children: Vec<std::process::Child> = (0..2)
+            .map(|i| {
+                std::process::Command::new(std::env::current_exe().unwrap())
+                    .args(["--exact", me, "--test-threads=1", "--quiet"])
+                    .env(WRITER, format!("{}|{i}", dir.display()))
+                    .stdout(std::process::Stdio::null())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !(0..2).all(|i| dir.join(format!("ready-{i}")).exists()) {
+            assert!(Instant::now() < deadline, "the writers never got ready");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::fs::write(dir.join("go"), "").unwrap();
+        for mut c in children {
+            assert!(c.wait().unwrap().success());
+        }
+        let all: Vec<Vec<u64>> = (0..2)
+            .map(|i| {
+                std::fs::read_to_string(dir.join(format!("out-{i}")))
+                    .unwrap()
+                    .lines()
+                    .map(|l| l.parse().unwrap())
+                    .collect()
+            })
+            .collect();
+        assert!(all.iter().all(|a| a.len() == 800));
+        let on_disk = SaFile::new(&dir, Dir::Out, 0x1001, fingerprint(b"k"))
+            .load()
+            .unwrap()
+            .unwrap();
+        assert_disjoint(&all, on_disk);
     }
 }

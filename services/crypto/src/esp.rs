@@ -13,6 +13,14 @@
 //! tunnel, or the reverse) cannot hand its result back by verdict: `encrypt` emits the ESP
 //! packet, and `decrypt` forwards the inner packet, into the queue's outbox
 //! ([`Context::emit`]), which the datapath sends, and they drop the queued original.
+//!
+//! A manual SA's state on disk (the sequence reservation, the window's edge) is started by
+//! the daemon that runs the service ([`relay_core::Start`] in the manifest) and handed to
+//! `build` in its [`relay_core::Resources`]; `build` itself does no I/O. Built without it
+//! (`relayd replay`, a benchmark, a fuzzer) a service runs detached: `encrypt` counts from
+//! 1 in memory under a key derived from the SA's ([`detached_key`]), so that nothing it
+//! makes reuses a sequence number (a GCM nonce) of the live SA under the live key, and
+//! `decrypt` keeps its windows in memory, starting empty; nothing is written.
 
 use crate::durable::Persister;
 use crate::keys::Cipher;
@@ -189,6 +197,33 @@ fn check_spi(spi: u32) -> Result<(), String> {
     }
 }
 
+/// The key a detached SA ([`crate::esp`]) seals with: derived from the SA's, never equal
+/// to it, so that its sequence numbers, which no reservation covers, are never the live
+/// SA's nonces under the live key.
+pub(crate) fn detached_key(cipher: Cipher, key: &[u8]) -> Vec<u8> {
+    use sha2::{Digest, Sha256};
+    let mut out = Vec::with_capacity(cipher.key_len() + 32);
+    let mut block = 0u8;
+    while out.len() < cipher.key_len() {
+        let mut h = Sha256::new();
+        h.update(b"relayd detached ESP SA (replay, tests): never on the wire");
+        h.update([block]);
+        h.update(key);
+        out.extend_from_slice(&h.finalize());
+        block = block.wrapping_add(1);
+    }
+    out.truncate(cipher.key_len());
+    out
+}
+
+/// What the daemon's start of an `encrypt` service's manual SA hands its `build`: the SA,
+/// its first reservation on disk and the state thread keeping the next ones ahead.
+pub(crate) struct OutStarted(pub(crate) Arc<Outbound>);
+
+/// What the daemon's start of a `decrypt` service's manual SAs hands its `build`: their
+/// edges written and kept by the state thread.
+pub(crate) struct InStarted;
+
 /// The live SAs of both directions, kept by the daemon from one configuration to the
 /// next ([`Kept`]): an SA the new configuration keeps keeps its state, and is never read
 /// again from its file while it lives.
@@ -197,4 +232,10 @@ pub(crate) struct SaStates {
     outbound: Registry<Outbound>,
     inbound: Registry<Inbound>,
     persister: Arc<Persister>,
+}
+
+/// Whether the state thread of the SAs kept in `kept` runs (tests: only a start runs it).
+#[cfg(test)]
+pub(crate) fn state_thread_started(kept: &relay_core::Kept) -> bool {
+    kept.get_or_default::<SaStates>().persister.started()
 }

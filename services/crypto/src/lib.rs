@@ -29,6 +29,7 @@ mod tests {
     mod local_delivery;
     mod natt;
     mod restart;
+    mod started;
 
     use super::*;
     use relay_core::wire::esp::HEADER_LEN as ESP_LEN;
@@ -37,6 +38,7 @@ mod tests {
         UdpPacket, UdpRepr, checksum, ipv4, udp,
     };
     use relay_core::{Action, Context, Counters, Packet, Service, ServiceConfig};
+    use started::BuildStarted;
     use std::net::Ipv4Addr;
     use std::os::unix::fs::PermissionsExt;
     use std::time::Instant;
@@ -142,12 +144,8 @@ mod tests {
         d.sa[0].peer = e.local.map(|a| a.to_string().parse().unwrap());
         let (ec, dc) = (Counters::new(), Counters::new());
         (
-            e.into_factory_kept("e", kept)
-                .unwrap()
-                .build(&ec, &relay_core::Resources::new()),
-            d.into_factory_kept("d", kept)
-                .unwrap()
-                .build(&dc, &relay_core::Resources::new()),
+            e.into_factory_kept("e", kept).unwrap().build_started(&ec),
+            d.into_factory_kept("d", kept).unwrap().build_started(&dc),
             ec,
             dc,
         )
@@ -361,37 +359,6 @@ mod tests {
                 .unwrap()
                 .message()
                 .contains("takes 36")
-        );
-    }
-
-    /// What a reload does: the daemon's [`relay_core::Kept`] carries the SA over, so the
-    /// sequence counter goes on; a fresh one (another daemon) starts again at 1.
-    #[test]
-    fn a_kept_sa_keeps_its_sequence_across_a_reload() {
-        let cipher = Cipher::Aes128Gcm;
-        let k = key_file("reload", cipher);
-        let seq_of = |enc: &mut Box<dyn Service>| {
-            let mut p = Packet::from_bytes(&udp_packet(10));
-            enc.process(&mut p, &mut cx());
-            u32::from_be_bytes(p.data()[24..28].try_into().unwrap())
-        };
-        let kept = relay_core::Kept::new();
-        let build = |kept: &relay_core::Kept| {
-            enc_config(cipher, k.clone())
-                .into_factory_kept("e", kept)
-                .unwrap()
-                .build(&Counters::new(), &relay_core::Resources::new())
-        };
-        let mut first = build(&kept);
-        assert_eq!((seq_of(&mut first), seq_of(&mut first)), (1, 2));
-        let mut reloaded = build(&kept);
-        assert_eq!(seq_of(&mut reloaded), 3, "the same SA goes on");
-        // Another daemon (a restart) resumes after the reservation on disk, never at 1.
-        let mut fresh = build(&relay_core::Kept::new());
-        assert_eq!(
-            seq_of(&mut fresh),
-            65537,
-            "a restart resumes after the reservation"
         );
     }
 
@@ -679,10 +646,7 @@ mod tests {
         let mut transport_sa = dec_config(cipher, k2.clone(), false);
         transport_sa.sa[0].peer = Some("10.0.1.0/24".parse().unwrap());
         let dc2 = Counters::new();
-        let mut dec_t = transport_sa
-            .into_factory("d")
-            .unwrap()
-            .build(&dc2, &relay_core::Resources::new());
+        let mut dec_t = transport_sa.into_factory("d").unwrap().build_started(&dc2);
         let mut p = Packet::from_bytes(&udp_packet(10));
         assert_eq!(enc_t.process(&mut p, &mut cx()), Action::Continue);
         assert_eq!(dec_t.process(&mut p, &mut cx()), Action::Drop);
@@ -699,10 +663,7 @@ mod tests {
         tunnel_sa.sa[0].mode = EspMode::Tunnel;
         tunnel_sa.sa[0].peer = Some("10.0.1.1".parse().unwrap());
         let dc3 = Counters::new();
-        let mut dec_p = tunnel_sa
-            .into_factory("d")
-            .unwrap()
-            .build(&dc3, &relay_core::Resources::new());
+        let mut dec_p = tunnel_sa.into_factory("d").unwrap().build_started(&dc3);
         let mut p = Packet::from_bytes(&udp_packet(10));
         assert_eq!(enc_p.process(&mut p, &mut cx()), Action::Continue);
         assert_eq!(dec_p.process(&mut p, &mut cx()), Action::Drop);

@@ -12,6 +12,9 @@
 //!   is relied on: a missing or unreadable file of an SA in the ledger is an error (rotate
 //!   the key), a key never seen is a new SA starting at 1. A state directory wiped entirely
 //!   looks like a fresh install: that is the one case nothing here can detect.
+//! - Every write holds an exclusive `flock` on the directory's `esp.lock`, and an outbound
+//!   reservation goes above what the file holds ([`SaFile::reserve_above`]): a second
+//!   process on the same directory never reserves the numbers the first one uses.
 
 use crate::keys::{KeyFileError, secure_dir};
 use sha2::{Digest, Sha256};
@@ -93,6 +96,9 @@ pub(crate) struct SaFile {
 /// One state file write at a time in this process, so that a conditional write
 /// ([`SaFile::store_if`]) sees no other write between its read and its own.
 static FILES: Mutex<()> = Mutex::new(());
+
+/// The lock file in a state directory that every state file write holds (flock).
+const LOCK_FILE: &str = "esp.lock";
 
 /// Only one ledger update at a time in this process (the ledger is rewritten whole).
 static LEDGER: Mutex<()> = Mutex::new(());
@@ -286,21 +292,43 @@ impl SaFile {
     /// 0700) if it is missing.
     pub(crate) fn store(&self, value: u64) -> std::io::Result<()> {
         let _files = FILES.lock().unwrap_or_else(|e| e.into_inner());
+        let _dir = self.lock_dir()?;
         self.store_locked(value)
     }
 
     /// Records `value` only if the file still holds `expected` (this SA's own last
     /// write): a stopping SA must not roll back a reservation a newer instance of the same
-    /// SA (a reload that removed it and one that brought it back) has made since.
+    /// SA (a reload that removed it and one that brought it back, or another process) has
+    /// made since.
     pub(crate) fn store_if(&self, expected: u64, value: u64) -> std::io::Result<()> {
         let _files = FILES.lock().unwrap_or_else(|e| e.into_inner());
+        let _dir = self.lock_dir()?;
         match std::fs::read_to_string(self.path()) {
             Ok(text) if self.parse(&text) == Ok(expected) => self.store_locked(value),
             _ => Ok(()),
         }
     }
 
-    fn store_locked(&self, value: u64) -> std::io::Result<()> {
+    /// Reserves the next `by` numbers above both `floor` (what this process used or
+    /// reserved) and what the file holds, under the state directory's lock: two writers of
+    /// one SA (a second process on the same state directory) never reserve the same
+    /// numbers, whatever each one has in memory. Returns what the file held (`None`:
+    /// missing or unreadable) and the new reservation, on disk when this returns.
+    pub(crate) fn reserve_above(&self, floor: u64, by: u64) -> std::io::Result<(Option<u64>, u64)> {
+        let _files = FILES.lock().unwrap_or_else(|e| e.into_inner());
+        let _dir = self.lock_dir()?;
+        let held = std::fs::read_to_string(self.path())
+            .ok()
+            .and_then(|t| self.parse(&t).ok());
+        let new = held.unwrap_or(0).max(floor).saturating_add(by);
+        self.store_locked(new)?;
+        Ok((held, new))
+    }
+
+    /// The state directory's lock (`esp.lock`, flock'ed exclusively until the file is
+    /// dropped), creating the directory (mode 0700) if it is missing. Every state file
+    /// write holds it: across processes, a read-modify-write of a state file is atomic.
+    fn lock_dir(&self) -> std::io::Result<std::fs::File> {
         if !self.dir.exists() {
             std::fs::DirBuilder::new()
                 .recursive(true)
@@ -312,6 +340,30 @@ impl SaFile {
                 std::fs::File::open(parent)?.sync_all()?;
             }
         }
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            // Never through a link planted under its name.
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(self.dir.join(LOCK_FILE))?;
+        use std::os::fd::AsRawFd as _;
+        loop {
+            // SAFETY: flock on a descriptor this function owns; no memory is passed.
+            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
+                return Ok(f);
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+
+    /// [`store`](Self::store) with both locks held (the directory exists).
+    fn store_locked(&self, value: u64) -> std::io::Result<()> {
         let path = self.path();
         write_atomic(&self.dir, &path, self.text(value).as_bytes())?;
         let line = format!("{} {:08x} {}", self.way.word(), self.spi, self.fp);

@@ -68,10 +68,12 @@ fn rules(n: usize) -> (String, Vec<Vec<u8>>) {
     (text, pats)
 }
 
-/// A detector over `set`, with or without the flow table.
+/// A detector over `set`, with or without the flow table; offload votes on with
+/// `IDS_BENCH_OFFLOAD=1` (the service's default), to measure their per-packet cost.
 fn detector(set: &Arc<RuleSet>, flows: bool) -> Detector {
     let mut opts = DetectorOptions::default();
     opts.flow_tracking = flows;
+    opts.offload.enabled = std::env::var_os("IDS_BENCH_OFFLOAD").is_some_and(|v| v == "1");
     Detector::with_options(set.clone(), &Counters::new(), None, opts)
 }
 

@@ -321,7 +321,6 @@ impl<T> Flow<T> {
     }
 
     /// The reassembled stream of direction `dir` (`None` unless TCP and reassembled).
-    #[cfg(test)]
     pub(crate) fn stream(&self, dir: Dir) -> Option<&Stream> {
         self.tcp.as_ref().and_then(|t| t.stream(dir))
     }

@@ -22,12 +22,13 @@ mod service;
 #[cfg(test)]
 mod testutil;
 
-pub use engine::ExceptionPolicy;
 pub use engine::{
     DEFAULT_STREAM_LOOKBACK, Detector, DetectorOptions, INSPECT_BUDGET, LoadError, LoadOptions,
     MAX_ALERTS_PER_PACKET, Outcome, RuleSet,
 };
+pub use engine::{ExceptionPolicy, OffloadOptions};
 pub use eve::{AlertEvent, EveWriter, flow_id, format_line, timestamp};
 pub use rules::parse::RuleError;
 pub use rules::rule::{Rule, RuleAction, RuleProto};
-pub use service::IdsConfig;
+pub use rules::vars::SURICATA_VARS;
+pub use service::{EncryptionHandling, IdsConfig};

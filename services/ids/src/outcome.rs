@@ -17,6 +17,13 @@ pub enum Outcome {
     Reject,
 }
 
+impl Outcome {
+    /// True if the packet does not go through (`Drop`, `Reject`).
+    pub(crate) fn blocks(self) -> bool {
+        matches!(self, Outcome::Drop | Outcome::Reject)
+    }
+}
+
 /// The strictness of an outcome: the outer packet gets the strictest of its layers'.
 fn rank(o: Outcome) -> u8 {
     match o {

@@ -2,7 +2,9 @@
 //! the queue threads, and a manifest asking relayd for the EVE log) and the per-packet call.
 
 use crate::applayer::http::{DecodeOptions, HttpLimits};
-use crate::engine::{Detector, DetectorOptions, ExceptionPolicy, LoadOptions, Outcome, RuleSet};
+use crate::engine::{
+    Detector, DetectorOptions, ExceptionPolicy, LoadOptions, OffloadOptions, Outcome, RuleSet,
+};
 use crate::eve::EveWriter;
 use crate::flow::FlowLimits;
 use crate::flow::stream::StreamLimits;
@@ -197,6 +199,30 @@ pub struct IdsConfig {
     /// in IPS and IDS mode).
     #[serde(default)]
     pub exception_policy: ExceptionPolicy,
+    /// Vote to offload flows whose later packets no rule could still match (default true;
+    /// only a queue with `offload = true` acts on votes). See docs/ids.md, "Offload".
+    #[serde(default = "default_true")]
+    pub offload: bool,
+    /// TLS after the handshake: `full` (default: inspected as any stream) or `bypass`
+    /// (offloaded once encrypted both ways, unless a rule reads it), as Suricata's
+    /// `app-layer.protocols.tls.encryption-handling`.
+    #[serde(default)]
+    pub tls_encryption_handling: EncryptionHandling,
+}
+
+/// What happens to TLS flows after their handshake (`tls_encryption_handling`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EncryptionHandling {
+    /// Keep inspecting the encrypted records as stream and packets (relayd's behaviour).
+    #[default]
+    Full,
+    /// Offload the flow once both directions are encrypted, if no rule reads it later.
+    Bypass,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 fn default_frag_policy() -> PolicySpec {
@@ -339,6 +365,10 @@ impl IdsConfig {
             },
             app_memcap: self.app_memcap,
             exception_policy: self.exception_policy,
+            offload: OffloadOptions {
+                enabled: self.offload,
+                encrypted: self.tls_encryption_handling == EncryptionHandling::Bypass,
+            },
             ..DetectorOptions::default()
         }
     }
@@ -457,6 +487,7 @@ impl ServiceConfig for IdsConfig {
             emits: true,
             mark_bits: self.reject_mark.unwrap_or(0),
             conntrack: set.reads_flow_state(),
+            offloads: self.offload,
             logs,
             ..Manifest::new()
         };
@@ -526,7 +557,12 @@ impl Service for Ids {
                 self.rejecter.reject(pkt, cx);
                 Action::Drop
             }
-            _ => Action::Continue,
+            _ => {
+                if let Some(v) = self.det.offload() {
+                    cx.offload(v);
+                }
+                Action::Continue
+            }
         }
     }
 }

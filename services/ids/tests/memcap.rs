@@ -12,12 +12,23 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn detector_with(rules: &str, cap: usize, policy: ExceptionPolicy) -> (Detector, Counters) {
+    detector_voting(rules, cap, policy, false)
+}
+
+/// [`detector_with`], with offload votes on or off.
+fn detector_voting(
+    rules: &str,
+    cap: usize,
+    policy: ExceptionPolicy,
+    votes: bool,
+) -> (Detector, Counters) {
     let set = RuleSet::parse_str(rules, "test.rules", &vars()).unwrap();
     assert!(set.errors().is_empty(), "{:?}", set.errors());
     let counters = Counters::new();
     let mut opts = DetectorOptions::default();
     opts.app_memcap = cap;
     opts.exception_policy = policy;
+    opts.offload.enabled = votes;
     (
         Detector::with_options(Arc::new(set), &counters, None, opts),
         counters,
@@ -104,7 +115,16 @@ fn many_flows_holding_big_bodies_stop_at_the_cap_and_the_hit_flows_are_dropped()
 /// Fills the cap with one flow's body, then sends a second flow over it; returns the
 /// second flow's outcomes and the detector.
 fn overflow(policy: ExceptionPolicy, rules: &str) -> (Detector, Counters, Conv, Vec<Outcome>) {
-    let (mut d, c) = detector_with(rules, 250 << 10, policy);
+    overflow_voting(policy, rules, false)
+}
+
+/// [`overflow`], with offload votes on or off.
+fn overflow_voting(
+    policy: ExceptionPolicy,
+    rules: &str,
+    votes: bool,
+) -> (Detector, Counters, Conv, Vec<Outcome>) {
+    let (mut d, c) = detector_voting(rules, 250 << 10, policy, votes);
     let now = Instant::now();
     let mut first = open(&mut d, 20_000, now);
     send(&mut d, &mut first, &post(200 << 10), now);
@@ -143,6 +163,23 @@ fn pass_flow_and_bypass_let_the_hit_flow_go_uninspected() {
             Outcome::Pass,
             "{name}"
         );
+    }
+}
+
+/// A flow the exception policy passes votes to offload: `bypass` says so, `pass-flow` is a
+/// pass; `drop-flow` and `ignore` never vote.
+#[test]
+fn a_flow_the_exception_policy_passes_votes_to_offload() {
+    use relay_core::{Offload, OffloadReason};
+    for (policy, want) in [
+        (ExceptionPolicy::PassFlow, Some(OffloadReason::Pass)),
+        (ExceptionPolicy::Bypass, Some(OffloadReason::Bypass)),
+        (ExceptionPolicy::DropFlow, None),
+        (ExceptionPolicy::Ignore, None),
+    ] {
+        let (mut d, _, mut conv, _) = overflow_voting(policy, RULES_DROP, true);
+        d.inspect(&mut conv.data(true, b"more"), Instant::now());
+        assert_eq!(d.offload(), want.map(Offload::both), "{}", policy.name());
     }
 }
 

@@ -35,8 +35,8 @@ pub use relay_core::Prefix;
 
 use relay_core::wire::{proto, tcp};
 use relay_core::{
-    Action, Context, Counter, Counters, Manifest, Packet, ProxyDiversion, Resources, Service,
-    ServiceConfig, ServiceFactory,
+    Action, Context, Counter, Counters, Manifest, Offload, OffloadReason, Packet, ProxyDiversion,
+    Resources, Service, ServiceConfig, ServiceFactory,
 };
 use relay_core::{manifest::HEADER_BYTES, units::de_u32};
 use relay_netlink::QueueMonitor;
@@ -140,6 +140,8 @@ impl TcpSplitConfig {
             }),
             // The adaptive policy reads the egress queue.
             queue_monitor: adaptive.is_some(),
+            // Connections it leaves alone are decided for good at their SYN.
+            offloads: true,
             ..Manifest::new()
         };
         Ok(Factory {
@@ -264,6 +266,9 @@ struct TcpSplit {
 enum Outcome<'a> {
     Split(&'a Counter),
     Pass(&'a Counter),
+    /// Not a SYN of a new connection: its connection was decided at its SYN, which this
+    /// packet cannot tell (so it casts no offload vote).
+    NotSyn(&'a Counter),
 }
 
 impl TcpSplit {
@@ -276,10 +281,10 @@ impl TcpSplit {
             return Outcome::Pass(&n.passed_not_tcp);
         }
         let Some(t) = pkt.tcp() else {
-            return Outcome::Pass(&n.passed_not_syn); // a later fragment
+            return Outcome::NotSyn(&n.passed_not_syn); // a later fragment
         };
         if t.flags() & (tcp::flags::SYN | tcp::flags::ACK) != tcp::flags::SYN {
-            return Outcome::Pass(&n.passed_not_syn);
+            return Outcome::NotSyn(&n.passed_not_syn);
         }
         let port = t.dst_port();
         if !self.policy.ports.is_empty() && !self.policy.ports.contains(&port) {
@@ -320,7 +325,7 @@ impl TcpSplit {
 }
 
 impl Service for TcpSplit {
-    fn process(&mut self, pkt: &mut Packet, _cx: &mut Context) -> Action {
+    fn process(&mut self, pkt: &mut Packet, cx: &mut Context) -> Action {
         match self.decide(pkt) {
             Outcome::Split(reason) => {
                 reason.inc();
@@ -332,6 +337,12 @@ impl Service for TcpSplit {
                 pkt.set_mark(mark);
             }
             Outcome::Pass(reason) => {
+                reason.inc();
+                self.n.passed.inc();
+                // A connection (or a non-TCP flow) it leaves alone: never split later.
+                cx.offload(Offload::both(OffloadReason::Decided));
+            }
+            Outcome::NotSyn(reason) => {
                 reason.inc();
                 self.n.passed.inc();
             }
@@ -557,5 +568,35 @@ mark = 0x4",
         )
         .unwrap();
         assert!(ok.factory().is_ok());
+    }
+
+    /// A connection it leaves alone is decided at its SYN: the vote is Decided, both ways;
+    /// a split one, and packets after the SYN (whose connection it cannot tell), get none.
+    #[test]
+    fn votes_to_offload_only_the_connections_it_leaves_alone() {
+        let (mut s, _) = build("ports = [80]", None);
+        assert!(s_manifest_offloads("ports = [80]"));
+        let vote = |s: &mut Box<dyn Service>, bytes: &[u8]| {
+            let mut p = Packet::from_bytes(bytes);
+            let mut cx = Context::new(0, Instant::now());
+            s.process(&mut p, &mut cx);
+            cx.offload_vote()
+        };
+        let decided = Some(Offload::both(OffloadReason::Decided));
+        assert_eq!(vote(&mut s, &tcp4([192, 0, 2, 1], 22, SYN)), decided);
+        assert_eq!(vote(&mut s, &tcp4([192, 0, 2, 1], 80, SYN)), None);
+        assert_eq!(
+            vote(&mut s, &tcp4([192, 0, 2, 1], 22, tcp::flags::ACK)),
+            None
+        );
+        assert_eq!(
+            vote(&mut s, &tcp4([192, 0, 2, 1], 80, tcp::flags::ACK)),
+            None
+        );
+    }
+
+    fn s_manifest_offloads(text: &str) -> bool {
+        let cfg: TcpSplitConfig = toml::from_str(text).unwrap();
+        cfg.factory().unwrap().manifest().offloads
     }
 }

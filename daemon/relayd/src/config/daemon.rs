@@ -36,7 +36,14 @@ pub struct DaemonConfig {
     /// The group that owns the status socket (`daemon.socket_group`), whose members may
     /// query and command relayd: mode 0660 then, else 0600.
     pub socket_group: Option<u32>,
+    /// The conntrack mark bits relayd owns for NFQUEUE flow offload
+    /// (`daemon.offload_mark`, docs/offload.md): its lowest bit marks an offloaded
+    /// original direction, the next one the reply direction, the rest hold the generation.
+    pub offload_mark: u32,
 }
+
+/// Default offload bits (`daemon.offload_mark`).
+pub const DEFAULT_OFFLOAD_MARK: u32 = 0x00ff_0000;
 
 /// `daemon.user`, resolved when the configuration is read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,6 +98,7 @@ pub(super) struct RawDaemon {
     socket_group: Option<Spanned<String>>,
     metrics: Option<Spanned<String>>,
     metrics_public: Option<bool>,
+    offload_mark: Option<Spanned<toml::Value>>,
 }
 
 /// Default status socket path.
@@ -110,12 +118,54 @@ pub(super) fn check_daemon(cx: &mut Ctx<'_>, d: RawDaemon) -> DaemonConfig {
         metrics: None,
         user: None,
         socket_group: None,
+        offload_mark: DEFAULT_OFFLOAD_MARK,
     };
     check_user_and_group(cx, &d, &mut out);
     check_metrics(cx, &d, &mut out);
     check_chain_prefix(cx, &d, &mut out);
     check_mark_bits(cx, &d, &mut out);
+    check_offload_mark(cx, &d, &mut out);
     out
+}
+
+/// `offload_mark`: at least four contiguous bits, apart from relayd's other bits.
+fn check_offload_mark(cx: &mut Ctx<'_>, d: &RawDaemon, out: &mut DaemonConfig) {
+    let span = d.offload_mark.as_ref().map(|m| m.span());
+    if let Some(m) = &d.offload_mark {
+        match parse_u32(m.get_ref()) {
+            Some(v)
+                if v.count_ones() >= 4
+                    && (v >> v.trailing_zeros()).count_ones()
+                        == 32 - v.leading_zeros() - v.trailing_zeros() =>
+            {
+                out.offload_mark = v
+            }
+            _ => {
+                cx.err(
+                    span,
+                    "daemon.offload_mark",
+                    "must be a 32-bit mask of at least four contiguous bits, e.g. \"0x00ff0000\": \
+                     two direction bits and a generation",
+                );
+                return;
+            }
+        }
+    }
+    for (other, bits) in [
+        ("daemon.bypass_mark", out.bypass_mark),
+        ("daemon.ct_mark_bits", out.ct_mark_bits.mask()),
+    ] {
+        if out.offload_mark & bits != 0 {
+            cx.err(
+                span.clone(),
+                "daemon.offload_mark",
+                format!(
+                    "{:#010x} overlaps {other} ({bits:#010x}): choose other bits",
+                    out.offload_mark
+                ),
+            );
+        }
+    }
 }
 
 /// `user` (resolved now, and not root) and `socket_group`.

@@ -12,14 +12,15 @@ mod error;
 mod ike;
 mod listener_spec;
 mod listeners;
+mod offload;
 mod queue;
 mod services;
 mod tproxy;
 mod xdp;
 
 pub use daemon::{
-    DEFAULT_CT_MARK_BITS, DEFAULT_SOCKET, DaemonConfig, DaemonUser, IptablesFlavor,
-    ct_bits_from_mask,
+    DEFAULT_CT_MARK_BITS, DEFAULT_OFFLOAD_MARK, DEFAULT_SOCKET, DaemonConfig, DaemonUser,
+    IptablesFlavor, ct_bits_from_mask,
 };
 pub use error::{ConfigError, ConfigErrors};
 pub use ike::{
@@ -27,6 +28,7 @@ pub use ike::{
     parse_time, parse_ts, read_psk,
 };
 pub use listener_spec::{ListenerKind, ListenerSpec};
+pub use offload::{offload_bits, set_generations};
 pub use queue::QueueSpec;
 pub use services::LISTENER_KINDS;
 pub use tproxy::{DEFAULT_TPROXY_RULE_PREF, DEFAULT_TPROXY_TABLE, TproxySetup};
@@ -137,11 +139,19 @@ pub fn parse(text: &str, path: &Path, registry: &Registry) -> Result<Config, Con
             &services,
             registry,
             &mut taken,
-            daemon.ct_mark_bits,
+            queue::Marks {
+                ct: daemon.ct_mark_bits,
+                offload: daemon.offload_mark,
+            },
         ) {
             queues.push(spec);
         }
     }
+    offload::check_count(
+        &mut cx,
+        queues.iter().filter(|q| q.queue.offload.is_some()).count() as u32,
+        daemon.offload_mark,
+    );
     let mut xdp = Vec::new();
     let mut interfaces = BTreeMap::new();
     for (index, x) in raw.xdp.into_iter().enumerate() {

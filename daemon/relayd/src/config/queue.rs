@@ -118,6 +118,16 @@ pub(super) struct RawQueue {
     cpu: Option<Spanned<toml::Value>>,
     #[serde(default)]
     nice: Option<Spanned<toml::Value>>,
+    #[serde(default)]
+    offload: Option<Spanned<bool>>,
+}
+
+/// The daemon's mark bits a queue entry's checks need: the conntrack mark bits and the
+/// offload bits (`daemon.ct_mark_bits`, `daemon.offload_mark`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Marks {
+    pub(super) ct: CtMarkBits,
+    pub(super) offload: u32,
 }
 
 /// The field path of key `key` of queue entry `index` (`queue[1].num`).
@@ -126,7 +136,7 @@ pub(super) fn field(index: usize, key: &str) -> String {
 }
 
 /// Checks one `[[queue]]` entry and records every error; `None` if it has any. `taken`
-/// maps the queue numbers of the entries before it to their index; `ct_bits` are the
+/// maps the queue numbers of the entries before it to their index; `marks` are the
 /// daemon's conntrack mark bits. The steps run in the order of the entry's keys, so that
 /// errors come in the order of the file.
 pub(super) fn check_queue(
@@ -136,8 +146,12 @@ pub(super) fn check_queue(
     services: &BTreeMap<String, ServiceEntry<'_>>,
     registry: &Registry,
     taken: &mut BTreeMap<u16, String>,
-    ct_bits: CtMarkBits,
+    marks: Marks,
 ) -> Option<QueueSpec> {
+    let Marks {
+        ct: ct_bits,
+        offload: offload_mark,
+    } = marks;
     let errors_before = cx.errors.len();
     let (line, _) = cx.line_col(q.num.span().start);
     let (first, last) = check_numbers(cx, &format!("queue[{index}]"), &q.num, taken);
@@ -164,6 +178,14 @@ pub(super) fn check_queue(
     let mut found = check_configs(&queue, first, threads.cpus.as_deref().unwrap_or(&[]));
     report_kernel(cx, index, &q, &chain, table, &mut found);
     report_threads(cx, index, &q, &threads, first == last, &mut found);
+    queue.offload =
+        super::offload::check_offload(cx, index, q.offload.as_ref(), &chain, table, offload_mark);
+    if queue.offload.is_some() {
+        // A one-direction offload needs the packet's conntrack direction: the mark bits
+        // tell it (this kernel sends no conntrack state with queued packets).
+        queue.conntrack = true;
+        queue.ct_mark_bits = Some(ct_bits);
+    }
     // What relayd does not set from the file (its mark bits and hold overflow are
     // valid by construction): at the entry, in relay_nfq's words.
     for e in found {

@@ -5,6 +5,8 @@
 //! Its queue numbers share one space with `[[queue]]` entries: they name the XDP queues
 //! in `relayd status` and the metrics. A service that needs netfilter (conntrack state,
 //! held verdicts, a TPROXY diversion) is refused on an XDP queue, at its name in the list.
+//! `offload = true` is refused unless every service of the chain may vote to offload
+//! ([`relay_core::Manifest::offloads`]).
 
 use super::error::Ctx;
 use super::queue::check_numbers;
@@ -12,7 +14,7 @@ use super::services::{ServiceEntry, resolve_chain};
 use crate::registry::Registry;
 use relay_core::{FailPolicy, Prefix, ServiceFactory, Verdict};
 use relay_xdp::rules::{PortValue, parse_protocol};
-use relay_xdp::{Match, Mode, PortConfig, PortRange, ZeroCopy};
+use relay_xdp::{Match, Mode, OffloadConfig, PortConfig, PortRange, ZeroCopy};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -78,7 +80,18 @@ pub(super) struct RawXdp {
     frames: Option<Spanned<u32>>,
     #[serde(default)]
     cpu: Option<Spanned<toml::Value>>,
+    #[serde(default)]
+    offload: Option<Spanned<bool>>,
+    #[serde(default)]
+    offload_idle: Option<Spanned<String>>,
+    #[serde(default)]
+    offload_flows: Option<Spanned<i64>>,
 }
+
+/// The fewest and most flow directions `offload_flows` may ask for (the map is allocated
+/// whole, 136 bytes per entry on x86-64: at most 544 MiB).
+const OFFLOAD_FLOWS: std::ops::RangeInclusive<i64> =
+    64..=relay_xdp::program::MAX_OFFLOAD_FLOWS as i64;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -278,6 +291,7 @@ pub(super) fn check_xdp(
             Vec::new()
         }),
     };
+    let offload = read_offload(cx, &owner, &x, &chain);
     if cx.errors.len() > errors_before {
         return None;
     }
@@ -296,10 +310,64 @@ pub(super) fn check_xdp(
             batch,
             frames,
             cpus,
+            offload,
         },
         services: chain,
         malformed,
     })
+}
+
+/// Reads `offload`, `offload_idle` and `offload_flows` (errors recorded in `cx`): `Some`
+/// if offload is on and every service of `chain` may vote for it.
+fn read_offload(
+    cx: &mut Ctx<'_>,
+    owner: &str,
+    x: &RawXdp,
+    chain: &[(String, Arc<dyn ServiceFactory>)],
+) -> Option<OffloadConfig> {
+    let mut cfg = OffloadConfig::default();
+    if let Some(t) = &x.offload_idle {
+        match relay_core::units::parse_duration(t.get_ref()) {
+            Ok(d) if !d.is_zero() => cfg.idle = d,
+            Ok(_) => cx.err(
+                Some(t.span()),
+                format!("{owner}.offload_idle"),
+                "must be more than 0 (at most 3600s)",
+            ),
+            Err(e) => cx.err(Some(t.span()), format!("{owner}.offload_idle"), e),
+        }
+    }
+    if let Some(n) = &x.offload_flows {
+        match u32::try_from(*n.get_ref()) {
+            Ok(v) if OFFLOAD_FLOWS.contains(n.get_ref()) => cfg.flows = v,
+            _ => cx.err(
+                Some(n.span()),
+                format!("{owner}.offload_flows"),
+                format!(
+                    "must be {}-{} (flow directions the map holds; it is allocated whole)",
+                    OFFLOAD_FLOWS.start(),
+                    OFFLOAD_FLOWS.end()
+                ),
+            ),
+        }
+    }
+    let on = x.offload.as_ref()?;
+    if !*on.get_ref() {
+        return None;
+    }
+    if let Some((name, f)) = chain.iter().find(|(_, f)| !f.manifest().offloads) {
+        cx.err(
+            Some(on.span()),
+            format!("{owner}.offload"),
+            format!(
+                "service `{name}` ({}) never offloads a flow, so the chain cannot: a flow \
+                 leaves the queue only when every service of its chain votes for it",
+                f.kind()
+            ),
+        );
+        return None;
+    }
+    Some(cfg)
 }
 
 type FieldError = (&'static str, Option<std::ops::Range<usize>>, String);
@@ -442,5 +510,56 @@ mod tests {
             7,
             "xdp[1].interface",
         );
+    }
+
+    #[test]
+    fn reads_offload_keys_with_their_defaults() {
+        let c = parsed(XDP);
+        assert_eq!(c.xdp[0].port.offload, None, "off by default");
+        let c = parsed(&format!("{XDP}offload = true\n"));
+        assert_eq!(
+            c.xdp[0].port.offload,
+            Some(relay_xdp::OffloadConfig::default())
+        );
+        let c = parsed(&format!(
+            "{XDP}offload = true\noffload_idle = \"2.5s\"\noffload_flows = 4096\n"
+        ));
+        let o = c.xdp[0].port.offload.unwrap();
+        assert_eq!(
+            (o.idle, o.flows),
+            (std::time::Duration::from_millis(2500), 4096)
+        );
+        // Sizes checked even while offload is off.
+        let c = parsed(&format!("{XDP}offload = false\noffload_flows = 1024\n"));
+        assert_eq!(c.xdp[0].port.offload, None);
+    }
+
+    #[test]
+    fn refuses_offload_on_a_chain_that_cannot_vote_and_bad_sizes() {
+        let e = first_err(
+            "[[xdp]]\nnum = 1\ninterface = \"veth0\"\nservices = [\"accept\", \"d\"]\noffload = true\n[service.d]\nkind = \"dump\"\n",
+            5,
+            "xdp[0].offload",
+        );
+        assert!(e[0].message.contains("`d` (dump)"), "{e:?}");
+        first_err(
+            &format!("{XDP}offload = true\noffload_idle = \"0s\"\n"),
+            6,
+            "xdp[0].offload_idle",
+        );
+        first_err(
+            &format!("{XDP}offload = true\noffload_idle = \"30\"\n"),
+            6,
+            "xdp[0].offload_idle",
+        );
+        for bad in ["0", "63", "4194305", "-1"] {
+            let e = first_err(
+                &format!("{XDP}offload = true\noffload_flows = {bad}\n"),
+                6,
+                "xdp[0].offload_flows",
+            );
+            assert!(e[0].message.contains("64-4194304"), "{e:?}");
+        }
+        first_err(&format!("{XDP}offload = 1\n"), 5, "offload");
     }
 }

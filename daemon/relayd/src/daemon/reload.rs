@@ -127,8 +127,12 @@ impl Daemon {
     /// Proxy listeners whose options changed, or that are gone, are handed back to the
     /// caller to drain, with those to start ([`ListenerChanges`]); unchanged ones keep
     /// running.
-    pub fn reload(&mut self, new: Config) -> anyhow::Result<ListenerChanges> {
+    pub fn reload(&mut self, mut new: Config) -> anyhow::Result<ListenerChanges> {
         self.check_reload(&new)?;
+        // Every reload starts a new offload generation: the new rules match no flow the
+        // old chains offloaded (a rule file may have changed under the same text).
+        self.epoch = self.epoch.wrapping_add(1);
+        crate::config::set_generations(&mut new, self.epoch);
         // The new services' resources (log writers; the monitor if newly needed) before
         // anything changes: if one cannot be made, nothing has.
         let res = resources::open_logs(&new)

@@ -1,9 +1,10 @@
 //! A small flow tracker that classifies packets the way conntrack does (new, established,
 //! related; original or reply direction), so that services see during replay what the
-//! kernel would have told them live.
+//! kernel would have told them live. It also keeps which directions of a flow the chain
+//! offloaded, as the conntrack mark does live (docs/offload.md).
 
-use relay_core::wire::{FiveTuple, IcmpPacket, proto};
-use relay_core::{CtInfo, CtState, Packet};
+use relay_core::wire::{FiveTuple, IcmpPacket, TcpPacket, proto, tcp};
+use relay_core::{CtInfo, CtState, OffloadScope, Packet};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -15,7 +16,14 @@ const IDLE: Duration = Duration::from_secs(600);
 struct Entry {
     replied: bool,
     last: Duration,
+    /// The offloaded directions ([`ORIGINAL`], [`REPLY`]).
+    offloaded: u8,
 }
+
+/// The flow's original direction, in [`Entry::offloaded`].
+const ORIGINAL: u8 = 1;
+/// Its reply direction.
+const REPLY: u8 = 2;
 
 /// Flows seen so far, keyed by their original direction.
 #[derive(Debug, Default)]
@@ -110,12 +118,61 @@ impl FlowTracker {
             Entry {
                 replied: false,
                 last: ts,
+                offloaded: 0,
             },
         );
         Some(CtInfo {
             state: CtState::New,
             reply: false,
         })
+    }
+
+    /// Records that the chain offloaded the flow of `tuple` (a packet's, in its own
+    /// direction) in `scope`. `None` if no tracked flow has that tuple (the datapath
+    /// counts it failed, as live); else whether a direction was newly offloaded.
+    pub fn offload(&mut self, tuple: &FiveTuple, scope: OffloadScope) -> Option<bool> {
+        let (e, dir) = match self.flows.get_mut(tuple) {
+            Some(e) => (e, ORIGINAL),
+            None => (self.flows.get_mut(&tuple.reversed())?, REPLY),
+        };
+        let bits = match scope {
+            OffloadScope::Both => ORIGINAL | REPLY,
+            OffloadScope::Direction => dir,
+        };
+        let newly = e.offloaded & bits != bits;
+        e.offloaded |= bits;
+        Some(newly)
+    }
+
+    /// Whether the packet in `data`, seen at `ts`, belongs to an offloaded direction of a
+    /// live flow: the kernel would forward it without queueing it. Its flow's idle time
+    /// starts again, as conntrack's does. A TCP segment with SYN set opens a new
+    /// connection on the tuple and ends the old one's offload.
+    pub fn offloaded(&mut self, data: &[u8], ts: Duration) -> bool {
+        let Some((key, off)) = key_of(data) else {
+            return false;
+        };
+        let syn = key.proto == proto::TCP
+            && data
+                .get(off..)
+                .and_then(|l4| TcpPacket::new_checked(l4).ok())
+                .is_some_and(|t| t.flags() & tcp::flags::SYN != 0);
+        let (e, dir) = match self.flows.get_mut(&key) {
+            Some(e) => (e, ORIGINAL),
+            None => match self.flows.get_mut(&key.reversed()) {
+                Some(e) => (e, REPLY),
+                None => return false,
+            },
+        };
+        if syn || ts.saturating_sub(e.last) >= IDLE {
+            e.offloaded = 0;
+            return false;
+        }
+        if e.offloaded & dir == 0 {
+            return false;
+        }
+        e.last = ts;
+        true
     }
 
     /// How many flows are tracked.
@@ -185,5 +242,44 @@ mod tests {
             ct(CtState::New, false)
         );
         assert_eq!(f.len(), 1);
+    }
+
+    #[test]
+    fn offloaded_directions_skip_until_idle_or_a_new_syn() {
+        let mut f = FlowTracker::default();
+        let t = Duration::from_secs(1);
+        let (a, b) = ([10, 0, 1, 1], [10, 0, 2, 2]);
+        let out = udp(a, 4000, b, 53);
+        let back = udp(b, 53, a, 4000);
+        let tuple = FiveTuple::parse(out.data()).unwrap().0;
+        assert_eq!(f.offload(&tuple, OffloadScope::Both), None, "no flow yet");
+        f.classify(&mut udp(a, 4000, b, 53), t);
+        assert!(!f.offloaded(out.data(), t));
+        // One direction: the reply is still inspected.
+        assert_eq!(f.offload(&tuple, OffloadScope::Direction), Some(true));
+        assert_eq!(f.offload(&tuple, OffloadScope::Direction), Some(false));
+        assert!(f.offloaded(out.data(), t));
+        assert!(!f.offloaded(back.data(), t));
+        // Both, asked by a reply packet.
+        let reply = FiveTuple::parse(back.data()).unwrap().0;
+        assert_eq!(f.offload(&reply, OffloadScope::Both), Some(true));
+        assert!(f.offloaded(back.data(), t));
+        // Idle past the timeout: a new flow, inspected again.
+        assert!(!f.offloaded(out.data(), t + t + IDLE));
+        assert!(!f.offloaded(back.data(), t + t + IDLE));
+        // A TCP SYN on an offloaded tuple ends the offload.
+        let mut syn = vec![0x45, 0, 0, 40, 0, 0, 0, 0, 64, 6, 0, 0];
+        syn.extend_from_slice(&a);
+        syn.extend_from_slice(&b);
+        syn.extend_from_slice(&[0x0f, 0xa0, 0, 80, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x10]);
+        syn.extend_from_slice(&[0xff, 0xff, 0, 0, 0, 0]);
+        let ack = Packet::from_bytes(&syn);
+        f.classify(&mut Packet::from_bytes(&syn), t);
+        let tcp = FiveTuple::parse(ack.data()).unwrap().0;
+        assert_eq!(f.offload(&tcp, OffloadScope::Both), Some(true));
+        assert!(f.offloaded(ack.data(), t));
+        syn[33] = 0x02;
+        assert!(!f.offloaded(&syn, t), "a SYN is a new connection");
+        assert!(!f.offloaded(ack.data(), t), "and the old offload is over");
     }
 }

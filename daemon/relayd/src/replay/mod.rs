@@ -8,10 +8,14 @@
 //! Replay is a shell around the same [`Pipeline`] the live datapaths use: a service that
 //! panics costs its packet the queue's malformed verdict, not the replay; a packet a
 //! service holds comes out when the capture's clock reaches its deadline (or at the end),
-//! with that time as its timestamp; marks and counters are composed as live.
+//! with that time as its timestamp; marks and counters are composed as live; and on a
+//! queue that offloads, the later packets of a flow the chain offloaded pass without it,
+//! as the kernel forwards them live (the flow tracker keeps the offloaded directions).
 
 mod capture;
 mod flows;
+#[cfg(test)]
+mod tests;
 
 pub use capture::{Capture, CaptureError, Record, strip_link};
 pub use flows::FlowTracker;
@@ -88,6 +92,7 @@ impl Output<'_> {
             len_out,
             emitted,
             held,
+            offloaded,
         } = l;
         let verdict = match d.verdict {
             Verdict::Accept => "accept",
@@ -104,6 +109,8 @@ impl Output<'_> {
             "len_out": len_out,
             "emitted": emitted,
             "held": held,
+            "offload": d.offload.map(|o| o.reason.as_str()),
+            "offloaded": offloaded,
             "ct": rec.ct.map(|c| format!("{:?}{}", c.state, if c.reply { " reply" } else { "" })),
         });
         writeln!(out, "{line}")?;
@@ -122,6 +129,8 @@ struct Line {
     emitted: usize,
     /// True if a service held it (it comes out at its deadline).
     held: bool,
+    /// True if its flow was offloaded: the chain did not see it, as live.
+    offloaded: bool,
 }
 
 /// The replay's clock: capture time since the first record, as the `Instant` services see.
@@ -175,6 +184,7 @@ fn release(
                 len_out: h.data.len(),
                 emitted: 0,
                 held: true,
+                offloaded: false,
             };
             out.line(&h.handle, line)?;
         }
@@ -234,9 +244,13 @@ pub fn run(cfg: &Config, opts: &ReplayOptions, out: &mut dyn Write) -> anyhow::R
     };
     // The queue's hold limits, as live; every held packet is copied (nothing else keeps
     // it). Replayed packets carry no mark: the flow tracker tells their conntrack state.
+    // A queue that offloads: the chain's offloads are carried out by the flow tracker
+    // (later packets of an offloaded flow pass without the chain, as the kernel forwards
+    // them live).
     let settings = Settings {
         hold: spec.queue.hold,
         held_bytes: HeldBytes::All,
+        offload: spec.queue.offload.is_some(),
         ..Settings::new(num)
     };
     let mut r = Replay {
@@ -244,6 +258,7 @@ pub fn run(cfg: &Config, opts: &ReplayOptions, out: &mut dyn Write) -> anyhow::R
         flows: FlowTracker::default(),
         buf: Vec::new(),
         hook: spec.hook,
+        counters: q.clone(),
     };
     let (mut non_ip, mut unreadable) = (0u64, 0u64);
     let pcap_name = opts.pcap.display().to_string();
@@ -311,6 +326,8 @@ struct Replay {
     buf: Vec<u8>,
     /// The queue's hook, which services see in the packet's metadata.
     hook: relay_core::Hook,
+    /// The queue's counters (the pipeline's), for what the replay counts itself.
+    counters: relay_core::QueueCounters,
 }
 
 impl Replay {
@@ -323,6 +340,9 @@ impl Replay {
         now: Instant,
         out: &mut Output<'_>,
     ) -> anyhow::Result<()> {
+        if self.pipeline.settings().offload && self.flows.offloaded(ip, rec.ts) {
+            return self.skip(rec, ip, out);
+        }
         let meta = PacketMeta {
             id: rec.number as u32,
             queue: self.pipeline.settings().num,
@@ -350,6 +370,7 @@ impl Replay {
             ct,
         };
         let outcome = self.pipeline.process(now, meta, buf, HEADROOM, end, r);
+        self.carry_out_offloads();
         let Outcome::Now {
             decision,
             start,
@@ -380,8 +401,46 @@ impl Replay {
             len_out,
             emitted,
             held: false,
+            offloaded: false,
         };
         out.line(&r, line)
+    }
+
+    /// Writes a packet of an offloaded flow as it came, without the chain, and counts it
+    /// as skipping the queue.
+    fn skip(&mut self, rec: &Record, ip: &[u8], out: &mut Output<'_>) -> anyhow::Result<()> {
+        let o = &self.counters.offload;
+        o.skipped_packets.inc();
+        o.skipped_bytes.add(ip.len() as u64);
+        out.packet(rec.ts, ip, rec.number)?;
+        let r = Rec {
+            number: rec.number,
+            len_in: ip.len(),
+            ct: None,
+        };
+        let line = Line {
+            ts: rec.ts,
+            decision: Decision::ACCEPT,
+            modified: false,
+            len_out: ip.len(),
+            emitted: 0,
+            held: false,
+            offloaded: true,
+        };
+        out.line(&r, line)
+    }
+
+    /// Records the flows the chain offloaded in the tracker, counted as live: a flow newly
+    /// offloaded by its reason, one the tracker does not know as failed.
+    fn carry_out_offloads(&mut self) {
+        let o = &self.counters.offload;
+        for req in self.pipeline.take_offloads() {
+            match self.flows.offload(&req.tuple, req.offload.scope) {
+                Some(true) => o.offloaded(req.offload.reason),
+                Some(false) => {}
+                None => o.failed.inc(),
+            }
+        }
     }
 }
 

@@ -109,6 +109,7 @@ fn a_queue_lists_its_services_by_the_configuration_name() {
         batches: 0,
         kernel: None,
         datapath: Default::default(),
+        offload: None,
     });
     let json: serde_json::Value = serde_json::to_value(&st).unwrap();
     assert_eq!(
@@ -273,4 +274,63 @@ fn read_request_stops_at_newline_eof_or_limit() {
         Request::Line(b"0123456789abcde".to_vec())
     );
     assert_eq!(read(b"x\n", 0), Request::TooLong);
+}
+
+/// A queue that offloaded shows an offload line; one that did not shows none.
+#[test]
+fn offload_counters_have_their_own_table() {
+    let mut st = sample(0);
+    assert!(!st.render().contains("offloaded"), "{}", st.render());
+    let c = relay_core::QueueCounters::default();
+    assert_eq!(crate::status::OffloadStatus::of(&c.offload), None);
+    c.offload.offloaded(relay_core::OffloadReason::Decided);
+    c.offload.offloaded(relay_core::OffloadReason::StreamDepth);
+    c.offload.failed.inc();
+    c.offload.skipped_packets.set(1234);
+    let o = crate::status::OffloadStatus::of(&c.offload).expect("counted");
+    assert_eq!(o.total(), 2);
+    st.queues.push(QueueStatus {
+        num: 0,
+        hook: "forward".into(),
+        table: "mangle".into(),
+        services: vec!["accept".into()],
+        fail_open: true,
+        gso: true,
+        copy_range: 128,
+        packets: 9,
+        accepted: 9,
+        dropped: 0,
+        modified: 0,
+        repeated: 0,
+        malformed: 0,
+        errors: 0,
+        enobufs: 0,
+        batches: 3,
+        kernel: None,
+        datapath: Default::default(),
+        offload: Some(o),
+    });
+    let text = st.render();
+    let line = text
+        .lines()
+        .skip_while(|l| !l.contains("offloaded"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("{text}"));
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(
+        words,
+        [
+            "0",
+            "2",
+            "1",
+            "0",
+            "1234",
+            "0",
+            "decided=1",
+            "stream_depth=1"
+        ],
+        "{text}"
+    );
+    let json = serde_json::to_value(&st).unwrap();
+    assert_eq!(json["queues"][0]["offload"]["skipped_packets"], 1234);
 }

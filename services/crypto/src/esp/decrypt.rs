@@ -34,6 +34,11 @@ struct InboundSa {
 
 struct DecryptFactory {
     sas: Arc<Vec<InboundSa>>,
+    /// The same SAs detached, for a service built without the daemon's start of their
+    /// state ([`InStarted`]): windows in memory, starting empty (see the parent module).
+    detached: Arc<Vec<InboundSa>>,
+    /// A detached service was built and said so (once).
+    told_detached: std::sync::atomic::AtomicBool,
     /// IKE connections whose inbound SAs are accepted too.
     ike: Vec<Arc<Conn>>,
     ike_mode: EspMode,
@@ -87,6 +92,7 @@ impl ServiceConfig for DecryptConfig {
         persist::check_dir(&dir)?;
         let states = kept.get_or_default::<SaStates>();
         let mut sas: Vec<InboundSa> = Vec::new();
+        let mut detached: Vec<InboundSa> = Vec::new();
         for s in &self.sa {
             check_spi(s.spi)?;
             if sas.iter().any(|x| x.state.spi == s.spi) {
@@ -121,6 +127,18 @@ impl ServiceConfig for DecryptConfig {
                 *w = w.resized(self.replay_window);
             }
             drop(w);
+            detached.push(InboundSa {
+                state: Arc::new(Inbound {
+                    spi: s.spi,
+                    crypto: SaCrypto::new(s.cipher, &key),
+                    window: Mutex::new(ReplayWindow::new(self.replay_window)),
+                    edge: InEdge::fresh(),
+                    usage: None,
+                }),
+                esn: s.esn,
+                mode: s.mode,
+                peer: s.peer,
+            });
             sas.push(InboundSa {
                 state: sa,
                 esn: s.esn,
@@ -128,8 +146,24 @@ impl ServiceConfig for DecryptConfig {
                 peer: s.peer,
             });
         }
+        let sas = Arc::new(sas);
+        // The daemon's start of the SAs' state: their edges written, the state thread.
+        let starts = if sas.is_empty() {
+            Vec::new()
+        } else {
+            let (sas, persister) = (sas.clone(), states.persister.clone());
+            let what = format!("the ESP window state in {}", dir.display());
+            vec![relay_core::Start::new(what, move || {
+                for s in sas.iter() {
+                    s.state.activate(&persister);
+                }
+                Ok(InStarted)
+            })]
+        };
         Ok(Arc::new(DecryptFactory {
-            sas: Arc::new(sas),
+            sas,
+            detached: Arc::new(detached),
+            told_detached: std::sync::atomic::AtomicBool::new(false),
             ike,
             ike_mode: self.ike_mode,
             ike_peer: self.ike_peer,
@@ -142,6 +176,7 @@ impl ServiceConfig for DecryptConfig {
                 emits: true,
                 rewrites_payload: true,
                 state_dirs: (!self.sa.is_empty()).then_some(dir).into_iter().collect(),
+                starts,
                 ..Manifest::new()
             },
         }))
@@ -155,14 +190,26 @@ impl ServiceFactory for DecryptFactory {
     fn manifest(&self) -> &Manifest {
         &self.manifest
     }
-    fn build(&self, counters: &Counters, _res: &Resources) -> Box<dyn Service> {
-        // From here on the windows' edges are kept on disk (not in `check`).
-        for s in self.sas.iter() {
-            s.state.activate(&self.persister);
-        }
+    fn build(&self, counters: &Counters, res: &Resources) -> Box<dyn Service> {
+        // The edges are kept on disk once the daemon started them; else detached.
+        let sas = if self.sas.is_empty() || res.get::<InStarted>().is_some() {
+            self.sas.clone()
+        } else {
+            if !self
+                .told_detached
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                tracing::warn!(
+                    "decrypt runs detached (not started by a running relayd: replay, a test): \
+                     replay windows in memory, starting empty; its state directory is not \
+                     written"
+                );
+            }
+            self.detached.clone()
+        };
         let c = |n: &str| counters.counter(n);
         Box::new(Decrypt {
-            sas: self.sas.clone(),
+            sas,
             ike: self.ike.iter().map(|c| InView::new(c.clone())).collect(),
             ike_mode: self.ike_mode,
             ike_peer: self.ike_peer,

@@ -43,9 +43,12 @@ impl Wrap {
 
 /// Where a factory's SA comes from.
 enum Source {
-    /// Manual keys: one SA for the service's life, raw ESP or in UDP (`encap`).
+    /// Manual keys: one SA for the service's life, raw ESP or in UDP (`encap`). Its state
+    /// is started by the daemon ([`OutStarted`]); a service built without it uses
+    /// `detached` (in memory, a derived key: see the parent module).
     Manual {
         sa: Arc<Outbound>,
+        detached: Arc<Outbound>,
         esn: bool,
         encap: Option<UdpEncap>,
     },
@@ -70,8 +73,11 @@ struct EncryptFactory {
     /// "udp"`, and always with IKE, whose SAs may be UDP-encapsulated at any time (the
     /// MSS clamp is a rule installed once).
     udp_room: bool,
-    /// With where the manual SA's reservations are written (none with IKE).
+    /// With where the manual SA's reservations are written and their start (none with
+    /// IKE).
     manifest: Manifest,
+    /// A detached service was built and said so (once).
+    told_detached: std::sync::atomic::AtomicBool,
 }
 
 impl EncryptFactory {
@@ -148,9 +154,15 @@ impl ServiceConfig for EncryptConfig {
                     .into());
             }
             (None, Some(spi), Some(cipher), Some(key_file)) => {
-                let sa = self.manual_sa(spi, cipher, key_file, kept)?;
+                let (sa, detached) = self.manual_sa(spi, cipher, key_file, kept)?;
                 let esn = self.esn;
-                (Source::Manual { sa, esn, encap }, cipher)
+                let source = Source::Manual {
+                    sa,
+                    detached,
+                    esn,
+                    encap,
+                };
+                (source, cipher)
             }
             (None, ..) => {
                 return Err(
@@ -163,6 +175,25 @@ impl ServiceConfig for EncryptConfig {
         let udp_room = encap.is_some() || matches!(source, Source::Ike(_));
         let state_dir = matches!(source, Source::Manual { .. })
             .then(|| persist::resolve(self.state_dir.as_deref()));
+        // The daemon's start of the SA's state: the first reservation, the state thread.
+        let starts = match &source {
+            Source::Manual { sa, .. } => {
+                let sa = sa.clone();
+                let what = format!(
+                    "the ESP sequence state of SPI {:#x} in {}",
+                    sa.spi,
+                    state_dir
+                        .as_deref()
+                        .unwrap_or(std::path::Path::new(""))
+                        .display()
+                );
+                vec![relay_core::Start::new(what, move || {
+                    sa.seq.activate();
+                    Ok(OutStarted(sa.clone()))
+                })]
+            }
+            Source::Ike(_) => Vec::new(),
+        };
         let mut f = EncryptFactory {
             source,
             cipher,
@@ -170,6 +201,7 @@ impl ServiceConfig for EncryptConfig {
             mtu: self.mtu,
             udp_room,
             manifest: Manifest::new(),
+            told_detached: std::sync::atomic::AtomicBool::new(false),
         };
         // Transport mode keeps the IP header, so the room depends on its length.
         let mss =
@@ -181,6 +213,7 @@ impl ServiceConfig for EncryptConfig {
             emits: true,
             rewrites_payload: true,
             state_dirs: state_dir.into_iter().collect(),
+            starts,
             clamp_mss: Some(MssClamp {
                 ipv4: mss(ipv4::HEADER_LEN),
                 ipv6: mss(ipv6::HEADER_LEN),
@@ -214,14 +247,15 @@ impl EncryptConfig {
         }))
     }
 
-    /// The manual SA, live or resumed from its state file.
+    /// The manual SA, live or resumed from its state file (read only), and its detached
+    /// twin for a service built without the daemon's start (see the parent module).
     fn manual_sa(
         &self,
         spi: u32,
         cipher: Cipher,
         key_file: &std::path::Path,
         kept: &Kept,
-    ) -> Result<Arc<Outbound>, InvalidConfig> {
+    ) -> Result<(Arc<Outbound>, Arc<Outbound>), InvalidConfig> {
         check_spi(spi)?;
         let key = load_key(key_file, cipher).map_err(|e| e.to_string())?;
         let id = SaId::new(spi, cipher, &key);
@@ -253,7 +287,13 @@ impl EncryptConfig {
                 usage: None,
             })
         })?;
-        Ok(sa)
+        let detached = Arc::new(Outbound {
+            spi,
+            crypto: SaCrypto::new(cipher, &detached_key(cipher, &key)),
+            seq: Arc::new(OutSeq::fresh(Default::default())),
+            usage: None,
+        });
+        Ok((sa, detached))
     }
 }
 
@@ -264,13 +304,34 @@ impl ServiceFactory for EncryptFactory {
     fn manifest(&self) -> &Manifest {
         &self.manifest
     }
-    fn build(&self, counters: &Counters, _res: &Resources) -> Box<dyn Service> {
+    fn build(&self, counters: &Counters, res: &Resources) -> Box<dyn Service> {
         let sa = match &self.source {
-            Source::Manual { sa, esn, encap } => {
-                // From here on the reservation is kept on disk ahead of use (not in `check`).
-                sa.seq.activate();
-                SaRef::Manual(sa.clone(), *esn, *encap)
-            }
+            Source::Manual {
+                sa,
+                detached,
+                esn,
+                encap,
+            } => match res.get::<OutStarted>() {
+                // The daemon started the SA's state: reserved on disk, kept ahead.
+                Some(started) if Arc::ptr_eq(&started.0, sa) => {
+                    SaRef::Manual(started.0.clone(), *esn, *encap)
+                }
+                _ => {
+                    if !self
+                        .told_detached
+                        .swap(true, std::sync::atomic::Ordering::Relaxed)
+                    {
+                        tracing::warn!(
+                            spi = format_args!("{:#x}", sa.spi),
+                            "encrypt runs detached (not started by a running relayd: replay, \
+                             a test): sequence numbers from 1 in memory, sealed with a key \
+                             derived from key_file, which the peer cannot open; its state \
+                             directory is not written"
+                        );
+                    }
+                    SaRef::Manual(detached.clone(), *esn, *encap)
+                }
+            },
             Source::Ike(conn) => SaRef::Ike(OutView::new(conn.clone())),
         };
         let c = |n: &str| counters.counter(n);

@@ -37,7 +37,7 @@ fn without_an_sa_packets_are_dropped_and_counted() {
     let mut enc = ike_encrypt("c")
         .into_factory_kept("e", &kept)
         .unwrap()
-        .build(&ec, &relay_core::Resources::new());
+        .build_started(&ec);
     let mut p = Packet::from_bytes(&udp_packet(20));
     assert_eq!(enc.process(&mut p, &mut cx()), Action::Drop);
     assert_eq!(count(&ec, "dropped_no_sa"), 1);
@@ -69,7 +69,7 @@ fn a_rekey_under_traffic_from_two_threads_loses_no_packet() {
     let mut dec = ike_decrypt(&["c"])
         .into_factory_kept("d", &kept)
         .unwrap()
-        .build(&dc, &relay_core::Resources::new());
+        .build_started(&dc);
     t.install_inbound("c", 0x4000, c, false, &key(c, 0))
         .unwrap();
     t.set_outbound("c", 0x4000, c, false, &key(c, 0)).unwrap();
@@ -77,7 +77,7 @@ fn a_rekey_under_traffic_from_two_threads_loses_no_packet() {
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let workers: Vec<_> = (0..2)
         .map(|_| {
-            let mut enc = factory.build(&Counters::new(), &relay_core::Resources::new());
+            let mut enc = factory.build_started(&Counters::new());
             let stop = stop.clone();
             std::thread::spawn(move || {
                 let mut out = Vec::new();
@@ -124,7 +124,7 @@ fn a_rekey_under_traffic_from_two_threads_loses_no_packet() {
     }
     assert_eq!(count(&dc, "decrypted"), sent.len() as u64);
     // After a switch, the next packet uses the new SA.
-    let mut enc = factory.build(&Counters::new(), &relay_core::Resources::new());
+    let mut enc = factory.build_started(&Counters::new());
     t.set_outbound("c", 0x5000, c, true, &key(c, 9)).unwrap();
     let mut p = Packet::from_bytes(&udp_packet(40));
     enc.process(&mut p, &mut cx());
@@ -196,11 +196,11 @@ fn packets_outside_the_child_sas_selectors_are_dropped() {
     let mut dec = ike_decrypt(&["c"])
         .into_factory_kept("d", &kept)
         .unwrap()
-        .build(&dc, &relay_core::Resources::new());
+        .build_started(&dc);
     let mut enc = ike_encrypt("c")
         .into_factory_kept("e", &kept)
         .unwrap()
-        .build(&Counters::new(), &relay_core::Resources::new());
+        .build_started(&Counters::new());
     let sel = |a: &str, b: &str, protocol: u8, ports: (u16, u16)| Selector {
         start: a.parse().unwrap(),
         end: b.parse().unwrap(),

@@ -174,11 +174,7 @@ fn ports_are_configurable_and_others_pass_as_not_esp() {
     // A decrypt on the default port takes it for any UDP datagram; on 14500 it opens it.
     let mut other = dec_config(cipher, e.key_file.clone().unwrap(), false);
     let dc = Counters::new();
-    let mut dec = other
-        .clone()
-        .into_factory("d")
-        .unwrap()
-        .build(&dc, &relay_core::Resources::new());
+    let mut dec = other.clone().into_factory("d").unwrap().build_started(&dc);
     assert_eq!(
         dec.process(&mut Packet::from_bytes(&d), &mut cx()),
         Action::Continue
@@ -186,10 +182,7 @@ fn ports_are_configurable_and_others_pass_as_not_esp() {
     assert_eq!(count(&dc, "passed_not_esp"), 1);
     other.encap_port = 14500;
     let dc = Counters::new();
-    let mut dec = other
-        .into_factory("d")
-        .unwrap()
-        .build(&dc, &relay_core::Resources::new());
+    let mut dec = other.into_factory("d").unwrap().build_started(&dc);
     let mut q = Packet::from_bytes(&d);
     assert_eq!(dec.process(&mut q, &mut cx()), Action::Continue);
     assert_eq!(q.data(), &udp_packet(40)[..]);
@@ -451,11 +444,11 @@ fn an_ike_sa_in_udp_and_back_to_raw_esp() {
     let mut enc = e
         .into_factory_kept("e", &kept)
         .unwrap()
-        .build(&Counters::new(), &relay_core::Resources::new());
+        .build_started(&Counters::new());
     let mut dec = d
         .into_factory_kept("d", &kept)
         .unwrap()
-        .build(&Counters::new(), &relay_core::Resources::new());
+        .build_started(&Counters::new());
     table
         .install_inbound("nat", 0x3001, cipher, false, &key)
         .unwrap();

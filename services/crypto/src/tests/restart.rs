@@ -26,7 +26,7 @@ fn a_restarted_sender_resumes_past_every_number_it_used() {
     let mut enc = cfg()
         .into_factory_kept("e", &kept)
         .unwrap()
-        .build(&Counters::new(), &relay_core::Resources::new());
+        .build_started(&Counters::new());
     let first: Vec<_> = (0..3).map(|_| seq_of(&mut enc).unwrap()).collect();
     assert_eq!(first, [1, 2, 3]);
     drop((enc, kept));
@@ -34,7 +34,7 @@ fn a_restarted_sender_resumes_past_every_number_it_used() {
     let mut enc = cfg()
         .into_factory_kept("e", &kept)
         .unwrap()
-        .build(&Counters::new(), &relay_core::Resources::new());
+        .build_started(&Counters::new());
     assert_eq!(seq_of(&mut enc), Some(4), "after a clean stop");
     // A crash (the process gone without its stop): the next one starts past the
     // reservation, whatever was used of it.
@@ -43,7 +43,7 @@ fn a_restarted_sender_resumes_past_every_number_it_used() {
     let mut enc = cfg()
         .into_factory_kept("e", &kept)
         .unwrap()
-        .build(&Counters::new(), &relay_core::Resources::new());
+        .build_started(&Counters::new());
     assert_eq!(seq_of(&mut enc), Some(4 + 65536), "after a crash");
     drop((enc, kept));
     // The same SPI with a new key is a new SA: it starts at 1.
@@ -52,7 +52,7 @@ fn a_restarted_sender_resumes_past_every_number_it_used() {
     let mut enc = cfg()
         .into_factory("e")
         .unwrap()
-        .build(&Counters::new(), &relay_core::Resources::new());
+        .build_started(&Counters::new());
     assert_eq!(seq_of(&mut enc), Some(1), "a new key");
 }
 
@@ -149,7 +149,7 @@ fn a_restarted_receiver_still_refuses_what_it_accepted() {
     let mut dec = dec_config(cipher, k, false)
         .into_factory("d")
         .unwrap()
-        .build(&dc, &relay_core::Resources::new());
+        .build_started(&dc);
     for s in &sent {
         assert_eq!(
             dec.process(&mut Packet::from_bytes(s), &mut cx()),
@@ -163,5 +163,36 @@ fn a_restarted_receiver_still_refuses_what_it_accepted() {
         dec.process(&mut p, &mut cx()),
         Action::Continue,
         "new ones pass"
+    );
+}
+
+/// What a reload does: the daemon's [`relay_core::Kept`] carries the SA over, so the
+/// sequence counter goes on; a fresh one (another daemon) starts again at 1.
+#[test]
+fn a_kept_sa_keeps_its_sequence_across_a_reload() {
+    let cipher = Cipher::Aes128Gcm;
+    let k = key_file("reload", cipher);
+    let seq_of = |enc: &mut Box<dyn Service>| {
+        let mut p = Packet::from_bytes(&udp_packet(10));
+        enc.process(&mut p, &mut cx());
+        u32::from_be_bytes(p.data()[24..28].try_into().unwrap())
+    };
+    let kept = relay_core::Kept::new();
+    let build = |kept: &relay_core::Kept| {
+        enc_config(cipher, k.clone())
+            .into_factory_kept("e", kept)
+            .unwrap()
+            .build_started(&Counters::new())
+    };
+    let mut first = build(&kept);
+    assert_eq!((seq_of(&mut first), seq_of(&mut first)), (1, 2));
+    let mut reloaded = build(&kept);
+    assert_eq!(seq_of(&mut reloaded), 3, "the same SA goes on");
+    // Another daemon (a restart) resumes after the reservation on disk, never at 1.
+    let mut fresh = build(&relay_core::Kept::new());
+    assert_eq!(
+        seq_of(&mut fresh),
+        65537,
+        "a restart resumes after the reservation"
     );
 }

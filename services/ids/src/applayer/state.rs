@@ -277,6 +277,27 @@ impl AppState {
         }
     }
 
+    /// True if the flow is TLS and both directions are encrypted (see
+    /// [`TlsState::encrypted`]).
+    pub(crate) fn tls_encrypted(&self) -> bool {
+        matches!(self, AppState::Tls(t) if t.encrypted())
+    }
+
+    /// True if no transaction can progress any more: `more_bytes` says whether the flow's
+    /// later bytes may still reach the parser (false once both streams are done). No
+    /// parser left; or TLS encrypted both ways or stopped (later bytes are not parsed);
+    /// or HTTP holding no live transaction (a close could complete one); or, without
+    /// more bytes, DNS and a protocol still undetected.
+    pub(crate) fn settled(&self, more_bytes: bool) -> bool {
+        match self {
+            AppState::Tls(t) => t.encrypted() || t.is_stopped() || !more_bytes,
+            AppState::Http(_) => self.tx_count() == 0,
+            AppState::Dns(_) => self.tx_count() == 0 || !more_bytes,
+            AppState::Detecting | AppState::HalfDetected(_) => !more_bytes,
+            AppState::Failed(_) | AppState::OverCap(_) => true,
+        }
+    }
+
     /// Transactions held by the parser now.
     pub(crate) fn tx_count(&self) -> usize {
         let mut n = 0;

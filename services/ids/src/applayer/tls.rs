@@ -273,8 +273,15 @@ impl TlsState {
         &self.tx
     }
 
+    /// True once both directions are encrypted (a ChangeCipherSpec or an application data
+    /// record seen each way): the parser reads nothing more of the flow, and its one
+    /// transaction is final (Suricata's `SSL_AL_FLAG_SSL_CLIENT_SSN_ENCRYPTED` and
+    /// `..._SERVER_SSN_ENCRYPTED`).
+    pub(crate) fn encrypted(&self) -> bool {
+        self.halves.iter().all(|h| h.encrypted)
+    }
+
     /// True once a record error stopped the parser.
-    #[cfg(test)]
     pub(crate) fn is_stopped(&self) -> bool {
         self.stopped
     }

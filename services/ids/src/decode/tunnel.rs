@@ -8,7 +8,7 @@
 
 use relay_core::wire::ethernet::{self, ethertype};
 use relay_core::wire::{
-    EthernetFrame, GenevePacket, Ipv6Packet, VxlanPacket, geneve, ipv6, proto, vxlan,
+    EthernetFrame, GenevePacket, GreHeader, Ipv6Packet, VxlanPacket, geneve, ipv6, proto, vxlan,
 };
 
 /// GRE (RFC 2784, 2890; PPTP's enhanced GRE, RFC 2637).
@@ -22,7 +22,7 @@ const ETH_VLAN: [u16; 3] = [ethertype::VLAN, ethertype::QINQ, ethertype::QINQ_LE
 /// Transparent Ethernet bridging (an Ethernet frame in GRE or Geneve).
 const ETH_BRIDGE: u16 = ethertype::TEB;
 /// PPP in GRE.
-const GRE_PPP: u16 = 0x880b;
+const GRE_PPP: u16 = relay_core::wire::gre::PROTO_PPP;
 /// ERSPAN type II (with a sequence number) or type I (without) in GRE.
 const GRE_ERSPAN: u16 = 0x88be;
 /// VLAN tags followed in one Ethernet frame (Suricata's default `vlan.max-layers` is 3;
@@ -141,71 +141,21 @@ pub(crate) fn ppp(b: &[u8]) -> Option<&[u8]> {
     }
 }
 
-/// The inner packet of GRE, as Suricata's DecodeGRE: version 0 (RFC 1701/2784/2890:
-/// checksum, key, sequence, source routes) or version 1 (PPTP: key required, PPP only,
-/// optional sequence and acknowledgement numbers); IPv4, IPv6, PPP, VLAN-tagged or
-/// bridged Ethernet and ERSPAN I/II inside.
+/// The inner packet of GRE, as Suricata's DecodeGRE: the header as the wire crate's
+/// receiver walks it ([`GreHeader::parse`]: version 0 with source routes, PPTP's version
+/// 1), then IPv4, IPv6, PPP, VLAN-tagged or bridged Ethernet and ERSPAN I/II inside.
 fn gre(b: &[u8]) -> Option<&[u8]> {
-    let flags = be16(b, 0)?;
-    let ptype = be16(b, 2)?;
-    let (csum, route, key, seq) = (
-        flags & 0x8000 != 0,
-        flags & 0x4000 != 0,
-        flags & 0x2000 != 0,
-        flags & 0x1000 != 0,
-    );
-    let (ssr, recur, vflags, ack) = (
-        flags & 0x0800 != 0,
-        flags & 0x0700,
-        flags & 0x0078,
-        flags & 0x0080 != 0,
-    );
-    let mut len = 4usize;
-    match flags & 0x0007 {
-        0 => {
-            if recur != 0 || vflags != 0 {
-                return None;
-            }
-            len += 4 * usize::from(key) + 4 * usize::from(seq);
-            if csum || route {
-                len += 4;
-            }
-            if route {
-                // Source route entries up to the null one (address family 0, length 0).
-                // Each takes at least 4 bytes, so the walk ends within the packet.
-                loop {
-                    let af = be16(b, len)?;
-                    let sre_len = *b.get(len + 3)?;
-                    len += 4;
-                    if af == 0 && sre_len == 0 {
-                        break;
-                    }
-                    len += usize::from(sre_len);
-                }
-            }
-        }
-        1 => {
-            if csum || route || ssr || recur != 0 || vflags != 0 || ptype != GRE_PPP || !key {
-                return None;
-            }
-            // A PPTP keepalive-like packet without payload carries nothing.
-            if be16(b, 4)? == 0 {
-                return None;
-            }
-            len += 4 + 4 * usize::from(seq) + 4 * usize::from(ack);
-        }
-        _ => return None,
-    }
-    let rest = b.get(len..)?;
-    match ptype {
+    let h = GreHeader::parse(b)?;
+    let rest = b.get(h.len..)?;
+    match h.protocol {
         ETH_IPV4 => ip_of(proto::IPV4, rest),
         ETH_IPV6 => ip_of(proto::IPV6, rest),
         GRE_PPP => ppp(rest),
-        _ if ETH_VLAN.contains(&ptype) => ethertype(ptype, rest),
+        p if ETH_VLAN.contains(&p) => ethertype(p, rest),
         ETH_BRIDGE => ethernet(rest),
         // ERSPAN II has an 8-byte header before the mirrored frame; type I (no GRE
         // sequence number) has none.
-        GRE_ERSPAN if seq => ethernet(rest.get(8..)?),
+        GRE_ERSPAN if h.has_seq => ethernet(rest.get(8..)?),
         GRE_ERSPAN => ethernet(rest),
         _ => None,
     }

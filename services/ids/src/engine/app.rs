@@ -24,6 +24,7 @@
 
 use super::exception::Exceptions;
 pub(crate) use super::exception::FlowAction;
+use super::offload::FlowOffload;
 use crate::applayer::buffer::Buffer;
 use crate::applayer::state::AppState;
 use crate::applayer::{Dir, Progress, Transaction};
@@ -48,6 +49,8 @@ pub(crate) struct FlowState {
     /// Per direction, whether the IP-only rules (see [`is_ip_only`]) have been checked
     /// (Suricata's `FLOW_TOSERVER_IPONLY_SET` / `FLOW_TOCLIENT_IPONLY_SET`).
     pub(crate) iponly_done: [bool; 2],
+    /// Whether the IDS votes to offload the flow's later packets (`engine::offload`).
+    pub(crate) offload: FlowOffload,
 }
 
 /// After a flow's application layer was fed or closed: if the memcap stopped its parser
@@ -171,13 +174,9 @@ pub(crate) fn flow_verdict(
     over: &[(u32, crate::rules::rule::RuleAction)],
 ) -> FlowAction {
     for &i in matched {
-        let Some(r) = set.rules.get(i as usize) else {
+        let Some((r, act)) = set.acting(i, over) else {
             continue;
         };
-        let act = over
-            .iter()
-            .find(|(x, _)| *x == i)
-            .map_or(r.action, |(_, a)| *a);
         let action = match act {
             crate::rules::rule::RuleAction::Pass => FlowAction::Pass,
             crate::rules::rule::RuleAction::Drop => FlowAction::Drop,

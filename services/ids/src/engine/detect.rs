@@ -25,6 +25,7 @@ use super::app::{
     FlowAction, FlowState, after_feed, flow_verdict, memcap_exception, progress, ready, tx_record,
 };
 use super::exception::{ExceptionCounters, ExceptionPolicy, Exceptions};
+use super::offload::{OffloadOptions, OffloadStats};
 use super::packet::{PktInfo, checksum_ok, ipv6_options_ok, pkt_info};
 use super::payload::{Win, list_matches, payload_matches};
 use super::reclaim::Reclaim;
@@ -45,12 +46,13 @@ use crate::prefilter::{Prefilter, Scratch};
 use crate::rules::flowbits::{self, FlowBits};
 use crate::rules::parse::NewAction;
 use crate::rules::rule::{RuleAction, RuleProto, StreamMode, Vars, port_match};
-use relay_core::{Checksum, Counter, Counters, Hook, Packet};
+use relay_core::{Checksum, Counter, Counters, Hook, Offload, Packet};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 mod checks;
 mod stages;
+mod vote;
 use checks::{TxCheck, addrs, check, check_tx, rate_filters};
 
 /// Default bytes of a TCP stream before a packet's new bytes that stream inspection looks
@@ -139,6 +141,8 @@ pub struct DetectorOptions {
     pub app_memcap: usize,
     /// What happens to a flow a memcap refused memory (`exception_policy`).
     pub exception_policy: ExceptionPolicy,
+    /// Which offload votes the detector casts (default: none; see [`Detector::offload`]).
+    pub offload: OffloadOptions,
 }
 
 impl Default for DetectorOptions {
@@ -154,6 +158,7 @@ impl Default for DetectorOptions {
             drop_invalid: true,
             app_memcap: DEFAULT_APP_MEMCAP,
             exception_policy: ExceptionPolicy::Auto,
+            offload: OffloadOptions::default(),
         }
     }
 }
@@ -229,6 +234,10 @@ pub struct Detector {
     exceptions: Exceptions,
     /// Frees parser memory of idle flows when `app_memcap` runs high.
     reclaim: Reclaim,
+    /// The offload vote on the packet being inspected (see [`Detector::offload`]).
+    vote: Option<Offload>,
+    /// The offload counters.
+    offload_stats: OffloadStats,
 }
 
 impl Detector {
@@ -308,6 +317,8 @@ impl Detector {
             app_budget,
             exceptions,
             reclaim: Reclaim::new(counters),
+            vote: None,
+            offload_stats: OffloadStats::register(counters),
             decoder,
             layer_matched: Vec::new(),
             st: State {
@@ -346,6 +357,15 @@ impl Detector {
         self.matched.iter().map(|&i| self.set.rules[i as usize].sid)
     }
 
+    /// The offload vote on the last packet [`Detector::inspect`] let through: the flow's
+    /// later packets (in the vote's scope) could change no verdict and raise no alert, so
+    /// the datapath may stop queueing them (docs/ids.md, "Offload"). `None` unless
+    /// [`DetectorOptions::offload`] allows it; never for a packet dropped, a fragment, or
+    /// a packet carrying inner packets (a tunnel's).
+    pub fn offload(&self) -> Option<Offload> {
+        self.vote
+    }
+
     /// Flows tracked now, and the stream bytes they hold.
     pub fn flow_usage(&self) -> (usize, usize) {
         self.flows.as_ref().map_or((0, 0), |t| (t.len(), t.mem()))
@@ -367,13 +387,17 @@ impl Detector {
     /// of their own, and the outcome is the strictest of all.
     pub fn inspect(&mut self, pkt: &mut Packet, now: Instant) -> Outcome {
         let out = self.inspect_one(pkt, now);
+        let vote = self.vote.take().filter(|_| !out.blocks());
         let Some(mut dec) = self.decoder.take() else {
+            self.cast(vote);
             return out;
         };
         let mut outer = std::mem::take(&mut self.layer_matched);
         outer.clear();
         let mut layers = dec.layers(pkt.data(), now);
+        let mut layered = false;
         while let Some(p) = layers.next() {
+            layered = true;
             outer.extend_from_slice(&self.matched);
             let o = self.inspect_one(p, now);
             layers.outcome(o);
@@ -385,7 +409,19 @@ impl Detector {
         }
         self.layer_matched = outer;
         self.decoder = Some(dec);
-        stricter(out, inner)
+        let out = stricter(out, inner);
+        // Inner packets are inspected as packets of their own: a flow that carries them
+        // stays inline.
+        self.cast(vote.filter(|_| !layered && !out.blocks()));
+        out
+    }
+
+    /// Records `vote` as the last packet's, counting it.
+    fn cast(&mut self, vote: Option<Offload>) {
+        if let Some(v) = vote {
+            self.offload_stats.voted(v);
+        }
+        self.vote = vote;
     }
 
     /// Inspects one packet (an outer or an inner one), stage by stage (`detect::stages`).
@@ -393,6 +429,7 @@ impl Detector {
         self.matched.clear();
         self.stream_hits.clear();
         self.over.clear();
+        self.vote = None;
         let Some(mut p) = pkt_info(pkt, self.opts.decode.enabled) else {
             return Outcome::Clean;
         };
@@ -412,6 +449,8 @@ impl Detector {
             app_budget,
             exceptions,
             reclaim,
+            vote,
+            offload_stats,
             ..
         } = self;
         let set: &RuleSet = set;
@@ -451,11 +490,17 @@ impl Detector {
                 out
             }
         };
+        // Votes only for an unfragmented TCP or UDP packet whose verdict is not a drop already.
+        let voting = opts.offload.enabled && p.class <= 1 && p.l4.is_some() && !drop_invalid;
         let mut fs = match fref.as_mut() {
             Some(f) => {
                 match stages::flow_stage(f, set, opts, stats, app_budget, exceptions, &p, payload) {
                     Ok(fs) => Some(fs),
-                    Err(out) => return or_drop(out),
+                    Err(out) => {
+                        *vote =
+                            (voting && out == Outcome::Pass).then(|| f.flow.state.offload.passed());
+                        return or_drop(out);
+                    }
                 }
             }
             None => None,
@@ -492,12 +537,8 @@ impl Detector {
                 (None, false)
             }
         };
-        // A flow this packet decided is not inspected again: its parser and streams are
-        // freed now rather than when it times out (their memory is other flows').
-        if decided_now && let Some(f) = fref.as_mut() {
-            f.flow.state.app.disable();
-            f.flow.state.txs.clear();
-            f.abandon_streams();
+        if let Some(f) = fref.as_mut() {
+            *vote = vote::settle(f, decided_now, set, opts, voting, offload_stats);
         }
         let out = self.decide(&p, flow, now);
         or_drop(out)
@@ -509,11 +550,7 @@ impl Detector {
             return Outcome::Clean;
         };
         let over = &self.over;
-        let action = |i: u32| {
-            over.iter()
-                .find(|(r, _)| *r == i)
-                .map_or(set.rules[i as usize].action, |(_, a)| *a)
-        };
+        let action = |i: u32| set.acting(i, over).map_or(RuleAction::Alert, |(_, a)| a);
         if action(first) == RuleAction::Pass {
             self.hits[first as usize].inc();
             self.stats.passed.inc();

@@ -96,6 +96,11 @@ impl Exceptions {
         }
     }
 
+    /// True if the policy in force is `bypass` (a flow it passes votes `Bypass`).
+    pub(crate) fn bypasses(&self) -> bool {
+        self.policy == ExceptionPolicy::Bypass
+    }
+
     /// Applies the policy to a flow a memcap refused memory (its application-layer parser
     /// is already freed, or its stream stopped): sets the flow's `action` and counts.
     /// `Some(outcome)`: the packet's outcome, not inspected further (drop-flow, pass-flow,

@@ -7,6 +7,7 @@ mod app;
 mod detect;
 mod exception;
 mod inspect;
+mod offload;
 mod packet;
 mod payload;
 mod reclaim;
@@ -16,6 +17,7 @@ pub use crate::outcome::Outcome;
 pub use crate::rules::set::{LoadError, LoadOptions, RuleSet};
 pub use detect::{DEFAULT_STREAM_LOOKBACK, Detector, DetectorOptions};
 pub use exception::ExceptionPolicy;
+pub use offload::OffloadOptions;
 
 /// Most alerts one packet raises (Suricata's default `packet-alert-max`); further
 /// matching rules still act and count their hits.

@@ -77,10 +77,14 @@ impl Reclaim {
                 continue;
             }
             let FlowState {
-                app, txs, action, ..
+                app,
+                txs,
+                action,
+                offload,
+                ..
             } = st;
-            if *action == FlowAction::Inspect {
-                let _ = memcap_exception(app, txs, action, ex);
+            if *action == FlowAction::Inspect && memcap_exception(app, txs, action, ex).is_some() {
+                offload.bypass |= ex.bypasses();
             }
             app.disable();
             txs.clear();

@@ -275,7 +275,6 @@ impl Stream {
     }
 
     /// True once the stream is complete up to its FIN.
-    #[cfg(test)]
     pub(crate) fn finished(&self) -> bool {
         self.finished
     }

@@ -123,7 +123,7 @@ impl TcpSession {
         self.state
     }
 
-    #[cfg(test)]
+    /// The stream of direction `dir`, once started.
     pub(crate) fn stream(&self, dir: Dir) -> Option<&Stream> {
         self.streams.get(dir.index()).filter(|s| s.is_started())
     }

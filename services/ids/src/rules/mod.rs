@@ -8,3 +8,4 @@ pub(crate) mod flowbits;
 pub(crate) mod parse;
 pub(crate) mod rule;
 pub(crate) mod set;
+pub(crate) mod vars;

@@ -255,6 +255,7 @@ pub(crate) fn parse_rule(
         lists: Vec::new(),
         pcres: Vec::new(),
         noalert: false,
+        bypass: false,
         flowbits: Vec::new(),
         app,
         app_test: Vec::new(),

@@ -629,6 +629,9 @@ pub struct Rule {
     pub(crate) pcres: Vec<Pcre>,
     /// `noalert` / `flowbits:noalert`: the rule acts (and sets flowbits) but never alerts.
     pub(crate) noalert: bool,
+    /// `bypass` (Suricata's post-match keyword): a match that lets its packet through
+    /// stops the inspection of the rest of its flow and asks the datapath to offload it.
+    pub(crate) bypass: bool,
     /// The `flowbits` keywords, in rule order.
     pub(crate) flowbits: Vec<FlowbitOp>,
     /// The application protocol the rule is for: from the header (`alert http`) or implied

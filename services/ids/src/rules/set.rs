@@ -2,6 +2,7 @@
 //! (payload and header tests, one prefilter over their payload fast patterns) and
 //! transaction rules (`set::tx`), with flowbit names interned. Built once per service.
 
+pub(crate) mod later;
 pub(crate) mod tx;
 
 use crate::applayer::buffer::Buffer;
@@ -9,7 +10,7 @@ use crate::prefilter::Prefilter;
 use crate::rules::classify::Classes;
 use crate::rules::flowbits::{self, BitOp};
 use crate::rules::parse::{Ctx, RuleError, apply_threshold_file, parse_text};
-use crate::rules::rule::{Rule, RuleProto, StreamMode, Track};
+use crate::rules::rule::{Rule, RuleAction, RuleProto, StreamMode, Track};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -83,6 +84,9 @@ pub struct RuleSet {
     /// Per rule, whether it is IP-only (checked once per flow direction, see
     /// `tx::is_ip_only`).
     pub(crate) ip_only: Vec<bool>,
+    /// The rules an offload check reads (`set::later`): those that may apply to a TCP
+    /// flow and do more than pass (ascending).
+    pub(crate) tcp_later: Vec<u32>,
     /// The rules that inspect application-layer transactions.
     pub(crate) tx: TxRules,
     /// Some rule needs the flow table: flowbits, an application protocol, stream
@@ -96,6 +100,17 @@ pub struct RuleSet {
 }
 
 impl RuleSet {
+    /// Matched rule `i` and the action it takes: its own, or the one `over` gives it (a
+    /// threshold's or rate filter's); `None` for an index no rule has.
+    pub(crate) fn acting(&self, i: u32, over: &[(u32, RuleAction)]) -> Option<(&Rule, RuleAction)> {
+        let r = self.rules.get(i as usize)?;
+        let act = over
+            .iter()
+            .find(|(x, _)| *x == i)
+            .map_or(r.action, |(_, a)| *a);
+        Some((r, act))
+    }
+
     /// Loads the rules files. A file that cannot be read is an error; rules that cannot be
     /// parsed are left out and listed in [`RuleSet::errors`].
     pub fn load(opts: &LoadOptions) -> Result<RuleSet, LoadError> {
@@ -256,6 +271,7 @@ impl RuleSet {
         let ip_only: Vec<bool> = rules.iter().map(tx::is_ip_only).collect();
         // IP-only rules are checked once per flow direction: that needs the flows.
         needs_flows |= ip_only.contains(&true);
+        let tcp_later = later::candidates(&rules);
         Ok(RuleSet {
             rules,
             errors,
@@ -266,6 +282,7 @@ impl RuleSet {
             pcre_base,
             bitops,
             ip_only,
+            tcp_later,
             tx,
             needs_flows,
             needs_app,

@@ -302,3 +302,73 @@ fn each_queue_of_an_entry_gets_its_number_and_cpu_and_the_shared_settings() {
     assert!(q0.conntrack);
     assert_eq!(q0.ct_mark_bits.map(|b| b.mask()), Some(0xf0));
 }
+
+mod offload {
+    use crate::config::test_util::{errs, parsed};
+
+    const MARK: &str = "[service.m]\nkind = \"mark\"\nmark = \"0x20\"\nmask = \"0xff\"\n";
+
+    #[test]
+    fn an_offloading_queue_gets_the_daemon_bits_and_the_chain_marks() {
+        let cfg = parsed(&format!(
+            "{MARK}[[queue]]\nnum = 1\nhook = \"forward\"\nservices = [\"m\", \"accept\"]\noffload = true\n"
+        ));
+        let m = cfg.queues[0].queue.offload.expect("offload");
+        assert_eq!(
+            (m.orig, m.reply, m.gen_mask),
+            (0x1_0000, 0x2_0000, 0xfc_0000)
+        );
+        assert_eq!(m.restore, 0x20);
+        assert!(
+            cfg.queues[0].queue.conntrack,
+            "the direction comes with the mark bits"
+        );
+        let plain = parsed("[[queue]]\nnum = 1\nhook = \"forward\"\nservices = [\"accept\"]\n");
+        assert_eq!(plain.queues[0].queue.offload, None);
+        assert!(!plain.queues[0].queue.conntrack);
+    }
+
+    #[test]
+    fn offload_is_refused_where_it_cannot_work() {
+        for (text, field, what) in [
+            (
+                "[service.d]\nkind = \"dump\"\n[[queue]]\nnum = 1\nhook = \"forward\"\nservices = [\"d\", \"accept\"]\noffload = true\n",
+                "queue[0].offload",
+                "service `d`",
+            ),
+            (
+                "[[queue]]\nnum = 1\ntable = \"raw\"\nhook = \"prerouting\"\nservices = [\"accept\"]\noffload = true\n",
+                "queue[0].offload",
+                "before conntrack",
+            ),
+            (
+                "[daemon]\noffload_mark = \"0x00ff0000\"\n[service.m]\nkind = \"mark\"\nmark = \"0x10000\"\n[[queue]]\nnum = 1\nhook = \"forward\"\nservices = [\"m\"]\noffload = true\n",
+                "queue[0].offload",
+                "overlap daemon.offload_mark",
+            ),
+            (
+                "[daemon]\noffload_mark = \"0x0f000000\"\n[[queue]]\nnum = 1\nhook = \"forward\"\nservices = [\"accept\"]\n",
+                "daemon.offload_mark",
+                "overlaps daemon.ct_mark_bits",
+            ),
+            (
+                "[daemon]\noffload_mark = \"0x00f0f000\"\n[[queue]]\nnum = 1\nhook = \"forward\"\nservices = [\"accept\"]\n",
+                "daemon.offload_mark",
+                "contiguous",
+            ),
+            (
+                "[daemon]\noffload_mark = \"0x000f0000\"\n[[queue]]\nnum = \"1-2\"\nhook = \"forward\"\nservices = [\"accept\"]\noffload = true\n[[queue]]\nnum = 3\nhook = \"input\"\nservices = [\"accept\"]\noffload = true\n",
+                "daemon.offload_mark",
+                "at most 1 queues may offload",
+            ),
+        ] {
+            let found = errs(text);
+            assert!(
+                found.iter().any(|e| e.field == field
+                    && e.message.contains(what)
+                    && (e.line > 0 || field.starts_with("daemon"))),
+                "{text}\n{found:#?}"
+            );
+        }
+    }
+}

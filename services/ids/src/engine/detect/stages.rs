@@ -6,6 +6,7 @@
 use super::*;
 use crate::applayer::state::AppState;
 use crate::engine::app::TxDetect;
+use crate::engine::offload::FlowOffload;
 use crate::flow::FlowRef;
 use crate::flow::stream::Stream;
 use crate::rules::set::tx::proto_index;
@@ -20,6 +21,8 @@ pub(super) struct FlowStage<'a> {
     pub(super) app: &'a mut AppState,
     pub(super) txs: &'a mut VecDeque<TxDetect>,
     pub(super) action: &'a mut FlowAction,
+    /// The flow's offload record (a `bypass` match marks it).
+    pub(super) offload: &'a mut FlowOffload,
     /// The IP-only rules are checked on this packet (its direction's first).
     pub(super) iponly: bool,
     /// Stream bytes this packet completed.
@@ -142,6 +145,7 @@ pub(super) fn flow_stage<'a>(
         }
     };
     if let Some(out) = refused {
+        f.flow.state.offload.bypass |= exceptions.bypasses();
         f.abandon_streams();
         return Err(out);
     }
@@ -184,6 +188,7 @@ pub(super) fn flow_stage<'a>(
         after_feed(app, txs, action, exceptions)
     };
     if let Some(out) = stopped {
+        f.flow.state.offload.bypass |= exceptions.bypasses();
         f.abandon_streams();
         return Err(out);
     }
@@ -193,6 +198,7 @@ pub(super) fn flow_stage<'a>(
         bits,
         txs,
         action,
+        offload,
         ..
     } = state;
     Ok(FlowStage {
@@ -208,6 +214,7 @@ pub(super) fn flow_stage<'a>(
         app,
         txs,
         action,
+        offload,
         iponly,
         new_bytes,
     })
@@ -439,5 +446,31 @@ pub(super) fn settle_flow(
     let flow = Some(fs.fx.id);
     rate_filters(set, st, matched, over, p, flow, now);
     *fs.action = flow_verdict(set, matched, stream_hits, over);
+    // A `bypass` match that lets the packet through passes the rest of the flow
+    // (Suricata's bypass callback: the flow is not inspected again).
+    if bypassed(set, matched, over) && matches!(*fs.action, FlowAction::Inspect | FlowAction::Pass)
+    {
+        *fs.action = FlowAction::Pass;
+        fs.offload.bypass = true;
+    }
     (flow, *fs.action != FlowAction::Inspect)
+}
+
+/// True if a matched rule with `bypass` is among those that decide the packet (up to the
+/// first `pass`, as the verdict reads them) and none of them drops it.
+fn bypassed(set: &RuleSet, matched: &[u32], over: &[(u32, RuleAction)]) -> bool {
+    let mut by = false;
+    for &i in matched {
+        let Some((r, act)) = set.acting(i, over) else {
+            continue;
+        };
+        by |= r.bypass;
+        if act == RuleAction::Pass {
+            break;
+        }
+        if act.blocks() {
+            return false;
+        }
+    }
+    by
 }

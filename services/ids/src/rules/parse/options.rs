@@ -46,7 +46,9 @@ pub(super) fn option(
         "isdataat" | "byte_test" | "byte_jump" | "byte_extract" | "bsize" | "urilen" => {
             numeric_option(&o, ls)
         }
-        "noalert" | "flowbits" | "app-layer-protocol" | "stream-event" => state_option(r, &o),
+        "noalert" | "bypass" | "flowbits" | "app-layer-protocol" | "stream-event" => {
+            state_option(r, &o)
+        }
         "dsize" | "ttl" | "itype" | "icode" | "flags" | "flow" | "threshold"
         | "detection_filter" | "rate" => header_option(r, &o),
         "pkt_data" => {
@@ -252,7 +254,8 @@ fn numeric_option(o: &Opt<'_>, ls: &mut Lists) -> Result<(), PErr> {
     Ok(())
 }
 
-/// Flow state and alerting: `noalert`, `flowbits`, `app-layer-protocol`, `stream-event`.
+/// Flow state and alerting: `noalert`, `bypass`, `flowbits`, `app-layer-protocol`,
+/// `stream-event`.
 fn state_option(r: &mut Rule, o: &Opt<'_>) -> Result<(), PErr> {
     let name = o.name;
     let need = || o.need();
@@ -261,6 +264,10 @@ fn state_option(r: &mut Rule, o: &Opt<'_>) -> Result<(), PErr> {
         "noalert" => {
             flag()?;
             r.noalert = true;
+        }
+        "bypass" => {
+            flag()?;
+            r.bypass = true;
         }
         "flowbits" => match parse_flowbits(need()?).map_err(|m| kerr(name, m))? {
             None => r.noalert = true,
