@@ -22,7 +22,7 @@ DEBIAN_PACKAGES += strongswan-charon strongswan-swanctl libcharon-extra-plugins 
 CARGO_DEB_VERSION := 3.8.0
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build release deps test lint unit demo bench bench-passthrough bench-sizing bench-esp experiment-compress experiment-split bench-proxy clean
+.PHONY: all build release deps test lint unit demo bench bench-passthrough bench-offload bench-sizing bench-esp experiment-compress experiment-split bench-proxy clean
 
 all: build
 
@@ -88,7 +88,17 @@ bench:
 # machine. ROUNDS, SECS, TRIALS; SMOKE=1 is the short run `make test` does.
 bench-passthrough: deps
 	@command -v gnuplot >/dev/null || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq gnuplot-nox; }
+	$(SURICATA_DEP)
 	$(CARGO) bench -p relayd --locked --bench passthrough
+
+# Suricata 7 (bookworm-backports), the peer of the flow offload comparisons; for the bench only.
+SURICATA_DEP = @command -v suricata >/dev/null || { echo 'deb http://deb.debian.org/debian bookworm-backports main' | $(SUDO) tee /etc/apt/sources.list.d/bookworm-backports.list >/dev/null && $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq -t bookworm-backports suricata; }
+
+# Only the flow offload comparisons of bench-passthrough (one TCP flow and a mixed workload
+# through `ids` with and without offload and through Suricata, docs/performance.md).
+bench-offload: deps
+	$(SURICATA_DEP)
+	OFFLOAD=1 $(CARGO) bench -p relayd --locked --bench passthrough
 
 # Packets/s per core for `accept` and each service at 64 and 1,500 bytes, measured as
 # bench-passthrough measures (the sizing table in docs/operations.md). About 20 minutes.

@@ -33,7 +33,10 @@
 //! The RFC 2544 table also has relayd `accept` on the AF_XDP datapath (an `[[xdp]]` port on
 //! the relay's ingress veth, docs/xdp.md): its XDP program runs in that veth's NAPI on the
 //! relay core, relayd's `relayd-xdp0` thread is pinned there too. XDP=1 runs only the
-//! AF_XDP datapath's targets (issue 16; see `passthrough/xdp.rs`).
+//! AF_XDP datapath's targets (issue 16; see `passthrough/xdp.rs`). The full run ends with
+//! the flow offload comparisons of issue 27 (`passthrough/offload.rs`): one TCP flow and a
+//! mixed workload through `ids` with and without offload and through Suricata 7 in NFQ IPS
+//! mode with and without its bypass; OFFLOAD=1 runs only those.
 //!
 //! Run: `make bench-passthrough` (root, about 15 minutes). Environment: ROUNDS (default 3),
 //! SECS per measurement (default 3), TRIALS per RFC 2544 search (default 8), SMOKE=1 (one
@@ -46,8 +49,11 @@
 //! PROBE=x,y,.. (a quick look while tuning: the kernel and relayd `accept` at those
 //! multiples of R64 packets/s, and latency at 10 % and 50 % of it), XDP=1 (only the
 //! AF_XDP comparisons, written to target/bench-xdp.md), XDP_BATCH (the XDP port's
-//! `batch`), RELAY_RX, QUEUE_NICE.
+//! `batch`), RELAY_RX, QUEUE_NICE, OFFLOAD=1 (only the flow offload comparisons; their
+//! knobs in `passthrough/offload.rs`).
 
+#[path = "passthrough/offload.rs"]
+mod offload;
 #[path = "passthrough/xdp.rs"]
 mod xdp;
 
@@ -251,6 +257,16 @@ fn proc_net_dev(node: &Node) -> std::fs::File {
 
 /// Received packets of `ifname` in a /proc/net/dev file.
 fn rx_packets(f: &mut std::fs::File, ifname: &str) -> u64 {
+    rx_counter(f, ifname, 1)
+}
+
+/// Received bytes of `ifname` in a /proc/net/dev file (frames, Ethernet header included).
+fn rx_bytes(f: &mut std::fs::File, ifname: &str) -> u64 {
+    rx_counter(f, ifname, 0)
+}
+
+/// Receive column `col` (0 bytes, 1 packets) of `ifname` in a /proc/net/dev file.
+fn rx_counter(f: &mut std::fs::File, ifname: &str, col: usize) -> u64 {
     let mut text = String::new();
     f.rewind().expect("rewind net/dev");
     f.read_to_string(&mut text).expect("read net/dev");
@@ -258,7 +274,7 @@ fn rx_packets(f: &mut std::fs::File, ifname: &str) -> u64 {
     text.lines()
         .find_map(|l| {
             let rest = l.trim_start().strip_prefix(&key)?;
-            rest.split_whitespace().nth(1)?.parse().ok()
+            rest.split_whitespace().nth(col)?.parse().ok()
         })
         .unwrap_or_else(|| panic!("{ifname} not in net/dev:\n{text}"))
 }
@@ -276,6 +292,34 @@ fn napi_threads() -> Vec<(u32, String)> {
         }
     }
     v
+}
+
+/// Pins the task (thread) `tid`, called `name` in messages, to `cpu`.
+fn pin_task(tid: u32, cpu: usize, name: &str) {
+    // SAFETY: an all-zero cpu_set_t is the empty set; CPU_SET stays within it (the CPU
+    // came from sched_getaffinity); the pointer and size describe that one set.
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(tid as libc::pid_t, size_of::<libc::cpu_set_t>(), &set)
+    };
+    assert_eq!(rc, 0, "pinning {name}: {}", std::io::Error::last_os_error());
+}
+
+/// Gives the task (thread) `tid`, called `name` in messages, the queues' nice value
+/// (QUEUE_NICE, default -5), as relayd does for a queue's `nice`: for the threads the
+/// bench places itself (an XDP port's, a peer's worker), so that every path shares the
+/// relay core with the NAPI thread on the same terms.
+fn set_nice(tid: u32, name: &str) {
+    let nice: i32 = env_num("QUEUE_NICE", -5);
+    // SAFETY: setpriority takes plain integers and has no memory effects.
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) };
+    assert_eq!(
+        rc,
+        0,
+        "nice {nice} for {name}: {}",
+        std::io::Error::last_os_error()
+    );
 }
 
 fn sh(node: &Node, script: &str) {
@@ -367,15 +411,7 @@ impl Bed {
                     "one new NAPI thread for the relay's eth0: {new:?}"
                 );
                 let (pid, name) = &new[0];
-                // SAFETY: an all-zero cpu_set_t is the empty set; CPU_SET stays within it
-                // (the relay CPU came from sched_getaffinity); the pointer and size
-                // describe that one set.
-                let rc = unsafe {
-                    let mut set: libc::cpu_set_t = std::mem::zeroed();
-                    libc::CPU_SET(self.k.relay_cpu, &mut set);
-                    libc::sched_setaffinity(*pid as libc::pid_t, size_of::<libc::cpu_set_t>(), &set)
-                };
-                assert_eq!(rc, 0, "pinning {name}: {}", std::io::Error::last_os_error());
+                pin_task(*pid, self.k.relay_cpu, name);
             }
             Rx::Rps => sh(
                 relay,
@@ -434,6 +470,16 @@ enum Path {
     XdpEncrypt,
     /// Row `i` of the sizing table (SIZING=1; see [`sized`]).
     Sized(usize),
+    /// relayd `ids` with the offload section's rules (OFFLOAD_RULES), fail-closed, with or
+    /// without `offload` (OFFLOAD=1; see `passthrough/offload.rs`).
+    Ids {
+        offload: bool,
+    },
+    /// Suricata 7 in NFQ IPS mode with the same rules, Debian's configuration or with its
+    /// flow bypass (see `passthrough/offload.rs`).
+    Suricata {
+        bypass: bool,
+    },
 }
 
 impl Path {
@@ -449,6 +495,10 @@ impl Path {
             Path::XdpCompress => "relayd compress (LZ4), XDP",
             Path::XdpEncrypt => "relayd encrypt (AES-128-GCM), XDP",
             Path::Sized(i) => sized()[i].name,
+            Path::Ids { offload: false } => "relayd ids",
+            Path::Ids { offload: true } => "relayd ids, offload",
+            Path::Suricata { bypass: false } => "Suricata 7, Debian defaults",
+            Path::Suricata { bypass: true } => "Suricata 7, bypass",
         }
     }
 
@@ -475,7 +525,20 @@ impl Path {
                 let q = &sized()[i].relay;
                 queue(&q.extra, &q.services) + &q.sections
             }
-            Path::Kernel => return None,
+            Path::Kernel | Path::Suricata { .. } => return None,
+            Path::Ids { offload } => {
+                let extra = if offload {
+                    "fail_open = false\noffload = true\n"
+                } else {
+                    "fail_open = false\n"
+                };
+                let keys = if offload {
+                    offload::ids_keys()
+                } else {
+                    String::new()
+                };
+                queue(extra, "\"ids\"") + &ids_section(&offload::rules(), &keys)
+            }
             Path::Accept { fail_open } => {
                 queue(&format!("fail_open = {fail_open}\n"), "\"accept\"")
             }
@@ -573,12 +636,24 @@ struct Relayd {
     /// The relay's relayd when it serves an `[[xdp]]` port: its node, control socket and
     /// configuration file.
     xdp: Option<(Node, std::path::PathBuf, std::path::PathBuf)>,
+    /// A script to run in a node once the processes stopped (a peer's iptables rules).
+    cleanup: Option<(Node, String)>,
 }
 
 impl Drop for Relayd {
     fn drop(&mut self) {
         for mut p in self.procs.drain(..) {
             p.stop(libc::SIGTERM, Duration::from_secs(10));
+        }
+        if let Some((node, script)) = &self.cleanup {
+            let out = node.sh(script);
+            if !out.status.success() {
+                println!(
+                    "WARNING: cleanup in {} failed: {script}: {}",
+                    node.label(),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
+            }
         }
         // A fail-closed XDP program left attached (relayd killed after the timeout) would
         // drop every later path's packets: detach it as `relayd cleanup` does.
@@ -598,10 +673,14 @@ impl Drop for Relayd {
 }
 
 fn start(bed: &Bed, path: Path) -> Relayd {
+    if let Path::Suricata { bypass } = path {
+        return offload::suricata(bed, bypass);
+    }
     let Some(body) = path.body(bed.k.relay_cpu) else {
         return Relayd {
             procs: Vec::new(),
             xdp: None,
+            cleanup: None,
         };
     };
     if path.is_xdp() && bed.rx != Rx::Napi {
@@ -632,6 +711,7 @@ fn start(bed: &Bed, path: Path) -> Relayd {
     ));
     Relayd {
         procs: running,
+        cleanup: None,
         xdp: path.is_xdp().then(|| {
             let dir = run_dir();
             (
@@ -690,16 +770,8 @@ fn spawn_relayd(node: &Node, tag: &str, body: &str, cpu: usize, thread: &str) ->
         // `[[xdp]]` has no `nice` key: the bench gives the XDP thread the NFQUEUE queue's
         // nice value itself (setpriority, as relayd does for `nice`), so that both
         // datapaths share the relay core with the NAPI thread on the same terms.
-        let nice: i32 = env_num("QUEUE_NICE", -5);
         let (tid, _) = find_thread(p.pid(), thread);
-        // SAFETY: setpriority takes plain integers and has no memory effects.
-        let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) };
-        assert_eq!(
-            rc,
-            0,
-            "nice {nice} for {thread}: {}",
-            std::io::Error::last_os_error()
-        );
+        set_nice(tid, thread);
     }
     p
 }
@@ -1002,8 +1074,14 @@ struct Tcp {
 }
 
 fn tcp(bed: &mut Bed, path: Path) -> Tcp {
-    bed.dst_drops(false);
     let _r = start(bed, path);
+    tcp_on(bed, path)
+}
+
+/// One TCP flow (10.0.1.1 -> 10.0.2.2:9001, random bytes) through `path`, whose relayd (or
+/// peer) runs: throughput and the relay core's CPU per kB delivered.
+fn tcp_on(bed: &mut Bed, path: Path) -> Tcp {
+    bed.dst_drops(false);
     let (warm, secs, cpu) = (bed.k.warm, bed.k.secs, bed.k.traffic_cpu);
     let dst: SocketAddr = "10.0.2.2:9001".parse().unwrap();
     let listener = bed
@@ -1102,6 +1180,10 @@ fn main() {
     }
     if std::env::var("XDP").is_ok_and(|v| !v.is_empty() && v != "0") {
         xdp::run(&mut bed, started);
+        return;
+    }
+    if std::env::var("OFFLOAD").is_ok_and(|v| !v.is_empty() && v != "0") {
+        offload::run(&mut bed, started);
         return;
     }
     if let Ok(mults) = std::env::var("PROBE") {
@@ -1378,6 +1460,19 @@ fn main() {
         }
     }
     writeln!(report, "\n### TCP, one flow\n").unwrap();
+    tcp_table(&mut report, traffic_cpu, &tcp_paths, &tcps);
+    offload::section(&mut bed, &mut report);
+    bed.dst_drops(false);
+    println!("{report}");
+    println!(
+        "passthrough: done in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// The one-TCP-flow table: for each path (the kernel first), the medians of its rounds in
+/// `runs`, throughput and relay-core CPU per kB each as a ratio to the kernel's.
+fn tcp_table(report: &mut String, traffic_cpu: usize, paths: &[Path], runs: &[Vec<Tcp>]) {
     writeln!(
         report,
         "| path | Mbit/s | ratio | relay core | traffic core | relay-core ns per kB | ratio |"
@@ -1385,15 +1480,14 @@ fn main() {
     .unwrap();
     writeln!(report, "|---|---|---|---|---|---|---|").unwrap();
     let (kb, kns) = (
-        med(&tcps[0], |t| t.bps),
-        med(&tcps[0], |t| t.relay_ns_per_kb),
+        med(&runs[0], |t| t.bps),
+        med(&runs[0], |t| t.relay_ns_per_kb),
     );
-    for (j, p) in tcp_paths.iter().enumerate() {
-        let t = &tcps[j];
+    for (p, t) in paths.iter().zip(runs) {
         let (b, ns) = (med(t, |t| t.bps), med(t, |t| t.relay_ns_per_kb));
         writeln!(
             report,
-            "| {} | {:.0} | {:.2} | {} | {} | {ns:.1} | {:.1} |",
+            "| {} | {:.0} | {:.2} | {} | {} | {ns:.1} | {:.2} |",
             p.name(),
             b / 1e6,
             b / kb,
@@ -1403,12 +1497,6 @@ fn main() {
         )
         .unwrap();
     }
-    bed.dst_drops(false);
-    println!("{report}");
-    println!(
-        "passthrough: done in {:.0} s",
-        started.elapsed().as_secs_f64()
-    );
 }
 
 /// The RFC 2544 table: for each search of `searches` (path and size), the medians of its
@@ -1707,6 +1795,30 @@ fn sizing_tcp(bed: &mut Bed, rows: &[usize], report: &mut String) {
     }
 }
 
+/// The bench's IDS rules in `dir`: benches/sizing-ids.rules (20 rules, UDP, TCP, ICMP,
+/// IP) and benches/sizing-ids-tcp.rules (2 more: a stream rule and an HTTP rule).
+fn ids_rules(dir: &std::path::Path) -> [std::path::PathBuf; 2] {
+    std::fs::create_dir_all(dir).expect("run directory");
+    let rules = dir.join("ids.rules");
+    std::fs::write(&rules, include_str!("sizing-ids.rules")).expect("ids rules");
+    let tcp_rules = dir.join("ids-tcp.rules");
+    std::fs::write(&tcp_rules, include_str!("sizing-ids-tcp.rules")).expect("ids tcp rules");
+    [rules, tcp_rules]
+}
+
+/// The `[service.ids]` section of the bench's IDS paths: `rules`, strict, HOME_NET the
+/// dst side, and `extra` keys.
+fn ids_section(rules: &[std::path::PathBuf], extra: &str) -> String {
+    let list = rules
+        .iter()
+        .map(|r| format!("\"{}\"", r.display()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "[service.ids]\nkind = \"ids\"\nrules = [{list}]\nstrict = true\n{extra}[service.ids.vars]\nHOME_NET = \"[10.0.2.0/24]\"\nEXTERNAL_NET = \"!$HOME_NET\"\n"
+    )
+}
+
 /// The sizing table's rows, with the key and rule files they need. Every queue is
 /// fail-closed, so that overload shows as loss (fail-open would pass the excess around
 /// relayd and the search would climb past what relayd handles).
@@ -1716,12 +1828,7 @@ fn sizing_rows(dir: &std::path::Path) -> Vec<SizedSvc> {
     // everything else src sends too).
     const SRC: &str = "match = \"-p udp -d 10.0.2.2 --dport 9000\"\nfail_open = false\n";
     let key = aes_key().display();
-    let rules = dir.join("ids.rules");
-    std::fs::write(&rules, include_str!("sizing-ids.rules")).expect("ids rules");
-    let rules = rules.display();
-    let tcp_rules = dir.join("ids-tcp.rules");
-    std::fs::write(&tcp_rules, include_str!("sizing-ids-tcp.rules")).expect("ids tcp rules");
-    let tcp_rules = tcp_rules.display();
+    let rules = ids_rules(dir);
     let row = |name: &'static str, relay: QueueSpec| SizedSvc {
         name,
         relay,
@@ -1856,25 +1963,13 @@ fn sizing_rows(dir: &std::path::Path) -> Vec<SizedSvc> {
         },
         row(
             "ids (20 rules, alert only)",
-            QueueSpec::new(
-                FC,
-                "\"ids\"",
-                &format!(
-                    "[service.ids]\nkind = \"ids\"\nrules = [\"{rules}\"]\nstrict = true\n[service.ids.vars]\nHOME_NET = \"[10.0.2.0/24]\"\nEXTERNAL_NET = \"!$HOME_NET\"\n"
-                ),
-            ),
+            QueueSpec::new(FC, "\"ids\"", &ids_section(&rules[..1], "")),
         ),
         SizedSvc {
             tcp: true,
             ..row(
                 "ids, one TCP flow (22 rules: + stream, + HTTP)",
-                QueueSpec::new(
-                    FC,
-                    "\"ids\"",
-                    &format!(
-                        "[service.ids]\nkind = \"ids\"\nrules = [\"{rules}\", \"{tcp_rules}\"]\nstrict = true\n[service.ids.vars]\nHOME_NET = \"[10.0.2.0/24]\"\nEXTERNAL_NET = \"!$HOME_NET\"\n"
-                    ),
-                ),
+                QueueSpec::new(FC, "\"ids\"", &ids_section(&rules, "")),
             )
         },
         row(
