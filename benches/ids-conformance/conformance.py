@@ -433,8 +433,14 @@ def run_relayd(test, opts, work):
     except FileNotFoundError:
         pass
     with open(conf, "w") as f:
-        f.write('[[queue]]\nnum = 0\nhook = "forward"\nservices = ["ids"]\n\n'
-                '[service.ids]\nkind = "ids"\n')
+        # --offload: the queue carries out the IDS's offload votes, as replay does live
+        # (docs/replay.md): a flow's packets after its vote skip the chain.
+        f.write('[[queue]]\nnum = 0\nhook = "forward"\nservices = ["ids"]\n')
+        if opts.offload:
+            f.write("offload = true\n")
+        f.write('\n[service.ids]\nkind = "ids"\n')
+        if opts.offload:
+            f.write('tls_encryption_handling = "bypass"\n')
         f.write("rules = [%s]\n" % json.dumps(os.path.abspath(test.rules)))
         f.write("eve_log = %s\n" % json.dumps(eve))
         # Replay feeds the writer faster than a live queue: room for every alert of a
@@ -676,6 +682,9 @@ def main():
     ap.add_argument("--expect-version", default=DEFAULT_EXPECT_VERSION,
                     help="the Suricata version test.yaml requirements are evaluated for")
     ap.add_argument("--no-cache", action="store_true", help="re-run Suricata")
+    ap.add_argument("--offload", action="store_true",
+                    help="relayd's queue offloads (offload = true, TLS encryption bypass): "
+                    "what the offloaded packets would have matched is lost, as live")
     ap.add_argument("--suricata-all", action="store_true",
                     help="run Suricata also where relayd refuses the rules (fills the cache "
                          "for every test; nothing more is compared)")
