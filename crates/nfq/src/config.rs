@@ -73,6 +73,10 @@ pub struct OffloadMark {
     /// Bits of the verdict's mark stored with the offload, which the skip rules restore
     /// onto the flow's later packets (the marks the chain's services set).
     pub restore: u32,
+    /// NAT may have changed a packet's tuple before the queue's hook (every hook but
+    /// PREROUTING and mangle OUTPUT): an update that finds no entry by the packet's
+    /// tuple is sent once more with it turned round, for an ESTABLISHED packet only.
+    pub turned: bool,
 }
 
 impl OffloadMark {

@@ -11,7 +11,7 @@
 //! already queued behind the first vote); nothing is allocated per packet.
 
 use crate::config::OffloadMark;
-use relay_core::{OffloadReason, OffloadScope, QueueCounters};
+use relay_core::{CtState, OffloadReason, OffloadScope, QueueCounters};
 use relay_netlink::conntrack::{self, ACK_SLOT, CtSocket, CtTuple, Lookup, UPDATE_MAX};
 use relay_pipeline::{MAX_OFFLOADS, OffloadRequest};
 use std::hash::{Hash, Hasher};
@@ -55,6 +55,8 @@ struct Inflight {
     mask: u32,
     /// Already the second try (the tuple turned round).
     retried: bool,
+    /// A second try with the tuple turned round is allowed (see [`Offloader::push`]).
+    may_turn: bool,
     live: bool,
 }
 
@@ -75,6 +77,7 @@ impl Default for Inflight {
             value: 0,
             mask: 0,
             retried: false,
+            may_turn: false,
             live: false,
         }
     }
@@ -196,7 +199,23 @@ impl Offloader {
 
     /// Adds the update for request `r` to the outgoing datagram, unless the flow is
     /// already offloaded (or being offloaded) in those directions.
+    ///
+    /// Never for a TCP SYN (it may reopen a tuple an old entry still holds: the entry
+    /// it would mark is not the new connection's), nor for a packet conntrack does not
+    /// track (INVALID, untracked: it has no entry of its own, and its tuple may find
+    /// another connection's). The retry with the tuple turned round only where NAT may
+    /// have run before the hook and for an ESTABLISHED packet: its own entry is
+    /// confirmed, so the turned tuple finds that entry (the NAT core keeps tuples
+    /// unique); a NEW packet's entry may never be confirmed, and the turned tuple
+    /// would find another connection (docs/offload.md).
     fn push(&mut self, mark: &OffloadMark, r: &OffloadRequest) {
+        if r.syn {
+            return; // the next packet of the connection votes again
+        }
+        let Some(state) = r.state else {
+            self.counters.offload.failed.inc();
+            return;
+        };
         let want = match (r.offload.scope, r.reply) {
             (OffloadScope::Both, _) => ORIG | REPLY,
             (OffloadScope::Direction, Some(false)) => ORIG,
@@ -245,6 +264,7 @@ impl Offloader {
             value,
             mask: mark.mask(),
             retried: false,
+            may_turn: mark.turned && state == CtState::Established,
             live: true,
         });
     }
@@ -318,7 +338,7 @@ impl Offloader {
                 return;
             }
             f.live = false;
-            if err == -libc::ENOENT && !f.retried && retry.len() < MAX_OFFLOADS {
+            if err == -libc::ENOENT && f.may_turn && !f.retried && retry.len() < MAX_OFFLOADS {
                 // Not found by this tuple: a packet NAT changed is found by the other
                 // direction's tuple, its own turned round.
                 retry.push(*f);
@@ -392,6 +412,8 @@ mod tests {
             offload,
             mark: Some(0x77),
             reply: None,
+            state: Some(CtState::Established),
+            syn: false,
         }
     }
 
@@ -402,6 +424,76 @@ mod tests {
             gen_mask: 0xfc_0000,
             generation: 0x4_0000,
             restore: 0xff,
+            turned: true,
+        }
+    }
+
+    /// The kernel's answer `err` to update `seq`, as one datagram.
+    fn ack(seq: u32, err: i32) -> Vec<u8> {
+        let mut b = relay_netlink::frame::Builder::new(relay_netlink::frame::NLMSG_ERROR, 0, seq);
+        b.push(&err.to_ne_bytes())
+            .push(&[0u8; relay_netlink::frame::NLMSG_HDRLEN]);
+        b.finish().to_vec()
+    }
+
+    #[test]
+    fn no_update_for_a_syn_or_an_untracked_packet() {
+        let counters = QueueCounters::default();
+        let mut o = Offloader::new(0, None, counters.clone());
+        o.mark = Some(mark());
+        let mut syn = req(
+            "10.0.0.1",
+            "10.0.1.1",
+            1000,
+            80,
+            Offload::both(OffloadReason::Pass),
+        );
+        syn.syn = true;
+        o.push(&mark(), &syn);
+        assert!(o.out.is_empty(), "a SYN is never offloaded");
+        assert_eq!(counters.offload.failed.get(), 0, "nor counted as failed");
+        let untracked = OffloadRequest {
+            syn: false,
+            state: None,
+            ..syn
+        };
+        o.push(&mark(), &untracked);
+        assert!(o.out.is_empty(), "an untracked packet is never offloaded");
+        assert_eq!(counters.offload.failed.get(), 1);
+        // The same flow's next (tracked, not SYN) packet is updated.
+        o.push(&mark(), &OffloadRequest { syn: false, ..syn });
+        assert!(!o.out.is_empty());
+    }
+
+    #[test]
+    fn only_an_established_packet_after_nat_is_retried_turned_round() {
+        for (state, turned, retried) in [
+            (CtState::Established, true, true),
+            (CtState::New, true, false),
+            (CtState::Related, true, false),
+            (CtState::Established, false, false),
+        ] {
+            let counters = QueueCounters::default();
+            let mut o = Offloader::new(0, None, counters.clone());
+            let m = OffloadMark { turned, ..mark() };
+            o.mark = Some(m);
+            let mut r = req(
+                "10.0.0.1",
+                "10.0.1.1",
+                1000,
+                80,
+                Offload::both(OffloadReason::Pass),
+            );
+            r.state = Some(state);
+            o.push(&m, &r);
+            assert!(!o.out.is_empty());
+            o.answered(&ack(o.seq, -libc::ENOENT));
+            assert_eq!(
+                o.retry.len(),
+                usize::from(retried),
+                "{state:?}, turned {turned}"
+            );
+            assert_eq!(counters.offload.failed.get(), u64::from(!retried));
         }
     }
 

@@ -38,8 +38,8 @@ use hold::HoldStore;
 use relay_core::ratelimit::RateLimit;
 use relay_core::wire::FiveTuple;
 use relay_core::{
-    Chain, Context, CtMarkBits, Decision, Offload, Outbox, Packet, PacketMeta, QueueCounters,
-    Verdict,
+    Chain, Context, CtMarkBits, CtState, Decision, Offload, Outbox, Packet, PacketMeta,
+    QueueCounters, Verdict,
 };
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -155,6 +155,13 @@ pub struct OffloadRequest {
     pub mark: Option<u32>,
     /// The packet's conntrack direction, where the datapath knew it (true: reply).
     pub reply: Option<bool>,
+    /// The packet's conntrack state, where the datapath knew it (`None`: unknown, or
+    /// not tracked). A datapath that marks conntrack entries needs it to tell the
+    /// packet's own entry from another one its tuple might find (docs/offload.md).
+    pub state: Option<CtState>,
+    /// The packet is a TCP SYN without ACK: it may open a new connection on a tuple
+    /// an old entry still holds, so a datapath may refuse to offload on it.
+    pub syn: bool,
 }
 
 /// The most offloads one batch may ask for; beyond it they count as failed (the flows'
@@ -362,9 +369,15 @@ impl<H: Copy + Default> Pipeline<H> {
         if !self.settings.offload || d.verdict != Verdict::Accept {
             return false;
         }
-        let Some((tuple, _)) = data.and_then(FiveTuple::parse) else {
+        let Some((tuple, l4)) = data.and_then(FiveTuple::parse) else {
             return false;
         };
+        // TCP flags: byte 13 of the TCP header (SYN 0x02, ACK 0x10).
+        let syn = tuple.proto == 6
+            && tuple.ports.is_some()
+            && data
+                .and_then(|d| d.get(l4.saturating_add(13)))
+                .is_some_and(|f| f & 0x12 == 0x02);
         if self.offloads.len() >= MAX_OFFLOADS {
             self.counters.offload.failed.inc();
             return false;
@@ -374,6 +387,8 @@ impl<H: Copy + Default> Pipeline<H> {
             offload,
             mark: d.mark,
             reply: meta.ct.map(|ct| ct.reply),
+            state: meta.ct.map(|ct| ct.state),
+            syn,
         });
         true
     }

@@ -575,6 +575,8 @@ mod tests {
             offload,
             mark: None,
             reply: None,
+            state: None,
+            syn: false,
         }
     }
 

@@ -56,7 +56,7 @@ pub struct Daemon {
     resources: ServiceResources,
     /// Starts and reloads so far, from a random start: the offload generation
     /// ([`crate::config::set_generations`]).
-    epoch: u32,
+    epoch: u64,
     /// Per skip-rule comment: the kernel's counters last read and the running totals
     /// (packets, bytes), so that the totals survive a reload's fresh rules.
     skipped: std::sync::Mutex<SkipTotals>,
@@ -141,10 +141,12 @@ impl Daemon {
         logs: OpenLogs,
     ) -> anyhow::Result<Daemon> {
         // A generation no earlier run is likely to have left in conntrack marks.
-        let epoch = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos())
-            ^ std::process::id();
+        let epoch = u64::from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos())
+                ^ std::process::id(),
+        );
         crate::config::set_generations(&mut config, epoch);
         let stale = cleanup_all(&config.daemon.chain_prefix, config.daemon.iptables)?
             + cleanup_routing(&config)?;
