@@ -75,7 +75,8 @@ pub struct OffloadMark {
     pub restore: u32,
     /// NAT may have changed a packet's tuple before the queue's hook (every hook but
     /// PREROUTING and mangle OUTPUT): an update that finds no entry by the packet's
-    /// tuple is sent once more with it turned round, for an ESTABLISHED packet only.
+    /// tuple is sent once more with it turned round, for a packet whose destination NAT
+    /// changed only ([`OffloadMark::nat_mark`]).
     pub turned: bool,
 }
 
@@ -83,6 +84,14 @@ impl OffloadMark {
     /// Every bit an offload writes in the conntrack mark.
     pub fn mask(&self) -> u32 {
         self.orig | self.reply | self.gen_mask | self.restore
+    }
+
+    /// The packet mark bit the rules in front of the queue set on a packet whose
+    /// destination NAT changed before the hook ([`OffloadMark::turned`]): the original
+    /// direction's bit, in the packet mark (relayd owns these bits there too). 0 where
+    /// NAT has not run before the hook.
+    pub fn nat_mark(&self) -> u32 {
+        if self.turned { self.orig } else { 0 }
     }
 }
 

@@ -11,7 +11,7 @@
 //! already queued behind the first vote); nothing is allocated per packet.
 
 use crate::config::OffloadMark;
-use relay_core::{CtState, OffloadReason, OffloadScope, QueueCounters};
+use relay_core::{OffloadReason, OffloadScope, QueueCounters};
 use relay_netlink::conntrack::{self, ACK_SLOT, CtSocket, CtTuple, Lookup, UPDATE_MAX};
 use relay_pipeline::{MAX_OFFLOADS, OffloadRequest};
 use std::hash::{Hash, Hasher};
@@ -204,10 +204,12 @@ impl Offloader {
     /// it would mark is not the new connection's), nor for a packet conntrack does not
     /// track (INVALID, untracked: it has no entry of its own, and its tuple may find
     /// another connection's). The retry with the tuple turned round only where NAT may
-    /// have run before the hook and for an ESTABLISHED packet: its own entry is
-    /// confirmed, so the turned tuple finds that entry (the NAT core keeps tuples
-    /// unique); a NEW packet's entry may never be confirmed, and the turned tuple
-    /// would find another connection (docs/offload.md).
+    /// have run before the hook, and only for a packet whose destination NAT changed
+    /// (the rules' NAT bit: DNAT status in the original direction, SNAT in the reply):
+    /// its own entry's other tuple is then its tuple turned round, unique (the NAT core
+    /// chose it so). Any other packet whose update finds nothing (its entry never
+    /// confirmed: a packet dropped after the queue) would find, turned round, another
+    /// connection's entry, a DNAT'ed one's (docs/offload.md).
     fn push(&mut self, mark: &OffloadMark, r: &OffloadRequest) {
         if r.syn {
             return; // the next packet of the connection votes again
@@ -264,7 +266,7 @@ impl Offloader {
             value,
             mask: mark.mask(),
             retried: false,
-            may_turn: mark.turned && state == CtState::Established,
+            may_turn: mark.turned && r.nat,
             live: true,
         });
     }
@@ -398,8 +400,8 @@ fn flow_tag(t: &relay_core::wire::FiveTuple) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use relay_core::Offload;
     use relay_core::wire::FiveTuple;
+    use relay_core::{CtState, Offload};
 
     fn req(src: &str, dst: &str, sp: u16, dp: u16, offload: Offload) -> OffloadRequest {
         OffloadRequest {
@@ -414,6 +416,7 @@ mod tests {
             reply: None,
             state: Some(CtState::Established),
             syn: false,
+            nat: false,
         }
     }
 
@@ -466,12 +469,11 @@ mod tests {
     }
 
     #[test]
-    fn only_an_established_packet_after_nat_is_retried_turned_round() {
-        for (state, turned, retried) in [
-            (CtState::Established, true, true),
-            (CtState::New, true, false),
-            (CtState::Related, true, false),
-            (CtState::Established, false, false),
+    fn only_a_packet_nat_translated_before_the_hook_is_retried_turned_round() {
+        for (nat, turned, retried) in [
+            (true, true, true),
+            (false, true, false),
+            (true, false, false),
         ] {
             let counters = QueueCounters::default();
             let mut o = Offloader::new(0, None, counters.clone());
@@ -484,14 +486,14 @@ mod tests {
                 80,
                 Offload::both(OffloadReason::Pass),
             );
-            r.state = Some(state);
+            r.nat = nat;
             o.push(&m, &r);
             assert!(!o.out.is_empty());
             o.answered(&ack(o.seq, -libc::ENOENT));
             assert_eq!(
                 o.retry.len(),
                 usize::from(retried),
-                "{state:?}, turned {turned}"
+                "nat {nat}, turned {turned}"
             );
             assert_eq!(counters.offload.failed.get(), u64::from(!retried));
         }

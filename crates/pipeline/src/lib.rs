@@ -103,6 +103,11 @@ pub struct Settings {
     /// configuration allows them and every service of its chain may vote. Without it a
     /// chain's offload vote is ignored and no packet's flow leaves the queue.
     pub offload: bool,
+    /// The mark bit a rule in front of the queue sets on a packet whose destination NAT
+    /// changed before the hook (0: none). Like the conntrack bits, it leaves the packet's
+    /// mark before the services see it and is not given back in the verdict; the
+    /// offload request says it ([`OffloadRequest::nat`]).
+    pub nat_mark: u32,
 }
 
 impl Settings {
@@ -116,6 +121,7 @@ impl Settings {
             ct_mark_bits: None,
             max_payload: usize::MAX,
             offload: false,
+            nat_mark: 0,
         }
     }
 }
@@ -162,6 +168,10 @@ pub struct OffloadRequest {
     /// The packet is a TCP SYN without ACK: it may open a new connection on a tuple
     /// an old entry still holds, so a datapath may refuse to offload on it.
     pub syn: bool,
+    /// NAT changed the packet's destination before the hook (its [`Settings::nat_mark`]
+    /// was set): its tuple is neither of its entry's, but turned round it is the other
+    /// direction's.
+    pub nat: bool,
 }
 
 /// The most offloads one batch may ask for; beyond it they count as failed (the flows'
@@ -284,6 +294,7 @@ impl<H: Copy + Default> Pipeline<H> {
         handle: H,
     ) -> Outcome {
         self.cx.now = now;
+        let nat = meta.mark & self.settings.nat_mark != 0;
         let restore = self.decode_ct_bits(&mut meta);
         let len = buf.len();
         let mut pkt = Packet::in_buffer(std::mem::take(buf), start, end, meta);
@@ -321,7 +332,7 @@ impl<H: Copy + Default> Pipeline<H> {
         }
         self.strip_ct_bits(&mut decision, restore);
         if let Some(offload) = decision.offload.take()
-            && self.offload(&decision, offload, buf.get(start..end), &meta)
+            && self.offload(&decision, offload, buf.get(start..end), (&meta, nat))
         {
             decision.offload = Some(offload);
         }
@@ -364,7 +375,7 @@ impl<H: Copy + Default> Pipeline<H> {
         d: &Decision,
         offload: Offload,
         data: Option<&[u8]>,
-        meta: &PacketMeta,
+        (meta, nat): (&PacketMeta, bool),
     ) -> bool {
         if !self.settings.offload || d.verdict != Verdict::Accept {
             return false;
@@ -389,6 +400,7 @@ impl<H: Copy + Default> Pipeline<H> {
             reply: meta.ct.map(|ct| ct.reply),
             state: meta.ct.map(|ct| ct.state),
             syn,
+            nat,
         });
         true
     }
@@ -423,7 +435,7 @@ impl<H: Copy + Default> Pipeline<H> {
     /// Returns the mark the verdict must give back when the packet came with some bits.
     fn decode_ct_bits(&self, meta: &mut PacketMeta) -> Option<u32> {
         let bits = self.settings.ct_mark_bits?;
-        let (ct, mark) = bits.decode(meta.mark);
+        let (ct, mark) = bits.decode(meta.mark & !self.settings.nat_mark);
         let restore = (mark != meta.mark).then_some(mark);
         meta.mark = mark;
         if meta.ct.is_none() {
@@ -442,7 +454,7 @@ impl<H: Copy + Default> Pipeline<H> {
             return;
         }
         d.mark = match d.mark {
-            Some(m) => Some(m & !bits.mask()),
+            Some(m) => Some(m & !bits.mask() & !self.settings.nat_mark),
             None => restore,
         };
     }

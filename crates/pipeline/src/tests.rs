@@ -227,6 +227,7 @@ fn offloads_are_handed_to_the_datapath_only_where_the_queue_offloads() {
             reply: None,
             state: None,
             syn: false,
+            nat: false,
         });
         assert_eq!(got, want.into_iter().collect::<Vec<_>>());
         assert_eq!(h.p.take_offloads().count(), 0, "taken once");

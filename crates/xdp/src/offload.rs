@@ -577,6 +577,7 @@ mod tests {
             reply: None,
             state: None,
             syn: false,
+            nat: false,
         }
     }
 

@@ -17,6 +17,7 @@ use relay_nfq::{Queue, QueueConfig};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+mod offload;
 mod reload;
 
 pub(crate) use crate::counter_store::CounterStore;
@@ -156,6 +157,9 @@ impl Daemon {
                 "removed rules left by an earlier relayd (crash?)"
             );
         }
+        // Offload marks an earlier run left, whatever their generation (this run has
+        // offloaded nothing yet): before any skip rule of this run is in.
+        let cleared = offload::clear_stale(&config, &[]);
         let mut d = Daemon {
             _lock: lock,
             config: config.clone(),
@@ -208,6 +212,7 @@ impl Daemon {
             d.stop_queues();
             return Err(e);
         }
+        d.count_cleared(&cleared, &[]);
         for q in &config.queues {
             let names: Vec<&str> = q.services.iter().map(|(n, _)| n.as_str()).collect();
             tracing::info!(

@@ -293,6 +293,28 @@ fn offload_rules(q: &QueueSpec) -> Vec<PreRule> {
         );
         out.extend(PreRule::with_match(None, q.matches.as_deref(), args));
     }
+    // Where NAT may have run before the hook: the packets whose destination it changed
+    // (DNAT in the original direction, a de-SNAT in the reply) get the NAT bit, the
+    // only ones whose update may be retried with the tuple turned round.
+    if m.nat_mark() != 0 {
+        for (dir, state) in [("ORIGINAL", "DNAT"), ("REPLY", "SNAT")] {
+            let args = [
+                "-m",
+                "conntrack",
+                "--ctdir",
+                dir,
+                "--ctstate",
+                state,
+                "-j",
+                "MARK",
+                "--or-mark",
+                &format!("{:#x}", m.nat_mark()),
+            ]
+            .map(String::from)
+            .to_vec();
+            out.extend(PreRule::with_match(None, q.matches.as_deref(), args));
+        }
+    }
     out
 }
 
@@ -415,6 +437,10 @@ mod tests {
                     -A RELAYD-FORWARD -p udp -m conntrack --ctstate NEW,ESTABLISHED --ctdir \
                     REPLY -m connmark --mark 0x60000/0xfe0000 -m comment --comment \
                     relayd-offload-3 -j ACCEPT\n\
+                    -A RELAYD-FORWARD -p udp -m conntrack --ctdir ORIGINAL --ctstate DNAT -j \
+                    MARK --or-mark 0x10000\n\
+                    -A RELAYD-FORWARD -p udp -m conntrack --ctdir REPLY --ctstate SNAT -j MARK \
+                    --or-mark 0x10000\n\
                     -A RELAYD-FORWARD -p udp -m conntrack --ctstate NEW,ESTABLISHED,RELATED";
         assert!(text.contains(want), "{text}");
         // A queue without offload has no skip rule; a UDP queue no SYN rule.

@@ -178,8 +178,7 @@ pub(super) fn check_queue(
     let mut found = check_configs(&queue, first, threads.cpus.as_deref().unwrap_or(&[]));
     report_kernel(cx, index, &q, &chain, table, &mut found);
     report_threads(cx, index, &q, &threads, first == last, &mut found);
-    queue.offload =
-        super::offload::check_offload(
+    queue.offload = super::offload::check_offload(
         cx,
         index,
         q.offload.as_ref(),

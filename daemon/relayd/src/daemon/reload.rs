@@ -151,7 +151,16 @@ impl Daemon {
                 return Err(e.context("the old configuration stays in force"));
             }
         }
-        Ok(self.commit(new, p))
+        let left = super::offload::generations(&self.config);
+        let changes = self.commit(new, p);
+        // The new generations' rules are in and the queues have their new marks: the
+        // entries of any other generation lose their offload bits, so that none matches
+        // when its generation comes round again. Those of the generations just left
+        // were counted revoked by their queue threads.
+        let now = super::offload::generations(&self.config);
+        let cleared = super::offload::clear_stale(&self.config, &now);
+        self.count_cleared(&cleared, &left);
+        Ok(changes)
     }
 
     /// What a reload cannot apply, refused before anything changes.
