@@ -693,6 +693,61 @@ mod tests {
     }
 
     #[test]
+    fn a_dumped_entry_reads_back_its_tuple_mark_and_zone() {
+        // A dump's message has the update's layout: nfgenmsg, CTA_TUPLE_ORIG, CTA_MARK.
+        for t in [
+            v4(),
+            CtTuple {
+                src: "2001:db8::1".parse().unwrap(),
+                dst: "2001:db8:1::2".parse().unwrap(),
+                proto: 17,
+                sport: 1,
+                dport: 2,
+            },
+        ] {
+            let mut buf = [0u8; UPDATE_MAX];
+            let n = update_in_zone(&mut buf, 1, &t, Lookup::Orig, (0x0041_0000, !0), 7).unwrap();
+            let m = Messages::new(&buf[..n]).next().unwrap();
+            assert_eq!(
+                parse_entry(m.payload),
+                Some(CtEntry {
+                    tuple: t,
+                    mark: 0x0041_0000,
+                    zone: 7
+                })
+            );
+            // Cut anywhere, it reads as nothing or as the entry, never panics.
+            for cut in 0..m.payload.len() {
+                let _ = parse_entry(&m.payload[..cut]);
+            }
+        }
+        let req = dump_request(3, 0x1_0000, 0x1_0000);
+        let m = Messages::new(&req).next().unwrap();
+        assert_eq!((m.ty(), m.header.flags), (CT_GET, 0x301));
+        let attrs: Vec<_> = Attrs::new(&m.payload[4..]).collect();
+        assert_eq!((attrs[0].ty, attrs[0].be32()), (CTA_MARK, Some(0x1_0000)));
+        assert_eq!(
+            (attrs[1].ty, attrs[1].be32()),
+            (CTA_MARK_MASK, Some(0x1_0000))
+        );
+    }
+
+    #[test]
+    fn a_dump_of_marks_nothing_has_finds_nothing() {
+        // As root: the kernel's filter (or ours) leaves every entry out. Without
+        // CAP_NET_ADMIN the dump is refused.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        match dump_marked(0x4000_0001, 0xc000_0001, deadline) {
+            Ok(found) => assert_eq!(found, []),
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EPERM), "{e}"),
+        }
+        match clear_marks(0x4000_0001, |_| true, 0x4000_0001, deadline) {
+            Ok(cleared) => assert_eq!(cleared, []),
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EPERM), "{e}"),
+        }
+    }
+
+    #[test]
     fn acknowledgements_give_sequence_and_error() {
         let mut d = Vec::new();
         for (seq, err) in [(3u32, 0i32), (4, -libc::ENOENT)] {

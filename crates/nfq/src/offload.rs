@@ -214,10 +214,10 @@ impl Offloader {
         if r.syn {
             return; // the next packet of the connection votes again
         }
-        let Some(state) = r.state else {
+        if r.state.is_none() {
             self.counters.offload.failed.inc();
             return;
-        };
+        }
         let want = match (r.offload.scope, r.reply) {
             (OffloadScope::Both, _) => ORIG | REPLY,
             (OffloadScope::Direction, Some(false)) => ORIG,

@@ -212,7 +212,7 @@ impl Daemon {
             d.stop_queues();
             return Err(e);
         }
-        d.count_cleared(&cleared, &[]);
+        d.count_cleared(&cleared);
         for q in &config.queues {
             let names: Vec<&str> = q.services.iter().map(|(n, _)| n.as_str()).collect();
             tracing::info!(

@@ -1,7 +1,7 @@
 //! Clearing stale offload marks: conntrack entries keep the generation they were
 //! offloaded under after a reload revoked them, and the generation field comes round
-//! again (docs/offload.md); after each start and reload the control plane clears the
-//! offload bits of every entry whose generation is not a current one.
+//! again (docs/offload.md); at each start and reload the control plane clears the
+//! offload bits of every entry whose generation is older than the ones in force.
 
 use super::Daemon;
 use crate::config::Config;
@@ -22,7 +22,9 @@ pub(super) fn generations(cfg: &Config) -> Vec<u32> {
 /// offloaded in either direction under a generation not in `keep`; returns the
 /// generations the cleared entries had. Nothing if no queue of `cfg` offloads (without
 /// skip rules a mark matches nothing; the reload that adds one clears). Errors are
-/// logged: a mark left stale is cleared by the next reload.
+/// logged: a mark left stale is cleared by the next reload. Since each reload clears
+/// before its swap all but the generations in force, a stale entry's generation is
+/// always the previous reload's, which the new generations never equal.
 pub(super) fn clear_stale(cfg: &Config, keep: &[u32]) -> Vec<u32> {
     if !cfg.queues.iter().any(|q| q.queue.offload.is_some()) {
         return Vec::new();
@@ -54,19 +56,17 @@ pub(super) fn clear_stale(cfg: &Config, keep: &[u32]) -> Vec<u32> {
 }
 
 impl Daemon {
-    /// Counts as `revoked` the entries [`clear_stale`] cleared whose generation is not
-    /// one of `counted` (the queue threads counted those of the generations they left),
-    /// on the first offloading queue.
-    pub(super) fn count_cleared(&self, cleared: &[u32], counted: &[u32]) {
-        let n = cleared.iter().filter(|g| !counted.contains(g)).count() as u64;
+    /// Counts as `revoked`, on the first offloading queue, the entries an earlier run
+    /// left that [`clear_stale`] cleared at the start.
+    pub(super) fn count_cleared(&self, cleared: &[u32]) {
         let first = self
             .config
             .queues
             .iter()
             .find(|q| q.queue.offload.is_some())
             .and_then(|q| self.queues.get(&q.first));
-        if let Some(r) = first.filter(|_| n > 0) {
-            r.queue.counters().offload.revoked.add(n);
+        if let Some(r) = first.filter(|_| !cleared.is_empty()) {
+            r.queue.counters().offload.revoked.add(cleared.len() as u64);
         }
     }
 }
