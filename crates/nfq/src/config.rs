@@ -76,7 +76,8 @@ pub struct OffloadMark {
     /// NAT may have changed a packet's tuple before the queue's hook (every hook but
     /// PREROUTING and mangle OUTPUT): an update that finds no entry by the packet's
     /// tuple is sent once more with it turned round, for a packet whose destination NAT
-    /// changed only ([`OffloadMark::nat_mark`]).
+    /// changed only ([`OffloadMark::nat_mark`]). Where false, a packet of a connection
+    /// NAT translates is not offloaded at all.
     pub turned: bool,
 }
 
@@ -86,12 +87,14 @@ impl OffloadMark {
         self.orig | self.reply | self.gen_mask | self.restore
     }
 
-    /// The packet mark bit the rules in front of the queue set on a packet whose
-    /// destination NAT changed before the hook ([`OffloadMark::turned`]): the original
-    /// direction's bit, in the packet mark (relayd owns these bits there too). 0 where
-    /// NAT has not run before the hook.
+    /// The packet mark bit the rules in front of the queue set on a packet NAT matters
+    /// to: where NAT may have run before the hook ([`OffloadMark::turned`]), one whose
+    /// destination it changed; elsewhere, any packet of a connection NAT translates
+    /// (its two directions' tuples are then not each other turned round, as the
+    /// chain sees them). The original direction's bit, in the packet mark (relayd owns
+    /// these bits there too).
     pub fn nat_mark(&self) -> u32 {
-        if self.turned { self.orig } else { 0 }
+        self.orig
     }
 }
 

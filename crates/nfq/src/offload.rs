@@ -203,7 +203,7 @@ impl Offloader {
     /// Never for a TCP SYN (it may reopen a tuple an old entry still holds: the entry
     /// it would mark is not the new connection's), nor for a packet conntrack does not
     /// track (INVALID, untracked: it has no entry of its own, and its tuple may find
-    /// another connection's). The retry with the tuple turned round only where NAT may
+    /// another connection's), nor, before NAT, for a connection NAT translates. The retry with the tuple turned round only where NAT may
     /// have run before the hook, and only for a packet whose destination NAT changed
     /// (the rules' NAT bit: DNAT status in the original direction, SNAT in the reply):
     /// its own entry's other tuple is then its tuple turned round, unique (the NAT core
@@ -214,7 +214,10 @@ impl Offloader {
         if r.syn {
             return; // the next packet of the connection votes again
         }
-        if r.state.is_none() {
+        if r.state.is_none() || (r.nat && !mark.turned) {
+            // Before NAT (PREROUTING, mangle OUTPUT), a translated connection's other
+            // direction is not this packet's tuple turned round: the chain saw another
+            // flow than the entry's (docs/offload.md).
             self.counters.offload.failed.inc();
             return;
         }
@@ -470,11 +473,7 @@ mod tests {
 
     #[test]
     fn only_a_packet_nat_translated_before_the_hook_is_retried_turned_round() {
-        for (nat, turned, retried) in [
-            (true, true, true),
-            (false, true, false),
-            (true, false, false),
-        ] {
+        for (nat, turned, retried) in [(true, true, true), (false, true, false)] {
             let counters = QueueCounters::default();
             let mut o = Offloader::new(0, None, counters.clone());
             let m = OffloadMark { turned, ..mark() };
@@ -497,6 +496,25 @@ mod tests {
             );
             assert_eq!(counters.offload.failed.get(), u64::from(!retried));
         }
+        // Before NAT, a translated connection's packet is not offloaded at all.
+        let counters = QueueCounters::default();
+        let mut o = Offloader::new(0, None, counters.clone());
+        let m = OffloadMark {
+            turned: false,
+            ..mark()
+        };
+        o.mark = Some(m);
+        let mut r = req(
+            "10.0.0.1",
+            "10.0.1.1",
+            1000,
+            80,
+            Offload::both(OffloadReason::Pass),
+        );
+        r.nat = true;
+        o.push(&m, &r);
+        assert!(o.out.is_empty());
+        assert_eq!(counters.offload.failed.get(), 1);
     }
 
     #[test]

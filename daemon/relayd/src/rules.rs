@@ -295,25 +295,24 @@ fn offload_rules(q: &QueueSpec) -> Vec<PreRule> {
     }
     // Where NAT may have run before the hook: the packets whose destination it changed
     // (DNAT in the original direction, a de-SNAT in the reply) get the NAT bit, the
-    // only ones whose update may be retried with the tuple turned round.
-    if m.nat_mark() != 0 {
-        for (dir, state) in [("ORIGINAL", "DNAT"), ("REPLY", "SNAT")] {
-            let args = [
-                "-m",
-                "conntrack",
-                "--ctdir",
-                dir,
-                "--ctstate",
-                state,
-                "-j",
-                "MARK",
-                "--or-mark",
-                &format!("{:#x}", m.nat_mark()),
-            ]
-            .map(String::from)
-            .to_vec();
-            out.extend(PreRule::with_match(None, q.matches.as_deref(), args));
-        }
+    // only ones whose update may be retried with the tuple turned round. Before NAT
+    // (PREROUTING, mangle OUTPUT), every packet of a translated connection gets it: its
+    // two directions are not each other's tuple turned round there, and it is never
+    // offloaded.
+    let nat: &[&[&str]] = if m.turned {
+        &[
+            &["--ctdir", "ORIGINAL", "--ctstate", "DNAT"],
+            &["--ctdir", "REPLY", "--ctstate", "SNAT"],
+        ]
+    } else {
+        &[&["--ctstate", "SNAT,DNAT"]]
+    };
+    for matched in nat {
+        let mut args = vec!["-m".to_string(), "conntrack".into()];
+        args.extend(matched.iter().map(|a| a.to_string()));
+        args.extend(["-j".into(), "MARK".into(), "--or-mark".into()]);
+        args.push(format!("{:#x}", m.nat_mark()));
+        out.extend(PreRule::with_match(None, q.matches.as_deref(), args));
     }
     out
 }
