@@ -388,6 +388,33 @@ fn conntrack_mark_bits_are_decoded_and_stripped_from_the_verdict() {
     assert_eq!(decision(h.run(0, 5, 0x42)), Decision::ACCEPT);
 }
 
+/// The NAT bit: taken off the mark the services see and the verdict gives back, like
+/// the conntrack bits, and handed to the datapath with the offload request.
+#[test]
+fn the_nat_bit_is_stripped_and_told_with_the_offload() {
+    let bits = CtMarkBits {
+        established: 0x100,
+        related: 0x200,
+        reply: 0x400,
+        tracked: 0x800,
+    };
+    let mut h = harness(
+        Settings {
+            ct_mark_bits: Some(bits),
+            nat_mark: 0x1_0000,
+            offload: true,
+            ..Settings::new(NUM)
+        },
+        Verdict::Accept,
+    );
+    let d = decision(h.run(0, 1, 0x1_0000 | 0x900 | OFFLOAD));
+    assert_eq!(d.mark, Some(OFFLOAD), "the bits leave the verdict's mark");
+    decision(h.run(0, 2, 0x900 | OFFLOAD));
+    let got: Vec<_> = h.p.take_offloads().map(|r| (r.nat, r.state)).collect();
+    let est = Some(CtState::Established);
+    assert_eq!(got, [(true, est), (false, est)]);
+}
+
 /// A panicking service, under each malformed policy: the packet gets the policy's verdict
 /// (never its changed bytes), the panic is counted, the caller gets a buffer of the same
 /// size and the pipeline goes on. Replay caught no panic before.

@@ -490,6 +490,52 @@ mod tests {
         }
     }
 
+    /// Before NAT every packet of a translated connection gets the NAT bit; after it,
+    /// only those whose destination it changed.
+    #[test]
+    fn the_nat_bit_rules_depend_on_the_hook() {
+        for (hook, table, want) in [
+            (
+                "prerouting",
+                "mangle",
+                &["-m conntrack --ctstate SNAT,DNAT -j MARK --or-mark 0x10000"][..],
+            ),
+            (
+                "output",
+                "mangle",
+                &["-m conntrack --ctstate SNAT,DNAT -j MARK --or-mark 0x10000"][..],
+            ),
+            (
+                "postrouting",
+                "mangle",
+                &[
+                    "-m conntrack --ctdir ORIGINAL --ctstate DNAT -j MARK --or-mark 0x10000",
+                    "-m conntrack --ctdir REPLY --ctstate SNAT -j MARK --or-mark 0x10000",
+                ][..],
+            ),
+            (
+                "forward",
+                "mangle",
+                &[
+                    "-m conntrack --ctdir ORIGINAL --ctstate DNAT -j MARK --or-mark 0x10000",
+                    "-m conntrack --ctdir REPLY --ctstate SNAT -j MARK --or-mark 0x10000",
+                ][..],
+            ),
+        ] {
+            let cfg = crate::config::test_util::parsed(&format!(
+                "[[queue]]\nnum = 3\nhook = \"{hook}\"\ntable = \"{table}\"\n\
+                 services = [\"accept\"]\noffload = true\n"
+            ));
+            let text = ruleset(&cfg).restore_text(IpVersion::V4).unwrap();
+            let got: Vec<&str> = text
+                .lines()
+                .filter(|l| l.ends_with("--or-mark 0x10000"))
+                .map(|l| l.split_once(' ').unwrap().1.split_once(' ').unwrap().1)
+                .collect();
+            assert_eq!(got, want, "{hook} {table}: {text}");
+        }
+    }
+
     #[test]
     fn ike_traffic_returns_before_the_queues() {
         let psk = crate::config::test_util::psk_file("rules", "0x5ce1e7a5ecf1c6d1d4e95d26b6c42c1b");
