@@ -9,9 +9,10 @@
 //! An entry not yet confirmed (its first packet has not left the box) is not found:
 //! ENOENT. `ctnetlink_change_mark` sets `mark = (mark & ~CTA_MARK_MASK) ^ CTA_MARK`, so
 //! the mark given must lie inside the mask. Messages are built into fixed buffers: the
-//! datapath calls this after each batch and allocates nothing.
+//! datapath calls this after each batch and allocates nothing. For the control plane,
+//! [`clear_marks`] dumps the entries whose mark carries given bits and clears them.
 
-use crate::frame::{Header, Messages, NLM_F_ACK, NLM_F_REQUEST, NLMSG_HDRLEN, attr_header};
+use crate::frame::{Attrs, Header, Messages, NLM_F_ACK, NLM_F_REQUEST, NLMSG_HDRLEN, attr_header};
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -22,12 +23,16 @@ const NFNL_SUBSYS_CTNETLINK: u16 = 1;
 const IPCTNL_MSG_CT_NEW: u16 = 0;
 /// The message type of a conntrack update.
 pub const CT_NEW: u16 = (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_NEW;
+/// IPCTNL_MSG_CT_GET: get one entry, or with NLM_F_DUMP all of them.
+const IPCTNL_MSG_CT_GET: u16 = 1;
+const CT_GET: u16 = (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_GET;
 const NLA_F_NESTED: u16 = 0x8000;
 /// `enum ctattr_type`.
 const CTA_TUPLE_ORIG: u16 = 1;
 const CTA_TUPLE_REPLY: u16 = 2;
 const CTA_MARK: u16 = 8;
 const CTA_MARK_MASK: u16 = 21;
+const CTA_ZONE: u16 = 18;
 /// `enum ctattr_tuple`.
 const CTA_TUPLE_IP: u16 = 1;
 const CTA_TUPLE_PROTO: u16 = 2;
@@ -121,6 +126,19 @@ pub fn mark_update(
     mark: u32,
     mask: u32,
 ) -> Option<usize> {
+    update_in_zone(buf, seq, tuple, lookup, (mark, mask), 0)
+}
+
+/// [`mark_update`] of the entry in conntrack zone `zone` (0: the default zone, no
+/// CTA_ZONE sent; the kernel looks entries up in zone 0 otherwise).
+fn update_in_zone(
+    buf: &mut [u8],
+    seq: u32,
+    tuple: &CtTuple,
+    lookup: Lookup,
+    (mark, mask): (u32, u32),
+    zone: u16,
+) -> Option<usize> {
     let family = match (tuple.src, tuple.dst) {
         (IpAddr::V4(_), IpAddr::V4(_)) => libc::AF_INET as u8,
         (IpAddr::V6(_), IpAddr::V6(_)) => libc::AF_INET6 as u8,
@@ -155,6 +173,9 @@ pub fn mark_update(
     c.close(outer)?;
     c.attr(CTA_MARK, &(mark & mask).to_be_bytes())?;
     c.attr(CTA_MARK_MASK, &mask.to_be_bytes())?;
+    if zone != 0 {
+        c.attr(CTA_ZONE, &zone.to_be_bytes())?;
+    }
     let len = c.at;
     let header = Header {
         len: u32::try_from(len).ok()?,
@@ -296,10 +317,241 @@ impl CtSocket {
     }
 }
 
+/// A conntrack entry as a dump gives it: what [`clear_marks`] needs to update it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CtEntry {
+    /// Its original direction's tuple.
+    pub tuple: CtTuple,
+    /// Its mark.
+    pub mark: u32,
+    /// Its conntrack zone (0: the default).
+    pub zone: u16,
+}
+
+/// The tuple in a CTA_TUPLE_* attribute's payload; `None` without ports (ICMP, GRE).
+fn parse_tuple(data: &[u8]) -> Option<CtTuple> {
+    let (mut src, mut dst, mut proto, mut sport, mut dport) = (None, None, None, None, None);
+    for a in Attrs::new(data) {
+        match a.ty {
+            CTA_TUPLE_IP => {
+                for ip in Attrs::new(a.data) {
+                    let addr = |d: &[u8]| -> Option<IpAddr> {
+                        match d.len() {
+                            4 => <[u8; 4]>::try_from(d).ok().map(IpAddr::from),
+                            16 => <[u8; 16]>::try_from(d).ok().map(IpAddr::from),
+                            _ => None,
+                        }
+                    };
+                    match ip.ty {
+                        CTA_IP_V4_SRC | CTA_IP_V6_SRC => src = addr(ip.data),
+                        CTA_IP_V4_DST | CTA_IP_V6_DST => dst = addr(ip.data),
+                        _ => {}
+                    }
+                }
+            }
+            CTA_TUPLE_PROTO => {
+                for p in Attrs::new(a.data) {
+                    let port = || Some(u16::from_be_bytes(p.data.get(..2)?.try_into().ok()?));
+                    match p.ty {
+                        CTA_PROTO_NUM => proto = p.data.first().copied(),
+                        CTA_PROTO_SRC_PORT => sport = port(),
+                        CTA_PROTO_DST_PORT => dport = port(),
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Some(CtTuple {
+        src: src?,
+        dst: dst?,
+        proto: proto?,
+        sport: sport?,
+        dport: dport?,
+    })
+}
+
+/// The entry in one message of a conntrack dump (its payload: nfgenmsg, attributes);
+/// `None` for an entry without ports or a damaged message.
+pub fn parse_entry(payload: &[u8]) -> Option<CtEntry> {
+    let (mut tuple, mut mark, mut zone) = (None, 0, 0);
+    for a in Attrs::new(payload.get(4..)?) {
+        match a.ty {
+            CTA_TUPLE_ORIG => tuple = parse_tuple(a.data),
+            CTA_MARK => mark = a.be32()?,
+            CTA_ZONE => zone = u16::from_be_bytes(a.data.get(..2)?.try_into().ok()?),
+            _ => {}
+        }
+    }
+    Some(CtEntry {
+        tuple: tuple?,
+        mark,
+        zone,
+    })
+}
+
+/// The dump request of every entry whose `mark & mask == value` (the kernel filters by
+/// CTA_MARK and CTA_MARK_MASK in `ctnetlink_filter_match`), both families.
+fn dump_request(seq: u32, value: u32, mask: u32) -> Vec<u8> {
+    let mut b = crate::frame::Builder::new(CT_GET, NLM_F_REQUEST | crate::frame::NLM_F_DUMP, seq);
+    b.push(&[libc::AF_UNSPEC as u8, 0, 0, 0])
+        .attr(CTA_MARK, &value.to_be_bytes())
+        .attr(CTA_MARK_MASK, &mask.to_be_bytes());
+    b.finish().to_vec()
+}
+
+/// Opens a blocking NETLINK_NETFILTER socket whose receives give up after `wait`.
+fn dump_socket(wait: std::time::Duration) -> io::Result<OwnedFd> {
+    // SAFETY: plain socket(2); the fd is owned right after.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            libc::NETLINK_NETFILTER,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd was just returned by socket(2) and is owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let tv = libc::timeval {
+        tv_sec: wait.as_secs() as libc::time_t,
+        tv_usec: wait.subsec_micros() as libc::suseconds_t,
+    };
+    // SAFETY: `tv` is a live timeval of the size given.
+    unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            &tv as *const libc::timeval as *const libc::c_void,
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    Ok(fd)
+}
+
+/// The entries whose `mark & mask == value`, as a dump gives them, until `deadline`
+/// (then `TimedOut`). Entries without ports are left out.
+pub fn dump_marked(
+    value: u32,
+    mask: u32,
+    deadline: std::time::Instant,
+) -> io::Result<Vec<CtEntry>> {
+    let fd = dump_socket(std::time::Duration::from_millis(200))?;
+    let req = dump_request(1, value, mask);
+    // SAFETY: req is a live buffer of req.len() bytes.
+    if unsafe {
+        libc::send(
+            fd.as_raw_fd(),
+            req.as_ptr() as *const libc::c_void,
+            req.len(),
+            0,
+        )
+    } < 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 256 << 10];
+    loop {
+        if std::time::Instant::now() >= deadline {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        // SAFETY: buf is a live, writable buffer of buf.len() bytes.
+        let n = unsafe {
+            libc::recv(
+                fd.as_raw_fd(),
+                buf.as_mut_ptr() as *mut libc::c_void,
+                buf.len(),
+                0,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR | libc::EAGAIN) => continue,
+                _ => return Err(e),
+            }
+        }
+        for m in Messages::new(buf.get(..n as usize).unwrap_or_default()) {
+            match m.ty() {
+                crate::frame::NLMSG_DONE => return Ok(out),
+                crate::frame::NLMSG_ERROR => {
+                    return Err(crate::frame::os_error(m.error().unwrap_or(-libc::EIO)));
+                }
+                CT_NEW => {
+                    // The kernel's filter may be missing (an old kernel): check here too.
+                    if let Some(e) = parse_entry(m.payload).filter(|e| e.mark & mask == value) {
+                        out.push(e);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Clears the bits `clear` in the mark of every conntrack entry whose mark has all of
+/// `bits` set and for which `stale(mark)` holds, until `deadline`: a dump filtered by
+/// the kernel, then one update per entry found, its answer awaited. Returns the marks
+/// the entries had that were cleared (an entry gone since the dump is left out). For
+/// the control plane: it blocks, up to `deadline`.
+pub fn clear_marks(
+    bits: u32,
+    stale: impl Fn(u32) -> bool,
+    clear: u32,
+    deadline: std::time::Instant,
+) -> io::Result<Vec<u32>> {
+    let found: Vec<CtEntry> = dump_marked(bits, bits, deadline)?
+        .into_iter()
+        .filter(|e| stale(e.mark))
+        .collect();
+    let sock = CtSocket::open(1 << 20)?;
+    let mut cleared = Vec::new();
+    let mut bufs = [[0u8; ACK_SLOT]; 32];
+    let mut lens = [0usize; 32];
+    for chunk in found.chunks(64) {
+        if std::time::Instant::now() >= deadline {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        let mut out = Vec::with_capacity(chunk.len() * UPDATE_MAX);
+        for (i, e) in chunk.iter().enumerate() {
+            let mut b = [0u8; UPDATE_MAX];
+            if let Some(n) =
+                update_in_zone(&mut b, i as u32, &e.tuple, Lookup::Orig, (0, clear), e.zone)
+            {
+                out.extend_from_slice(&b[..n]);
+            }
+        }
+        sock.send(&out)?;
+        // The kernel answers within the send; a short wait covers a slow reader.
+        let mut answered = 0;
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(100);
+        while answered < chunk.len() && std::time::Instant::now() < until.min(deadline) {
+            let n = sock.try_recv_many(&mut bufs, &mut lens)?;
+            if n == 0 {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            for (b, len) in bufs.iter().zip(lens).take(n) {
+                acks(b.get(..len).unwrap_or_default(), |seq, err| {
+                    answered += 1;
+                    if let Some(e) = chunk.get(seq as usize).filter(|_| err == 0) {
+                        cleared.push(e.mark);
+                    }
+                });
+            }
+        }
+    }
+    Ok(cleared)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frame::{Attrs, NLMSG_ERROR};
+    use crate::frame::NLMSG_ERROR;
 
     fn v4() -> CtTuple {
         CtTuple {
@@ -438,6 +690,61 @@ mod tests {
             assert!(err == -libc::ENOENT || err == -libc::EPERM, "{err}");
         }
         assert_eq!(sock.try_recv_many(&mut bufs, &mut lens).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_dumped_entry_reads_back_its_tuple_mark_and_zone() {
+        // A dump's message has the update's layout: nfgenmsg, CTA_TUPLE_ORIG, CTA_MARK.
+        for t in [
+            v4(),
+            CtTuple {
+                src: "2001:db8::1".parse().unwrap(),
+                dst: "2001:db8:1::2".parse().unwrap(),
+                proto: 17,
+                sport: 1,
+                dport: 2,
+            },
+        ] {
+            let mut buf = [0u8; UPDATE_MAX];
+            let n = update_in_zone(&mut buf, 1, &t, Lookup::Orig, (0x0041_0000, !0), 7).unwrap();
+            let m = Messages::new(&buf[..n]).next().unwrap();
+            assert_eq!(
+                parse_entry(m.payload),
+                Some(CtEntry {
+                    tuple: t,
+                    mark: 0x0041_0000,
+                    zone: 7
+                })
+            );
+            // Cut anywhere, it reads as nothing or as the entry, never panics.
+            for cut in 0..m.payload.len() {
+                let _ = parse_entry(&m.payload[..cut]);
+            }
+        }
+        let req = dump_request(3, 0x1_0000, 0x1_0000);
+        let m = Messages::new(&req).next().unwrap();
+        assert_eq!((m.ty(), m.header.flags), (CT_GET, 0x301));
+        let attrs: Vec<_> = Attrs::new(&m.payload[4..]).collect();
+        assert_eq!((attrs[0].ty, attrs[0].be32()), (CTA_MARK, Some(0x1_0000)));
+        assert_eq!(
+            (attrs[1].ty, attrs[1].be32()),
+            (CTA_MARK_MASK, Some(0x1_0000))
+        );
+    }
+
+    #[test]
+    fn a_dump_of_marks_nothing_has_finds_nothing() {
+        // As root: the kernel's filter (or ours) leaves every entry out. Without
+        // CAP_NET_ADMIN the dump is refused.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        match dump_marked(0x4000_0001, 0xc000_0001, deadline) {
+            Ok(found) => assert_eq!(found, []),
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EPERM), "{e}"),
+        }
+        match clear_marks(0x4000_0001, |_| true, 0x4000_0001, deadline) {
+            Ok(cleared) => assert_eq!(cleared, []),
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EPERM), "{e}"),
+        }
     }
 
     #[test]

@@ -73,12 +73,28 @@ pub struct OffloadMark {
     /// Bits of the verdict's mark stored with the offload, which the skip rules restore
     /// onto the flow's later packets (the marks the chain's services set).
     pub restore: u32,
+    /// NAT may have changed a packet's tuple before the queue's hook (every hook but
+    /// PREROUTING and mangle OUTPUT): an update that finds no entry by the packet's
+    /// tuple is sent once more with it turned round, for a packet whose destination NAT
+    /// changed only ([`OffloadMark::nat_mark`]). Where false, a packet of a connection
+    /// NAT translates is not offloaded at all.
+    pub turned: bool,
 }
 
 impl OffloadMark {
     /// Every bit an offload writes in the conntrack mark.
     pub fn mask(&self) -> u32 {
         self.orig | self.reply | self.gen_mask | self.restore
+    }
+
+    /// The packet mark bit the rules in front of the queue set on a packet NAT matters
+    /// to: where NAT may have run before the hook ([`OffloadMark::turned`]), one whose
+    /// destination it changed; elsewhere, any packet of a connection NAT translates
+    /// (its two directions' tuples are then not each other turned round, as the
+    /// chain sees them). The original direction's bit, in the packet mark (relayd owns
+    /// these bits there too).
+    pub fn nat_mark(&self) -> u32 {
+        self.orig
     }
 }
 

@@ -629,6 +629,9 @@ fn settings(cfg: &QueueConfig) -> Settings {
         max_payload: u16::MAX as usize - 4,
         // Carried out by the queue thread over ctnetlink (offload.rs).
         offload: cfg.offload.is_some(),
+        // The rules tell a packet NAT matters to by the offload bits' first bit
+        // (docs/offload.md, `OffloadMark::nat_mark`).
+        nat_mark: cfg.offload.map_or(0, |m| m.nat_mark()),
     }
 }
 

@@ -55,6 +55,8 @@ struct Inflight {
     mask: u32,
     /// Already the second try (the tuple turned round).
     retried: bool,
+    /// A second try with the tuple turned round is allowed (see [`Offloader::push`]).
+    may_turn: bool,
     live: bool,
 }
 
@@ -75,6 +77,7 @@ impl Default for Inflight {
             value: 0,
             mask: 0,
             retried: false,
+            may_turn: false,
             live: false,
         }
     }
@@ -196,7 +199,28 @@ impl Offloader {
 
     /// Adds the update for request `r` to the outgoing datagram, unless the flow is
     /// already offloaded (or being offloaded) in those directions.
+    ///
+    /// Never for a TCP SYN (it may reopen a tuple an old entry still holds: the entry
+    /// it would mark is not the new connection's), nor for a packet conntrack does not
+    /// track (INVALID, untracked: it has no entry of its own, and its tuple may find
+    /// another connection's), nor, before NAT, for a connection NAT translates. The retry with the tuple turned round only where NAT may
+    /// have run before the hook, and only for a packet whose destination NAT changed
+    /// (the rules' NAT bit: DNAT status in the original direction, SNAT in the reply):
+    /// its own entry's other tuple is then its tuple turned round, unique (the NAT core
+    /// chose it so). Any other packet whose update finds nothing (its entry never
+    /// confirmed: a packet dropped after the queue) would find, turned round, another
+    /// connection's entry, a DNAT'ed one's (docs/offload.md).
     fn push(&mut self, mark: &OffloadMark, r: &OffloadRequest) {
+        if r.syn {
+            return; // the next packet of the connection votes again
+        }
+        if r.state.is_none() || (r.nat && !mark.turned) {
+            // Before NAT (PREROUTING, mangle OUTPUT), a translated connection's other
+            // direction is not this packet's tuple turned round: the chain saw another
+            // flow than the entry's (docs/offload.md).
+            self.counters.offload.failed.inc();
+            return;
+        }
         let want = match (r.offload.scope, r.reply) {
             (OffloadScope::Both, _) => ORIG | REPLY,
             (OffloadScope::Direction, Some(false)) => ORIG,
@@ -245,6 +269,7 @@ impl Offloader {
             value,
             mask: mark.mask(),
             retried: false,
+            may_turn: mark.turned && r.nat,
             live: true,
         });
     }
@@ -318,7 +343,7 @@ impl Offloader {
                 return;
             }
             f.live = false;
-            if err == -libc::ENOENT && !f.retried && retry.len() < MAX_OFFLOADS {
+            if err == -libc::ENOENT && f.may_turn && !f.retried && retry.len() < MAX_OFFLOADS {
                 // Not found by this tuple: a packet NAT changed is found by the other
                 // direction's tuple, its own turned round.
                 retry.push(*f);
@@ -378,8 +403,8 @@ fn flow_tag(t: &relay_core::wire::FiveTuple) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use relay_core::Offload;
     use relay_core::wire::FiveTuple;
+    use relay_core::{CtState, Offload};
 
     fn req(src: &str, dst: &str, sp: u16, dp: u16, offload: Offload) -> OffloadRequest {
         OffloadRequest {
@@ -392,6 +417,9 @@ mod tests {
             offload,
             mark: Some(0x77),
             reply: None,
+            state: Some(CtState::Established),
+            syn: false,
+            nat: false,
         }
     }
 
@@ -402,7 +430,91 @@ mod tests {
             gen_mask: 0xfc_0000,
             generation: 0x4_0000,
             restore: 0xff,
+            turned: true,
         }
+    }
+
+    /// The kernel's answer `err` to update `seq`, as one datagram.
+    fn ack(seq: u32, err: i32) -> Vec<u8> {
+        let mut b = relay_netlink::frame::Builder::new(relay_netlink::frame::NLMSG_ERROR, 0, seq);
+        b.push(&err.to_ne_bytes())
+            .push(&[0u8; relay_netlink::frame::NLMSG_HDRLEN]);
+        b.finish().to_vec()
+    }
+
+    #[test]
+    fn no_update_for_a_syn_or_an_untracked_packet() {
+        let counters = QueueCounters::default();
+        let mut o = Offloader::new(0, None, counters.clone());
+        o.mark = Some(mark());
+        let mut syn = req(
+            "10.0.0.1",
+            "10.0.1.1",
+            1000,
+            80,
+            Offload::both(OffloadReason::Pass),
+        );
+        syn.syn = true;
+        o.push(&mark(), &syn);
+        assert!(o.out.is_empty(), "a SYN is never offloaded");
+        assert_eq!(counters.offload.failed.get(), 0, "nor counted as failed");
+        let untracked = OffloadRequest {
+            syn: false,
+            state: None,
+            ..syn
+        };
+        o.push(&mark(), &untracked);
+        assert!(o.out.is_empty(), "an untracked packet is never offloaded");
+        assert_eq!(counters.offload.failed.get(), 1);
+        // The same flow's next (tracked, not SYN) packet is updated.
+        o.push(&mark(), &OffloadRequest { syn: false, ..syn });
+        assert!(!o.out.is_empty());
+    }
+
+    #[test]
+    fn only_a_packet_nat_translated_before_the_hook_is_retried_turned_round() {
+        for (nat, turned, retried) in [(true, true, true), (false, true, false)] {
+            let counters = QueueCounters::default();
+            let mut o = Offloader::new(0, None, counters.clone());
+            let m = OffloadMark { turned, ..mark() };
+            o.mark = Some(m);
+            let mut r = req(
+                "10.0.0.1",
+                "10.0.1.1",
+                1000,
+                80,
+                Offload::both(OffloadReason::Pass),
+            );
+            r.nat = nat;
+            o.push(&m, &r);
+            assert!(!o.out.is_empty());
+            o.answered(&ack(o.seq, -libc::ENOENT));
+            assert_eq!(
+                o.retry.len(),
+                usize::from(retried),
+                "nat {nat}, turned {turned}"
+            );
+            assert_eq!(counters.offload.failed.get(), u64::from(!retried));
+        }
+        // Before NAT, a translated connection's packet is not offloaded at all.
+        let counters = QueueCounters::default();
+        let mut o = Offloader::new(0, None, counters.clone());
+        let m = OffloadMark {
+            turned: false,
+            ..mark()
+        };
+        o.mark = Some(m);
+        let mut r = req(
+            "10.0.0.1",
+            "10.0.1.1",
+            1000,
+            80,
+            Offload::both(OffloadReason::Pass),
+        );
+        r.nat = true;
+        o.push(&m, &r);
+        assert!(o.out.is_empty());
+        assert_eq!(counters.offload.failed.get(), 1);
     }
 
     #[test]

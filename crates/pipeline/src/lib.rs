@@ -38,8 +38,8 @@ use hold::HoldStore;
 use relay_core::ratelimit::RateLimit;
 use relay_core::wire::FiveTuple;
 use relay_core::{
-    Chain, Context, CtMarkBits, Decision, Offload, Outbox, Packet, PacketMeta, QueueCounters,
-    Verdict,
+    Chain, Context, CtMarkBits, CtState, Decision, Offload, Outbox, Packet, PacketMeta,
+    QueueCounters, Verdict,
 };
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -103,6 +103,11 @@ pub struct Settings {
     /// configuration allows them and every service of its chain may vote. Without it a
     /// chain's offload vote is ignored and no packet's flow leaves the queue.
     pub offload: bool,
+    /// The mark bit a rule in front of the queue sets on a packet whose destination NAT
+    /// changed before the hook (0: none). Like the conntrack bits, it leaves the packet's
+    /// mark before the services see it and is not given back in the verdict; the
+    /// offload request says it ([`OffloadRequest::nat`]).
+    pub nat_mark: u32,
 }
 
 impl Settings {
@@ -116,6 +121,7 @@ impl Settings {
             ct_mark_bits: None,
             max_payload: usize::MAX,
             offload: false,
+            nat_mark: 0,
         }
     }
 }
@@ -155,6 +161,17 @@ pub struct OffloadRequest {
     pub mark: Option<u32>,
     /// The packet's conntrack direction, where the datapath knew it (true: reply).
     pub reply: Option<bool>,
+    /// The packet's conntrack state, where the datapath knew it (`None`: unknown, or
+    /// not tracked). A datapath that marks conntrack entries needs it to tell the
+    /// packet's own entry from another one its tuple might find (docs/offload.md).
+    pub state: Option<CtState>,
+    /// The packet is a TCP SYN without ACK: it may open a new connection on a tuple
+    /// an old entry still holds, so a datapath may refuse to offload on it.
+    pub syn: bool,
+    /// NAT changed the packet's destination before the hook (its [`Settings::nat_mark`]
+    /// was set): its tuple is neither of its entry's, but turned round it is the other
+    /// direction's.
+    pub nat: bool,
 }
 
 /// The most offloads one batch may ask for; beyond it they count as failed (the flows'
@@ -278,6 +295,7 @@ impl<H: Copy + Default> Pipeline<H> {
         handle: H,
     ) -> Outcome {
         self.cx.now = now;
+        let nat = meta.mark & self.settings.nat_mark != 0;
         let restore = self.decode_ct_bits(&mut meta);
         let len = buf.len();
         let mut pkt = Packet::in_buffer(std::mem::take(buf), start, end, meta);
@@ -315,7 +333,7 @@ impl<H: Copy + Default> Pipeline<H> {
         }
         self.strip_ct_bits(&mut decision, restore);
         if let Some(offload) = decision.offload.take()
-            && self.offload(&decision, offload, buf.get(start..end), &meta)
+            && self.offload(&decision, offload, buf.get(start..end), (&meta, nat))
         {
             decision.offload = Some(offload);
         }
@@ -358,14 +376,20 @@ impl<H: Copy + Default> Pipeline<H> {
         d: &Decision,
         offload: Offload,
         data: Option<&[u8]>,
-        meta: &PacketMeta,
+        (meta, nat): (&PacketMeta, bool),
     ) -> bool {
         if !self.settings.offload || d.verdict != Verdict::Accept {
             return false;
         }
-        let Some((tuple, _)) = data.and_then(FiveTuple::parse) else {
+        let Some((tuple, l4)) = data.and_then(FiveTuple::parse) else {
             return false;
         };
+        // TCP flags: byte 13 of the TCP header (SYN 0x02, ACK 0x10).
+        let syn = tuple.proto == 6
+            && tuple.ports.is_some()
+            && data
+                .and_then(|d| d.get(l4.saturating_add(13)))
+                .is_some_and(|f| f & 0x12 == 0x02);
         if self.offloads.len() >= MAX_OFFLOADS {
             self.counters.offload.failed.inc();
             return false;
@@ -375,6 +399,9 @@ impl<H: Copy + Default> Pipeline<H> {
             offload,
             mark: d.mark,
             reply: meta.ct.map(|ct| ct.reply),
+            state: meta.ct.map(|ct| ct.state),
+            syn,
+            nat,
         });
         true
     }
@@ -409,7 +436,7 @@ impl<H: Copy + Default> Pipeline<H> {
     /// Returns the mark the verdict must give back when the packet came with some bits.
     fn decode_ct_bits(&self, meta: &mut PacketMeta) -> Option<u32> {
         let bits = self.settings.ct_mark_bits?;
-        let (ct, mark) = bits.decode(meta.mark);
+        let (ct, mark) = bits.decode(meta.mark & !self.settings.nat_mark);
         let restore = (mark != meta.mark).then_some(mark);
         meta.mark = mark;
         if meta.ct.is_none() {
@@ -428,7 +455,7 @@ impl<H: Copy + Default> Pipeline<H> {
             return;
         }
         d.mark = match d.mark {
-            Some(m) => Some(m & !bits.mask()),
+            Some(m) => Some(m & !bits.mask() & !self.settings.nat_mark),
             None => restore,
         };
     }

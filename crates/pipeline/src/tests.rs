@@ -225,6 +225,9 @@ fn offloads_are_handed_to_the_datapath_only_where_the_queue_offloads() {
             offload: Offload::both(OffloadReason::Pass),
             mark: None,
             reply: None,
+            state: None,
+            syn: false,
+            nat: false,
         });
         assert_eq!(got, want.into_iter().collect::<Vec<_>>());
         assert_eq!(h.p.take_offloads().count(), 0, "taken once");
@@ -242,6 +245,42 @@ fn offloads_are_handed_to_the_datapath_only_where_the_queue_offloads() {
     }
     assert_eq!(h.p.take_offloads().count(), MAX_OFFLOADS);
     assert_eq!(h.q.offload.failed.get(), 3);
+}
+
+/// A TCP segment 10.0.0.1:1000 -> 10.0.0.2:80 with `flags`.
+fn tcp(flags: u8) -> Vec<u8> {
+    let mut b = vec![0u8; 40];
+    b[0] = 0x45;
+    b[2..4].copy_from_slice(&40u16.to_be_bytes());
+    b[8] = 64;
+    b[9] = 6;
+    b[12..16].copy_from_slice(&[10, 0, 0, 1]);
+    b[16..20].copy_from_slice(&[10, 0, 0, 2]);
+    b[20..22].copy_from_slice(&1000u16.to_be_bytes());
+    b[22..24].copy_from_slice(&80u16.to_be_bytes());
+    b[32] = 0x50;
+    b[33] = flags;
+    b
+}
+
+#[test]
+fn an_offload_request_says_whether_its_packet_is_a_tcp_syn() {
+    let mut h = harness(
+        Settings {
+            offload: true,
+            ..Settings::new(NUM)
+        },
+        Verdict::Accept,
+    );
+    // SYN, SYN/ACK, ACK, FIN/ACK, and UDP.
+    for (id, bytes) in [tcp(0x02), tcp(0x12), tcp(0x10), tcp(0x11), ipv4()]
+        .iter()
+        .enumerate()
+    {
+        h.run_bytes(0, id as u32, OFFLOAD, bytes);
+    }
+    let got: Vec<bool> = h.p.take_offloads().map(|r| r.syn).collect();
+    assert_eq!(got, [true, false, false, false, false]);
 }
 
 #[test]
@@ -347,6 +386,33 @@ fn conntrack_mark_bits_are_decoded_and_stripped_from_the_verdict() {
     // A drop gets no mark; a packet without the bits keeps its mark untouched.
     assert_eq!(decision(h.run(0, 4, 0x800 | DROP)), Decision::DROP);
     assert_eq!(decision(h.run(0, 5, 0x42)), Decision::ACCEPT);
+}
+
+/// The NAT bit: taken off the mark the services see and the verdict gives back, like
+/// the conntrack bits, and handed to the datapath with the offload request.
+#[test]
+fn the_nat_bit_is_stripped_and_told_with_the_offload() {
+    let bits = CtMarkBits {
+        established: 0x100,
+        related: 0x200,
+        reply: 0x400,
+        tracked: 0x800,
+    };
+    let mut h = harness(
+        Settings {
+            ct_mark_bits: Some(bits),
+            nat_mark: 0x1_0000,
+            offload: true,
+            ..Settings::new(NUM)
+        },
+        Verdict::Accept,
+    );
+    let d = decision(h.run(0, 1, 0x1_0000 | 0x900 | OFFLOAD));
+    assert_eq!(d.mark, Some(OFFLOAD), "the bits leave the verdict's mark");
+    decision(h.run(0, 2, 0x900 | OFFLOAD));
+    let got: Vec<_> = h.p.take_offloads().map(|r| (r.nat, r.state)).collect();
+    let est = Some(CtState::Established);
+    assert_eq!(got, [(true, est), (false, est)]);
 }
 
 /// A panicking service, under each malformed policy: the packet gets the policy's verdict

@@ -575,6 +575,9 @@ mod tests {
             offload,
             mark: None,
             reply: None,
+            state: None,
+            syn: false,
+            nat: false,
         }
     }
 

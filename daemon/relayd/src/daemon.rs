@@ -17,6 +17,7 @@ use relay_nfq::{Queue, QueueConfig};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+mod offload;
 mod reload;
 
 pub(crate) use crate::counter_store::CounterStore;
@@ -56,7 +57,7 @@ pub struct Daemon {
     resources: ServiceResources,
     /// Starts and reloads so far, from a random start: the offload generation
     /// ([`crate::config::set_generations`]).
-    epoch: u32,
+    epoch: u64,
     /// Per skip-rule comment: the kernel's counters last read and the running totals
     /// (packets, bytes), so that the totals survive a reload's fresh rules.
     skipped: std::sync::Mutex<SkipTotals>,
@@ -141,10 +142,12 @@ impl Daemon {
         logs: OpenLogs,
     ) -> anyhow::Result<Daemon> {
         // A generation no earlier run is likely to have left in conntrack marks.
-        let epoch = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos())
-            ^ std::process::id();
+        let epoch = u64::from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos())
+                ^ std::process::id(),
+        );
         crate::config::set_generations(&mut config, epoch);
         let stale = cleanup_all(&config.daemon.chain_prefix, config.daemon.iptables)?
             + cleanup_routing(&config)?;
@@ -154,6 +157,9 @@ impl Daemon {
                 "removed rules left by an earlier relayd (crash?)"
             );
         }
+        // Offload marks an earlier run left, whatever their generation (this run has
+        // offloaded nothing yet): before any skip rule of this run is in.
+        let cleared = offload::clear_stale(&config, &[]);
         let mut d = Daemon {
             _lock: lock,
             config: config.clone(),
@@ -206,6 +212,7 @@ impl Daemon {
             d.stop_queues();
             return Err(e);
         }
+        d.count_cleared(&cleared);
         for q in &config.queues {
             let names: Vec<&str> = q.services.iter().map(|(n, _)| n.as_str()).collect();
             tracing::info!(

@@ -181,20 +181,81 @@ pub fn offload_comment(first: u16) -> String {
     format!("relayd-offload-{first}")
 }
 
-/// The skip rules of an offloading queue, first before its queue rule: per direction, a
-/// packet whose connection carries this queue's generation and that direction's bit
-/// leaves relayd's chain with an accept, as the queue's accept verdict would have let
-/// it go; first its mark gets back the bits the chain's services set
-/// (docs/offload.md).
+/// The queue's match narrowed to TCP (`-p tcp` added, or a `! -p X` replaced by it:
+/// iptables takes one `-p`); `None` when the match cannot select TCP.
+fn tcp_match(matches: Option<&str>) -> Option<Vec<String>> {
+    let mut out = match matches {
+        Some(m) => relay_control::split_matches(m).ok()?,
+        None => Vec::new(),
+    };
+    let at = out.iter().position(|a| a == "-p" || a == "--protocol");
+    let negated = at.is_some_and(|i| i > 0 && out.get(i - 1).is_some_and(|a| a == "!"));
+    let value = at.and_then(|i| out.get(i + 1)).map(String::as_str);
+    let is_tcp = matches!(value, Some("tcp" | "6"));
+    match (at, negated, is_tcp) {
+        (None, _, _) => out.extend(["-p", "tcp"].map(String::from)),
+        (Some(_), false, true) => {}
+        (Some(i), true, false) => {
+            out.drain(i - 1..(i + 2).min(out.len()));
+            out.extend(["-p", "tcp"].map(String::from));
+        }
+        _ => return None,
+    }
+    Some(out)
+}
+
+/// The skip rules of an offloading queue, first before its queue rule (docs/offload.md).
+///
+/// First, for a connection carrying this queue's generation, two rules clear its
+/// offload bits (all of `offload_mark`) so that the packet and the connection's next
+/// ones are queued again: a TCP SYN (a new connection on a tuple whose old entry
+/// conntrack kept: after the server's RST it lets the SYN through on it), and the
+/// packets of an expected connection before its first reply (`--ctstate RELATED
+/// --ctstatus EXPECTED`: the entry a helper's expectation made, which inherited its
+/// master's mark). Then per direction, a packet whose connection carries this queue's
+/// generation and that direction's bit, and which belongs to the connection itself
+/// (NEW or ESTABLISHED: not an ICMP error RELATED to it, which conntrack gives the
+/// flow's entry and which must be inspected), leaves relayd's chain with an accept, as
+/// the queue's accept verdict would have let it go; first its mark gets back the bits
+/// the chain's services set.
 fn offload_rules(q: &QueueSpec) -> Vec<PreRule> {
     let Some(m) = q.queue.offload else {
         return Vec::new();
     };
     let mut out = Vec::new();
+    let ours = [
+        "-m".to_string(),
+        "connmark".into(),
+        "--mark".into(),
+        format!("{:#x}/{:#x}", m.generation, m.gen_mask),
+        "-j".into(),
+        "CONNMARK".into(),
+        "--and-mark".into(),
+        format!("{:#x}", !(m.orig | m.reply | m.gen_mask)),
+    ];
+    if let Some(mut args) = tcp_match(q.matches.as_deref()) {
+        args.extend(["--tcp-flags", "SYN", "SYN"].map(String::from));
+        args.extend(ours.iter().cloned());
+        out.push(PreRule { family: None, args });
+    }
+    let mut args: Vec<String> = [
+        "-m",
+        "conntrack",
+        "--ctstate",
+        "RELATED",
+        "--ctstatus",
+        "EXPECTED",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(ours.iter().cloned());
+    out.extend(PreRule::with_match(None, q.matches.as_deref(), args));
     for (dir, bit) in [("ORIGINAL", m.orig), ("REPLY", m.reply)] {
         let matched = [
             "-m".to_string(),
             "conntrack".into(),
+            "--ctstate".into(),
+            "NEW,ESTABLISHED".into(),
             "--ctdir".into(),
             dir.into(),
             "-m".into(),
@@ -230,6 +291,27 @@ fn offload_rules(q: &QueueSpec) -> Vec<PreRule> {
             ]
             .map(String::from),
         );
+        out.extend(PreRule::with_match(None, q.matches.as_deref(), args));
+    }
+    // Where NAT may have run before the hook: the packets whose destination it changed
+    // (DNAT in the original direction, a de-SNAT in the reply) get the NAT bit, the
+    // only ones whose update may be retried with the tuple turned round. Before NAT
+    // (PREROUTING, mangle OUTPUT), every packet of a translated connection gets it: its
+    // two directions are not each other's tuple turned round there, and it is never
+    // offloaded.
+    let nat: &[&[&str]] = if m.turned {
+        &[
+            &["--ctdir", "ORIGINAL", "--ctstate", "DNAT"],
+            &["--ctdir", "REPLY", "--ctstate", "SNAT"],
+        ]
+    } else {
+        &[&["--ctstate", "SNAT,DNAT"]]
+    };
+    for matched in nat {
+        let mut args = vec!["-m".to_string(), "conntrack".into()];
+        args.extend(matched.iter().map(|a| a.to_string()));
+        args.extend(["-j".into(), "MARK".into(), "--or-mark".into()]);
+        args.push(format!("{:#x}", m.nat_mark()));
         out.extend(PreRule::with_match(None, q.matches.as_deref(), args));
     }
     out
@@ -339,18 +421,119 @@ mod tests {
              [[queue]]\nnum = 4\nhook = \"forward\"\nservices = [\"accept\"]\n",
         );
         let text = ruleset(&cfg).restore_text(IpVersion::V4).unwrap();
-        let want = "-A RELAYD-FORWARD -p udp -m conntrack --ctdir ORIGINAL -m connmark --mark \
-                    0x50000/0xfd0000 -j CONNMARK --restore-mark --nfmask 0x20 --ctmask 0x20\n\
-                    -A RELAYD-FORWARD -p udp -m conntrack --ctdir ORIGINAL -m connmark --mark \
-                    0x50000/0xfd0000 -m comment --comment relayd-offload-3 -j ACCEPT\n\
-                    -A RELAYD-FORWARD -p udp -m conntrack --ctdir REPLY -m connmark --mark \
-                    0x60000/0xfe0000 -j CONNMARK --restore-mark --nfmask 0x20 --ctmask 0x20\n\
-                    -A RELAYD-FORWARD -p udp -m conntrack --ctdir REPLY -m connmark --mark \
-                    0x60000/0xfe0000 -m comment --comment relayd-offload-3 -j ACCEPT\n\
+        let want = "-A RELAYD-FORWARD -p udp -m conntrack --ctstate RELATED --ctstatus \
+                    EXPECTED -m connmark --mark 0x40000/0xfc0000 -j CONNMARK --and-mark \
+                    0xff00ffff\n\
+                    -A RELAYD-FORWARD -p udp -m conntrack --ctstate NEW,ESTABLISHED --ctdir \
+                    ORIGINAL -m connmark --mark 0x50000/0xfd0000 -j CONNMARK --restore-mark \
+                    --nfmask 0x20 --ctmask 0x20\n\
+                    -A RELAYD-FORWARD -p udp -m conntrack --ctstate NEW,ESTABLISHED --ctdir \
+                    ORIGINAL -m connmark --mark 0x50000/0xfd0000 -m comment --comment \
+                    relayd-offload-3 -j ACCEPT\n\
+                    -A RELAYD-FORWARD -p udp -m conntrack --ctstate NEW,ESTABLISHED --ctdir \
+                    REPLY -m connmark --mark 0x60000/0xfe0000 -j CONNMARK --restore-mark \
+                    --nfmask 0x20 --ctmask 0x20\n\
+                    -A RELAYD-FORWARD -p udp -m conntrack --ctstate NEW,ESTABLISHED --ctdir \
+                    REPLY -m connmark --mark 0x60000/0xfe0000 -m comment --comment \
+                    relayd-offload-3 -j ACCEPT\n\
+                    -A RELAYD-FORWARD -p udp -m conntrack --ctdir ORIGINAL --ctstate DNAT -j \
+                    MARK --or-mark 0x10000\n\
+                    -A RELAYD-FORWARD -p udp -m conntrack --ctdir REPLY --ctstate SNAT -j MARK \
+                    --or-mark 0x10000\n\
                     -A RELAYD-FORWARD -p udp -m conntrack --ctstate NEW,ESTABLISHED,RELATED";
         assert!(text.contains(want), "{text}");
-        // A queue without offload has no skip rule.
-        assert_eq!(text.matches("connmark").count(), 4, "{text}");
+        // A queue without offload has no skip rule; a UDP queue no SYN rule.
+        assert_eq!(text.matches("connmark").count(), 5, "{text}");
+    }
+
+    /// A TCP SYN on a connection of the queue's generation loses its offload bits
+    /// first, whatever the queue's match says of the protocol; a match that cannot
+    /// select TCP gets no such rule.
+    #[test]
+    fn a_tcp_syn_clears_the_offload_bits_before_the_skip_rules() {
+        for (matches, want) in [
+            ("", Some("-A RELAYD-FORWARD -p tcp --tcp-flags SYN SYN")),
+            (
+                "match = \"-p tcp --dport 80\"\n",
+                Some("-A RELAYD-FORWARD -p tcp --dport 80 --tcp-flags SYN SYN"),
+            ),
+            (
+                "match = \"! -p udp\"\n",
+                Some("-A RELAYD-FORWARD -p tcp --tcp-flags SYN SYN"),
+            ),
+            ("match = \"-p udp\"\n", None),
+        ] {
+            let cfg = crate::config::test_util::parsed(&format!(
+                "[[queue]]\nnum = 3\nhook = \"forward\"\n{matches}services = [\"accept\"]\n\
+                 family = \"both\"\noffload = true\n"
+            ));
+            // IPv6 alike (ip6tables).
+            let text = ruleset(&cfg).restore_text(IpVersion::V6).unwrap();
+            let syn = text.lines().find(|l| l.contains("--tcp-flags SYN SYN"));
+            match want {
+                Some(w) => {
+                    let syn = syn.unwrap_or_else(|| panic!("no SYN rule in {text}"));
+                    assert_eq!(
+                        syn,
+                        format!(
+                            "{w} -m connmark --mark 0x40000/0xfc0000 -j CONNMARK --and-mark \
+                             0xff00ffff"
+                        ),
+                        "{text}"
+                    );
+                    // Before the skip rules.
+                    let at = text.find(syn).unwrap();
+                    assert!(at < text.find("relayd-offload-3").unwrap(), "{text}");
+                }
+                None => assert_eq!(syn, None, "{text}"),
+            }
+        }
+    }
+
+    /// Before NAT every packet of a translated connection gets the NAT bit; after it,
+    /// only those whose destination it changed.
+    #[test]
+    fn the_nat_bit_rules_depend_on_the_hook() {
+        for (hook, table, want) in [
+            (
+                "prerouting",
+                "mangle",
+                &["-m conntrack --ctstate SNAT,DNAT -j MARK --or-mark 0x10000"][..],
+            ),
+            (
+                "output",
+                "mangle",
+                &["-m conntrack --ctstate SNAT,DNAT -j MARK --or-mark 0x10000"][..],
+            ),
+            (
+                "postrouting",
+                "mangle",
+                &[
+                    "-m conntrack --ctdir ORIGINAL --ctstate DNAT -j MARK --or-mark 0x10000",
+                    "-m conntrack --ctdir REPLY --ctstate SNAT -j MARK --or-mark 0x10000",
+                ][..],
+            ),
+            (
+                "forward",
+                "mangle",
+                &[
+                    "-m conntrack --ctdir ORIGINAL --ctstate DNAT -j MARK --or-mark 0x10000",
+                    "-m conntrack --ctdir REPLY --ctstate SNAT -j MARK --or-mark 0x10000",
+                ][..],
+            ),
+        ] {
+            let cfg = crate::config::test_util::parsed(&format!(
+                "[[queue]]\nnum = 3\nhook = \"{hook}\"\ntable = \"{table}\"\n\
+                 services = [\"accept\"]\noffload = true\n"
+            ));
+            let text = ruleset(&cfg).restore_text(IpVersion::V4).unwrap();
+            let got: Vec<&str> = text
+                .lines()
+                .filter(|l| l.ends_with("--or-mark 0x10000"))
+                .map(|l| l.split_once(' ').unwrap().1.split_once(' ').unwrap().1)
+                .collect();
+            assert_eq!(got, want, "{hook} {table}: {text}");
+        }
     }
 
     #[test]

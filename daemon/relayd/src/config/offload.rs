@@ -4,7 +4,7 @@
 
 use super::Config;
 use super::error::Ctx;
-use relay_control::Table;
+use relay_control::{Hook, Table};
 use relay_core::ServiceFactory;
 use relay_nfq::OffloadMark;
 use std::sync::Arc;
@@ -24,6 +24,7 @@ pub fn offload_bits(mask: u32, restore: u32) -> OffloadMark {
         gen_mask,
         generation: gen_mask & gen_mask.wrapping_neg(),
         restore,
+        turned: true,
     }
 }
 
@@ -35,18 +36,25 @@ fn generations(mark: &OffloadMark) -> u32 {
 /// Gives every offloading queue of `cfg` its generation for `epoch` (the daemon's count
 /// of starts and reloads, from a random start): distinct between the queues, and none
 /// equal to any queue's under `epoch - 1`, so that a reload revokes every offload and no
-/// queue's skip rule matches a flow another queue offloaded.
-pub fn set_generations(cfg: &mut Config, epoch: u32) {
+/// queue's skip rule matches a flow another queue offloaded. `(epoch * n + k) mod max`
+/// for the k-th of n queues, computed without wrapping (the epoch taken modulo `max`
+/// first): with `2n <= max` ([`check_count`]) the n values are distinct, and those of
+/// consecutive epochs differ by 1 to 2n - 1, never a multiple of `max`. A generation
+/// comes round again after a few reloads: the daemon clears the offload bits of every
+/// conntrack entry of another generation after each start and reload (docs/offload.md).
+pub fn set_generations(cfg: &mut Config, epoch: impl Into<u64>) {
+    let epoch: u64 = epoch.into();
     let n = cfg
         .queues
         .iter()
         .filter(|q| q.queue.offload.is_some())
-        .count() as u32;
-    let mut k = 0u32;
+        .count() as u64;
+    let mut k = 0u64;
     for q in &mut cfg.queues {
         if let Some(m) = &mut q.queue.offload {
-            let max = generations(m).max(1);
-            let g = epoch.wrapping_mul(n).wrapping_add(k) % max + 1;
+            let max = u64::from(generations(m).max(1));
+            let g = ((epoch % max) * (n % max) + k) % max + 1;
+            let g = u32::try_from(g).unwrap_or(1);
             m.generation = (g << m.gen_mask.trailing_zeros().min(31)) & m.gen_mask;
             k += 1;
         }
@@ -55,13 +63,15 @@ pub fn set_generations(cfg: &mut Config, epoch: u32) {
 
 /// `offload` of queue entry `index`: allowed only when every service of the chain may
 /// vote (`Manifest::offloads`) and the table sees conntrack (not `raw`); the verdict mark
-/// bits the chain's services set are kept with the offload, outside `mask`.
+/// bits the chain's services set are kept with the offload, outside `mask`. At `hook`
+/// in `table`, NAT may have changed the packets' tuples already unless the hook is
+/// PREROUTING or mangle OUTPUT (mangle runs before nat there, priority -150 < -100).
 pub(super) fn check_offload(
     cx: &mut Ctx<'_>,
     index: usize,
     offload: Option<&Spanned<bool>>,
     chain: &[(String, Arc<dyn ServiceFactory>)],
-    table: Table,
+    (table, hook): (Table, Hook),
     mask: u32,
 ) -> Option<OffloadMark> {
     let o = offload.filter(|o| *o.get_ref())?;
@@ -102,7 +112,14 @@ pub(super) fn check_offload(
         );
         ok = false;
     }
-    ok.then(|| offload_bits(mask, restore))
+    let turned = !matches!(
+        (table, hook),
+        (_, Hook::Prerouting) | (Table::Mangle, Hook::Output)
+    );
+    ok.then(|| OffloadMark {
+        turned,
+        ..offload_bits(mask, restore)
+    })
 }
 
 /// `n` offloading queues: at most half the generations may be in use at once ([`set_generations`]).

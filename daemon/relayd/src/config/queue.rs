@@ -178,8 +178,14 @@ pub(super) fn check_queue(
     let mut found = check_configs(&queue, first, threads.cpus.as_deref().unwrap_or(&[]));
     report_kernel(cx, index, &q, &chain, table, &mut found);
     report_threads(cx, index, &q, &threads, first == last, &mut found);
-    queue.offload =
-        super::offload::check_offload(cx, index, q.offload.as_ref(), &chain, table, offload_mark);
+    queue.offload = super::offload::check_offload(
+        cx,
+        index,
+        q.offload.as_ref(),
+        &chain,
+        (table, hook),
+        offload_mark,
+    );
     if queue.offload.is_some() {
         // A one-direction offload needs the packet's conntrack direction: the mark bits
         // tell it (this kernel sends no conntrack state with queued packets).

@@ -133,6 +133,13 @@ impl Daemon {
         // old chains offloaded (a rule file may have changed under the same text).
         self.epoch = self.epoch.wrapping_add(1);
         crate::config::set_generations(&mut new, self.epoch);
+        // Before the new generations' rules: the entries of any generation but those in
+        // force lose their offload bits (the ones the reload before this one left), so
+        // that no stale entry is left when a generation comes round again. The queue
+        // threads counted them revoked when their generation ended. Done now, not after
+        // the swap, so that it never races with an offload of the new generations (the
+        // update writes the bits blindly).
+        super::offload::clear_stale(&new, &super::offload::generations(&self.config));
         // The new services' resources (log writers; the monitor if newly needed) before
         // anything changes: if one cannot be made, nothing has.
         let res = resources::open_logs(&new)
