@@ -38,27 +38,14 @@ fn config(dir: &TempDir, rules: &str, offload: bool, ids_extra: &str) -> String 
     )
 }
 
-/// Queue [`QUEUE`]'s status.
+/// The queue's status.
 fn queue(r: &Relayd) -> QueueStatus {
-    r.status()
-        .queues
-        .into_iter()
-        .find(|q| q.num == QUEUE)
-        .expect("the queue in status")
+    r.queue(QUEUE)
 }
 
-/// Waits until the queue's packet counter has not moved for 300 ms; returns it.
+/// Waits until the queue's packet counter has not moved for half a second; returns it.
 fn settled(r: &Relayd) -> u64 {
-    let mut last = queue(r).packets;
-    for _ in 0..30 {
-        std::thread::sleep(Duration::from_millis(300));
-        let now = queue(r).packets;
-        if now == last {
-            return now;
-        }
-        last = now;
-    }
-    panic!("the queue never settled: {last} packets\n{}", r.log());
+    r.settled(QUEUE)
 }
 
 /// The EVE lines of rule `sid` in `dir`'s log.

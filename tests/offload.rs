@@ -20,28 +20,14 @@ fn config(services: &str, offload: bool) -> String {
 
 const DST: &str = "10.0.2.2:5700";
 
-/// Queue 7's status.
+/// The queue's status.
 fn queue(r: &Relayd) -> relayd::status::QueueStatus {
-    r.status()
-        .queues
-        .into_iter()
-        .find(|q| q.num == 7)
-        .expect("queue 7 in status")
+    r.queue(7)
 }
 
-/// Waits until the queue's packet counter has not moved for half a second (the packets
-/// queued before the offload took effect have been answered); returns it.
+/// Waits until the queue's packet counter has not moved for half a second; returns it.
 fn settled(r: &Relayd) -> u64 {
-    let mut last = queue(r).packets;
-    for _ in 0..20 {
-        std::thread::sleep(Duration::from_millis(500));
-        let now = queue(r).packets;
-        if now == last {
-            return now;
-        }
-        last = now;
-    }
-    panic!("queue 7 never settled: {last} packets\n{}", r.log());
+    r.settled(7)
 }
 
 #[test]

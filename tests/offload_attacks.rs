@@ -20,27 +20,14 @@ const ACCEPT_TCP: &str = "[[queue]]\nnum = 7\nhook = \"forward\"\n\
 
 const SERVER: &str = "10.0.2.2:5701";
 
-/// Queue 7's status.
+/// The queue's status.
 fn queue(r: &Relayd) -> relayd::status::QueueStatus {
-    r.status()
-        .queues
-        .into_iter()
-        .find(|q| q.num == 7)
-        .expect("queue 7 in status")
+    r.queue(7)
 }
 
-/// Waits until queue 7's packet counter has not moved for 300 ms; returns it.
+/// Waits until the queue's packet counter has not moved for half a second; returns it.
 fn settled(r: &Relayd) -> u64 {
-    let mut last = queue(r).packets;
-    for _ in 0..30 {
-        std::thread::sleep(Duration::from_millis(300));
-        let now = queue(r).packets;
-        if now == last {
-            return now;
-        }
-        last = now;
-    }
-    panic!("queue 7 never settled: {last} packets\n{}", r.log());
+    r.settled(7)
 }
 
 /// A TCP connection from source port `sport` (the calling thread's namespace), with

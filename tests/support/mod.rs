@@ -154,6 +154,30 @@ impl Relayd {
             .unwrap_or_else(|e| panic!("status: {e}\n{}", self.proc.stderr_text()))
     }
 
+    /// Queue `num`'s status (panics if the daemon has no such queue).
+    pub fn queue(&self, num: u16) -> relayd::status::QueueStatus {
+        self.status()
+            .queues
+            .into_iter()
+            .find(|q| q.num == num)
+            .unwrap_or_else(|| panic!("queue {num} not in status"))
+    }
+
+    /// Waits until queue `num`'s packet counter has not moved for half a second (the
+    /// packets queued before an offload took effect have been answered); returns it.
+    pub fn settled(&self, num: u16) -> u64 {
+        let mut last = self.queue(num).packets;
+        for _ in 0..20 {
+            std::thread::sleep(Duration::from_millis(500));
+            let now = self.queue(num).packets;
+            if now == last {
+                return now;
+            }
+            last = now;
+        }
+        panic!("queue {num} never settled: {last} packets\n{}", self.log());
+    }
+
     /// Whether its first IKE connection is established with an installed child SA.
     pub fn ike_up(&self) -> bool {
         self.status()
