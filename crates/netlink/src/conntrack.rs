@@ -15,7 +15,7 @@
 use crate::frame::{Attrs, Header, Messages, NLM_F_ACK, NLM_F_REQUEST, NLMSG_HDRLEN, attr_header};
 use std::io;
 use std::net::IpAddr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 
 /// nfnetlink subsystem of conntrack.
 const NFNL_SUBSYS_CTNETLINK: u16 = 1;
@@ -224,36 +224,10 @@ impl CtSocket {
     /// in flight must fit: [`ACK_LEN`] each, plus the kernel's overhead per datagram).
     /// Acknowledgements leave out the request's payload (NETLINK_CAP_ACK).
     pub fn open(rcvbuf: usize) -> io::Result<CtSocket> {
-        // SAFETY: plain socket(2); the fd is owned right after.
-        let fd = unsafe {
-            libc::socket(
-                libc::AF_NETLINK,
-                libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
-                libc::NETLINK_NETFILTER,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fd was just returned by socket(2) and is owned by nobody else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let one: libc::c_int = 1;
+        let fd = crate::sock::open(libc::NETLINK_NETFILTER, true)?;
         let size = libc::c_int::try_from(rcvbuf).unwrap_or(libc::c_int::MAX);
-        for (level, opt, val) in [
-            (SOL_NETLINK, NETLINK_CAP_ACK, &one),
-            (libc::SOL_SOCKET, libc::SO_RCVBUF, &size),
-        ] {
-            // SAFETY: `val` is a live c_int of the size given.
-            unsafe {
-                libc::setsockopt(
-                    fd.as_raw_fd(),
-                    level,
-                    opt,
-                    val as *const libc::c_int as *const libc::c_void,
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
-        }
+        let _ = crate::sock::set_int(&fd, SOL_NETLINK, NETLINK_CAP_ACK, 1);
+        let _ = crate::sock::set_int(&fd, libc::SOL_SOCKET, libc::SO_RCVBUF, size);
         Ok(CtSocket { fd })
     }
 
@@ -403,33 +377,8 @@ fn dump_request(seq: u32, value: u32, mask: u32) -> Vec<u8> {
 
 /// Opens a blocking NETLINK_NETFILTER socket whose receives give up after `wait`.
 fn dump_socket(wait: std::time::Duration) -> io::Result<OwnedFd> {
-    // SAFETY: plain socket(2); the fd is owned right after.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            libc::NETLINK_NETFILTER,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd was just returned by socket(2) and is owned by nobody else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let tv = libc::timeval {
-        tv_sec: wait.as_secs() as libc::time_t,
-        tv_usec: wait.subsec_micros() as libc::suseconds_t,
-    };
-    // SAFETY: `tv` is a live timeval of the size given.
-    unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            &tv as *const libc::timeval as *const libc::c_void,
-            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-        )
-    };
+    let fd = crate::sock::open(libc::NETLINK_NETFILTER, false)?;
+    let _ = crate::sock::set_recv_timeout(&fd, wait);
     Ok(fd)
 }
 

@@ -10,12 +10,14 @@
 //!
 //! [`frame`] is the netlink framing (message and attribute iteration and building) that
 //! this crate's rtnetlink dump and relay-nfq's NFQUEUE layer share; [`conntrack`] is the
-//! ctnetlink mark update relay-nfq's flow offload sends.
+//! ctnetlink mark update relay-nfq's flow offload sends; [`sock`] opens the sockets of
+//! all three.
 
 pub mod conntrack;
 pub mod frame;
 mod netns;
 mod rtnl;
+pub mod sock;
 
 pub use netns::{ifindex, in_netns};
 pub use rtnl::{ClassStats, QdiscStats, RtnlSocket};

@@ -15,7 +15,7 @@ use crate::frame::{
     ne32_at, os_error,
 };
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 
 const RTM_NEWQDISC: u16 = 36;
 const RTM_GETQDISC: u16 = 38;
@@ -93,46 +93,12 @@ impl RtnlSocket {
     /// with the request not echoed back; both are optional. A receive times out after 5 s:
     /// the kernel always answers, the timeout only keeps a bug from hanging relayd.
     pub fn open() -> io::Result<RtnlSocket> {
-        // SAFETY: plain socket(2); the fd is owned right after.
-        let fd = unsafe {
-            libc::socket(
-                libc::AF_NETLINK,
-                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-                libc::NETLINK_ROUTE,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fd was just returned by socket(2) and is owned by nobody else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let fd = crate::sock::open(libc::NETLINK_ROUTE, false)?;
         for opt in [NETLINK_EXT_ACK, NETLINK_CAP_ACK] {
-            let one: libc::c_int = 1;
-            // SAFETY: `one` is a live c_int of the size given.
-            unsafe {
-                libc::setsockopt(
-                    fd.as_raw_fd(),
-                    SOL_NETLINK,
-                    opt,
-                    &one as *const libc::c_int as *const libc::c_void,
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
+            // Optional: an older kernel answers without them.
+            let _ = crate::sock::set_int(&fd, SOL_NETLINK, opt, 1);
         }
-        let tv = libc::timeval {
-            tv_sec: 5,
-            tv_usec: 0,
-        };
-        // SAFETY: `tv` is a live timeval of the size given.
-        unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                &tv as *const libc::timeval as *const libc::c_void,
-                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-            )
-        };
+        let _ = crate::sock::set_recv_timeout(&fd, std::time::Duration::from_secs(5));
         Ok(RtnlSocket {
             fd,
             seq: 0,

@@ -8,8 +8,9 @@ use crate::netlink::{
     config_message,
 };
 use relay_netlink::frame::{Header, Messages, os_error};
+use relay_netlink::sock::set_int;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 /// An NFQUEUE netlink socket bound to one queue.
 #[derive(Debug)]
@@ -32,34 +33,11 @@ fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
-fn setsockopt_int(fd: RawFd, level: i32, opt: i32, val: i32) -> io::Result<()> {
-    // SAFETY: passing a pointer to a live c_int and its size.
-    cvt(unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            opt,
-            &val as *const i32 as *const libc::c_void,
-            std::mem::size_of::<i32>() as libc::socklen_t,
-        )
-    })
-    .map(|_| ())
-}
-
 impl Socket {
     /// Opens a NETLINK_NETFILTER socket with the given buffer sizes and receive timeout.
     pub(crate) fn open(rcvbuf: usize, sndbuf: usize, timeout_ms: u32) -> Result<Socket, NfqError> {
-        // SAFETY: plain socket(2) call; the fd is owned right after.
-        let fd = cvt(unsafe {
-            libc::socket(
-                libc::AF_NETLINK,
-                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-                NETLINK_NETFILTER,
-            )
-        })
-        .map_err(|e| NfqError::Socket("socket(AF_NETLINK, NETLINK_NETFILTER)", e))?;
-        // SAFETY: fd was just returned by socket(2) and is not owned elsewhere.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let fd = relay_netlink::sock::open(NETLINK_NETFILTER, false)
+            .map_err(|e| NfqError::Socket("socket(AF_NETLINK, NETLINK_NETFILTER)", e))?;
         let raw = fd.as_raw_fd();
         // SAFETY: a zeroed sockaddr_nl is valid; we set the family.
         let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
@@ -73,20 +51,10 @@ impl Socket {
             )
         })
         .map_err(|e| NfqError::Socket("bind", e))?;
-        let tv = libc::timeval {
-            tv_sec: (timeout_ms / 1000) as libc::time_t,
-            tv_usec: ((timeout_ms % 1000) * 1000) as libc::suseconds_t,
-        };
-        // SAFETY: pointer to a live timeval and its size.
-        cvt(unsafe {
-            libc::setsockopt(
-                raw,
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                &tv as *const libc::timeval as *const libc::c_void,
-                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-            )
-        })
+        relay_netlink::sock::set_recv_timeout(
+            &fd,
+            std::time::Duration::from_millis(u64::from(timeout_ms)),
+        )
         .map_err(|e| NfqError::Socket("setsockopt(SO_RCVTIMEO)", e))?;
         let sock = Socket { fd, seq: 0 };
         sock.set_buffers(rcvbuf, sndbuf)?;
@@ -97,11 +65,10 @@ impl Socket {
     /// caps where we may (CAP_NET_ADMIN in the initial user namespace); elsewhere the
     /// plain options apply, capped: read back what was granted with `rcvbuf`/`sndbuf`.
     pub(crate) fn set_buffers(&self, rcvbuf: usize, sndbuf: usize) -> Result<(), NfqError> {
-        let raw = self.as_raw_fd();
         let set_buf = |force, plain, size: usize| {
             let size = size.min(i32::MAX as usize / 2) as i32;
-            setsockopt_int(raw, libc::SOL_SOCKET, force, size)
-                .or_else(|_| setsockopt_int(raw, libc::SOL_SOCKET, plain, size))
+            set_int(&self.fd, libc::SOL_SOCKET, force, size)
+                .or_else(|_| set_int(&self.fd, libc::SOL_SOCKET, plain, size))
         };
         set_buf(libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, rcvbuf)
             .map_err(|e| NfqError::Socket("setsockopt(SO_RCVBUF)", e))?;
