@@ -181,29 +181,6 @@ pub fn offload_comment(first: u16) -> String {
     format!("relayd-offload-{first}")
 }
 
-/// The queue's match narrowed to TCP (`-p tcp` added, or a `! -p X` replaced by it:
-/// iptables takes one `-p`); `None` when the match cannot select TCP.
-fn tcp_match(matches: Option<&str>) -> Option<Vec<String>> {
-    let mut out = match matches {
-        Some(m) => relay_control::split_matches(m).ok()?,
-        None => Vec::new(),
-    };
-    let at = out.iter().position(|a| a == "-p" || a == "--protocol");
-    let negated = at.is_some_and(|i| i > 0 && out.get(i - 1).is_some_and(|a| a == "!"));
-    let value = at.and_then(|i| out.get(i + 1)).map(String::as_str);
-    let is_tcp = matches!(value, Some("tcp" | "6"));
-    match (at, negated, is_tcp) {
-        (None, _, _) => out.extend(["-p", "tcp"].map(String::from)),
-        (Some(_), false, true) => {}
-        (Some(i), true, false) => {
-            out.drain(i - 1..(i + 2).min(out.len()));
-            out.extend(["-p", "tcp"].map(String::from));
-        }
-        _ => return None,
-    }
-    Some(out)
-}
-
 /// The skip rules of an offloading queue, first before its queue rule (docs/offload.md).
 ///
 /// First, for a connection carrying this queue's generation, two rules clear its
@@ -233,11 +210,14 @@ fn offload_rules(q: &QueueSpec) -> Vec<PreRule> {
         "--and-mark".into(),
         format!("{:#x}", !(m.orig | m.reply | m.gen_mask)),
     ];
-    if let Some(mut args) = tcp_match(q.matches.as_deref()) {
-        args.extend(["--tcp-flags", "SYN", "SYN"].map(String::from));
-        args.extend(ours.iter().cloned());
-        out.push(PreRule { family: None, args });
-    }
+    // Not narrowed by the queue's match: the generation is this queue's alone, and a
+    // match that cannot be narrowed to TCP as written (`-p all`, `-p TCP`) must not
+    // leave a reused tuple's SYN passing on the old entry.
+    let mut args: Vec<String> = ["-p", "tcp", "--tcp-flags", "SYN", "SYN"]
+        .map(String::from)
+        .to_vec();
+    args.extend(ours.iter().cloned());
+    out.push(PreRule { family: None, args });
     let mut args: Vec<String> = [
         "-m",
         "conntrack",
@@ -442,26 +422,24 @@ mod tests {
                     --or-mark 0x10000\n\
                     -A RELAYD-FORWARD -p udp -m conntrack --ctstate NEW,ESTABLISHED,RELATED";
         assert!(text.contains(want), "{text}");
-        // A queue without offload has no skip rule; a UDP queue no SYN rule.
-        assert_eq!(text.matches("connmark").count(), 5, "{text}");
+        // A queue without offload has no skip rule; every offloading queue a SYN rule.
+        assert_eq!(text.matches("connmark").count(), 6, "{text}");
     }
 
     /// A TCP SYN on a connection of the queue's generation loses its offload bits
-    /// first, whatever the queue's match says of the protocol; a match that cannot
-    /// select TCP gets no such rule.
+    /// first, whatever the queue's match says of the protocol (`-p all`, `-p TCP`, a UDP
+    /// match: the generation is the queue's alone, and a match relayd cannot narrow must
+    /// not leave a reused tuple's SYN passing on the old entry).
     #[test]
     fn a_tcp_syn_clears_the_offload_bits_before_the_skip_rules() {
+        let w = "-A RELAYD-FORWARD -p tcp --tcp-flags SYN SYN";
         for (matches, want) in [
-            ("", Some("-A RELAYD-FORWARD -p tcp --tcp-flags SYN SYN")),
-            (
-                "match = \"-p tcp --dport 80\"\n",
-                Some("-A RELAYD-FORWARD -p tcp --dport 80 --tcp-flags SYN SYN"),
-            ),
-            (
-                "match = \"! -p udp\"\n",
-                Some("-A RELAYD-FORWARD -p tcp --tcp-flags SYN SYN"),
-            ),
-            ("match = \"-p udp\"\n", None),
+            ("", Some(w)),
+            ("match = \"-p tcp --dport 80\"\n", Some(w)),
+            ("match = \"! -p udp\"\n", Some(w)),
+            ("match = \"-p all\"\n", Some(w)),
+            ("match = \"-p TCP\"\n", Some(w)),
+            ("match = \"-p udp\"\n", Some(w)),
         ] {
             let cfg = crate::config::test_util::parsed(&format!(
                 "[[queue]]\nnum = 3\nhook = \"forward\"\n{matches}services = [\"accept\"]\n\
