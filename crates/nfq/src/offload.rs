@@ -211,9 +211,6 @@ impl Offloader {
     /// confirmed: a packet dropped after the queue) would find, turned round, another
     /// connection's entry, a DNAT'ed one's (docs/offload.md).
     fn push(&mut self, mark: &OffloadMark, r: &OffloadRequest) {
-        if r.syn {
-            return; // the next packet of the connection votes again
-        }
         if r.state.is_none() || (r.nat && !mark.turned) {
             // Before NAT (PREROUTING, mangle OUTPUT), a translated connection's other
             // direction is not this packet's tuple turned round: the chain saw another
@@ -418,7 +415,6 @@ mod tests {
             mark: Some(0x77),
             reply: None,
             state: Some(CtState::Established),
-            syn: false,
             nat: false,
         }
     }
@@ -443,31 +439,27 @@ mod tests {
     }
 
     #[test]
-    fn no_update_for_a_syn_or_an_untracked_packet() {
+    fn no_update_for_an_untracked_packet() {
+        // (A SYN never reaches here: the pipeline asks no offload on one.)
         let counters = QueueCounters::default();
         let mut o = Offloader::new(0, None, counters.clone());
         o.mark = Some(mark());
-        let mut syn = req(
+        let tracked = req(
             "10.0.0.1",
             "10.0.1.1",
             1000,
             80,
             Offload::both(OffloadReason::Pass),
         );
-        syn.syn = true;
-        o.push(&mark(), &syn);
-        assert!(o.out.is_empty(), "a SYN is never offloaded");
-        assert_eq!(counters.offload.failed.get(), 0, "nor counted as failed");
         let untracked = OffloadRequest {
-            syn: false,
             state: None,
-            ..syn
+            ..tracked
         };
         o.push(&mark(), &untracked);
         assert!(o.out.is_empty(), "an untracked packet is never offloaded");
         assert_eq!(counters.offload.failed.get(), 1);
-        // The same flow's next (tracked, not SYN) packet is updated.
-        o.push(&mark(), &OffloadRequest { syn: false, ..syn });
+        // The same flow's next (tracked) packet is updated.
+        o.push(&mark(), &tracked);
         assert!(!o.out.is_empty());
     }
 

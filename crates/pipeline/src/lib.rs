@@ -36,7 +36,7 @@ pub use hold::Held;
 
 use hold::HoldStore;
 use relay_core::ratelimit::RateLimit;
-use relay_core::wire::FiveTuple;
+use relay_core::wire::{FiveTuple, TcpPacket, proto, tcp};
 use relay_core::{
     Chain, Context, CtMarkBits, CtState, Decision, Offload, Outbox, Packet, PacketMeta,
     QueueCounters, Verdict,
@@ -165,9 +165,6 @@ pub struct OffloadRequest {
     /// not tracked). A datapath that marks conntrack entries needs it to tell the
     /// packet's own entry from another one its tuple might find (docs/offload.md).
     pub state: Option<CtState>,
-    /// The packet is a TCP SYN without ACK: it may open a new connection on a tuple
-    /// an old entry still holds, so a datapath may refuse to offload on it.
-    pub syn: bool,
     /// NAT changed the packet's destination before the hook (its [`Settings::nat_mark`]
     /// was set): its tuple is neither of its entry's, but turned round it is the other
     /// direction's.
@@ -381,15 +378,24 @@ impl<H: Copy + Default> Pipeline<H> {
         if !self.settings.offload || d.verdict != Verdict::Accept {
             return false;
         }
-        let Some((tuple, l4)) = data.and_then(FiveTuple::parse) else {
+        let Some(data) = data else { return false };
+        let Some((tuple, l4)) = FiveTuple::parse(data) else {
             return false;
         };
-        // TCP flags: byte 13 of the TCP header (SYN 0x02, ACK 0x10).
-        let syn = tuple.proto == 6
+        // Never on a TCP SYN: it may open a new connection on a tuple an old, offloaded
+        // one still holds (in conntrack, in an XDP map), which must be inspected from its
+        // start. The connection's next packet votes again.
+        let syn = tuple.proto == proto::TCP
             && tuple.ports.is_some()
             && data
-                .and_then(|d| d.get(l4.saturating_add(13)))
-                .is_some_and(|f| f & 0x12 == 0x02);
+                .get(l4..)
+                .and_then(|t| TcpPacket::new_checked(t).ok())
+                .is_some_and(|t| {
+                    t.flags() & (tcp::flags::SYN | tcp::flags::ACK) == tcp::flags::SYN
+                });
+        if syn {
+            return false;
+        }
         if self.offloads.len() >= MAX_OFFLOADS {
             self.counters.offload.failed.inc();
             return false;
@@ -400,7 +406,6 @@ impl<H: Copy + Default> Pipeline<H> {
             mark: d.mark,
             reply: meta.ct.map(|ct| ct.reply),
             state: meta.ct.map(|ct| ct.state),
-            syn,
             nat,
         });
         true

@@ -576,7 +576,6 @@ mod tests {
             mark: None,
             reply: None,
             state: None,
-            syn: false,
             nat: false,
         }
     }
