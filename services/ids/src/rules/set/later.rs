@@ -9,7 +9,7 @@
 use super::RuleSet;
 use super::tx::is_tx_rule;
 use crate::applayer::{AppProto, Dir};
-use crate::rules::rule::{Rule, RuleAction, RuleProto, StreamMode, port_match};
+use crate::rules::rule::{NewAction, Rule, RuleAction, RuleProto, StreamMode, port_match};
 
 /// The facts of a TCP flow that say which rules could still apply to its later packets.
 #[derive(Debug, Clone, Copy)]
@@ -74,7 +74,9 @@ impl RuleSet {
 }
 
 /// The rules that may apply to a TCP flow's packets and do more than pass, ascending:
-/// what [`RuleSet::live_rule`] reads.
+/// what [`RuleSet::live_rule`] reads. A `pass` rule with a threshold file's
+/// `rate_filter` whose `new_action` is not `pass` does more: over the rate it drops,
+/// rejects or alerts.
 pub(crate) fn candidates(rules: &[Rule]) -> Vec<u32> {
     let tcp = |r: &Rule| {
         matches!(
@@ -82,12 +84,15 @@ pub(crate) fn candidates(rules: &[Rule]) -> Vec<u32> {
             RuleProto::Tcp | RuleProto::Ip | RuleProto::TcpOrUdp
         )
     };
+    let only_passes = |r: &Rule| {
+        r.action == RuleAction::Pass
+            && r.global
+                .as_ref()
+                .and_then(|g| g.rate)
+                .is_none_or(|rf| rf.action == NewAction::Pass)
+    };
     (0..rules.len())
-        .filter(|&i| {
-            rules
-                .get(i)
-                .is_some_and(|r| r.action != RuleAction::Pass && tcp(r))
-        })
+        .filter(|&i| rules.get(i).is_some_and(|r| !only_passes(r) && tcp(r)))
         .map(|i| i as u32)
         .collect()
 }
@@ -150,6 +155,31 @@ mod tests {
     }
 
     const BOTH: [bool; 2] = [true, true];
+
+    #[test]
+    fn a_pass_rule_a_rate_filter_turns_into_a_drop_is_a_candidate() {
+        use crate::rules::rule::{FileRule, RateFilter, Track};
+        let s = set("pass tcp any any -> any 80 (content:\"x\"; sid:1;)");
+        let mut rules = s.rules.clone();
+        assert!(candidates(&rules).is_empty(), "a plain pass only passes");
+        for (action, want) in [
+            (NewAction::Drop, 1),
+            (NewAction::Reject, 1),
+            (NewAction::Pass, 0),
+        ] {
+            rules[0].global = Some(Box::new(FileRule {
+                rate: Some(RateFilter {
+                    track: Track::Src,
+                    count: 1,
+                    seconds: 1,
+                    action,
+                    timeout: 1,
+                }),
+                ..FileRule::default()
+            }));
+            assert_eq!(candidates(&rules).len(), want, "{action:?}");
+        }
+    }
 
     #[test]
     fn packet_tests_keep_a_flow_inline_and_spent_rules_do_not() {
