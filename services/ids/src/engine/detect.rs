@@ -408,12 +408,16 @@ impl Detector {
         outer.clear();
         let mut layers = dec.layers(pkt.data(), now);
         let mut layered = false;
+        // Inner packets never vote: their vote would be thrown away (a flow that carries
+        // them stays inline), yet mark their flows as offloaded and scan the rules.
+        let voting = std::mem::replace(&mut self.opts.offload.enabled, false);
         while let Some(p) = layers.next() {
             layered = true;
             outer.extend_from_slice(&self.matched);
             let o = self.inspect_one(p, now);
             layers.outcome(o);
         }
+        self.opts.offload.enabled = voting;
         let inner = layers.finish(out);
         if !outer.is_empty() {
             outer.extend_from_slice(&self.matched);
