@@ -97,7 +97,10 @@ impl QueueOffloadStats {
 
 impl FlowKey {
     /// The key the program builds for packets of `t`'s direction, or `None` for a tuple
-    /// it never looks up: TCP or UDP without ports (a later fragment).
+    /// that must not be offloaded: anything but TCP or UDP with ports. The program reads
+    /// no ports of other protocols, so their key would cover every flow of the protocol
+    /// between the two hosts (one ICMP exchange or SCTP association voted would pass all
+    /// the others); a later fragment has no ports.
     pub fn of(t: &FiveTuple) -> Option<FlowKey> {
         let (src, family) = addr(t.src);
         let (dst, dfamily) = addr(t.dst);
@@ -106,7 +109,7 @@ impl FlowKey {
         }
         let (sport, dport) = match t.proto {
             6 | 17 => t.ports?,
-            _ => (0, 0),
+            _ => return None,
         };
         Some(FlowKey {
             src,
@@ -147,7 +150,7 @@ fn addr(a: IpAddr) -> ([u8; 16], u8) {
 struct Note {
     egress: FiveTuple,
     reply_here: bool,
-    rewritten: bool,
+    refused: bool,
 }
 
 /// `CLOCK_MONOTONIC` in nanoseconds: the program's clock (`bpf_ktime_get_ns`).
@@ -383,16 +386,17 @@ impl Offloader {
     ///   leaves by it, or its egress is unknown). Else a reply's entry would never be
     ///   looked up: the replies arrive on the egress interface, which another program (or
     ///   none) serves, so only the packet's own direction is written;
-    /// - `rewritten`: a service changed its addresses, ports or protocol, which the
-    ///   kernel would not do for the flow's later packets: the request is refused.
+    /// - `refused`: a service changed its addresses, ports or protocol, which the kernel
+    ///   would not do for the flow's later packets, or the program never looks such a
+    ///   packet up (IPv4 options, IPv6 extension headers): the request is refused.
     ///
     /// A request without a note (a held packet's) gets both directions, if voted.
-    pub fn note(&mut self, egress: FiveTuple, reply_here: bool, rewritten: bool) {
+    pub fn note(&mut self, egress: FiveTuple, reply_here: bool, refused: bool) {
         if self.notes.len() < MAX_OFFLOADS {
             self.notes.push(Note {
                 egress,
                 reply_here,
-                rewritten,
+                refused,
             });
         }
     }
@@ -418,7 +422,7 @@ impl Offloader {
             if note.is_some() {
                 next += 1;
             }
-            if note.is_some_and(|n| n.rewritten) {
+            if note.is_some_and(|n| n.refused) {
                 self.counters.failed.inc();
                 continue;
             }
@@ -520,12 +524,12 @@ mod tests {
 
     #[test]
     fn ports_only_for_tcp_and_udp_and_none_without_them() {
-        // ICMP, SCTP: the program reads no ports, so neither does the key.
+        // ICMP, SCTP: the program reads no ports, so a key would cover every flow of the
+        // protocol between the two hosts: none.
         let icmp = tuple("10.0.1.1", "10.0.2.2", 1, None);
-        assert_eq!(FlowKey::of(&icmp).unwrap().sport, 0);
+        assert_eq!(FlowKey::of(&icmp), None);
         let sctp = tuple("10.0.1.1", "10.0.2.2", 132, Some((1, 2)));
-        let k = FlowKey::of(&sctp).unwrap();
-        assert_eq!((k.sport, k.dport, k.proto), (0, 0, 132));
+        assert_eq!(FlowKey::of(&sctp), None);
         // A later UDP fragment: nothing the program looks up.
         assert_eq!(FlowKey::of(&tuple("10.0.1.1", "10.0.2.2", 17, None)), None);
     }

@@ -214,12 +214,15 @@ impl PacketPath {
     #[cold]
     fn note_offload(&mut self, ip: &[u8], out: Option<&[u8]>, modified: bool, egress: u32) {
         let Some(o) = &mut self.offload else { return };
-        let Some((after, _)) = out.and_then(FiveTuple::parse) else {
+        let Some((after, l4)) = out.and_then(FiveTuple::parse) else {
             return;
         };
         let rewritten = modified && FiveTuple::parse(ip).map(|t| t.0) != Some(after);
+        // The program looks up only headers it parses to the ports: no IPv4 options, no
+        // IPv6 extension headers.
+        let plain = l4 == if after.src.is_ipv4() { 20 } else { 40 };
         let reply_here = egress == 0 || egress == self.ingress;
-        o.note(after, reply_here, rewritten);
+        o.note(after, reply_here, rewritten || !plain);
     }
 
     fn packet(&mut self, frame: &[u8], head: &[u8], now: Instant) {
